@@ -1,0 +1,1 @@
+"""Protocols and message types shared by every federated learner."""

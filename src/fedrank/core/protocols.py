@@ -1,0 +1,123 @@
+"""The pieces of the federated data flow, as structural protocols.
+
+One loop serves all three systems (ARCHITECTURE.md, Section 1)::
+
+    Estimator -> Privatizer -> Message -> Aggregator -> Optimizer -> Constraint -> Registry
+
+* An :class:`Estimator` runs on a client and turns the current parameters and local data into
+  a :class:`~fedrank.core.message.Message`.
+* A :class:`Privatizer` transforms a message before it leaves the device.
+* An :class:`Aggregator` is a commutative monoid over messages (``zero`` / ``accumulate`` /
+  ``merge`` / ``finalize``), so the same code runs in one process, in a tree of proxies, or
+  on a cluster.
+* An :class:`Optimizer` is an Optax-style pure pair ``init`` / ``update`` with explicit,
+  JSON-serialisable state.
+* A :class:`Constraint` projects parameters back onto the feasible set after a step.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+
+import numpy as np
+
+from fedrank.core.message import Message
+
+State = TypeVar("State")
+LocalData = TypeVar("LocalData", contravariant=True)
+
+
+@runtime_checkable
+class Estimator(Protocol[LocalData]):
+    """Client-side computation of an update from local data."""
+
+    def estimate(
+        self, params: np.ndarray, local_data: LocalData, rng: np.random.Generator
+    ) -> Message:
+        """Return the message this client would send for ``params`` and its data."""
+        ...
+
+
+@runtime_checkable
+class Privatizer(Protocol):
+    """Transforms a message on the device before it is sent."""
+
+    def privatize(self, message: Message, rng: np.random.Generator) -> Message:
+        """Return the privatized message (never mutates ``message``)."""
+        ...
+
+
+class Aggregator(Protocol, Generic[State]):
+    """A commutative monoid over messages.
+
+    Laws (checked by ``tests/conformance``): ``merge`` is associative and commutative,
+    ``zero`` is its identity, and ``finalize`` of accumulating messages in any order or any
+    grouping gives the same update.
+    """
+
+    def zero(self) -> State:
+        """The empty aggregate."""
+        ...
+
+    def accumulate(self, state: State, message: Message) -> State:
+        """Fold one message into ``state`` (returns a new state)."""
+        ...
+
+    def merge(self, a: State, b: State) -> State:
+        """Combine two partial aggregates."""
+        ...
+
+    def finalize(self, state: State) -> np.ndarray:
+        """The update vector the optimizer consumes."""
+        ...
+
+    def state_to_json(self, state: State) -> dict[str, Any]:
+        """A JSON-compatible dict that :meth:`state_from_json` restores exactly."""
+        ...
+
+    def state_from_json(self, data: dict[str, Any]) -> State:
+        """Inverse of :meth:`state_to_json`."""
+        ...
+
+
+class Optimizer(Protocol, Generic[State]):
+    """Optax-style optimizer: pure functions over an explicit state record.
+
+    ``update`` receives the aggregated update (a gradient estimate, pointing uphill) and
+    returns the *step* to add to the parameters: ``params_new = params + step``.
+    """
+
+    def init(self, params: np.ndarray) -> State:
+        """Initial optimizer state for ``params``."""
+        ...
+
+    def update(
+        self, update: np.ndarray, state: State, params: np.ndarray
+    ) -> tuple[np.ndarray, State]:
+        """Return ``(step, new_state)``."""
+        ...
+
+    def state_to_json(self, state: State) -> dict[str, Any]:
+        """A JSON-compatible dict that :meth:`state_from_json` restores exactly."""
+        ...
+
+    def state_from_json(self, data: dict[str, Any]) -> State:
+        """Inverse of :meth:`state_to_json`."""
+        ...
+
+
+@runtime_checkable
+class Constraint(Protocol):
+    """A safeguard applied to parameters after each optimizer step."""
+
+    def project(self, params: np.ndarray, previous: np.ndarray) -> np.ndarray:
+        """Return the closest feasible parameters to ``params``.
+
+        ``previous`` are the parameters before the step (some constraints, such as a bound
+        on the change per iteration, need them).
+        """
+        ...
+
+    def holds(self, params: np.ndarray, previous: np.ndarray) -> bool:
+        """Whether ``params`` satisfies the constraint."""
+        ...

@@ -1,0 +1,1 @@
+"""Ranking models: frecency (classic, simplified, modern) and, later, linear / neural rankers."""

@@ -1,0 +1,1 @@
+"""Firefox frecency as a tunable, vectorized black-box scorer (paper Section 4)."""
