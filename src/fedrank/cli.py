@@ -1,0 +1,263 @@
+"""The ``fedrank`` command line."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from fedrank.errors import FedrankError
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=False,
+    )
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    raise TypeError(f"cannot write {type(obj).__name__} as JSON")
+
+
+def _clean(obj: Any) -> Any:
+    """NaN/inf are not JSON: write them as null."""
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def write_json(data: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_clean(data), indent=2, default=_json_default))
+
+
+class _Group(click.Group):
+    """Turns fedrank's own errors into a one-line message and exit code 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except FedrankError as err:
+            raise click.ClickException(str(err)) from err
+
+
+@click.group(cls=_Group)
+@click.version_option(package_name="fedrank")
+def main() -> None:
+    """fedrank: privacy-preserving federated learning to rank."""
+
+
+@main.group(cls=_Group)
+def frecency() -> None:
+    """Federated tuning of Firefox's frecency (Mozilla study)."""
+
+
+@frecency.command("score")
+@click.option("--places", "places", type=click.Path(path_type=Path), required=True,
+              help="A Firefox profile's places.sqlite.")
+@click.option("--algorithm", type=click.Choice(["classic", "modern"]), default="modern",
+              show_default=True)
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
+              help="Write {'pages': [{url, frecency, firefox_frecency}, ...]} here.")
+def frecency_score(places: Path, algorithm: str, json_path: Path | None) -> None:
+    """Score every page of a places.sqlite with fedrank's frecency."""
+    from fedrank.data.places import score_places
+
+    result = score_places(places, algorithm)
+    pages = result["pages"]
+    same = sum(p["frecency"] == p["firefox_frecency"] for p in pages)
+    click.echo(f"{len(pages)} pages scored with the {algorithm} algorithm; "
+               f"{same} equal Firefox's stored frecency")
+    if json_path:
+        write_json(result, json_path)
+        click.echo(f"wrote {json_path}")
+
+
+def _study_options(func: Any) -> Any:
+    options = [
+        click.option("--preset", type=click.Choice(["paper", "shifted"]), default="shifted",
+                     show_default=True, help="Hidden preference of the simulated users."),
+        click.option("--users", "n_users", type=int, default=3000, show_default=True),
+        click.option("--iterations", type=int, default=40, show_default=True),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--message", type=click.Choice(["full", "sign"]), default="full",
+                     show_default=True, help="Full float updates or signs only."),
+        click.option("--optimizer", type=click.Choice(["rprop", "sgd", "adam"]), default="rprop",
+                     show_default=True),
+        click.option("--delta", type=float, default=10.0, show_default=True,
+                     help="SVM margin Delta."),
+        click.option("--eps", type=float, default=1.0, show_default=True,
+                     help="Finite-difference epsilon."),
+        click.option("--json", "json_path", type=click.Path(path_type=Path), default=None),
+        click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+                     help="Directory for the PNG plots."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _run_study(config: Any) -> Any:
+    from fedrank.experiments.frecency_study import run_study
+
+    with _progress() as bar:
+        task = bar.add_task("optimization iterations", total=config.iterations)
+        return run_study(config, progress=lambda done, total: bar.update(task, completed=done))
+
+
+def _summarize(result: Any) -> None:
+    from fedrank.experiments.report import loss_reduction
+
+    click.echo(f"treatment loss reduction (last 5 vs first 5 iterations): "
+               f"{100 * loss_reduction(result):.1f}%; constraints held: {result.constraints_held}")
+    for name, ev in result.eval.items():
+        click.echo(f"  {name:17s} chars typed {ev['chars_typed_mean']:.3f}  "
+                   f"rank {ev['selected_rank_mean']:.3f}  (n={ev['n']})")
+    for key, test in result.tests.items():
+        click.echo(f"  {key}: p = {test['pvalue']:.3g} (alpha {result.bonferroni_alpha:.5f})")
+
+
+@frecency.command("simulate")
+@_study_options
+@click.option("--stability/--no-stability", default=False,
+              help="Also run the Fig. 7 update-stability analysis each iteration.")
+def frecency_simulate(preset: str, n_users: int, iterations: int, seed: int, message: str,
+                      optimizer: str, delta: float, eps: float, json_path: Path | None,
+                      out_dir: Path | None, stability: bool) -> None:
+    """Simulate the federated frecency study (optimization + evaluation phases)."""
+    from fedrank.experiments.frecency_study import FrecencyStudyConfig
+    from fedrank.experiments.plots import plot_study
+
+    config = FrecencyStudyConfig(preset=preset, n_users=n_users, iterations=iterations,
+                                 seed=seed, message=message, optimizer=optimizer, delta=delta,
+                                 eps=eps, track_stability=stability)
+    result = _run_study(config)
+    _summarize(result)
+    if json_path:
+        write_json(result.to_json(), json_path)
+        click.echo(f"wrote {json_path}")
+    if out_dir:
+        for path in plot_study(result, out_dir):
+            click.echo(f"wrote {path}")
+
+
+@frecency.command("power")
+@click.option("--effect", type=float, default=-0.5, show_default=True,
+              help="Shift of the mean metric to detect (e.g. -0.5 characters).")
+@click.option("--metric", type=click.Choice(["chars_typed", "selected_rank"]),
+              default="chars_typed", show_default=True)
+@click.option("--power", "target_power", type=float, default=0.8, show_default=True)
+@click.option("--alpha", type=float, default=0.05 / 6, show_default=True)
+@click.option("--repetitions", type=int, default=200, show_default=True)
+@click.option("--users", "n_users", type=int, default=2000, show_default=True,
+              help="Users simulated to obtain the baseline (control) distribution.")
+@click.option("--searches-per-user", type=int, default=5, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+def frecency_power(effect: float, metric: str, target_power: float, alpha: float,
+                   repetitions: int, n_users: int, searches_per_user: int, seed: int,
+                   json_path: Path | None) -> None:
+    """How many searches (and users) a Mann-Whitney U test needs to detect an effect."""
+    from fedrank.experiments.frecency_presets import hidden_weights
+    from fedrank.experiments.stats import required_sample_size
+    from fedrank.simulation.frecency_world import CONTROL, FrecencyWorld
+
+    rng = np.random.default_rng(seed)
+    world = FrecencyWorld(n_users, hidden_weights("paper"), rng, shares=(0.0, 1.0, 0.0))
+    users = np.repeat(world.users_of(CONTROL), searches_per_user)
+    batch, _ = world.search(users, world.model.defaults(), rng)
+    baseline = (batch.chars_typed if metric == "chars_typed" else batch.selected_rank).astype(float)
+    res = required_sample_size(baseline, effect, alpha=alpha, power=target_power,
+                               repetitions=repetitions, rng=rng)
+    res.update(metric=metric, effect=effect, alpha=alpha, target_power=target_power,
+               baseline_mean=float(baseline.mean()), searches_per_user=searches_per_user)
+    if res["n"] is not None:
+        res["users_per_group"] = math.ceil(res["n"] / searches_per_user)
+        click.echo(f"{res['n']} searches per group (~{res['users_per_group']} users at "
+                   f"{searches_per_user} searches each) detect a shift of {effect:+g} in mean "
+                   f"{metric} (baseline {baseline.mean():.3f}) with power {res['power']:.2f} "
+                   f"at alpha {alpha:.5f}")
+    else:
+        click.echo(f"power {target_power} not reached within the search limit")
+    if json_path:
+        write_json(res, json_path)
+        click.echo(f"wrote {json_path}")
+
+
+@frecency.command("policies")
+@click.option("--preset", type=click.Choice(["paper", "shifted"]), default="shifted",
+              show_default=True)
+@click.option("--users", "n_users", type=int, default=2000, show_default=True)
+@click.option("--target-fraction", type=float, default=0.85, show_default=True,
+              help="Target validation loss as a fraction of the initial loss.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+def frecency_policies(preset: str, n_users: int, target_fraction: float, seed: int,
+                      json_path: Path | None) -> None:
+    """Compare iteration-length policies: reports needed to reach the same loss."""
+    from fedrank.experiments.iteration_policies import (
+        FixedTime,
+        MinUpdates,
+        SignStable,
+        StreamConfig,
+        run_policy,
+    )
+
+    config = StreamConfig(preset=preset, n_users=n_users, target_fraction=target_fraction)
+    policies = [FixedTime(30.0), MinUpdates(500), SignStable(3, 100)]
+    rows = []
+    with _progress() as bar:
+        task = bar.add_task("policies", total=len(policies))
+        for policy in policies:
+            rows.append(run_policy(policy, config, seed))
+            bar.update(task, advance=1)
+    for row in rows:
+        click.echo(f"  {row['policy']:32s} reached={row['reached']}  reports={row['reports']}  "
+                   f"iterations={row['iterations']}  hours={row['hours']:.1f}")
+    if json_path:
+        write_json({"config": config.__dict__, "policies": rows}, json_path)
+        click.echo(f"wrote {json_path}")
+
+
+@main.command("demo")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("results/demo"),
+              show_default=True)
+def demo(seed: int, out_dir: Path) -> None:
+    """Run the federated frecency study with defaults; write a report, plots and JSON."""
+    from fedrank.experiments.frecency_study import FrecencyStudyConfig
+    from fedrank.experiments.plots import plot_study
+    from fedrank.experiments.report import write_report
+
+    config = FrecencyStudyConfig(seed=seed)
+    result = _run_study(config)
+    _summarize(result)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plots = plot_study(result, out_dir)
+    write_json(result.to_json(), out_dir / "results.json")
+    report = write_report(result, out_dir / "report.md", f"fedrank demo --seed {seed}", plots)
+    click.echo(f"wrote {report}, {out_dir / 'results.json'} and {len(plots)} plots")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Client-side estimators: what a device computes from its own data."""

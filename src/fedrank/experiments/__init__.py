@@ -1,0 +1,1 @@
+"""Paper reproductions and study analysis (statistics, plots, reports)."""

@@ -1,0 +1,271 @@
+"""The federated frecency study, simulated end to end (Mozilla paper, Sections 5-6).
+
+Users are split into treatment / control / control-no-decay (60/20/20). In the optimization
+phase, every iteration ("30 minutes") each user performs a Poisson number of URL-bar
+searches; treatment users search with the current model and send a finite-difference
+gradient of the SVM loss (full precision, or signs only); the server aggregates the reports
+(weighted mean, or sign-majority vote), steps with Rprop and applies the safeguards; every
+branch reports its loss. Then an evaluation phase measures, on fresh searches, the
+characters typed and the rank selected per branch, compared with two-sided Mann-Whitney U
+tests at a Bonferroni-corrected level of 0.05/6.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from fedrank.aggregators.mean import WeightedMean
+from fedrank.aggregators.sign_vote import SignVote
+from fedrank.errors import ConfigError
+from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
+from fedrank.experiments.frecency_presets import hidden_weights
+from fedrank.experiments.stability import subsample_l1_distances
+from fedrank.experiments.stats import compare_branches
+from fedrank.models.frecency.weights import (
+    CLASSIC_WEIGHT_NAMES,
+    classic_defaults,
+    weights_to_dict,
+)
+from fedrank.optim.adam import Adam
+from fedrank.optim.constraints import frecency_safeguards
+from fedrank.optim.rprop import Rprop
+from fedrank.optim.sgd import SGD
+from fedrank.privacy.sign import SignCompressor
+from fedrank.simulation.frecency_world import BRANCHES, TREATMENT, FrecencyWorld
+
+MessageKind = Literal["full", "sign"]
+OptimizerKind = Literal["rprop", "sgd", "adam"]
+
+
+@dataclass(frozen=True)
+class FrecencyStudyConfig:
+    """Every knob of the study, with the paper's names and defaults where it has them.
+
+    Attributes:
+        preset: hidden preference of the users (``paper`` or ``shifted``).
+        n_users: users enrolled (split 60/20/20).
+        iterations: optimization iterations (paper: 137 of 30 minutes; 40 shown to suffice).
+        seed: seed of every random choice in the study.
+        searches_per_iteration: mean (Poisson) URL-bar searches per user per iteration.
+        eval_searches_per_user: searches per user in the evaluation phase.
+        k: suggestions shown by the URL bar.
+        delta: SVM margin ``Delta`` (Sec. 5.2), in frecency points.
+        eps: finite-difference ``epsilon`` (Sec. 5.4), in weight units.
+        scheme: ``central`` (paper) or ``forward`` differences.
+        message: ``full`` float vectors with a weighted mean, or ``sign`` (2 bits per weight)
+            with a sign-majority vote (Sec. 5.3).
+        optimizer: ``rprop`` (paper), ``sgd`` or ``adam``.
+        eta_plus, eta_minus, step_init, step_min, step_max: Rprop (Eq. 2).
+        learning_rate: SGD / Adam learning rate.
+        max_change: safeguard bound on the change of any weight per iteration (3).
+        decay_rate: Firefox's daily frecency decay in the control branch (0.975).
+        noise_var: variance of the noise on the users' preference (paper: 30).
+        track_stability: also run the Fig. 7 analysis every iteration.
+        stability_sample, stability_draws: subsample size (2,000) and draws (50) of Fig. 7.
+    """
+
+    preset: str = "shifted"
+    n_users: int = 3000
+    iterations: int = 40
+    seed: int = 0
+    searches_per_iteration: float = 1.0
+    eval_searches_per_user: int = 5
+    k: int = 10
+    delta: float = 10.0
+    eps: float = 1.0
+    scheme: Literal["central", "forward"] = "central"
+    message: MessageKind = "full"
+    optimizer: OptimizerKind = "rprop"
+    eta_plus: float = 1.2
+    eta_minus: float = 0.5
+    step_init: float = 1.0
+    step_min: float = 1e-3
+    step_max: float = 3.0
+    learning_rate: float = 1.0
+    max_change: float = 3.0
+    decay_rate: float = 0.975
+    noise_var: float = 30.0
+    track_stability: bool = False
+    stability_sample: int = 2000
+    stability_draws: int = 50
+
+    def __post_init__(self) -> None:
+        if self.n_users < 3:
+            raise ConfigError(f"n_users must be >= 3 (one per branch), got {self.n_users}")
+        if self.iterations < 1:
+            raise ConfigError(f"iterations must be >= 1, got {self.iterations}")
+        if self.searches_per_iteration <= 0:
+            raise ConfigError("searches_per_iteration must be > 0")
+        if self.eval_searches_per_user < 1:
+            raise ConfigError("eval_searches_per_user must be >= 1")
+        if self.message not in ("full", "sign"):
+            raise ConfigError(f"message must be 'full' or 'sign', got {self.message!r}")
+        if self.optimizer not in ("rprop", "sgd", "adam"):
+            raise ConfigError(f"optimizer must be rprop, sgd or adam, got {self.optimizer!r}")
+        hidden_weights(self.preset)  # validates the preset name
+
+
+def build_optimizer(config: FrecencyStudyConfig) -> Rprop | SGD | Adam:
+    """The server's optimizer for ``config``."""
+    if config.optimizer == "rprop":
+        return Rprop(
+            eta_plus=config.eta_plus,
+            eta_minus=config.eta_minus,
+            step_init=config.step_init,
+            step_min=config.step_min,
+            step_max=config.step_max,
+        )
+    if config.optimizer == "sgd":
+        return SGD(learning_rate=config.learning_rate)
+    return Adam(learning_rate=config.learning_rate)
+
+
+@dataclass
+class StudyResult:
+    """What a study run produced (``to_json`` gives the documented JSON)."""
+
+    config: FrecencyStudyConfig
+    loss_per_iteration: list[float] = field(default_factory=list)
+    branch_loss_per_iteration: dict[str, list[float]] = field(default_factory=dict)
+    weights_per_iteration: list[dict[str, float]] = field(default_factory=list)
+    final_weights: dict[str, float] = field(default_factory=dict)
+    reports_per_iteration: list[int] = field(default_factory=list)
+    constraints_held: bool = True
+    eval: dict[str, dict[str, float]] = field(default_factory=dict)
+    tests: dict[str, dict[str, float]] = field(default_factory=dict)
+    all_tests: list[dict[str, Any]] = field(default_factory=list)
+    bonferroni_alpha: float = 0.05 / 6
+    stability: list[dict[str, float]] = field(default_factory=list)
+    eval_samples: dict[str, dict[str, np.ndarray]] = field(default_factory=dict, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "config": asdict(self.config),
+            "loss_per_iteration": self.loss_per_iteration,
+            "branch_loss_per_iteration": self.branch_loss_per_iteration,
+            "weights_per_iteration": self.weights_per_iteration,
+            "final_weights": self.final_weights,
+            "reports_per_iteration": self.reports_per_iteration,
+            "constraints_held": self.constraints_held,
+            "eval": self.eval,
+            "tests": self.tests,
+            "all_tests": self.all_tests,
+            "bonferroni_alpha": self.bonferroni_alpha,
+            "stability": self.stability,
+        }
+
+
+def _nanmean(values: np.ndarray) -> float:
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if finite.size else float("nan")
+
+
+def run_study(
+    config: FrecencyStudyConfig,
+    progress: Callable[[int, int], None] | None = None,
+) -> StudyResult:
+    """Run the optimization and evaluation phases; ``progress(done, total)`` is called after
+    every iteration."""
+    rng = np.random.default_rng(config.seed)
+    world = FrecencyWorld(
+        config.n_users,
+        hidden_weights(config.preset),
+        rng,
+        k=config.k,
+        noise_var=config.noise_var,
+        decay_rate=config.decay_rate,
+        delta=config.delta,
+    )
+    estimator = FiniteDifferenceEstimator(eps=config.eps, scheme=config.scheme)
+    dim = len(CLASSIC_WEIGHT_NAMES)
+    aggregator = WeightedMean(dim) if config.message == "full" else SignVote(dim)
+    compressor = SignCompressor(with_zero=True) if config.message == "sign" else None
+    optimizer = build_optimizer(config)
+    safeguards = frecency_safeguards(max_change=config.max_change)
+
+    theta = classic_defaults()  # safeguard: start from Firefox's weights (Sec. 5.6)
+    opt_state = optimizer.init(theta)
+    result = StudyResult(config=config)
+    result.branch_loss_per_iteration = {name: [] for name in BRANCHES}
+
+    for iteration in range(config.iterations):
+        counts = rng.poisson(config.searches_per_iteration, size=world.n_users)
+        users = np.repeat(np.arange(world.n_users), counts)
+        batch, scores = world.search(users, theta, rng)
+        losses = world.branch_losses(batch, scores)
+        branch_of_search = world.branch[batch.user]
+        for b, name in enumerate(BRANCHES):
+            result.branch_loss_per_iteration[name].append(_nanmean(losses[branch_of_search == b]))
+
+        reports = world.client_reports(batch, theta, estimator, TREATMENT)
+        updates = reports.updates
+        if compressor is not None:
+            updates = compressor.privatize_batch(updates, rng)
+        state = aggregator.accumulate_batch(aggregator.zero(), updates, reports.n)
+        update = aggregator.finalize(state)
+        if config.track_stability:
+            result.stability.append(
+                subsample_l1_distances(
+                    aggregator, updates, reports.n, update,
+                    sample=config.stability_sample, draws=config.stability_draws, rng=rng,
+                )
+            )
+
+        result.weights_per_iteration.append(weights_to_dict(theta))
+        result.loss_per_iteration.append(
+            float(np.sum(reports.loss * reports.n) / max(reports.n.sum(), 1))
+        )
+        result.reports_per_iteration.append(int(reports.users.size))
+
+        step, opt_state = optimizer.update(update, opt_state, theta)
+        proposal = theta + step
+        new_theta = safeguards.project(proposal, theta)
+        held = safeguards.holds(new_theta, theta)
+        result.constraints_held = result.constraints_held and held
+        theta = new_theta
+        if progress is not None:
+            progress(iteration + 1, config.iterations)
+
+    result.final_weights = weights_to_dict(theta)
+    _evaluate(world, theta, config, rng, result)
+    return result
+
+
+def _evaluate(
+    world: FrecencyWorld,
+    theta: np.ndarray,
+    config: FrecencyStudyConfig,
+    rng: np.random.Generator,
+    result: StudyResult,
+) -> None:
+    """Evaluation phase (Sec. 6.3): fresh searches by every user with the final models."""
+    users = np.repeat(np.arange(world.n_users), config.eval_searches_per_user)
+    batch, _ = world.search(users, theta, rng)
+    branch_of_search = world.branch[batch.user]
+    samples: dict[str, dict[str, np.ndarray]] = {}
+    for b, name in enumerate(BRANCHES):
+        mask = branch_of_search == b
+        chars = batch.chars_typed[mask].astype(np.float64)
+        rank = batch.selected_rank[mask].astype(np.float64)
+        samples[name] = {"chars_typed": chars, "selected_rank": rank}
+        result.eval[name] = {
+            "chars_typed_mean": float(chars.mean()) if chars.size else float("nan"),
+            "selected_rank_mean": float(rank.mean()) if rank.size else float("nan"),
+            "n": int(mask.sum()),
+        }
+    result.eval_samples = samples
+    table = compare_branches(samples, alpha=0.05)
+    result.all_tests = table
+    result.bonferroni_alpha = 0.05 / len(table)
+    for row in table:
+        if row["metric"] == "chars_typed" and row["a"] == "treatment":
+            key = f"treatment_vs_{row['b'].replace('-', '_')}"
+            result.tests[key] = {
+                "pvalue": row["pvalue"],
+                "statistic": row["statistic"],
+                "significant": row["significant"],
+            }

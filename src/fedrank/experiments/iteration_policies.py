@@ -1,0 +1,188 @@
+"""When to close an iteration (Mozilla paper, Section 6.4, future work).
+
+The deployed system closed an iteration every 30 minutes, whatever number of reports had
+arrived; activity followed the day (Fig. 6), so some iterations had very few reports. The
+paper proposes closing iterations by report count, or once the update estimate is stable.
+Three policies, compared on the same simulated report stream:
+
+* :class:`FixedTime` -- close every ``minutes`` (the deployed protocol).
+* :class:`MinUpdates` -- close as soon as ``min_reports`` reports have arrived.
+* :class:`SignStable` -- close once the sign of the running aggregate has not changed over
+  the last ``window`` arrivals (checked per tick), after at least ``min_reports`` reports.
+
+:func:`compare_policies` runs each policy on a simulated stream whose arrival rate follows
+a daily cycle and reports how many reports (and hours) each needed to bring the loss on a
+fixed validation set of searches below a common target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from fedrank.aggregators.mean import WeightedMean
+from fedrank.errors import ConfigError
+from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
+from fedrank.experiments.frecency_presets import hidden_weights
+from fedrank.models.frecency.weights import N_CLASSIC_WEIGHTS, classic_defaults
+from fedrank.optim.constraints import frecency_safeguards
+from fedrank.optim.rprop import Rprop
+from fedrank.simulation.frecency_world import TREATMENT, FrecencyWorld
+
+
+@dataclass(frozen=True)
+class OpenIteration:
+    """What the server knows about the iteration being collected."""
+
+    minutes: float
+    n_reports: int
+    stable_ticks: int  # consecutive ticks in which the aggregate's sign did not change
+
+
+class IterationPolicy(Protocol):
+    name: str
+
+    def should_close(self, it: OpenIteration) -> bool: ...
+
+
+@dataclass(frozen=True)
+class FixedTime:
+    minutes: float = 30.0
+
+    @property
+    def name(self) -> str:
+        return f"fixed-time({self.minutes:g} min)"
+
+    def should_close(self, it: OpenIteration) -> bool:
+        return it.n_reports > 0 and it.minutes >= self.minutes
+
+
+@dataclass(frozen=True)
+class MinUpdates:
+    min_reports: int = 500
+
+    @property
+    def name(self) -> str:
+        return f"min-updates({self.min_reports})"
+
+    def should_close(self, it: OpenIteration) -> bool:
+        return it.n_reports >= self.min_reports
+
+
+@dataclass(frozen=True)
+class SignStable:
+    window: int = 3
+    min_reports: int = 100
+
+    @property
+    def name(self) -> str:
+        return f"sign-stable({self.window} ticks, >= {self.min_reports})"
+
+    def should_close(self, it: OpenIteration) -> bool:
+        return it.n_reports >= self.min_reports and it.stable_ticks >= self.window
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """The simulated report stream.
+
+    Attributes:
+        n_users: simulated users (all treatment).
+        reports_per_hour: mean arrival rate of reports.
+        daily_amplitude: relative amplitude of the daily cycle (rate x (1 + a sin)).
+        tick_minutes: granularity at which the server looks at the stream.
+        validation_searches: size of the fixed validation set.
+        target_fraction: target loss as a fraction of the initial validation loss.
+        max_reports: budget after which a policy is declared not to reach the target.
+    """
+
+    preset: str = "shifted"
+    n_users: int = 2000
+    reports_per_hour: float = 1500.0
+    daily_amplitude: float = 0.8
+    tick_minutes: float = 5.0
+    validation_searches: int = 3000
+    target_fraction: float = 0.85
+    max_reports: int = 60_000
+    delta: float = 10.0
+    eps: float = 1.0
+
+
+def _validation_loss(world: FrecencyWorld, users: np.ndarray, targets_rng_seed: int, theta: np.ndarray) -> float:
+    rng = np.random.default_rng(targets_rng_seed)  # the same intents every time
+    batch, scores = world.search(users, theta, rng)
+    return float(np.nanmean(world.branch_losses(batch, scores)))
+
+
+def run_policy(policy: IterationPolicy, config: StreamConfig, seed: int) -> dict[str, Any]:
+    """Simulate the stream under ``policy`` until the validation loss reaches the target."""
+    rng = np.random.default_rng(seed)
+    world = FrecencyWorld(
+        config.n_users, hidden_weights(config.preset), rng,
+        shares=(1.0, 0.0, 0.0), delta=config.delta,
+    )
+    estimator = FiniteDifferenceEstimator(eps=config.eps)
+    aggregator = WeightedMean(N_CLASSIC_WEIGHTS)
+    optimizer = Rprop()
+    safeguards = frecency_safeguards()
+    theta = classic_defaults()
+    opt_state = optimizer.init(theta)
+    val_users = rng.integers(0, world.n_users, size=config.validation_searches)
+    val_seed = int(rng.integers(2**31))
+    initial = _validation_loss(world, val_users, val_seed, theta)
+    target = config.target_fraction * initial
+
+    state, minutes, total_minutes, n_open = aggregator.zero(), 0.0, 0.0, 0
+    stable, last_sign = 0, None
+    reports_used, iterations, reached, loss = 0, 0, False, initial
+    while reports_used < config.max_reports:
+        hours = total_minutes / 60.0
+        rate = config.reports_per_hour * (1 + config.daily_amplitude * np.sin(2 * np.pi * hours / 24))
+        arrivals = int(rng.poisson(max(rate, 0.0) * config.tick_minutes / 60.0))
+        minutes += config.tick_minutes
+        total_minutes += config.tick_minutes
+        if arrivals:
+            users = rng.integers(0, world.n_users, size=arrivals)
+            batch, _ = world.search(users, theta, rng)
+            reports = world.client_reports(batch, theta, estimator, TREATMENT)
+            keep = reports.n > 0
+            state = aggregator.accumulate_batch(state, reports.updates[keep], reports.n[keep])
+            n_open += int(keep.sum())
+            reports_used += int(keep.sum())
+            sign = np.sign(aggregator.finalize(state))
+            stable = stable + 1 if last_sign is not None and np.array_equal(sign, last_sign) else 0
+            last_sign = sign
+        if policy.should_close(OpenIteration(minutes, n_open, stable)):
+            step, opt_state = optimizer.update(aggregator.finalize(state), opt_state, theta)
+            theta = safeguards.project(theta + step, theta)
+            iterations += 1
+            state, minutes, n_open, stable, last_sign = aggregator.zero(), 0.0, 0, 0, None
+            loss = _validation_loss(world, val_users, val_seed, theta)
+            if loss <= target:
+                reached = True
+                break
+    return {
+        "policy": policy.name,
+        "reached": reached,
+        "reports": reports_used,
+        "iterations": iterations,
+        "hours": total_minutes / 60.0,
+        "initial_loss": initial,
+        "target_loss": target,
+        "final_loss": loss,
+    }
+
+
+def compare_policies(
+    config: StreamConfig | None = None,
+    policies: list[IterationPolicy] | None = None,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Run every policy on the same stream (same seed) and report what each needed."""
+    config = config or StreamConfig()
+    if not 0 < config.target_fraction < 1:
+        raise ConfigError(f"target_fraction must lie in (0, 1), got {config.target_fraction}")
+    policies = policies or [FixedTime(30.0), MinUpdates(500), SignStable(3, 100)]
+    return [run_policy(p, config, seed) for p in policies]

@@ -1,0 +1,114 @@
+"""PNG plots of a frecency study (Mozilla paper, Figures 4 and 7; Section 6.3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from fedrank.experiments.frecency_study import StudyResult  # noqa: E402
+from fedrank.models.frecency.weights import CLASSIC_WEIGHT_NAMES  # noqa: E402
+
+
+def rolling_mean(values: list[float] | np.ndarray, window: int = 5) -> np.ndarray:
+    """Mean of the last ``window`` values at every position (fewer at the start), ignoring
+    NaN."""
+    x = np.asarray(values, dtype=np.float64)
+    out = np.empty_like(x)
+    for i in range(x.size):  # one value per iteration: tens, not a hot path
+        chunk = x[max(0, i - window + 1) : i + 1]
+        finite = chunk[np.isfinite(chunk)]
+        out[i] = finite.mean() if finite.size else np.nan
+    return out
+
+
+def plot_loss(result: StudyResult, path: Path, window: int = 5) -> Path:
+    """Rolling mean (last ``window`` iterations) of the reported loss per branch (Fig. 4)."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, losses in result.branch_loss_per_iteration.items():
+        ax.plot(np.arange(1, len(losses) + 1), rolling_mean(losses, window), label=name)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel(f"SVM loss (rolling mean of {window})")
+    ax.set_title("Reported loss per branch")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_weights(result: StudyResult, path: Path) -> Path:
+    """Trajectory of every weight that moved, as change from its starting value."""
+    traj = np.array(
+        [[w[name] for name in CLASSIC_WEIGHT_NAMES] for w in result.weights_per_iteration]
+        + [[result.final_weights[name] for name in CLASSIC_WEIGHT_NAMES]]
+    )
+    change = traj - traj[0]
+    moved = np.flatnonzero(np.abs(change).max(axis=0) > 0)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i in moved:
+        ax.plot(np.arange(traj.shape[0]), change[:, i], label=CLASSIC_WEIGHT_NAMES[i])
+    ax.axhline(0, color="grey", lw=0.5)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("change from Firefox default")
+    ax.set_title("Frecency weight trajectories")
+    if moved.size:
+        ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_chars_typed(result: StudyResult, path: Path) -> Path:
+    """Distribution of characters typed per branch in the evaluation phase."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    samples = {name: s["chars_typed"] for name, s in result.eval_samples.items() if s["chars_typed"].size}
+    top = int(max(np.percentile(v, 99) for v in samples.values())) + 1 if samples else 1
+    bins = np.arange(0.5, top + 1.5)
+    for name, values in samples.items():
+        ax.hist(values, bins=bins, density=True, histtype="step", lw=1.5,
+                label=f"{name} (mean {values.mean():.2f})")
+    ax.set_xlabel("characters typed before selecting")
+    ax.set_ylabel("share of searches")
+    ax.set_title("Evaluation phase: characters typed")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_stability(stability: list[dict[str, float]], path: Path) -> Path:
+    """Mean and standard deviation of the L1 distance to the full update (Fig. 7)."""
+    mean = np.array([s["mean"] for s in stability])
+    std = np.array([s["std"] for s in stability])
+    it = np.arange(1, mean.size + 1)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(it, mean, label="mean L1 distance")
+    ax.fill_between(it, mean - std, mean + std, alpha=0.3, label="+- 1 std")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("L1(full update, update of a subsample)")
+    ax.set_title("Update stability")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_study(result: StudyResult, out_dir: Path) -> list[Path]:
+    """Every plot of a study run, written into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [
+        plot_loss(result, out_dir / "loss.png"),
+        plot_weights(result, out_dir / "weights.png"),
+        plot_chars_typed(result, out_dir / "chars_typed.png"),
+    ]
+    if result.stability:
+        paths.append(plot_stability(result.stability, out_dir / "stability.png"))
+    return paths

@@ -1,0 +1,120 @@
+"""Hypothesis tests and power analysis for the A/B study (Mozilla paper, Section 6.2-6.3).
+
+The study compares branches with two-sided Mann-Whitney U tests; with three branches and two
+metrics there are six comparisons, so the paper uses a Bonferroni-corrected level
+``alpha = 0.05 / 6``. The power analysis answers, by simulation, how many users per branch
+are needed to detect a given shift of a metric with that test.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from fedrank.errors import ConfigError
+
+METRICS: tuple[str, ...] = ("chars_typed", "selected_rank")
+
+
+def compare_branches(
+    samples: dict[str, dict[str, np.ndarray]], alpha: float = 0.05
+) -> list[dict[str, Any]]:
+    """Two-sided Mann-Whitney U tests of every metric between every pair of branches,
+    judged at the Bonferroni level ``alpha / number_of_tests``.
+
+    ``samples[branch][metric]`` holds per-search values. Pairs keep the order of
+    ``samples`` (so ``treatment`` comes first when it is listed first).
+    """
+    names = list(samples)
+    pairs = list(combinations(names, 2))
+    n_tests = len(pairs) * len(METRICS)
+    level = alpha / n_tests
+    rows = []
+    for metric in METRICS:
+        for a, b in pairs:
+            x, y = samples[a][metric], samples[b][metric]
+            if x.size == 0 or y.size == 0:
+                raise ConfigError(f"branch {a if x.size == 0 else b} has no {metric} samples to test")
+            res = stats.mannwhitneyu(x, y, alternative="two-sided")
+            rows.append(
+                {
+                    "metric": metric,
+                    "a": a,
+                    "b": b,
+                    "mean_a": float(x.mean()),
+                    "mean_b": float(y.mean()),
+                    "statistic": float(res.statistic),
+                    "pvalue": float(res.pvalue),
+                    "alpha": level,
+                    "significant": bool(res.pvalue < level),
+                }
+            )
+    return rows
+
+
+def mwu_power(
+    baseline: np.ndarray,
+    effect: float,
+    n_per_group: int,
+    *,
+    alpha: float,
+    repetitions: int,
+    rng: np.random.Generator,
+) -> float:
+    """Power of a two-sided MWU test to detect a location shift ``effect`` of ``baseline``.
+
+    Each repetition draws ``n_per_group`` values for control and for treatment from the
+    empirical ``baseline`` distribution (with replacement) and shifts the treatment draw by
+    ``effect``; power is the share of repetitions with p < ``alpha``.
+    """
+    if n_per_group < 2 or repetitions < 1:
+        raise ConfigError("n_per_group must be >= 2 and repetitions >= 1")
+    control = rng.choice(baseline, size=(repetitions, n_per_group))
+    treatment = rng.choice(baseline, size=(repetitions, n_per_group)) + effect
+    res = stats.mannwhitneyu(control, treatment, alternative="two-sided", axis=1)
+    return float(np.mean(res.pvalue < alpha))
+
+
+def required_sample_size(
+    baseline: np.ndarray,
+    effect: float,
+    *,
+    alpha: float = 0.05 / 6,
+    power: float = 0.8,
+    repetitions: int = 200,
+    n_max: int = 1_000_000,
+    rng: np.random.Generator,
+) -> dict[str, Any]:
+    """Smallest number of searches per group reaching ``power`` (found by doubling, then
+    bisection on the simulated power curve). Returns the curve it evaluated too."""
+    if not 0 < power < 1:
+        raise ConfigError(f"power must lie in (0, 1), got {power}")
+    if effect == 0:
+        raise ConfigError("effect must be non-zero: no sample size detects a zero shift")
+    curve: dict[int, float] = {}
+
+    def power_at(n: int) -> float:
+        if n not in curve:
+            curve[n] = mwu_power(baseline, effect, n, alpha=alpha, repetitions=repetitions, rng=rng)
+        return curve[n]
+
+    hi = 8
+    while power_at(hi) < power:
+        if hi >= n_max:
+            return {"n": None, "power": power_at(hi), "curve": _sorted(curve), "reached": False}
+        hi = min(hi * 2, n_max)
+    lo = max(hi // 2, 2)
+    while hi - lo > max(1, lo // 50):
+        mid = (lo + hi) // 2
+        if power_at(mid) >= power:
+            hi = mid
+        else:
+            lo = mid
+    return {"n": hi, "power": power_at(hi), "curve": _sorted(curve), "reached": True}
+
+
+def _sorted(curve: dict[int, float]) -> list[dict[str, float]]:
+    return [{"n": n, "power": p} for n, p in sorted(curve.items())]

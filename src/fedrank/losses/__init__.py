@@ -1,0 +1,1 @@
+"""Ranking losses computed on the client from what the user did."""
