@@ -1,0 +1,100 @@
+"""Speed of the federated frecency simulator (issue targets: <= 1 ms for the finite-
+difference gradient of one search with 10 suggestions; <= 60 s for 10,000 users x 100
+iterations). Prints JSON and writes results/benchmarks/frecency.json.
+
+Run: python benchmarks/bench_frecency.py [--users 10000 --iterations 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
+from fedrank.experiments.frecency_study import FrecencyStudyConfig, run_study
+from fedrank.losses.pointwise_svm import pointwise_svm_loss
+from fedrank.models.frecency.classic import ClassicFrecency
+from fedrank.models.frecency.history import PageHistories
+from fedrank.models.frecency.weights import classic_defaults
+
+
+def one_search_gradient(repeats: int, seed: int) -> dict[str, float]:
+    """Time the client computation for one search: 10 shown pages, 45 frecency evaluations."""
+    rng = np.random.default_rng(seed)
+    n, v = 10, 10
+    pages = PageHistories(
+        visit_age_days=np.floor(rng.exponential(25.0, size=(n, v))),
+        visit_type=rng.choice([1, 1, 1, 2, 3, 5], size=(n, v)).astype(np.int8),
+        visit_is_redirect_source=rng.random((n, v)) < 0.03,
+        visit_count=rng.integers(10, 40, size=n),
+        bookmarked=rng.random(n) < 0.2,
+        typed=rng.random(n) < 0.3,
+    )
+    model = ClassicFrecency()
+    estimator = FiniteDifferenceEstimator()
+    selected, valid = np.array([3]), np.ones((1, n), bool)
+
+    def objective(rows: np.ndarray) -> np.ndarray:
+        scores = model.score(rows, pages).reshape(rows.shape[0], 1, n)
+        return pointwise_svm_loss(scores, selected, valid, 10.0)
+
+    theta = classic_defaults()
+    estimator.estimate(theta, objective)  # warm-up
+    times = np.empty(repeats)
+    for i in range(repeats):
+        start = time.perf_counter()
+        estimator.estimate(theta, objective)
+        times[i] = time.perf_counter() - start
+    return {
+        "median_ms": float(np.median(times) * 1e3),
+        "p90_ms": float(np.percentile(times, 90) * 1e3),
+        "repeats": repeats,
+        "target_ms": 1.0,
+    }
+
+
+def whole_study(users: int, iterations: int, seed: int) -> dict[str, float]:
+    config = FrecencyStudyConfig(n_users=users, iterations=iterations, seed=seed)
+    start = time.perf_counter()
+    result = run_study(config)
+    seconds = time.perf_counter() - start
+    return {
+        "users": users,
+        "iterations": iterations,
+        "seconds": seconds,
+        "target_seconds": 60.0,
+        "reports_total": int(sum(result.reports_per_iteration)),
+        "treatment_loss_first5": float(np.mean(result.loss_per_iteration[:5])),
+        "treatment_loss_last5": float(np.mean(result.loss_per_iteration[-5:])),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--users", type=int, default=10_000)
+    parser.add_argument("--iterations", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("results/benchmarks/frecency.json"))
+    args = parser.parse_args()
+    report = {
+        "machine": {"python": platform.python_version(), "processor": platform.machine(),
+                    "numpy": np.__version__},
+        "fd_gradient_one_search": one_search_gradient(args.repeats, args.seed),
+        "study": whole_study(args.users, args.iterations, args.seed),
+    }
+    report["fd_gradient_one_search"]["met"] = report["fd_gradient_one_search"]["median_ms"] <= 1.0
+    report["study"]["met"] = report["study"]["seconds"] <= 60.0
+    text = json.dumps(report, indent=2)
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

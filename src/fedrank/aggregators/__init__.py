@@ -1,0 +1,23 @@
+"""Mergeable aggregators: commutative monoids over client messages (ARCHITECTURE.md, Sec. 2).
+
+* :class:`WeightedMean`: FedAvg weighted mean (paper Section 3.1).
+* :class:`SignVote`: most common sign per weight (paper Section 5.3).
+* :class:`MetricMean`: weighted mean of the metrics that travel with messages.
+
+Each has ``zero`` / ``accumulate`` / ``merge`` / ``finalize``, a vectorized
+``accumulate_batch`` for simulations with thousands of clients per call, and exact JSON state
+round trips.
+"""
+
+from fedrank.aggregators.mean import WeightedMean, WeightedMeanState
+from fedrank.aggregators.metrics import MetricMean, MetricMeanState
+from fedrank.aggregators.sign_vote import SignVote, SignVoteState
+
+__all__ = [
+    "MetricMean",
+    "MetricMeanState",
+    "SignVote",
+    "SignVoteState",
+    "WeightedMean",
+    "WeightedMeanState",
+]

@@ -1,0 +1,150 @@
+"""Weighted mean of the metrics that travel with client messages.
+
+Messages carry scalar metrics (loss, characters typed, selected rank, ...; ARCHITECTURE.md,
+Section 1). The server reports each metric's mean over the clients that sent it, weighted by
+the clients' ``n_i`` like the FedAvg mean of paper Section 3.1::
+
+    m = sum_i n_i m_i / sum_i n_i      (sums over the messages that report m)
+
+Unlike the vector aggregators, :meth:`MetricMean.finalize` returns a ``dict[str, float]``,
+not an array: metrics are named and messages may report different sets of them. A NaN metric
+value means "not reported" and is skipped (handy in the batch form, where every client has a
+column entry); infinite values are refused.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from fedrank.aggregators.mean import check_weight
+from fedrank.core.message import Message
+from fedrank.errors import ConfigError, DataFormatError
+from fedrank.optim.serialization import (
+    check_state_type,
+    float_from_json,
+    float_to_json,
+    require_keys,
+)
+
+
+class MetricMeanState(NamedTuple):
+    """Partial aggregate of :class:`MetricMean`.
+
+    Attributes:
+        entries: ``(name, sum_i n_i m_i, sum_i n_i)`` per metric, sorted by name (an immutable
+            tuple, so states can be shared safely).
+        count: number of messages folded in.
+    """
+
+    entries: tuple[tuple[str, float, float], ...]
+    count: int
+
+
+def _combine(
+    entries: tuple[tuple[str, float, float], ...], sums: Mapping[str, tuple[float, float]]
+) -> tuple[tuple[str, float, float], ...]:
+    out = {name: (s, w) for name, s, w in entries}
+    for name, (s, w) in sums.items():
+        s0, w0 = out.get(name, (0.0, 0.0))
+        out[name] = (s0 + s, w0 + w)
+    return tuple((name, s, w) for name, (s, w) in sorted(out.items()))
+
+
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"metric names must be non-empty strings, got {name!r}")
+    return name
+
+
+class MetricMean:
+    """Per-metric mean across messages, weighted by ``n``.
+
+    ``finalize`` returns ``{name: mean}`` (a dict, not an array); a metric whose reporting
+    messages all had ``n = 0`` is left out, as is everything for the empty state (``{}``).
+    """
+
+    def __repr__(self) -> str:
+        return "MetricMean()"
+
+    def zero(self) -> MetricMeanState:
+        """The empty aggregate."""
+        return MetricMeanState((), 0)
+
+    def accumulate(self, state: MetricMeanState, message: Message) -> MetricMeanState:
+        """Fold the metrics of one message into ``state``."""
+        w = check_weight(message.n)
+        sums: dict[str, tuple[float, float]] = {}
+        for name, value in message.metrics.items():
+            v = float(value)
+            if math.isnan(v):
+                continue
+            if math.isinf(v):
+                raise DataFormatError(f"metric {name!r} is infinite; report a finite value")
+            sums[_check_name(name)] = (w * v, w)
+        return MetricMeanState(_combine(state.entries, sums), state.count + 1)
+
+    def accumulate_batch(
+        self, state: MetricMeanState, metrics: Mapping[str, np.ndarray], n: np.ndarray
+    ) -> MetricMeanState:
+        """Fold ``C`` messages at once: ``metrics`` maps each name to a ``(C,)`` array (NaN =
+        not reported by that client), ``n`` holds the ``(C,)`` weights."""
+        weights = np.asarray(n)
+        if weights.ndim != 1:
+            raise ConfigError(f"expected n of shape (C,), got shape {weights.shape}")
+        if weights.size and (not np.all(np.isfinite(weights)) or weights.min() < 0):
+            raise DataFormatError("every weight in n must be finite and >= 0")
+        w = weights.astype(np.float64)
+        sums: dict[str, tuple[float, float]] = {}
+        for name, column in metrics.items():
+            values = np.asarray(column, dtype=np.float64)
+            if values.shape != w.shape:
+                raise ConfigError(
+                    f"metric {name!r}: expected shape {w.shape} (one value per message), got "
+                    f"shape {values.shape}"
+                )
+            if np.any(np.isinf(values)):
+                raise DataFormatError(f"metric {name!r} has infinite values; report finite ones")
+            reported = ~np.isnan(values)
+            if not reported.any():
+                continue
+            sums[_check_name(name)] = (
+                float(w[reported] @ values[reported]),
+                float(w[reported].sum()),
+            )
+        return MetricMeanState(_combine(state.entries, sums), state.count + int(w.size))
+
+    def merge(self, a: MetricMeanState, b: MetricMeanState) -> MetricMeanState:
+        """Combine two partial aggregates."""
+        return MetricMeanState(
+            _combine(a.entries, {name: (s, w) for name, s, w in b.entries}), a.count + b.count
+        )
+
+    def finalize(self, state: MetricMeanState) -> dict[str, float]:
+        """``{name: weighted mean}`` for every metric with positive total weight."""
+        return {name: s / w for name, s, w in state.entries if w > 0}
+
+    def state_to_json(self, state: MetricMeanState) -> dict[str, Any]:
+        """A JSON-compatible dict that :meth:`state_from_json` restores exactly."""
+        return {
+            "type": "MetricMean",
+            "sums": {name: float_to_json(s) for name, s, _ in state.entries},
+            "weights": {name: float_to_json(w) for name, _, w in state.entries},
+            "count": int(state.count),
+        }
+
+    def state_from_json(self, data: dict[str, Any]) -> MetricMeanState:
+        """Inverse of :meth:`state_to_json`."""
+        check_state_type(data, "MetricMean")
+        require_keys(data, ("sums", "weights", "count"), "MetricMean")
+        sums, weights = data["sums"], data["weights"]
+        if set(sums) != set(weights):
+            raise DataFormatError("saved MetricMean state has different names in sums and weights")
+        entries = tuple(
+            (name, float_from_json(sums[name]), float_from_json(weights[name]))
+            for name in sorted(sums)
+        )
+        return MetricMeanState(entries, int(data["count"]))

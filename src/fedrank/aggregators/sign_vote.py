@@ -1,0 +1,166 @@
+"""Sign-majority vote over client updates (paper Section 5.3, last paragraph).
+
+"Rather than computing the sign of the sum of gradients in Equation 1, one can take the most
+common sign in the set of received gradients." Clients then need to send only one bit per
+weight (two bits if a zero gradient is allowed), see :class:`fedrank.privacy.sign.SignCompressor`.
+
+For every coordinate the state counts the ``+1``, ``-1`` and ``0`` votes (zeros are counted
+separately, for diagnostics: they never decide the vote). ``finalize`` returns
+``sign(pos - neg)``: ``+1``/``-1`` where that sign is in the majority, ``0`` on a tie. The
+result is a vector of signs, which Rprop (Eq. 1) consumes directly.
+
+Counts are integers, so the aggregate is *exactly* the same for any order or grouping of
+messages. With ``weighted=True`` each message votes ``n_i`` times (``n_i`` must then be an
+integer).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from fedrank.aggregators.mean import check_batch, check_dim, check_update, check_weight
+from fedrank.core.message import Message
+from fedrank.errors import ConfigError, DataFormatError
+from fedrank.optim.serialization import (
+    array_from_json,
+    array_to_json,
+    check_state_type,
+    require_keys,
+)
+
+
+class SignVoteState(NamedTuple):
+    """Partial aggregate of :class:`SignVote`: int64 vote counts of shape ``(dim,)`` and the
+    number of messages."""
+
+    pos: np.ndarray
+    neg: np.ndarray
+    zero: np.ndarray
+    count: int
+
+
+def _integer_weights(n: np.ndarray) -> np.ndarray:
+    """``n`` as int64, refusing fractional weights (votes must stay integer counts)."""
+    arr = np.asarray(n)
+    if arr.dtype.kind == "f":
+        if not np.all(arr == np.floor(arr)):
+            raise DataFormatError(
+                "weighted sign vote needs integer weights n (each message votes n times); "
+                "got fractional values"
+            )
+        if arr.size and arr.max() >= 2.0**62:
+            raise DataFormatError("weights n are too large for int64 vote counts")
+    return arr.astype(np.int64)
+
+
+class SignVote:
+    """Most common sign per coordinate (paper Section 5.3).
+
+    Args:
+        dim: length of the update vectors.
+        weighted: if True, a message counts ``n_i`` votes instead of one (default False, as
+            in the paper: one client, one vote).
+
+    Accepts any update vectors and uses their sign. ``finalize`` returns float64 values in
+    ``{-1, 0, +1}``; the empty state finalizes to ``zeros(dim)`` (no votes, no step).
+    """
+
+    def __init__(self, dim: int, weighted: bool = False) -> None:
+        self.dim = check_dim(dim)
+        if not isinstance(weighted, bool | np.bool_):
+            raise ConfigError(f"weighted must be True or False, got {weighted!r}")
+        self.weighted = bool(weighted)
+
+    def __repr__(self) -> str:
+        return f"SignVote(dim={self.dim}, weighted={self.weighted})"
+
+    def zero(self) -> SignVoteState:
+        """The empty aggregate (no votes)."""
+        z = np.zeros(self.dim, dtype=np.int64)
+        return SignVoteState(z, z.copy(), z.copy(), 0)
+
+    def _check_state(self, state: SignVoteState) -> None:
+        for name in ("pos", "neg", "zero"):
+            arr = getattr(state, name)
+            if arr.shape != (self.dim,):
+                raise ConfigError(
+                    f"expected a state of dimension {self.dim}, got {name} of shape {arr.shape}"
+                )
+
+    def accumulate(self, state: SignVoteState, message: Message) -> SignVoteState:
+        """Add the votes of one message."""
+        self._check_state(state)
+        vec = check_update(message.update, self.dim)
+        w = int(_integer_weights(np.array([check_weight(message.n)]))[0]) if self.weighted else 1
+        return SignVoteState(
+            state.pos + w * (vec > 0),
+            state.neg + w * (vec < 0),
+            state.zero + w * (vec == 0),
+            state.count + 1,
+        )
+
+    def accumulate_batch(
+        self, state: SignVoteState, updates: np.ndarray, n: np.ndarray
+    ) -> SignVoteState:
+        """Add the votes of ``C`` messages at once (rows of ``updates``, weights ``n``, used
+        only when ``weighted``); exactly equal to accumulating the rows one by one."""
+        self._check_state(state)
+        mat, weights = check_batch(updates, n, self.dim)
+        if self.weighted:
+            w = _integer_weights(weights)
+            pos = w @ (mat > 0).astype(np.int64)
+            neg = w @ (mat < 0).astype(np.int64)
+            zer = w @ (mat == 0).astype(np.int64)
+        else:
+            pos = np.count_nonzero(mat > 0, axis=0).astype(np.int64)
+            neg = np.count_nonzero(mat < 0, axis=0).astype(np.int64)
+            zer = np.count_nonzero(mat == 0, axis=0).astype(np.int64)
+        return SignVoteState(
+            state.pos + pos, state.neg + neg, state.zero + zer, state.count + int(mat.shape[0])
+        )
+
+    def merge(self, a: SignVoteState, b: SignVoteState) -> SignVoteState:
+        """Add two partial vote counts."""
+        self._check_state(a)
+        self._check_state(b)
+        return SignVoteState(a.pos + b.pos, a.neg + b.neg, a.zero + b.zero, a.count + b.count)
+
+    def finalize(self, state: SignVoteState) -> np.ndarray:
+        """``sign(pos - neg)`` as float64 of shape ``(dim,)`` (ties give 0)."""
+        self._check_state(state)
+        return np.sign(state.pos - state.neg).astype(np.float64)
+
+    def state_to_json(self, state: SignVoteState) -> dict[str, Any]:
+        """A JSON-compatible dict that :meth:`state_from_json` restores exactly."""
+        self._check_state(state)
+        return {
+            "type": "SignVote",
+            "dim": self.dim,
+            "weighted": self.weighted,
+            "pos": array_to_json(state.pos),
+            "neg": array_to_json(state.neg),
+            "zero": array_to_json(state.zero),
+            "count": int(state.count),
+        }
+
+    def state_from_json(self, data: dict[str, Any]) -> SignVoteState:
+        """Inverse of :meth:`state_to_json`."""
+        check_state_type(data, "SignVote")
+        require_keys(data, ("dim", "weighted", "pos", "neg", "zero", "count"), "SignVote")
+        if data["dim"] != self.dim:
+            raise ConfigError(f"saved state has dimension {data['dim']}, expected {self.dim}")
+        if bool(data["weighted"]) != self.weighted:
+            raise ConfigError(
+                f"saved state was built with weighted={data['weighted']}, this aggregator has "
+                f"weighted={self.weighted}"
+            )
+        state = SignVoteState(
+            array_from_json(data["pos"]).astype(np.int64),
+            array_from_json(data["neg"]).astype(np.int64),
+            array_from_json(data["zero"]).astype(np.int64),
+            int(data["count"]),
+        )
+        self._check_state(state)
+        return state

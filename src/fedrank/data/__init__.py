@@ -1,0 +1,1 @@
+"""Data sources: Firefox profiles, LETOR, query logs, synthetic generators."""

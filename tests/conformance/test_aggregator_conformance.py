@@ -1,0 +1,281 @@
+"""Conformance checks run on every aggregator (in the spirit of scikit-learn's
+``parametrize_with_checks``): monoid laws, order independence, batch == sequential, empty
+input, dtype/shape, exact JSON state round trips, no mutation of inputs.
+
+Integer-count aggregators (SignVote) must agree exactly; float sums (WeightedMean,
+MetricMean) agree to ``rtol=1e-12`` (plus ``atol=1e-9`` for coordinates whose terms cancel).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedrank.aggregators import MetricMean, SignVote, WeightedMean
+from fedrank.core.message import Message
+from fedrank.errors import ConfigError
+
+METRIC_NAMES = ("loss", "chars_typed", "selected_rank")
+
+
+@dataclass(frozen=True)
+class AggCase:
+    name: str
+    build: Callable[[int], Any]
+    exact: bool  # integer state: every law holds bit for bit
+    vector: bool  # finalize returns an array of shape (dim,)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+CASES = [
+    AggCase("WeightedMean", WeightedMean, exact=False, vector=True),
+    AggCase("SignVote", lambda d: SignVote(d), exact=True, vector=True),
+    AggCase("SignVote-weighted", lambda d: SignVote(d, weighted=True), exact=True, vector=True),
+    AggCase("MetricMean", lambda d: MetricMean(), exact=False, vector=False),
+]
+VECTOR_CASES = [c for c in CASES if c.vector]
+
+parametrize_cases = pytest.mark.parametrize("case", CASES, ids=str)
+parametrize_vector_cases = pytest.mark.parametrize("case", VECTOR_CASES, ids=str)
+SETTINGS = settings(max_examples=40, deadline=None)
+
+_value = st.one_of(
+    st.just(0.0),
+    st.sampled_from([-1.0, 1.0]),
+    st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False),
+)
+
+
+@st.composite
+def message_lists(draw: st.DrawFn, min_size: int = 0, max_size: int = 12) -> tuple[int, list]:
+    dim = draw(st.integers(1, 6))
+    count = draw(st.integers(min_size, max_size))
+    messages = []
+    for _ in range(count):
+        update = np.array(draw(st.lists(_value, min_size=dim, max_size=dim)), dtype=np.float64)
+        names = draw(st.lists(st.sampled_from(METRIC_NAMES), unique=True, max_size=3))
+        metrics = {name: draw(st.floats(-1e3, 1e3)) for name in names}
+        messages.append(Message(update=update, n=draw(st.integers(0, 20)), metrics=metrics))
+    return dim, messages
+
+
+def fold(agg: Any, messages: Sequence[Message], state: Any = None) -> Any:
+    state = agg.zero() if state is None else state
+    for m in messages:
+        state = agg.accumulate(state, m)
+    return state
+
+
+def fold_batch(case: AggCase, agg: Any, messages: Sequence[Message], dim: int) -> Any:
+    n = np.array([m.n for m in messages], dtype=np.int64)
+    if case.vector:
+        updates = np.array([m.update for m in messages], dtype=np.float64).reshape(-1, dim)
+        return agg.accumulate_batch(agg.zero(), updates, n)
+    columns = {
+        name: np.array([m.metrics.get(name, np.nan) for m in messages], dtype=np.float64)
+        for name in METRIC_NAMES
+    }
+    return agg.accumulate_batch(agg.zero(), columns, n)
+
+
+def _leaves(obj: Any, path: str = "") -> list[tuple[str, Any]]:
+    if isinstance(obj, dict):
+        return [leaf for k in sorted(obj) for leaf in _leaves(obj[k], f"{path}/{k}")]
+    if isinstance(obj, list):
+        return [leaf for i, v in enumerate(obj) for leaf in _leaves(v, f"{path}[{i}]")]
+    return [(path, obj)]
+
+
+def assert_same_state(case: AggCase, agg: Any, a: Any, b: Any, exact: bool | None = None) -> None:
+    """States equal: exactly (via their JSON form) or to rounding."""
+    exact = case.exact if exact is None else exact
+    ja, jb = agg.state_to_json(a), agg.state_to_json(b)
+    if exact:
+        assert ja == jb
+        return
+    la, lb = _leaves(ja), _leaves(jb)
+    assert [p for p, _ in la] == [p for p, _ in lb]
+    for (path, va), (_, vb) in zip(la, lb, strict=True):
+        if isinstance(va, float) or isinstance(vb, float):
+            assert np.allclose(va, vb, rtol=1e-12, atol=1e-9), (path, va, vb)
+        else:
+            assert va == vb, (path, va, vb)
+
+
+def assert_same_result(case: AggCase, agg: Any, a: Any, b: Any) -> None:
+    ra, rb = agg.finalize(a), agg.finalize(b)
+    if not case.vector:
+        assert ra.keys() == rb.keys()
+        for k in ra:
+            assert np.allclose(ra[k], rb[k], rtol=1e-12, atol=1e-9)
+    elif case.exact:
+        np.testing.assert_array_equal(ra, rb)
+    else:
+        np.testing.assert_allclose(ra, rb, rtol=1e-12, atol=1e-9)
+
+
+@parametrize_cases
+@SETTINGS
+@given(data=message_lists(), perm_seed=st.integers(0, 2**32 - 1))
+def test_order_independence(case: AggCase, data: tuple[int, list], perm_seed: int) -> None:
+    dim, messages = data
+    agg = case.build(dim)
+    order = np.random.default_rng(perm_seed).permutation(len(messages))
+    a = fold(agg, messages)
+    b = fold(agg, [messages[i] for i in order])
+    assert_same_state(case, agg, a, b)
+    assert_same_result(case, agg, a, b)
+
+
+@parametrize_cases
+@SETTINGS
+@given(data=message_lists(), cuts=st.lists(st.integers(0, 12), min_size=2, max_size=2))
+def test_merge_is_associative_and_commutative_with_zero_identity(
+    case: AggCase, data: tuple[int, list], cuts: list[int]
+) -> None:
+    dim, messages = data
+    agg = case.build(dim)
+    i, j = sorted(min(c, len(messages)) for c in cuts)
+    a, b, c = fold(agg, messages[:i]), fold(agg, messages[i:j]), fold(agg, messages[j:])
+    assert_same_state(case, agg, agg.merge(a, agg.merge(b, c)), agg.merge(agg.merge(a, b), c))
+    assert_same_state(case, agg, agg.merge(a, b), agg.merge(b, a), exact=True)
+    assert_same_state(case, agg, agg.merge(agg.zero(), a), a, exact=True)
+    assert_same_state(case, agg, agg.merge(a, agg.zero()), a, exact=True)
+
+
+@parametrize_cases
+@SETTINGS
+@given(data=message_lists(), seed=st.integers(0, 2**32 - 1), groups=st.integers(1, 5))
+def test_any_grouping_gives_the_same_aggregate(
+    case: AggCase, data: tuple[int, list], seed: int, groups: int
+) -> None:
+    """A tree of proxies (random partition, merged in random order) equals one pass."""
+    dim, messages = data
+    agg = case.build(dim)
+    rng = np.random.default_rng(seed)
+    label = rng.integers(0, groups, size=len(messages))
+    partials = [fold(agg, [m for m, g in zip(messages, label, strict=True) if g == k])
+                for k in rng.permutation(groups)]
+    merged = agg.zero()
+    for p in partials:
+        merged = agg.merge(merged, p)
+    assert_same_state(case, agg, merged, fold(agg, messages))
+
+
+@parametrize_cases
+@SETTINGS
+@given(data=message_lists())
+def test_accumulate_batch_equals_sequential_accumulate(
+    case: AggCase, data: tuple[int, list]
+) -> None:
+    dim, messages = data
+    agg = case.build(dim)
+    batched = fold_batch(case, agg, messages, dim)
+    assert_same_state(case, agg, batched, fold(agg, messages))
+    assert_same_result(case, agg, batched, fold(agg, messages))
+
+
+@parametrize_cases
+def test_empty_input(case: AggCase) -> None:
+    agg = case.build(4)
+    result = agg.finalize(agg.zero())
+    if case.vector:
+        assert result.shape == (4,) and result.dtype == np.float64
+        np.testing.assert_array_equal(result, np.zeros(4))
+    else:
+        assert result == {}
+    assert_same_state(case, agg, fold_batch(case, agg, [], 4), agg.zero(), exact=True)
+
+
+@parametrize_vector_cases
+@SETTINGS
+@given(data=message_lists(min_size=1))
+def test_shape_and_dtype_kept(case: AggCase, data: tuple[int, list]) -> None:
+    dim, messages = data
+    agg = case.build(dim)
+    out = agg.finalize(fold(agg, messages))
+    assert out.shape == (dim,) and out.dtype == np.float64
+    assert np.all(np.isfinite(out))
+
+
+@parametrize_cases
+@SETTINGS
+@given(data=message_lists(min_size=2))
+def test_state_json_round_trip_is_exact_and_resumable(
+    case: AggCase, data: tuple[int, list]
+) -> None:
+    dim, messages = data
+    agg = case.build(dim)
+    half = len(messages) // 2
+    state = fold(agg, messages[:half])
+    text = json.dumps(agg.state_to_json(state), allow_nan=False)
+    restored = agg.state_from_json(json.loads(text))
+    assert agg.state_to_json(restored) == agg.state_to_json(state)
+    for field_a, field_b in zip(restored, state, strict=True):
+        if isinstance(field_a, np.ndarray):
+            assert field_a.dtype == field_b.dtype
+            assert field_a.tobytes() == field_b.tobytes()
+    # Continue from the restored state: bit-identical to never having stopped.
+    assert agg.state_to_json(fold(agg, messages[half:], restored)) == agg.state_to_json(
+        fold(agg, messages[half:], state)
+    )
+
+
+@parametrize_cases
+@SETTINGS
+@given(data=message_lists(min_size=1))
+def test_inputs_and_states_are_never_mutated(case: AggCase, data: tuple[int, list]) -> None:
+    dim, messages = data
+    agg = case.build(dim)
+    before = copy.deepcopy(messages)
+    state = fold(agg, messages[:1])
+    state_json = agg.state_to_json(state)
+    fold(agg, messages, state)
+    agg.merge(state, state)
+    agg.finalize(state)
+    fold_batch(case, agg, messages, dim)
+    assert agg.state_to_json(state) == state_json
+    assert isinstance(state, tuple)  # NamedTuple: fields cannot be reassigned
+    for m, b in zip(messages, before, strict=True):
+        np.testing.assert_array_equal(m.update, b.update)
+        assert m.metrics == b.metrics and m.n == b.n
+
+
+@parametrize_vector_cases
+def test_dimension_mismatch_is_a_config_error(case: AggCase) -> None:
+    agg = case.build(3)
+    with pytest.raises(ConfigError, match=r"expected .*\(3,\).*got .*\(4,\)"):
+        agg.accumulate(agg.zero(), Message(update=np.zeros(4)))
+    with pytest.raises(ConfigError, match=r"expected .*3.*got .*\(2, 5\)"):
+        agg.accumulate_batch(agg.zero(), np.zeros((2, 5)), np.ones(2))
+    with pytest.raises(ConfigError, match="expected n of shape"):
+        agg.accumulate_batch(agg.zero(), np.zeros((2, 3)), np.ones(3))
+    with pytest.raises(ConfigError, match="dimension"):
+        agg.merge(agg.zero(), case.build(4).zero())
+    with pytest.raises(ConfigError):
+        case.build(0)
+
+
+def test_metric_mean_column_shape_mismatch_is_a_config_error() -> None:
+    agg = MetricMean()
+    with pytest.raises(ConfigError, match="expected shape"):
+        agg.accumulate_batch(agg.zero(), {"loss": np.zeros(3)}, np.ones(2))
+
+
+@parametrize_cases
+def test_no_global_rng_is_used(case: AggCase) -> None:
+    agg = case.build(3)
+    before = np.random.get_state()[1].copy()
+    messages = [Message(update=np.array([1.0, -2.0, 0.0]), n=2, metrics={"loss": 1.0})]
+    agg.finalize(fold(agg, messages))
+    np.testing.assert_array_equal(np.random.get_state()[1], before)

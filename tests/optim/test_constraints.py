@@ -1,0 +1,268 @@
+"""Safeguards (paper Section 5.6): each constraint, its projection, and the property that the
+frecency chains always return a point satisfying every constraint."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from scipy.optimize import isotonic_regression, minimize
+
+from fedrank.core.protocols import Constraint
+from fedrank.errors import ConfigError, DataFormatError
+from fedrank.models.frecency.weights import (
+    BUCKET_WEIGHT_SLICE,
+    CUTOFF_SLICE,
+    N_CLASSIC_WEIGHTS,
+    classic_defaults,
+)
+from fedrank.optim.constraints import (
+    MODERN_WEIGHT_NAMES,
+    TOLERANCE,
+    ConstraintChain,
+    LowerBound,
+    NonIncreasing,
+    NonNegative,
+    StepBound,
+    StrictlyIncreasing,
+    frecency_safeguards,
+    isotonic_nonincreasing,
+    modern_frecency_safeguards,
+)
+
+MAX = float(np.finfo(np.float64).max)
+any_float = st.floats(allow_nan=False, allow_infinity=False)
+SETTINGS = settings(max_examples=200, deadline=None)
+
+
+def vectors(size: int, elements: st.SearchStrategy = any_float) -> st.SearchStrategy:
+    return st.lists(elements, min_size=size, max_size=size).map(
+        lambda v: np.array(v, dtype=np.float64)
+    )
+
+
+# -- individual constraints ---------------------------------------------------------------
+
+
+def test_every_constraint_follows_the_protocol() -> None:
+    for c in (StepBound(), NonNegative(), LowerBound(1.0), NonIncreasing([0, 1]),
+              StrictlyIncreasing([0, 1]), frecency_safeguards()):
+        assert isinstance(c, Constraint)
+
+
+def test_step_bound_clips_around_previous() -> None:
+    c = StepBound(max_change=3.0)
+    prev = np.array([10.0, 10.0, 10.0, 10.0])
+    out = c.project(np.array([20.0, 0.0, 11.5, 13.0]), prev)
+    np.testing.assert_array_equal(out, [13.0, 7.0, 11.5, 13.0])
+    assert c.holds(out, prev)
+    assert not c.holds(np.array([13.1, 10, 10, 10]), prev)
+    assert c.holds(np.array([13.0 + TOLERANCE / 2, 10, 10, 10]), prev)
+
+
+def test_step_bound_on_some_indices_only() -> None:
+    c = StepBound(max_change=1.0, indices=[1])
+    out = c.project(np.array([100.0, 100.0]), np.zeros(2))
+    np.testing.assert_array_equal(out, [100.0, 1.0])
+
+
+def test_non_negative_and_lower_bound() -> None:
+    out = NonNegative().project(np.array([-5.0, 0.0, 3.0]), np.zeros(3))
+    np.testing.assert_array_equal(out, [0.0, 0.0, 3.0])
+    assert not np.signbit(out).any()
+    out = LowerBound(1.0, indices=slice(1, 3)).project(np.array([-5.0, 0.5, 3.0]), np.zeros(3))
+    np.testing.assert_array_equal(out, [-5.0, 1.0, 3.0])
+    assert NonNegative().holds(np.array([-TOLERANCE / 2]), np.zeros(1))
+    assert not NonNegative().holds(np.array([-1e-6]), np.zeros(1))
+
+
+def test_non_increasing_pools_adjacent_violators() -> None:
+    c = NonIncreasing([0, 1, 2, 3])
+    out = c.project(np.array([1.0, 3.0, 2.0, 4.0]), np.zeros(4))
+    np.testing.assert_allclose(out, [2.5, 2.5, 2.5, 2.5])
+    out = c.project(np.array([5.0, 1.0, 3.0, 0.0]), np.zeros(4))
+    np.testing.assert_allclose(out, [5.0, 2.0, 2.0, 0.0])
+
+
+@SETTINGS
+@given(vectors(6, st.floats(-1e6, 1e6)))
+def test_non_increasing_projection_is_the_exact_isotonic_regression(x: np.ndarray) -> None:
+    reference = isotonic_regression(x, increasing=False).x
+    np.testing.assert_allclose(isotonic_nonincreasing(x), reference, rtol=1e-9, atol=1e-6)
+
+
+def test_reversed_indices_give_non_decreasing() -> None:
+    out = NonIncreasing([2, 1, 0]).project(np.array([3.0, 2.0, 1.0]), np.zeros(3))
+    np.testing.assert_allclose(out, [2.0, 2.0, 2.0])
+
+
+def test_strictly_increasing_projection_examples() -> None:
+    c = StrictlyIncreasing([0, 1, 2, 3], min_gap=1.0, lower=0.0)
+    out = c.project(np.array([4.0, 4.0, 4.0, 4.0]), np.zeros(4))
+    np.testing.assert_allclose(out, [2.5, 3.5, 4.5, 5.5])
+    out = c.project(np.array([-3.0, 0.2, 10.0, 9.5]), np.zeros(4))
+    np.testing.assert_allclose(out, [0.0, 1.0, 9.25, 10.25])
+    assert c.holds(out, out)
+    feasible = np.array([4.0, 14.0, 31.0, 90.0])
+    assert c.project(feasible, feasible) is not feasible
+    np.testing.assert_array_equal(c.project(feasible, feasible), feasible)
+
+
+@settings(max_examples=40, deadline=None)
+@given(vectors(4, st.floats(-50, 50)), st.floats(0.1, 5.0), st.floats(-10, 10))
+def test_strictly_increasing_projection_is_euclidean(
+    x: np.ndarray, gap: float, lower: float
+) -> None:
+    """Compare with a generic QP solver: no feasible point is closer."""
+    c = StrictlyIncreasing([0, 1, 2, 3], min_gap=gap, lower=lower)
+    ours = c.project(x, x)
+    cons = [{"type": "ineq", "fun": lambda z: z[0] - lower}] + [
+        {"type": "ineq", "fun": lambda z, k=k: z[k + 1] - z[k] - gap} for k in range(3)
+    ]
+    start = lower + gap * np.arange(4.0) + np.abs(x).max()
+    ref = minimize(lambda z: np.sum((z - x) ** 2), start, constraints=cons, method="SLSQP",
+                   options={"ftol": 1e-12, "maxiter": 500})
+    assert np.sum((ours - x) ** 2) <= np.sum((ref.x - x) ** 2) + 1e-6
+
+
+@SETTINGS
+@given(vectors(5), st.floats(1e-3, 1e3), st.floats(-1e6, 1e6))
+@example(np.full(5, MAX), 1.0, 0.0)
+@example(np.full(5, -MAX), 1.0, 0.0)
+@example(np.array([MAX, -MAX, MAX, -MAX, 0.0]), 1.0, 0.0)
+@example(np.full(5, 1e17), 1.0, 0.0)
+def test_each_projection_satisfies_its_constraint_for_any_finite_input(
+    x: np.ndarray, gap: float, lower: float
+) -> None:
+    prev = np.zeros(5)
+    for c in (StepBound(3.0), NonNegative(), LowerBound(lower), NonIncreasing([0, 1, 2, 3, 4]),
+              NonIncreasing([4, 0, 2]), StrictlyIncreasing([0, 1, 2, 3, 4], gap, lower),
+              StrictlyIncreasing([3, 1], gap, lower)):
+        x_before = x.copy()
+        out = c.project(x, prev)
+        np.testing.assert_array_equal(x, x_before)  # never mutates
+        assert out.shape == x.shape and np.all(np.isfinite(out))
+        assert c.holds(out, prev), (c, x, out)
+        np.testing.assert_array_equal(c.project(out, prev), out)  # feasible: unchanged
+
+
+def test_invalid_configuration_is_refused() -> None:
+    with pytest.raises(ConfigError, match="max_change"):
+        StepBound(max_change=0.0)
+    with pytest.raises(ConfigError, match="indices"):
+        NonIncreasing(None)
+    with pytest.raises(ConfigError, match="repeat"):
+        NonIncreasing([1, 1, 2])
+    with pytest.raises(ConfigError, match="at least 2"):
+        StrictlyIncreasing([3])
+    with pytest.raises(ConfigError, match="min_gap"):
+        StrictlyIncreasing([0, 1], min_gap=0.0)
+    with pytest.raises(ConfigError, match="not a constraint"):
+        ConstraintChain(NonNegative(), "bound")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="length >= 9"):
+        NonIncreasing(BUCKET_WEIGHT_SLICE).project(np.zeros(5), np.zeros(5))
+    with pytest.raises(ConfigError, match="out of range"):
+        NonIncreasing([0, 7]).project(np.zeros(5), np.zeros(5))
+    with pytest.raises(ConfigError, match="shape"):
+        StepBound().project(np.zeros(3), np.zeros(4))
+    with pytest.raises(DataFormatError, match="finite"):
+        NonNegative().project(np.array([np.nan, 1.0]), np.zeros(2))
+    with pytest.raises(ConfigError, match="22 parameters"):
+        frecency_safeguards().project(np.zeros(5), np.zeros(5))
+
+
+# -- the frecency chains -------------------------------------------------------------------
+
+
+@st.composite
+def feasible_classic(draw: st.DrawFn) -> np.ndarray:
+    """Feasible previous weights of realistic size (|w| <= ~1e5, see the module docstring)."""
+    w = np.array(draw(vectors(N_CLASSIC_WEIGHTS, st.floats(0.0, 1e4))))
+    first = draw(st.floats(0.0, 1e3))
+    gaps = np.array(draw(st.lists(st.floats(1.0, 1e3), min_size=3, max_size=3)))
+    w[CUTOFF_SLICE] = first + np.concatenate([[0.0], np.cumsum(gaps)])
+    w[BUCKET_WEIGHT_SLICE] = np.sort(w[BUCKET_WEIGHT_SLICE])[::-1]
+    return w
+
+
+@st.composite
+def feasible_modern(draw: st.DrawFn) -> np.ndarray:
+    w = np.sort(np.array(draw(vectors(4, st.floats(0.0, 1e4)))))
+    return np.append(w, draw(st.floats(1.0, 1e4)))
+
+
+def assert_all_hold(chain: ConstraintChain, out: np.ndarray, prev: np.ndarray) -> None:
+    assert np.all(np.isfinite(out))
+    assert chain.violated(out, prev) == []
+    for c in chain:
+        assert c.holds(out, prev), c
+
+
+@SETTINGS
+@given(vectors(N_CLASSIC_WEIGHTS), feasible_classic(),
+       st.one_of(st.just(3.0), st.floats(1e-3, 1e3)))
+@example(np.full(N_CLASSIC_WEIGHTS, MAX), classic_defaults(), 3.0)
+@example(np.full(N_CLASSIC_WEIGHTS, -MAX), classic_defaults(), 3.0)
+@example(np.array([MAX, -MAX] * (N_CLASSIC_WEIGHTS // 2)), classic_defaults(), 3.0)
+@example(-classic_defaults(), classic_defaults(), 1e3)
+def test_frecency_chain_output_satisfies_every_constraint(
+    proposal: np.ndarray, previous: np.ndarray, max_change: float
+) -> None:
+    chain = frecency_safeguards(max_change)
+    assert chain.holds(previous, previous)
+    out = chain.project(proposal, previous)
+    assert_all_hold(chain, out, previous)
+    cut = out[CUTOFF_SLICE]
+    assert cut[0] >= -TOLERANCE and np.all(np.diff(cut) >= 1.0 - TOLERANCE)
+    assert np.all(np.diff(out[BUCKET_WEIGHT_SLICE]) <= TOLERANCE)
+    assert np.all(out >= -TOLERANCE)
+    assert np.all(np.abs(out - previous) <= max_change + TOLERANCE)
+
+
+@SETTINGS
+@given(vectors(len(MODERN_WEIGHT_NAMES)), feasible_modern(),
+       st.one_of(st.just(3.0), st.floats(1e-3, 1e3)))
+@example(np.full(5, -MAX), np.array([0.0, 0.0, 0.0, 0.0, 1.0]), 3.0)
+def test_modern_chain_output_satisfies_every_constraint(
+    proposal: np.ndarray, previous: np.ndarray, max_change: float
+) -> None:
+    chain = modern_frecency_safeguards(max_change)
+    assert chain.holds(previous, previous)
+    out = chain.project(proposal, previous)
+    assert_all_hold(chain, out, previous)
+    assert np.all(out >= -TOLERANCE) and out[4] >= 1.0 - TOLERANCE
+    assert np.all(np.diff(out[:4]) >= -TOLERANCE)  # low <= medium <= high <= veryHigh
+    assert np.all(np.abs(out - previous) <= max_change + TOLERANCE)
+
+
+def test_firefox_defaults_are_feasible_and_a_fixed_point() -> None:
+    chain = frecency_safeguards()
+    theta = classic_defaults()
+    assert chain.holds(theta, theta)
+    np.testing.assert_array_equal(chain.project(theta, theta), theta)
+
+
+def test_frecency_chain_repairs_a_bad_proposal() -> None:
+    prev = classic_defaults()
+    proposal = prev.copy()
+    proposal[CUTOFF_SLICE] = [5.0, 4.5, 31.0, 90.0]  # cutoffs out of order
+    proposal[BUCKET_WEIGHT_SLICE] = [100.0, 102.0, 50.0, 30.0, 10.0]  # older bucket heavier
+    proposal[12] = -50.0  # negative bonus, far away
+    out = frecency_safeguards().project(proposal, prev)
+    # cutoffs: projection gives [4.25, 5.25, ...]; the step bound then lifts 5.25 to 14 - 3
+    np.testing.assert_allclose(out[CUTOFF_SLICE], [4.25, 11.0, 31.0, 90.0])
+    # buckets: pooled to [101, 101, ...]; the step bound then caps 101 at 70 + 3
+    np.testing.assert_allclose(out[BUCKET_WEIGHT_SLICE], [101.0, 73.0, 50.0, 30.0, 10.0])
+    assert out[12] == prev[12] - 3.0
+    assert frecency_safeguards().violated(proposal, prev) != []
+
+
+def test_modern_chain_layout() -> None:
+    chain = modern_frecency_safeguards(2.0)
+    assert MODERN_WEIGHT_NAMES[-1] == "halfLifeDays"
+    prev = np.array([10.0, 20.0, 30.0, 40.0, 5.0])
+    out = chain.project(np.array([25.0, 20.0, 30.0, 40.0, -7.0]), prev)
+    np.testing.assert_allclose(out, [12.0, 22.0, 30.0, 40.0, 3.0])  # pooled 22.5, 22.5
+    assert chain.holds(out, prev)
+    assert "dim=5" in repr(chain)
