@@ -94,20 +94,39 @@ def frecency_score(places: Path, algorithm: str, json_path: Path | None) -> None
 
 
 def _study_options(func: Any) -> Any:
+    """Options of ``frecency simulate``; their defaults are FrecencyStudyConfig's."""
+    from fedrank.experiments.frecency_study import FrecencyStudyConfig
+    from fedrank.experiments.frecency_presets import PRESETS
+    from fedrank.losses.pointwise_svm import SCORE_SCALES
+    from fedrank.simulation.intent import INTENT_MODELS
+
+    d = FrecencyStudyConfig()
     options = [
-        click.option("--preset", type=click.Choice(["paper", "shifted"]), default="shifted",
+        click.option("--preset", type=click.Choice(PRESETS), default=d.preset,
                      show_default=True, help="Hidden preference of the simulated users."),
-        click.option("--users", "n_users", type=int, default=3000, show_default=True),
-        click.option("--iterations", type=int, default=40, show_default=True),
-        click.option("--seed", type=int, default=0, show_default=True),
-        click.option("--message", type=click.Choice(["full", "sign"]), default="full",
+        click.option("--users", "n_users", type=int, default=d.n_users, show_default=True),
+        click.option("--iterations", type=int, default=d.iterations, show_default=True),
+        click.option("--seed", type=int, default=d.seed, show_default=True),
+        click.option("--message", type=click.Choice(["full", "sign"]), default=d.message,
                      show_default=True, help="Full float updates or signs only."),
-        click.option("--optimizer", type=click.Choice(["rprop", "sgd", "adam"]), default="rprop",
-                     show_default=True),
-        click.option("--delta", type=float, default=10.0, show_default=True,
-                     help="SVM margin Delta."),
-        click.option("--eps", type=float, default=1.0, show_default=True,
+        click.option("--optimizer", type=click.Choice(["rprop", "sgd", "adam"]),
+                     default=d.optimizer, show_default=True),
+        click.option("--delta", type=float, default=d.delta, show_default=True,
+                     help="SVM margin Delta (on the --score-scale)."),
+        click.option("--score-scale", type=click.Choice(SCORE_SCALES), default=d.score_scale,
+                     show_default=True,
+                     help="Loss on log frecency (scale-free) or raw frecency (the paper's)."),
+        click.option("--eps", type=float, default=d.eps, show_default=True,
                      help="Finite-difference epsilon."),
+        click.option("--intent", type=click.Choice(INTENT_MODELS), default=d.intent,
+                     show_default=True, help="How a search's wanted page is chosen."),
+        click.option("--attention-depth", type=int, default=d.attention_depth,
+                     show_default=True, help="Suggestions a user scans after each keystroke."),
+        click.option("--searches-per-iteration", type=float, default=d.searches_per_iteration,
+                     show_default=True, help="Mean (Poisson) searches per user per iteration."),
+        click.option("--eval-searches", "eval_searches_per_user", type=int,
+                     default=d.eval_searches_per_user, show_default=True,
+                     help="Searches per user in the evaluation phase."),
         click.option("--json", "json_path", type=click.Path(path_type=Path), default=None),
         click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
                      help="Directory for the PNG plots."),
@@ -141,16 +160,13 @@ def _summarize(result: Any) -> None:
 @_study_options
 @click.option("--stability/--no-stability", default=False,
               help="Also run the Fig. 7 update-stability analysis each iteration.")
-def frecency_simulate(preset: str, n_users: int, iterations: int, seed: int, message: str,
-                      optimizer: str, delta: float, eps: float, json_path: Path | None,
-                      out_dir: Path | None, stability: bool) -> None:
+def frecency_simulate(json_path: Path | None, out_dir: Path | None, stability: bool,
+                      **settings: Any) -> None:
     """Simulate the federated frecency study (optimization + evaluation phases)."""
     from fedrank.experiments.frecency_study import FrecencyStudyConfig
     from fedrank.experiments.plots import plot_study
 
-    config = FrecencyStudyConfig(preset=preset, n_users=n_users, iterations=iterations,
-                                 seed=seed, message=message, optimizer=optimizer, delta=delta,
-                                 eps=eps, track_stability=stability)
+    config = FrecencyStudyConfig(track_stability=stability, **settings)
     result = _run_study(config)
     _summarize(result)
     if json_path:

@@ -25,6 +25,7 @@ from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
 from fedrank.experiments.frecency_presets import hidden_weights
 from fedrank.experiments.stability import subsample_l1_distances
 from fedrank.experiments.stats import compare_branches
+from fedrank.losses.pointwise_svm import SCORE_SCALES
 from fedrank.models.frecency.weights import (
     CLASSIC_WEIGHT_NAMES,
     classic_defaults,
@@ -36,6 +37,7 @@ from fedrank.optim.rprop import Rprop
 from fedrank.optim.sgd import SGD
 from fedrank.privacy.sign import SignCompressor
 from fedrank.simulation.frecency_world import BRANCHES, TREATMENT, FrecencyWorld
+from fedrank.simulation.intent import INTENT_MODELS
 
 MessageKind = Literal["full", "sign"]
 OptimizerKind = Literal["rprop", "sgd", "adam"]
@@ -53,7 +55,14 @@ class FrecencyStudyConfig:
         searches_per_iteration: mean (Poisson) URL-bar searches per user per iteration.
         eval_searches_per_user: searches per user in the evaluation phase.
         k: suggestions shown by the URL bar.
-        delta: SVM margin ``Delta`` (Sec. 5.2), in frecency points.
+        delta: SVM margin ``Delta`` (Sec. 5.2), on the ``score_scale`` (a log-ratio for
+            ``log``, frecency points for ``raw``).
+        score_scale: ``log`` (scale-free loss, default) or ``raw`` (the paper's loss on raw
+            frecency, whose minimizer shrinks every weight: see ``docs/frecency.md``).
+        attention_depth: suggestions the simulated user scans after each keystroke (3).
+        intent: how a search's wanted page is chosen: ``first-letter`` (the paper's mock
+            selection rule, default), ``topic`` or ``proportional``; see
+            :func:`fedrank.simulation.intent.sample_intents`.
         eps: finite-difference ``epsilon`` (Sec. 5.4), in weight units.
         scheme: ``central`` (paper) or ``forward`` differences.
         message: ``full`` float vectors with a weighted mean, or ``sign`` (2 bits per weight)
@@ -75,7 +84,10 @@ class FrecencyStudyConfig:
     searches_per_iteration: float = 1.0
     eval_searches_per_user: int = 5
     k: int = 10
-    delta: float = 10.0
+    delta: float = 0.1
+    score_scale: Literal["log", "raw"] = "log"
+    attention_depth: int = 3
+    intent: str = "first-letter"
     eps: float = 1.0
     scheme: Literal["central", "forward"] = "central"
     message: MessageKind = "full"
@@ -107,6 +119,14 @@ class FrecencyStudyConfig:
         if self.optimizer not in ("rprop", "sgd", "adam"):
             raise ConfigError(f"optimizer must be rprop, sgd or adam, got {self.optimizer!r}")
         hidden_weights(self.preset)  # validates the preset name
+        if self.intent not in INTENT_MODELS:
+            raise ConfigError(f"intent must be one of {', '.join(INTENT_MODELS)}, got {self.intent!r}")
+        if self.score_scale not in SCORE_SCALES:
+            raise ConfigError(f"score_scale must be one of {', '.join(SCORE_SCALES)}, got {self.score_scale!r}")
+        if not 1 <= self.attention_depth <= self.k:
+            raise ConfigError(f"attention_depth must be in 1..k={self.k}, got {self.attention_depth}")
+        if not (np.isfinite(self.delta) and self.delta >= 0):
+            raise ConfigError(f"delta (the SVM margin) must be a finite number >= 0, got {self.delta}")
 
 
 def build_optimizer(config: FrecencyStudyConfig) -> Rprop | SGD | Adam:
@@ -179,6 +199,9 @@ def run_study(
         noise_var=config.noise_var,
         decay_rate=config.decay_rate,
         delta=config.delta,
+        score_scale=config.score_scale,
+        attention_depth=config.attention_depth,
+        intent=config.intent,
     )
     estimator = FiniteDifferenceEstimator(eps=config.eps, scheme=config.scheme)
     dim = len(CLASSIC_WEIGHT_NAMES)
@@ -242,9 +265,15 @@ def _evaluate(
     rng: np.random.Generator,
     result: StudyResult,
 ) -> None:
-    """Evaluation phase (Sec. 6.3): fresh searches by every user with the final models."""
+    """Evaluation phase (Sec. 6.3): fresh searches by every user with the final models.
+
+    ``eval["oracle"]`` (not a branch, not tested) is the treatment users' searches ranked by
+    the hidden weights themselves, drawn with the same seed: the best any model could do.
+    """
     users = np.repeat(np.arange(world.n_users), config.eval_searches_per_user)
-    batch, _ = world.search(users, theta, rng)
+    eval_seed = int(rng.integers(2**63))
+    batch, _ = world.search(users, theta, np.random.default_rng(eval_seed))
+    oracle, _ = world.search(users, world.hidden, np.random.default_rng(eval_seed))
     branch_of_search = world.branch[batch.user]
     samples: dict[str, dict[str, np.ndarray]] = {}
     for b, name in enumerate(BRANCHES):
@@ -258,6 +287,12 @@ def _evaluate(
             "n": int(mask.sum()),
         }
     result.eval_samples = samples
+    treated = world.branch[oracle.user] == TREATMENT
+    result.eval["oracle"] = {
+        "chars_typed_mean": float(oracle.chars_typed[treated].mean()) if treated.any() else float("nan"),
+        "selected_rank_mean": float(oracle.selected_rank[treated].mean()) if treated.any() else float("nan"),
+        "n": int(treated.sum()),
+    }
     table = compare_branches(samples, alpha=0.05)
     result.all_tests = table
     result.bonferroni_alpha = 0.05 / len(table)

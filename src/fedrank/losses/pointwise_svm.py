@@ -6,6 +6,15 @@ If the URL bar showed suggestions ``x_1 .. x_n`` and the user chose ``x_i``, the
 
 where ``f`` is the pointwise score (frecency) and ``Delta`` a margin chosen beforehand. Every
 suggestion scored above the chosen one, or less than ``Delta`` below it, adds to the loss.
+
+Score scale. On raw frecency the loss is not scale-free: multiplying every weight by
+``c < 1`` shrinks every violated margin, so shrinking the weights always lowers the loss
+without changing any ranking, and an optimizer exploits that (measured: the weights
+collapse towards 0 and the "improvement" is an artefact; see ``docs/frecency.md``).
+:func:`scaled_scores` offers ``"log"``: the loss on ``log(1 + max(f, 0))``, where a common
+factor on the scores cancels in every difference, so only the *order* and the ratios of
+the scores matter and ``Delta`` is a log-ratio (0.1: the chosen page should score ~10%
+above the others). ``"raw"`` is the paper's formulation, ``Delta`` in frecency points.
 """
 
 from __future__ import annotations
@@ -13,6 +22,19 @@ from __future__ import annotations
 import numpy as np
 
 from fedrank.errors import ConfigError, DataFormatError
+
+
+SCORE_SCALES: tuple[str, ...] = ("log", "raw")
+
+
+def scaled_scores(scores: np.ndarray, scale: str) -> np.ndarray:
+    """The scores the loss compares: ``log(1 + max(f, 0))`` for ``"log"`` (non-positive
+    frecencies, Firefox's -1 and 0, all map to 0), unchanged for ``"raw"``."""
+    if scale == "log":
+        return np.log1p(np.maximum(np.asarray(scores, dtype=np.float64), 0.0))
+    if scale == "raw":
+        return np.asarray(scores, dtype=np.float64)
+    raise ConfigError(f"unknown score scale {scale!r}; choose one of {', '.join(SCORE_SCALES)}")
 
 
 def pointwise_svm_loss(

@@ -20,10 +20,10 @@ import numpy as np
 from fedrank.data.synthetic_history import HistoryConfig, Population, generate_population
 from fedrank.errors import ConfigError
 from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
-from fedrank.losses.pointwise_svm import pointwise_svm_loss
+from fedrank.losses.pointwise_svm import pointwise_svm_loss, scaled_scores
 from fedrank.models.frecency.classic import ClassicFrecency
 from fedrank.models.frecency.weights import classic_defaults
-from fedrank.simulation.intent import sample_targets
+from fedrank.simulation.intent import sample_intents
 from fedrank.simulation.urlbar import SearchBatch, simulate_searches
 
 BRANCHES: tuple[str, ...] = ("treatment", "control", "control-no-decay")
@@ -64,7 +64,12 @@ class FrecencyWorld:
         k: suggestions shown (``k``, default 10).
         noise_var: variance of the Gaussian noise on the users' preference (paper: 30).
         decay_rate: Firefox's daily frecency decay for the control branch (0.975).
-        delta: the SVM margin ``Delta``.
+        delta: the SVM margin ``Delta`` (on the ``score_scale``).
+        score_scale: ``"log"`` (scale-free loss, default) or ``"raw"`` (the paper's loss on
+            raw frecency points), see :func:`fedrank.losses.pointwise_svm.scaled_scores`.
+        attention_depth: suggestions the simulated user scans after every keystroke.
+        intent: how the wanted page is chosen (``first-letter``, ``topic`` or ``proportional``, see
+            :func:`fedrank.simulation.intent.sample_intents`).
         model: the frecency scorer (classic, Firefox's integer rounding by default).
     """
 
@@ -79,7 +84,10 @@ class FrecencyWorld:
         k: int = 10,
         noise_var: float = 30.0,
         decay_rate: float = 0.975,
-        delta: float = 10.0,
+        delta: float = 0.1,
+        score_scale: str = "log",
+        attention_depth: int | None = 3,
+        intent: str = "first-letter",
         model: ClassicFrecency | None = None,
     ) -> None:
         if n_users < 3:
@@ -90,7 +98,12 @@ class FrecencyWorld:
         self.k = k
         self.noise_var = noise_var
         self.delta = delta
+        scaled_scores(np.zeros(1), score_scale)  # validates the name
+        self.score_scale = score_scale
+        self.attention_depth = attention_depth
+        self.intent = intent
         pages = self.population.pages
+        self.hidden = np.asarray(hidden, dtype=np.float64)
         self.true_scores = np.asarray(self.model.score(hidden, pages), dtype=np.float64)
         defaults = classic_defaults()
         self.control_scores = np.asarray(
@@ -122,16 +135,20 @@ class FrecencyWorld:
         preference) and types until the URL bar shows it. Returns the batch and the score
         of every page under its owner's branch model."""
         scores = self.page_scores(theta)
-        targets = sample_targets(
-            self.population, users, self.true_scores, rng, noise_var=self.noise_var
+        targets, first_slot = sample_intents(
+            self.population, users, self.true_scores, rng, self.noise_var, self.intent
         )
-        return simulate_searches(self.population, users, targets, scores, k=self.k), scores
+        batch = simulate_searches(
+            self.population, users, targets, scores,
+            k=self.k, attention_depth=self.attention_depth, first_slot=first_slot,
+        )  # fmt: skip
+        return batch, scores
 
     def branch_losses(self, batch: SearchBatch, scores: np.ndarray) -> np.ndarray:
         """SVM loss of every search under the model its user's branch ran (NaN where the
         target was never shown)."""
         valid = batch.shown >= 0
-        shown_scores = scores[np.where(valid, batch.shown, 0)]
+        shown_scores = scaled_scores(scores[np.where(valid, batch.shown, 0)], self.score_scale)
         selected = np.where(batch.found, batch.selected_rank, 0)
         loss = pointwise_svm_loss(shown_scores, selected, valid | ~batch.found[:, None], self.delta)
         return np.where(batch.found, loss, np.nan)
@@ -157,7 +174,7 @@ class FrecencyWorld:
         n_searches, k = shown.shape
 
         def objective(rows: np.ndarray) -> np.ndarray:
-            scores = np.asarray(self.model.score(rows, flat_pages), dtype=np.float64)
+            scores = scaled_scores(self.model.score(rows, flat_pages), self.score_scale)
             return pointwise_svm_loss(
                 scores.reshape(rows.shape[0], n_searches, k), selected, valid, self.delta
             )

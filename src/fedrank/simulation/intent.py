@@ -25,6 +25,9 @@ import numpy as np
 from fedrank.data.synthetic_history import Population
 from fedrank.errors import ConfigError, DataFormatError
 
+#: How a search's wanted page is chosen (see :func:`sample_intents`).
+INTENT_MODELS: tuple[str, ...] = ("first-letter", "topic", "proportional")
+
 
 def sample_targets(
     population: Population,
@@ -82,4 +85,74 @@ def sample_targets(
     return flat.page[hits[first]]
 
 
-__all__ = ["sample_targets"]
+def sample_intents(
+    population: Population,
+    users: np.ndarray,
+    true_scores: np.ndarray,
+    rng: np.random.Generator,
+    noise_var: float = 30.0,
+    model: str = "first-letter",
+) -> tuple[np.ndarray, np.ndarray]:
+    """The wanted page of every search and the title word the user types first.
+
+    ``"proportional"``: the page of :func:`sample_targets`; its title is typed from the
+    first word (slot 0).
+
+    ``"first-letter"`` (default) and ``"topic"`` apply the paper's mock selection rule
+    (Sec. 6.1: of the pages in question, the one "with the highest score" after adding
+    ``N(0, sigma^2 = 30)`` noise to the hidden frecency is selected):
+
+    1. a *cue* page is drawn by :func:`sample_targets` (frecent pages come to mind more
+       often) and a word of its title uniformly: the *cue word*;
+    2. the pages in question are the user's pages with a title word that starts with the
+       cue word's first letter (``"first-letter"``: exactly the pages the URL bar matches
+       after the first keystroke) or that equals the cue word (``"topic"``); the cue page
+       is always one of them;
+    3. the wanted page is the one of them with the highest noisy true score,
+       ``true_scores[j] + N(0, noise_var)`` (fresh noise);
+    4. the user types first the wanted page's first title word that qualified it, then the
+       other words in title order (the URL bar's matching does not depend on word order).
+
+    With ``"first-letter"`` every page the URL bar shows while the user types is one the
+    user rates below the wanted page (up to the noise), so a model with the hidden weights
+    shows it first after one keystroke: what is left of the loss is noise and margin. With
+    ``"topic"`` and ``"proportional"`` the URL bar also shows pages that are better by the
+    hidden preference but not wanted in this search, a loss no model can remove (see
+    ``docs/frecency.md`` for the measured floors).
+
+    Returns:
+        ``(targets, first_slot)``: int64 ``(S,)`` global page ids, and int64 ``(S,)``
+        indices into ``population.title_words[target]`` of the word typed first.
+    """
+    if model not in INTENT_MODELS:
+        raise ConfigError(f"unknown intent model {model!r}; choose one of {', '.join(INTENT_MODELS)}")
+    cue = sample_targets(population, users, true_scores, rng, noise_var=noise_var)
+    if model == "proportional" or cue.size == 0:
+        return cue, np.zeros(cue.size, dtype=np.int64)
+    titles = population.title_words
+    n_words = (titles[cue] >= 0).sum(axis=1)
+    cue_word = titles[cue, (rng.random(cue.size) * n_words).astype(np.int64)]
+    vocab = population.vocabulary
+    # Key of every word id (last entry: the padding id -1, which never qualifies).
+    if model == "topic":
+        word_key = np.append(np.arange(vocab.n_words, dtype=np.int64), -1)
+    else:
+        word_key = np.append(vocab.chars[:, 0].astype(np.int64), -1)
+    cue_key = word_key[cue_word]
+
+    flat = population.pages_of_users(population.check_users(users))
+    qualifies = word_key[titles[flat.page]] == cue_key[flat.owner, None]  # (T, W)
+    in_question = qualifies.any(axis=1)
+    utility = np.asarray(true_scores, dtype=np.float64)[flat.page]
+    if noise_var > 0:
+        utility = utility + rng.normal(0.0, np.sqrt(noise_var), size=utility.size)
+    key = np.where(in_question, utility, -np.inf)
+    seg_max = np.maximum.reduceat(key, flat.start)
+    hits = np.flatnonzero(in_question & (key == seg_max[flat.owner]))
+    first = np.ones(hits.size, dtype=bool)  # one hit per search (ties: the lowest page id)
+    first[1:] = flat.owner[hits[1:]] != flat.owner[hits[:-1]]
+    hits = hits[first]
+    return flat.page[hits], np.argmax(qualifies[hits], axis=1).astype(np.int64)
+
+
+__all__ = ["INTENT_MODELS", "sample_intents", "sample_targets"]

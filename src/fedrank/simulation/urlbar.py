@@ -7,7 +7,8 @@ type and which rank they select (paper Sec. 6.2). This module simulates both ste
 
 Typing
     The user wants a target page and types its title character by character: the words
-    joined by single spaces. Every character counts, spaces included.
+    joined by single spaces (starting with the word ``first_slot`` names, if given, then the
+    others in title order). Every character counts, spaces included.
 
 Matching (binary, at word boundaries, like Firefox)
     The typed text is split into tokens at spaces. A page matches when *every* token is a
@@ -107,6 +108,7 @@ def simulate_searches(
     *,
     k: int = 10,
     attention_depth: int | None = None,
+    first_slot: np.ndarray | None = None,
 ) -> SearchBatch:
     """Simulate one URL bar search per entry of ``users`` (paper Sec. 4, 6.2).
 
@@ -119,6 +121,8 @@ def simulate_searches(
         k: number of suggestions shown.
         attention_depth: how many of the top suggestions the user scans after every
             keystroke (``1..k``; default ``k``).
+        first_slot: int ``(S,)``, optional: which word of the target's title the user types
+            first (the others follow in title order); default: the title in order.
 
     Returns:
         The :class:`SearchBatch` (see the module docstring for the typing, matching and
@@ -175,6 +179,20 @@ def simulate_searches(
     target_words = title_words[targets].astype(np.int64)  # (S, W), -1 padding
     has_word = target_words >= 0
     n_tokens = has_word.sum(axis=1)
+    if first_slot is not None:
+        first_slot = np.asarray(first_slot)
+        if first_slot.shape != targets.shape or not np.issubdtype(first_slot.dtype, np.integer):
+            raise DataFormatError(
+                f"first_slot must be integers shaped like targets {targets.shape}, got "
+                f"{first_slot.dtype} {first_slot.shape}"
+            )
+        if first_slot.size and ((first_slot < 0) | (first_slot >= n_tokens)).any():
+            raise DataFormatError("first_slot points past the end of a target's title")
+        # Move the first-typed word to the front; the rest keep their order.
+        slot = np.arange(target_words.shape[1])[None, :]
+        chosen = first_slot[:, None]
+        order = np.where(slot == 0, chosen, np.where(slot <= chosen, slot - 1, slot))
+        target_words = np.take_along_axis(target_words, order, axis=1)
     word_len = np.where(has_word, vocab.lengths[np.maximum(target_words, 0)], 0)
     offset = np.cumsum(word_len + 1, axis=1) - (word_len + 1)
     title_len = word_len.sum(axis=1) + n_tokens - 1
