@@ -152,8 +152,13 @@ def _summarize(result: Any) -> None:
     for name, ev in result.eval.items():
         click.echo(f"  {name:17s} chars typed {ev['chars_typed_mean']:.3f}  "
                    f"rank {ev['selected_rank_mean']:.3f}  (n={ev['n']})")
+    ev = result.oracle
+    click.echo(f"  {'(hidden weights)':17s} chars typed {ev['chars_typed_mean']:.3f}  "
+               f"rank {ev['selected_rank_mean']:.3f}  (n={ev['n']}; the best any model can do)")
     for key, test in result.tests.items():
-        click.echo(f"  {key}: p = {test['pvalue']:.3g} (alpha {result.bonferroni_alpha:.5f})")
+        p = test["pvalue"]
+        shown = f"{p:.3g}" if p > 0 else "< 1e-300 (below float range)"
+        click.echo(f"  {key}: p = {shown} (alpha {result.bonferroni_alpha:.5f})")
 
 
 @frecency.command("simulate")
@@ -175,6 +180,38 @@ def frecency_simulate(json_path: Path | None, out_dir: Path | None, stability: b
     if out_dir:
         for path in plot_study(result, out_dir):
             click.echo(f"wrote {path}")
+
+
+@frecency.command("messages")
+@click.option("--preset", type=click.Choice(["paper", "shifted"]), default="shifted",
+              show_default=True)
+@click.option("--users", "n_users", type=int, default=3000, show_default=True)
+@click.option("--iterations", type=int, default=40, show_default=True)
+@click.option("--seeds", default="0,1,2", show_default=True,
+              help="Comma-separated seeds; each runs a full and a sign-only study.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+def frecency_messages(preset: str, n_users: int, iterations: int, seeds: str,
+                      json_path: Path | None) -> None:
+    """Sign-only vs full-precision messages: final loss, paired by seed."""
+    from fedrank.experiments.frecency_study import FrecencyStudyConfig, compare_messages
+
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError as exc:
+        raise click.BadParameter(f"--seeds must be comma-separated integers: {exc}") from exc
+    config = FrecencyStudyConfig(preset=preset, n_users=n_users, iterations=iterations)
+    with _progress() as bar:
+        task = bar.add_task("studies", total=2 * len(seed_list))
+        res = compare_messages(config, seed_list,
+                               progress=lambda done, total: bar.update(task, completed=done))
+    for row in res["per_seed"]:
+        click.echo(f"  seed {row['seed']}: final loss full {row['full']['final_loss']:.4f}  "
+                   f"sign {row['sign']['final_loss']:.4f}  (ratio {row['ratio']:.2f})")
+    click.echo(f"mean final loss: full {res['full_final_loss_mean']:.4f}, sign "
+               f"{res['sign_final_loss_mean']:.4f}; sign/full = {res['ratio']:.3f}")
+    if json_path:
+        write_json(res, json_path)
+        click.echo(f"wrote {json_path}")
 
 
 @frecency.command("power")

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedrank.errors import ConfigError, DataFormatError
-from fedrank.losses.pointwise_svm import pointwise_svm_loss
+from fedrank.losses.pointwise_svm import pointwise_svm_loss, scaled_scores
 
 
 def test_hand_computed_example() -> None:
@@ -43,3 +43,22 @@ def test_bad_inputs() -> None:
         pointwise_svm_loss(np.zeros((1, 2)), np.array([1]), np.array([[True, False]]), delta=1)
     with pytest.raises(DataFormatError):
         pointwise_svm_loss(np.zeros((2, 2)), np.array([0]), np.ones((1, 2), bool), delta=1)
+
+
+def test_log_scale_is_scale_free_and_raw_scale_rewards_shrinking() -> None:
+    rng = np.random.default_rng(0)
+    scores = rng.uniform(100.0, 5000.0, size=(50, 10))
+    selected = rng.integers(0, 10, size=50)
+    valid = np.ones((50, 10), dtype=bool)
+    raw = pointwise_svm_loss(scaled_scores(scores, "raw"), selected, valid, 10.0).sum()
+    raw_small = pointwise_svm_loss(scaled_scores(scores / 10, "raw"), selected, valid, 10.0).sum()
+    assert raw_small < 0.2 * raw  # the paper's raw loss drops by shrinking every score
+    log = pointwise_svm_loss(scaled_scores(scores, "log"), selected, valid, 0.1).sum()
+    log_small = pointwise_svm_loss(scaled_scores(scores / 10, "log"), selected, valid, 0.1).sum()
+    assert log_small == pytest.approx(log, rel=0.01)  # log1p: scale-free up to the +1
+
+
+def test_log_scale_maps_nonpositive_frecency_to_zero_and_rejects_unknown_scales() -> None:
+    assert np.array_equal(scaled_scores(np.array([-1.0, 0.0, np.e - 1]), "log"), [0.0, 0.0, 1.0])
+    with pytest.raises(ConfigError, match="score scale"):
+        scaled_scores(np.zeros(2), "linear")

@@ -8,7 +8,7 @@ from scipy import stats
 
 from fedrank.data.synthetic_history import generate_population, population_from_titles
 from fedrank.errors import ConfigError, DataFormatError
-from fedrank.simulation.intent import sample_targets
+from fedrank.simulation.intent import sample_intents, sample_targets
 
 
 def _population(pages_per_user: list[int]):
@@ -98,3 +98,69 @@ def test_bad_input() -> None:
         sample_targets(pop, users, np.ones(4), rng, noise_var=-1.0)
     with pytest.raises(DataFormatError, match="outside"):
         sample_targets(pop, np.array([2]), np.ones(4), rng)
+
+
+# --- sample_intents: the paper's selection rule applied to what the URL bar matches ---------
+
+
+def test_first_letter_wants_the_best_page_of_the_cue_letter() -> None:
+    # One user; letters: a-pages and b-pages. Whatever the cue, the wanted page is the best
+    # page (by true score) with a word of that first letter.
+    pop = population_from_titles([["apple", "avocado bread", "banana", "berry"]])
+    scores = np.array([50.0, 10.0, 40.0, 5.0])
+    rng = np.random.default_rng(3)
+    users = np.zeros(2000, dtype=np.int64)
+    targets, first_slot = sample_intents(pop, users, scores, rng, noise_var=0.0)
+    # Cue "a" (apple, avocado) -> apple; cue "b" (bread, banana, berry) -> banana.
+    assert set(np.unique(targets)) == {0, 2}
+    words = pop.vocabulary.words
+    typed_first = [words[pop.title_words[t, s]] for t, s in zip(targets, first_slot)]
+    assert {w[0] for w in typed_first} <= {"a", "b"}
+    assert all(w in ("apple", "banana") for w in typed_first)
+    # Cue letters come from cue pages drawn proportionally to the scores (105 total):
+    # "a" from apple (50) and avocado's first word (10 * 1/2); "b" otherwise.
+    share_a = np.mean(targets == 0)
+    assert abs(share_a - 55 / 105) < 0.04
+
+
+def test_topic_wants_the_best_page_with_the_cue_word_and_types_it_first() -> None:
+    pop = population_from_titles([["rust docs", "rust book", "python docs"]])
+    scores = np.array([10.0, 30.0, 20.0])
+    targets, first_slot = sample_intents(
+        pop, np.zeros(3000, dtype=np.int64), scores, np.random.default_rng(4), 0.0, "topic"
+    )
+    words = pop.vocabulary.words
+    for t, s in zip(targets, first_slot):
+        assert words[pop.title_words[t, s]] in ("rust", "docs", "book", "python")
+    # "docs" -> python docs (20 > 10); "rust" or "book" -> rust book; "python" -> python docs.
+    assert set(np.unique(targets)) == {1, 2}
+    assert (targets != 0).all()
+
+
+def test_proportional_is_sample_targets_with_first_word_first() -> None:
+    pop = population_from_titles([["a b", "c d"], ["e"]])
+    scores = np.array([1.0, 2.0, 3.0])
+    users = np.array([0, 1, 0, 0])
+    t1, slot = sample_intents(pop, users, scores, np.random.default_rng(5), model="proportional")
+    t2 = sample_targets(pop, users, scores, np.random.default_rng(5))
+    assert np.array_equal(t1, t2) and (slot == 0).all()
+
+
+@pytest.mark.parametrize("model", ["first-letter", "topic"])
+def test_intents_are_own_pages_reproducible_and_typed_word_qualifies(model: str) -> None:
+    pop = generate_population(40, np.random.default_rng(0))
+    scores = np.random.default_rng(1).gamma(2.0, 100.0, size=pop.n_pages)
+    users = np.random.default_rng(2).integers(0, 40, size=500)
+    a = sample_intents(pop, users, scores, np.random.default_rng(9), model=model)
+    b = sample_intents(pop, users, scores, np.random.default_rng(9), model=model)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    targets, first_slot = a
+    assert (pop.page_user[targets] == users).all()
+    n_words = (pop.title_words[targets] >= 0).sum(axis=1)
+    assert ((first_slot >= 0) & (first_slot < n_words)).all()
+
+
+def test_unknown_intent_model_is_refused() -> None:
+    pop = population_from_titles([["a"]])
+    with pytest.raises(ConfigError, match="intent model"):
+        sample_intents(pop, np.array([0]), np.ones(1), np.random.default_rng(0), model="psychic")

@@ -26,10 +26,13 @@ def _search(pop: Population, user: int, target: int, scores, **kw) -> SearchBatc
 
 
 def reference_search(
-    pop: Population, user: int, target: int, scores: np.ndarray, k: int, depth: int
+    pop: Population, user: int, target: int, scores: np.ndarray, k: int, depth: int,
+    first_slot: int = 0,
 ) -> tuple[int, int, list[int], bool, int]:
-    """Slow, string-based URL bar: type the title, re-match and re-rank after each key."""
-    title = pop.title(target)
+    """Slow, string-based URL bar: type the title (word ``first_slot`` first), re-match and
+    re-rank after each key."""
+    words = pop.title(target).split(" ")
+    title = " ".join([words[first_slot]] + words[:first_slot] + words[first_slot + 1 :])
     pages = [int(p) for p in pop.pages_of(user)]
     titles = {p: pop.title(p).split(" ") for p in pages}
     ranked: list[int] = []
@@ -45,12 +48,15 @@ def reference_search(
 
 
 def _check_against_reference(
-    pop: Population, users, targets, scores, k: int, depth: int | None
+    pop: Population, users, targets, scores, k: int, depth: int | None, first_slot=None
 ) -> SearchBatch:
-    batch = simulate_searches(pop, users, targets, scores, k=k, attention_depth=depth)
+    batch = simulate_searches(
+        pop, users, targets, scores, k=k, attention_depth=depth, first_slot=first_slot
+    )
     for s in range(users.size):
         chars, rank, shown, found, n_matched = reference_search(
-            pop, int(users[s]), int(targets[s]), scores, k, depth or k
+            pop, int(users[s]), int(targets[s]), scores, k, depth or k,
+            0 if first_slot is None else int(first_slot[s]),
         )
         assert batch.chars_typed[s] == chars, s
         assert batch.selected_rank[s] == rank, s
@@ -222,3 +228,33 @@ def test_bad_input() -> None:
         simulate_searches(pop, users, targets, scores, k=0)
     with pytest.raises(DataFormatError, match="outside"):
         simulate_searches(pop, np.array([5]), targets, scores)
+
+
+def test_first_slot_types_that_word_first() -> None:
+    # Target "alpha zeta": typed from "zeta", one key ("z") separates it from "alpha beta".
+    pop = population_from_titles([["alpha beta", "alpha zeta"]])
+    scores = np.array([10.0, 1.0])
+    in_order = _search(pop, 0, 1, scores, attention_depth=1)
+    assert in_order.chars_typed[0] == len("alpha z")
+    zeta_first = simulate_searches(
+        pop, np.array([0]), np.array([1]), scores, attention_depth=1, first_slot=np.array([1])
+    )
+    assert zeta_first.chars_typed[0] == 1
+    assert zeta_first.selected_rank[0] == 0
+
+
+def test_first_slot_matches_reference_on_a_random_population() -> None:
+    rng = np.random.default_rng(11)
+    pop = generate_population(12, rng, HistoryConfig(mean_extra_pages=25, n_words=60))
+    users = rng.integers(0, 12, size=150)
+    targets = np.array([rng.choice(pop.pages_of(u)) for u in users])
+    n_words = (pop.title_words[targets] >= 0).sum(axis=1)
+    first_slot = (rng.random(users.size) * n_words).astype(np.int64)
+    scores = rng.normal(100.0, 40.0, size=pop.n_pages).round()
+    _check_against_reference(pop, users, targets, scores, 10, 3, first_slot)
+
+
+def test_first_slot_past_the_title_is_refused() -> None:
+    pop = population_from_titles([["alpha beta"]])
+    with pytest.raises(DataFormatError, match="first_slot"):
+        simulate_searches(pop, np.array([0]), np.array([0]), np.zeros(1), first_slot=np.array([2]))

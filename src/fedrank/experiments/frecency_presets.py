@@ -29,7 +29,7 @@ noise. Two presets:
   Every hidden weight satisfies the safeguards (non-negative, ordered buckets, increasing
   cutoffs) and lies within 120 of its default, the distance the per-iteration bound of 3
   allows in 40 iterations, so the optimum is reachable in the study's budget. The study's
-  evaluation reports, next to the branches, an ``oracle`` row (treatment users ranked by
+  evaluation reports, next to the branches, an ``oracle`` entry (treatment users ranked by
   the hidden weights themselves): the best any model could do.
 """
 

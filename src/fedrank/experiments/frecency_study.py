@@ -12,8 +12,8 @@ tests at a Bonferroni-corrected level of 0.05/6.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -53,7 +53,8 @@ class FrecencyStudyConfig:
         iterations: optimization iterations (paper: 137 of 30 minutes; 40 shown to suffice).
         seed: seed of every random choice in the study.
         searches_per_iteration: mean (Poisson) URL-bar searches per user per iteration.
-        eval_searches_per_user: searches per user in the evaluation phase.
+        eval_searches_per_user: searches per user in the evaluation phase (20; the paper's
+            evaluation phase ran 10 days).
         k: suggestions shown by the URL bar.
         delta: SVM margin ``Delta`` (Sec. 5.2), on the ``score_scale`` (a log-ratio for
             ``log``, frecency points for ``raw``).
@@ -82,7 +83,7 @@ class FrecencyStudyConfig:
     iterations: int = 40
     seed: int = 0
     searches_per_iteration: float = 1.0
-    eval_searches_per_user: int = 5
+    eval_searches_per_user: int = 20
     k: int = 10
     delta: float = 0.1
     score_scale: Literal["log", "raw"] = "log"
@@ -156,6 +157,7 @@ class StudyResult:
     reports_per_iteration: list[int] = field(default_factory=list)
     constraints_held: bool = True
     eval: dict[str, dict[str, float]] = field(default_factory=dict)
+    oracle: dict[str, float] = field(default_factory=dict)
     tests: dict[str, dict[str, float]] = field(default_factory=dict)
     all_tests: list[dict[str, Any]] = field(default_factory=list)
     bonferroni_alpha: float = 0.05 / 6
@@ -172,6 +174,7 @@ class StudyResult:
             "reports_per_iteration": self.reports_per_iteration,
             "constraints_held": self.constraints_held,
             "eval": self.eval,
+            "oracle": self.oracle,
             "tests": self.tests,
             "all_tests": self.all_tests,
             "bonferroni_alpha": self.bonferroni_alpha,
@@ -190,7 +193,11 @@ def run_study(
 ) -> StudyResult:
     """Run the optimization and evaluation phases; ``progress(done, total)`` is called after
     every iteration."""
-    rng = np.random.default_rng(config.seed)
+    # Independent streams: the world (population, branches), the optimization phase, and
+    # the evaluation phase. Runs that differ only in how they learn (message kind,
+    # optimizer, ...) share the world and the evaluation searches' intents (paired).
+    world_seed, train_seed, eval_seed = np.random.SeedSequence(config.seed).spawn(3)
+    rng = np.random.default_rng(world_seed)
     world = FrecencyWorld(
         config.n_users,
         hidden_weights(config.preset),
@@ -212,6 +219,7 @@ def run_study(
 
     theta = classic_defaults()  # safeguard: start from Firefox's weights (Sec. 5.6)
     opt_state = optimizer.init(theta)
+    rng = np.random.default_rng(train_seed)
     result = StudyResult(config=config)
     result.branch_loss_per_iteration = {name: [] for name in BRANCHES}
 
@@ -254,7 +262,7 @@ def run_study(
             progress(iteration + 1, config.iterations)
 
     result.final_weights = weights_to_dict(theta)
-    _evaluate(world, theta, config, rng, result)
+    _evaluate(world, theta, config, eval_seed, result)
     return result
 
 
@@ -262,18 +270,18 @@ def _evaluate(
     world: FrecencyWorld,
     theta: np.ndarray,
     config: FrecencyStudyConfig,
-    rng: np.random.Generator,
+    seed: np.random.SeedSequence,
     result: StudyResult,
 ) -> None:
     """Evaluation phase (Sec. 6.3): fresh searches by every user with the final models.
 
-    ``eval["oracle"]`` (not a branch, not tested) is the treatment users' searches ranked by
+    ``oracle`` (not a branch, not tested) is the treatment users' searches ranked by
     the hidden weights themselves, drawn with the same seed: the best any model could do.
     """
     users = np.repeat(np.arange(world.n_users), config.eval_searches_per_user)
-    eval_seed = int(rng.integers(2**63))
-    batch, _ = world.search(users, theta, np.random.default_rng(eval_seed))
-    oracle, _ = world.search(users, world.hidden, np.random.default_rng(eval_seed))
+    batch, scores = world.search(users, theta, np.random.default_rng(seed))
+    oracle, _ = world.search(users, world.hidden, np.random.default_rng(seed))
+    losses = world.branch_losses(batch, scores)
     branch_of_search = world.branch[batch.user]
     samples: dict[str, dict[str, np.ndarray]] = {}
     for b, name in enumerate(BRANCHES):
@@ -284,11 +292,12 @@ def _evaluate(
         result.eval[name] = {
             "chars_typed_mean": float(chars.mean()) if chars.size else float("nan"),
             "selected_rank_mean": float(rank.mean()) if rank.size else float("nan"),
+            "loss_mean": _nanmean(losses[mask]),
             "n": int(mask.sum()),
         }
     result.eval_samples = samples
     treated = world.branch[oracle.user] == TREATMENT
-    result.eval["oracle"] = {
+    result.oracle = {
         "chars_typed_mean": float(oracle.chars_typed[treated].mean()) if treated.any() else float("nan"),
         "selected_rank_mean": float(oracle.selected_rank[treated].mean()) if treated.any() else float("nan"),
         "n": int(treated.sum()),
@@ -304,3 +313,47 @@ def _evaluate(
                 "statistic": row["statistic"],
                 "significant": row["significant"],
             }
+
+
+def compare_messages(
+    config: FrecencyStudyConfig,
+    seeds: Sequence[int],
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Full-precision vs sign-only messages (Sec. 5.3), paired by seed.
+
+    For every seed the study runs twice, identical but for the message kind (same users,
+    same evaluation searches' intents). The *final loss* of a run is the mean SVM loss of
+    the treatment users' evaluation-phase searches under the final model (held-out data,
+    ``eval_searches_per_user`` per user); the last-5-iterations training loss is reported
+    too. ``ratio`` is the sign-only final loss over the full-precision one, for the mean
+    over seeds and per seed.
+    """
+    if not seeds:
+        raise ConfigError("compare_messages needs at least one seed")
+    rows = []
+    done = 0
+    for seed in seeds:
+        row: dict[str, Any] = {"seed": int(seed)}
+        for kind in ("full", "sign"):
+            result = run_study(replace(config, seed=int(seed), message=kind))
+            row[kind] = {
+                "final_loss": result.eval["treatment"]["loss_mean"],
+                "last5_training_loss": float(np.mean(result.loss_per_iteration[-5:])),
+                "chars_typed_mean": result.eval["treatment"]["chars_typed_mean"],
+            }
+            done += 1
+            if progress is not None:
+                progress(done, 2 * len(seeds))
+        row["ratio"] = row["sign"]["final_loss"] / row["full"]["final_loss"]
+        rows.append(row)
+    full = float(np.mean([r["full"]["final_loss"] for r in rows]))
+    sign = float(np.mean([r["sign"]["final_loss"] for r in rows]))
+    return {
+        "config": asdict(config),
+        "seeds": [int(s) for s in seeds],
+        "per_seed": rows,
+        "full_final_loss_mean": full,
+        "sign_final_loss_mean": sign,
+        "ratio": sign / full,
+    }

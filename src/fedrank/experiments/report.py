@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from fedrank.experiments.frecency_study import StudyResult
-from fedrank.models.frecency.weights import CLASSIC_WEIGHT_NAMES
+from fedrank.experiments.frecency_presets import hidden_weights
+from fedrank.models.frecency.weights import CLASSIC_WEIGHT_NAMES, weights_to_dict
 
 
 def _mean(values: list[float]) -> float:
@@ -21,6 +22,11 @@ def loss_reduction(result: StudyResult, window: int = 5) -> float:
     losses = result.loss_per_iteration
     first, last = _mean(losses[:window]), _mean(losses[-window:])
     return 1.0 - last / first if first > 0 else float("nan")
+
+
+def _pvalue(p: float) -> str:
+    """A p-value for people: scipy's normal approximation underflows to 0 below ~1e-308."""
+    return f"{p:.3g}" if p > 0 else "< 1e-300"
 
 
 def write_report(result: StudyResult, path: Path, command: str, plots: list[Path]) -> Path:
@@ -37,20 +43,27 @@ def write_report(result: StudyResult, path: Path, command: str, plots: list[Path
         "",
         "## Optimization",
         "",
-        f"- treatment loss, mean of the first 5 iterations: {_mean(result.loss_per_iteration[:5]):.2f}",
-        f"- treatment loss, mean of the last 5 iterations: {_mean(result.loss_per_iteration[-5:]):.2f}",
+        f"- treatment loss, mean of the first 5 iterations: {_mean(result.loss_per_iteration[:5]):.4f}",
+        f"- treatment loss, mean of the last 5 iterations: {_mean(result.loss_per_iteration[-5:]):.4f}",
         f"- relative reduction: {100 * loss_reduction(result):.1f}%",
         f"- safeguards held in every iteration: {result.constraints_held}",
         f"- reports per iteration (mean): {_mean([float(r) for r in result.reports_per_iteration]):.0f}",
         "",
         "## Evaluation phase",
         "",
-        "| branch | searches | mean characters typed | mean rank selected |",
-        "|---|---|---|---|",
+        "| branch | searches | mean characters typed | mean rank selected | mean loss |",
+        "|---|---|---|---|---|",
     ]
     for name, ev in result.eval.items():
         lines.append(
-            f"| {name} | {ev['n']} | {ev['chars_typed_mean']:.3f} | {ev['selected_rank_mean']:.3f} |"
+            f"| {name} | {ev['n']} | {ev['chars_typed_mean']:.4f} | "
+            f"{ev['selected_rank_mean']:.4f} | {ev['loss_mean']:.4f} |"
+        )
+    if result.oracle:
+        ev = result.oracle
+        lines.append(
+            f"| *(treatment users, hidden weights: the best possible)* | {ev['n']} | "
+            f"{ev['chars_typed_mean']:.4f} | {ev['selected_rank_mean']:.4f} | |"
         )
     lines += [
         "",
@@ -63,13 +76,22 @@ def write_report(result: StudyResult, path: Path, command: str, plots: list[Path
     for row in result.all_tests:
         lines.append(
             f"| {row['metric']} | {row['a']} | {row['b']} | {row['mean_a']:.3f} | "
-            f"{row['mean_b']:.3f} | {row['pvalue']:.3g} | {row['significant']} |"
+            f"{row['mean_b']:.3f} | {_pvalue(row['pvalue'])} | {row['significant']} |"
         )
-    lines += ["", "## Learned weights (changed ones)", "", "| weight | start | final |", "|---|---|---|"]
+    lines += [
+        "",
+        "## Learned weights (changed ones)",
+        "",
+        "| weight | start (Firefox default) | hidden (users' true preference) | final |",
+        "|---|---|---|---|",
+    ]
     start = result.weights_per_iteration[0] if result.weights_per_iteration else {}
+    hidden = weights_to_dict(hidden_weights(cfg.preset))
     for name in CLASSIC_WEIGHT_NAMES:
         if start and abs(result.final_weights[name] - start[name]) > 1e-9:
-            lines.append(f"| {name} | {start[name]:g} | {result.final_weights[name]:.2f} |")
+            lines.append(
+                f"| {name} | {start[name]:g} | {hidden[name]:g} | {result.final_weights[name]:.2f} |"
+            )
     lines += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
     path.write_text("\n".join(lines))
     return path

@@ -1,0 +1,813 @@
+"""Reading and scoring a Firefox ``places.sqlite`` (``fedrank.data.places``).
+
+Most tests use the real databases written by Firefox ESR 153 (``firefox_dir`` fixture; see
+``../shared/data/firefox/README.md``): ``places.sqlite`` and ``places-aged.sqlite``, whose
+visits of place ``id`` were moved back by ``(id * 7) % 60`` days before Firefox recomputed
+frecency. The others build tiny databases by hand with ``sqlite3``, where the expected
+frecency can be computed from the documented formulas.
+
+Expected values are derived independently of the code under test: from SQL queries on the
+files, and from the formulas in the docstrings of ``fedrank.models.frecency.modern`` and
+``fedrank.models.frecency.classic``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import shutil
+import sqlite3
+from collections.abc import Iterable
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fedrank.data.places import (
+    PlacesData,
+    classic_histories,
+    modern_samples,
+    read_places,
+    score_places,
+)
+from fedrank.errors import ConfigError, DataFormatError, FedrankError, SchemaError
+from fedrank.models.frecency.classic import ClassicFrecency
+from fedrank.models.frecency.modern import HIGH, PADDING, ModernFrecency
+
+US_PER_DAY = 86_400_000_000
+BASE = "http://127.0.0.1:8765"
+
+# Facts about the real files (README "Row counts" and "Per-page visits").
+N_PAGES = 64
+N_VISITS = 223
+N_BOOKMARKS = 19
+N_METADATA = 31
+# The one page whose stored frecency in places.sqlite differs from fedrank's: the hidden
+# source of the typed 307 redirect. Firefox computed it when its TYPED visit arrived (high
+# sample: day + 199) and did not recompute it once the redirect made that visit a redirect
+# source (low sample: day + 129); places-aged.sqlite, fully recomputed, agrees with fedrank.
+STALE_URL = f"{BASE}/r307/papaya"
+DEFAULT_BOOKMARK_URLS = (
+    "https://support.mozilla.org/products/firefox",
+    "https://www.mozilla.org/contribute/",
+    "https://www.mozilla.org/about/",
+)
+UNVISITED_BOOKMARK_URL = f"{BASE}/zucchini/nutrition.html"
+
+
+# ----------------------------------------------------------------------------------------
+# Helpers
+# ----------------------------------------------------------------------------------------
+
+
+def _connect_ro(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+
+
+def _query(path: Path, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+    with closing(_connect_ro(path)) as conn:
+        return conn.execute(sql, tuple(params)).fetchall()
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _writable_copy(src: Path, dst_dir: Path, name: str = "places.sqlite") -> Path:
+    dst = dst_dir / name
+    shutil.copyfile(src, dst)  # content only: the shared files are mode 0444
+    dst.chmod(0o644)
+    return dst
+
+
+def _exec(path: Path, *statements: str) -> None:
+    with closing(sqlite3.connect(path)) as conn:
+        for sql in statements:
+            conn.execute(sql)
+        conn.commit()
+
+
+def _pages_by_url(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {p["url"]: p for p in result["pages"]}
+
+
+def _modern_expected(samples: list[tuple[int, float]], visit_count: int) -> int:
+    """Firefox's modern frecency from the formula of ``fedrank.models.frecency.modern``:
+    ``t_ref + trunc(ln(s / n * max(visit_count, n)) / lambda)``, halfLifeDays = 30."""
+    lam = math.log(2.0) / 30.0
+    t_ref = max(day for day, _ in samples)
+    s = sum(weight * math.exp(-lam * (t_ref - day)) for day, weight in samples)
+    n = len(samples)
+    return t_ref + math.trunc(math.log(s / n * max(visit_count, n)) / lam)
+
+
+@pytest.fixture(scope="module")
+def places_path(firefox_dir: Path) -> Path:
+    return firefox_dir / "places.sqlite"
+
+
+@pytest.fixture(scope="module")
+def aged_path(firefox_dir: Path) -> Path:
+    return firefox_dir / "places-aged.sqlite"
+
+
+@pytest.fixture(scope="module")
+def data(places_path: Path) -> PlacesData:
+    return read_places(places_path)
+
+
+@pytest.fixture(scope="module")
+def modern_result(places_path: Path) -> dict[str, Any]:
+    return score_places(places_path, "modern")
+
+
+@pytest.fixture(scope="module")
+def aged_result(aged_path: Path) -> dict[str, Any]:
+    return score_places(aged_path, "modern")
+
+
+# ----------------------------------------------------------------------------------------
+# Reading the real file
+# ----------------------------------------------------------------------------------------
+
+
+def test_read_places_loads_every_row(places_path: Path, data: PlacesData) -> None:
+    assert data.path == places_path
+    assert data.n_places == N_PAGES
+    assert data.n_visits == N_VISITS
+    assert data.n_bookmarks == N_BOOKMARKS
+    assert data.n_metadata == N_METADATA
+
+    rows = _query(
+        places_path,
+        "SELECT id, url, title, visit_count, typed, hidden, frecency FROM moz_places ORDER BY id",
+    )
+    assert data.place_id.tolist() == [r[0] for r in rows]
+    assert data.url.tolist() == [r[1] for r in rows]
+    assert data.title.tolist() == [r[2] for r in rows]
+    assert data.visit_count.tolist() == [r[3] for r in rows]
+    assert data.typed.tolist() == [bool(r[4]) for r in rows]
+    assert data.hidden.tolist() == [bool(r[5]) for r in rows]
+    assert data.frecency.tolist() == [r[6] for r in rows]
+
+    visits = _query(
+        places_path,
+        "SELECT id, from_visit, place_id, visit_date, visit_type, source "
+        "FROM moz_historyvisits ORDER BY id",
+    )
+    assert data.visit_id.tolist() == [v[0] for v in visits]
+    assert data.visit_from.tolist() == [v[1] for v in visits]
+    assert data.visit_place_id.tolist() == [v[2] for v in visits]
+    assert data.visit_date.tolist() == [v[3] for v in visits]
+    assert data.visit_type.tolist() == [v[4] for v in visits]
+    assert data.visit_source is not None
+    assert data.visit_source.tolist() == [v[5] for v in visits]
+
+    # Folders have a NULL fk, read as 0.
+    fks = sorted(0 if fk is None else fk for (fk,) in _query(places_path, "SELECT fk FROM moz_bookmarks"))
+    assert sorted(data.bookmark_fk.tolist()) == fks
+
+
+def test_place_index_and_latest_timestamp(places_path: Path, data: PlacesData) -> None:
+    ids = data.place_id
+    assert data.place_index(ids).tolist() == list(range(N_PAGES))
+    assert data.place_index(np.array([0, -5, 10**9])).tolist() == [-1, -1, -1]
+
+    (newest_visit,) = _query(places_path, "SELECT max(visit_date) FROM moz_historyvisits")[0]
+    (newest_bookmark,) = _query(places_path, "SELECT max(dateAdded) FROM moz_bookmarks")[0]
+    (newest_meta,) = _query(places_path, "SELECT max(created_at) FROM moz_places_metadata")[0]
+    expected = max(newest_visit, newest_bookmark, newest_meta * 1000)
+    assert data.latest_timestamp_us() == expected
+    # The session lasted minutes, on 2026-11-22 (day 20779).
+    assert expected // US_PER_DAY == 20779
+
+
+def test_reader_does_not_modify_the_file(places_path: Path, tmp_path: Path) -> None:
+    original_hash = _sha256(places_path)
+    read_places(places_path)
+    score_places(places_path, "modern")
+    score_places(places_path, "classic")
+    assert _sha256(places_path) == original_hash
+
+    # On a writable copy too: same bytes, same mtime, no journal / -wal / -shm left over.
+    copy = _writable_copy(places_path, tmp_path)
+    before = (_sha256(copy), copy.stat().st_mtime_ns)
+    read_places(copy)
+    score_places(copy, "modern")
+    score_places(copy, "classic")
+    assert (_sha256(copy), copy.stat().st_mtime_ns) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["places.sqlite"]
+
+
+def test_reader_works_on_a_read_only_copy(
+    places_path: Path, data: PlacesData, modern_result: dict[str, Any], tmp_path: Path
+) -> None:
+    copy = _writable_copy(places_path, tmp_path)
+    copy.chmod(0o444)
+    tmp_path.chmod(0o555)  # no journal or -shm could be created next to it either
+    try:
+        ro = read_places(copy)
+        result = score_places(copy, "modern")
+    finally:
+        tmp_path.chmod(0o755)
+        copy.chmod(0o644)
+    assert ro.n_places == data.n_places
+    np.testing.assert_array_equal(ro.visit_date, data.visit_date)
+    assert result["pages"] == modern_result["pages"]
+    assert result["path"] == str(copy)
+
+
+# ----------------------------------------------------------------------------------------
+# score_places: structure
+# ----------------------------------------------------------------------------------------
+
+
+def test_score_places_one_entry_per_row_ordered_by_id(
+    places_path: Path, modern_result: dict[str, Any]
+) -> None:
+    assert modern_result["algorithm"] == "modern"
+    assert modern_result["path"] == str(places_path)
+    pages = modern_result["pages"]
+    rows = _query(places_path, "SELECT id, url, frecency FROM moz_places ORDER BY id")
+    assert len(pages) == len(rows) == N_PAGES
+    for page, (pid, url, stored) in zip(pages, rows, strict=True):
+        assert set(page) == {"place_id", "url", "frecency", "firefox_frecency"}
+        assert page["place_id"] == pid
+        assert page["url"] == url
+        assert page["firefox_frecency"] == stored
+        assert isinstance(page["frecency"], int)
+    ids = [p["place_id"] for p in pages]
+    assert ids == sorted(ids)
+    urls = {p["url"] for p in pages}
+    assert f"{BASE}/index.html" in urls
+    assert f"{BASE}/r301/mango" in urls
+    assert set(DEFAULT_BOOKMARK_URLS) <= urls
+
+
+# ----------------------------------------------------------------------------------------
+# Modern algorithm against Firefox's stored frecency
+# ----------------------------------------------------------------------------------------
+
+
+def test_modern_matches_firefox_on_63_of_64_pages(modern_result: dict[str, Any]) -> None:
+    pages = modern_result["pages"]
+    assert len(pages) == N_PAGES
+    equal = [p for p in pages if p["frecency"] == p["firefox_frecency"]]
+    different = [p for p in pages if p["frecency"] != p["firefox_frecency"]]
+    assert len(equal) == 63
+    assert [p["url"] for p in different] == [STALE_URL]
+    # The difference is exactly the class of the sample: high (+199) vs low (+129) days.
+    (stale,) = different
+    assert stale["firefox_frecency"] - stale["frecency"] == 199 - 129
+
+    by_url = _pages_by_url(modern_result)
+    assert by_url[f"{BASE}/index.html"]["frecency"] == 21145
+    assert by_url[f"{BASE}/cherry.html"]["frecency"] == 21089
+    assert by_url[f"{BASE}/frame-target1.html"]["frecency"] == 0
+
+
+def test_modern_matches_firefox_on_all_64_pages_of_the_aged_copy(
+    aged_result: dict[str, Any],
+) -> None:
+    pages = aged_result["pages"]
+    assert len(pages) == N_PAGES
+    assert sum(p["frecency"] == p["firefox_frecency"] for p in pages) == 64
+    by_url = _pages_by_url(aged_result)
+    assert by_url[f"{BASE}/index.html"]["frecency"] == 21110
+    assert by_url[STALE_URL]["frecency"] == 20901
+
+
+def test_aged_copy_shifts_modern_frecency_by_the_shift_in_days(
+    places_path: Path,
+    aged_path: Path,
+    modern_result: dict[str, Any],
+    aged_result: dict[str, Any],
+) -> None:
+    # The shift of every visit, measured from the two files (not taken from the README).
+    original = dict(_query(places_path, "SELECT id, visit_date FROM moz_historyvisits"))
+    aged_rows = _query(aged_path, "SELECT id, place_id, visit_date FROM moz_historyvisits")
+    assert {vid for vid, _, _ in aged_rows} == set(original)
+    shift: dict[int, set[int]] = {}
+    for vid, place_id, date in aged_rows:
+        delta = original[vid] - date
+        assert delta % US_PER_DAY == 0
+        shift.setdefault(place_id, set()).add(delta // US_PER_DAY)
+    # One shift per page, the README's (id * 7) % 60.
+    assert all(len(days) == 1 for days in shift.values())
+    days_of = {pid: days.pop() for pid, days in shift.items()}
+    assert days_of == {pid: (pid * 7) % 60 for pid in days_of}
+
+    # Bookmarks were not moved.
+    bookmarks_sql = "SELECT fk, dateAdded FROM moz_bookmarks ORDER BY id"
+    assert _query(places_path, bookmarks_sql) == _query(aged_path, bookmarks_sql)
+
+    before = {p["place_id"]: p for p in modern_result["pages"]}
+    after = {p["place_id"]: p for p in aged_result["pages"]}
+    sampled = {
+        pid
+        for (pid,) in _query(
+            places_path,
+            "SELECT DISTINCT place_id FROM moz_historyvisits WHERE visit_type NOT IN (7, 8, 9)",
+        )
+    }
+    moved = 0
+    for pid, page in before.items():
+        diff = page["frecency"] - after[pid]["frecency"]
+        if pid in sampled:
+            # Every sample moves back by the same number of days: t_ref drops by it and the
+            # decayed sum is unchanged.
+            assert diff == days_of[pid], page["url"]
+            moved += diff != 0
+        else:
+            # Only-bookmarked pages (sampled on the bookmark's day) and pages whose visits
+            # are all FRAMED_LINK (frecency 0) do not move.
+            assert diff == 0, page["url"]
+    # README: "56 frecency values changed (the moved ones)".
+    assert moved == 56
+
+
+def test_modern_samples_of_the_real_file(places_path: Path, data: PlacesData) -> None:
+    samples = modern_samples(data)
+    assert samples.n_pages == N_PAGES
+    row = {url: i for i, url in enumerate(data.url)}
+
+    # A never-visited bookmark: one high sample on the day its bookmark was added.
+    i = row[UNVISITED_BOOKMARK_URL]
+    ((date_added,),) = _query(
+        places_path,
+        "SELECT b.dateAdded FROM moz_bookmarks b JOIN moz_places p ON p.id = b.fk "
+        "WHERE p.url = ?",
+        (UNVISITED_BOOKMARK_URL,),
+    )
+    assert samples.n_samples[i] == 1
+    valid = samples.sample_class[i] != PADDING
+    assert samples.sample_class[i][valid].tolist() == [HIGH]
+    assert samples.sample_day[i][valid].tolist() == [date_added // US_PER_DAY]
+
+    # FRAMED_LINK-only pages have no sample at all.
+    assert samples.n_samples[row[f"{BASE}/frame-target1.html"]] == 0
+    # index.html has 48 visits: only the 10 most recent are sampled.
+    assert samples.n_samples[row[f"{BASE}/index.html"]] == 10
+    # orange.html: 2 LINK + 1 RELOAD; RELOAD is not sampled.
+    assert samples.n_samples[row[f"{BASE}/orange.html"]] == 2
+
+
+def test_modern_default_params_explicit_equal_implicit(
+    places_path: Path, modern_result: dict[str, Any]
+) -> None:
+    explicit = score_places(places_path, "modern", params=ModernFrecency.defaults())
+    assert explicit["pages"] == modern_result["pages"]
+    # A longer half-life changes scores (the parameters are used).
+    params = ModernFrecency.defaults()
+    params[4] = 60.0
+    longer = score_places(places_path, "modern", params=params)
+    assert [p["frecency"] for p in longer["pages"]] != [
+        p["frecency"] for p in modern_result["pages"]
+    ]
+
+
+# ----------------------------------------------------------------------------------------
+# Classic algorithm on the real file
+# ----------------------------------------------------------------------------------------
+
+# Firefox's default classic bonuses (MDN "Frecency algorithm").
+_CLASSIC_BONUS = {1: 100, 2: 2000, 3: 75, 4: 0, 5: 0, 6: 0, 7: 0, 8: 0, 9: 0}
+
+
+def _classic_expected_same_day(path: Path) -> dict[int, int]:
+    """Classic frecency of every page whose sampled visits are all 0 days old, computed with
+    SQL and the documented rule: first bucket (weight 100), bonus per visit type (or 25 for a
+    redirect source), plus 75 per visit for bookmarked pages; ``ceil(visit_count * points /
+    n)``, -1 if the points are 0; unvisited pages: 140 if bookmarked + 200 if typed, else 0."""
+    now = max(
+        _query(path, "SELECT max(visit_date) FROM moz_historyvisits")[0][0],
+        _query(path, "SELECT max(dateAdded) FROM moz_bookmarks")[0][0],
+        _query(path, "SELECT max(created_at) * 1000 FROM moz_places_metadata")[0][0],
+    )
+    sources = {
+        f
+        for (f,) in _query(
+            path, "SELECT from_visit FROM moz_historyvisits WHERE visit_type IN (5, 6)"
+        )
+    }
+    bookmarked = {fk for (fk,) in _query(path, "SELECT fk FROM moz_bookmarks WHERE fk IS NOT NULL")}
+    out: dict[int, int] = {}
+    for pid, visit_count, typed in _query(path, "SELECT id, visit_count, typed FROM moz_places"):
+        visits = _query(
+            path,
+            "SELECT id, visit_type, visit_date FROM moz_historyvisits WHERE place_id = ? "
+            "ORDER BY visit_date DESC LIMIT 10",
+            (pid,),
+        )
+        if not visits:
+            out[pid] = (140 if pid in bookmarked else 0) + (200 if typed else 0)
+            continue
+        assert all((now - date) // US_PER_DAY == 0 for _, _, date in visits)
+        bonus = sum(
+            (25 if vid in sources else _CLASSIC_BONUS[vtype]) + (75 if pid in bookmarked else 0)
+            for vid, vtype, _ in visits
+        )
+        points = 100 * bonus / 100  # first-bucket weight 100
+        out[pid] = -1 if points == 0 else math.ceil(visit_count * points / len(visits))
+    return out
+
+
+def test_classic_on_the_real_file_follows_the_classic_rules(places_path: Path) -> None:
+    result = score_places(places_path, "classic")
+    assert result["algorithm"] == "classic"
+    pages = result["pages"]
+    assert len(pages) == N_PAGES
+    assert all(isinstance(p["frecency"], int) for p in pages)
+    expected = _classic_expected_same_day(places_path)
+    assert {p["place_id"]: p["frecency"] for p in pages} == expected
+
+    by_url = _pages_by_url(result)
+    # Unvisited bookmarks: ceil(firstBucketWeight * unvisitedBookmarkBonus / 100) = 140.
+    for url in (*DEFAULT_BOOKMARK_URLS, UNVISITED_BOOKMARK_URL):
+        assert by_url[url]["frecency"] == 140
+    # 12 LINK visits today, 10 sampled: ceil(12 * 10 * 100 / 10) = 1200.
+    assert by_url[f"{BASE}/apple.html"]["frecency"] == 1200
+    # Visited, but only with 0-bonus visits (FRAMED_LINK, REDIRECT_TEMPORARY): -1.
+    assert by_url[f"{BASE}/frame-target1.html"]["frecency"] == -1
+    assert by_url[f"{BASE}/news-today.html"]["frecency"] == -1
+    # A redirect source scores redirectSourceVisitBonus (25) instead of its LINK bonus.
+    assert by_url[f"{BASE}/r301/mango"]["frecency"] == math.ceil(4 * 4 * 25 / 4)
+    # orange.html: LINK x2 + RELOAD (bonus 0, not counted in visit_count 2): ceil(2*200/3).
+    assert by_url[f"{BASE}/orange.html"]["frecency"] == 134
+
+
+def test_classic_histories_of_the_real_file(data: PlacesData) -> None:
+    pages = classic_histories(data)
+    assert pages.n_pages == N_PAGES
+    row = {url: i for i, url in enumerate(data.url)}
+    assert pages.n_sampled[row[f"{BASE}/index.html"]] == 10
+    assert pages.visit_count[row[f"{BASE}/index.html"]] == 48
+    assert pages.n_sampled[row[UNVISITED_BOOKMARK_URL]] == 0
+    assert bool(pages.bookmarked[row[UNVISITED_BOOKMARK_URL]])
+    assert not pages.bookmarked[row[f"{BASE}/apple.html"]]
+    i = row[f"{BASE}/r302/kiwi"]
+    assert pages.visit_is_redirect_source[i][pages.visit_mask[i]].all()
+    # The whole session is "today" with the default now (the newest timestamp).
+    assert float(pages.visit_age_days[pages.visit_mask].max()) == 0.0
+    scores = ClassicFrecency().score(ClassicFrecency.defaults(), pages)
+    np.testing.assert_array_equal(scores, np.round(scores))
+
+
+def test_classic_now_us_ages_the_visits(places_path: Path, data: PlacesData) -> None:
+    later = data.latest_timestamp_us() + 10 * US_PER_DAY
+    by_url = _pages_by_url(score_places(places_path, "classic", now_us=later))
+    # 10 days old: second bucket (weight 70): ceil(12 * 10 * 70 * 100 / 100 / 10) = 840.
+    assert by_url[f"{BASE}/apple.html"]["frecency"] == 840
+    # Unvisited bookmarks do not depend on time.
+    assert by_url[UNVISITED_BOOKMARK_URL]["frecency"] == 140
+
+
+# ----------------------------------------------------------------------------------------
+# Errors
+# ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "table", ["moz_places", "moz_historyvisits", "moz_bookmarks", "moz_places_metadata"]
+)
+def test_missing_table_raises_schema_error_naming_it(
+    places_path: Path, tmp_path: Path, table: str
+) -> None:
+    copy = _writable_copy(places_path, tmp_path)
+    _exec(copy, f"DROP TABLE {table}")
+    with pytest.raises(SchemaError, match=rf"table '{table}' is missing") as info:
+        read_places(copy)
+    assert str(copy) in str(info.value)
+    with pytest.raises(SchemaError, match=table):
+        score_places(copy, "modern")
+
+
+@pytest.mark.parametrize(
+    ("table", "column"),
+    [
+        ("moz_places", "visit_count"),
+        ("moz_places", "url"),
+        ("moz_historyvisits", "visit_type"),
+        ("moz_historyvisits", "from_visit"),
+        ("moz_bookmarks", "dateAdded"),
+        ("moz_places_metadata", "key_presses"),
+    ],
+)
+def test_missing_column_in_real_copy_raises_schema_error_naming_it(
+    places_path: Path, tmp_path: Path, table: str, column: str
+) -> None:
+    copy = _writable_copy(places_path, tmp_path)
+    with closing(sqlite3.connect(copy)) as conn:
+        columns = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+        assert column in columns
+        kept = ", ".join(c for c in columns if c != column)
+        conn.execute(f"CREATE TABLE rebuilt AS SELECT {kept} FROM {table}")
+        conn.execute(f"DROP TABLE {table}")
+        conn.execute(f"ALTER TABLE rebuilt RENAME TO {table}")
+        conn.commit()
+    with pytest.raises(SchemaError, match=rf"table '{table}' has no column '{column}'"):
+        read_places(copy)
+
+
+def test_missing_column_in_hand_built_db_raises_schema_error(tmp_path: Path) -> None:
+    path = tmp_path / "places.sqlite"
+    _exec(
+        path,
+        # moz_places without visit_count
+        "CREATE TABLE moz_places (id INTEGER PRIMARY KEY, url TEXT, title TEXT, "
+        "typed INTEGER, hidden INTEGER, frecency INTEGER)",
+        "CREATE TABLE moz_historyvisits (id INTEGER PRIMARY KEY, from_visit INTEGER, "
+        "place_id INTEGER, visit_date INTEGER, visit_type INTEGER, source INTEGER)",
+        "CREATE TABLE moz_bookmarks (id INTEGER PRIMARY KEY, fk INTEGER, dateAdded INTEGER)",
+        "CREATE TABLE moz_places_metadata (id INTEGER PRIMARY KEY, place_id INTEGER, "
+        "created_at INTEGER, total_view_time INTEGER, key_presses INTEGER)",
+    )
+    with pytest.raises(SchemaError, match="visit_count") as info:
+        read_places(path)
+    assert "moz_places" in str(info.value)
+    assert isinstance(info.value, DataFormatError)
+
+
+def test_missing_source_column_only_blocks_the_modern_algorithm(
+    places_path: Path, tmp_path: Path
+) -> None:
+    copy = _writable_copy(places_path, tmp_path)
+    _exec(copy, "ALTER TABLE moz_historyvisits DROP COLUMN source")
+    data = read_places(copy)
+    assert data.visit_source is None
+    assert data.n_visits == N_VISITS
+    with pytest.raises(SchemaError, match="'source'"):
+        modern_samples(data)
+    with pytest.raises(SchemaError, match="source"):
+        score_places(copy, "modern")
+    # Classic does not need it and gives the same scores as on the intact file.
+    assert score_places(copy, "classic")["pages"] == score_places(places_path, "classic")["pages"]
+
+
+def test_not_an_sqlite_file_raises_data_format_error(tmp_path: Path) -> None:
+    path = tmp_path / "places.sqlite"
+    path.write_bytes(b"this is not an SQLite database\n" * 64)
+    with pytest.raises(DataFormatError, match="could not be read as an SQLite database") as info:
+        read_places(path)
+    assert isinstance(info.value, FedrankError)
+    assert not isinstance(info.value, sqlite3.Error)
+    assert str(path) in str(info.value)
+    assert isinstance(info.value.__cause__, sqlite3.DatabaseError)
+
+
+def test_empty_file_raises_schema_error(tmp_path: Path) -> None:
+    # SQLite treats an empty file as an empty database: no tables at all.
+    path = tmp_path / "places.sqlite"
+    path.write_bytes(b"")
+    with pytest.raises(SchemaError, match="moz_places"):
+        read_places(path)
+
+
+def test_missing_path_raises_file_not_found(tmp_path: Path) -> None:
+    # Documented in read_places: FileNotFoundError (not a FedrankError subclass).
+    missing = tmp_path / "nope" / "places.sqlite"
+    with pytest.raises(FileNotFoundError, match="no such file") as info:
+        read_places(missing)
+    assert str(missing) in str(info.value)
+    assert not missing.exists()  # read-only: nothing was created
+    # A directory is not a file either.
+    with pytest.raises(FileNotFoundError):
+        read_places(tmp_path)
+
+
+def test_unknown_algorithm_raises_config_error(places_path: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown frecency algorithm 'bucket'") as info:
+        score_places(places_path, "bucket")
+    assert "classic" in str(info.value) and "modern" in str(info.value)
+    # Checked before the file is opened.
+    with pytest.raises(ConfigError):
+        score_places(tmp_path / "missing.sqlite", "Modern")
+
+
+def test_params_of_the_wrong_shape_raise_config_error(places_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        score_places(places_path, "modern", params=np.ones(3))
+    with pytest.raises(ConfigError, match="one parameter vector"):
+        score_places(places_path, "modern", params=np.tile(ModernFrecency.defaults(), (2, 1)))
+    with pytest.raises(ConfigError):
+        score_places(places_path, "classic", params=ModernFrecency.defaults())
+
+
+# ----------------------------------------------------------------------------------------
+# A hand-built places.sqlite
+# ----------------------------------------------------------------------------------------
+
+DAY = 20779  # 2026-11-22
+LOW_W, MEDIUM_W, HIGH_W, VERY_HIGH_W = 20.0, 50.0, 100.0, 200.0
+
+
+def _prtime(day: int, seconds: int = 12 * 3600) -> int:
+    return day * US_PER_DAY + seconds * 1_000_000
+
+
+def _build_places(path: Path) -> dict[str, dict[str, Any]]:
+    """A tiny places.sqlite with the columns fedrank reads. Returns, per URL, the visits'
+    modern samples (day, weight) and visit_count, for the expected values."""
+    places: list[tuple[int, str, int, int]] = []  # id, url, visit_count, typed
+    visits: list[tuple[int, int, int, int, int, int]] = []  # id, from, place, date, type, source
+    bookmarks: list[tuple[int, int]] = []  # fk, dateAdded
+    metadata: list[tuple[int, int, int, int]] = []  # place_id, created_at ms, view ms, keys
+
+    def page(url: str, visit_count: int, typed: int = 0) -> int:
+        pid = len(places) + 1
+        places.append((pid, url, visit_count, typed))
+        return pid
+
+    def visit(pid: int, date: int, vtype: int, source: int = 0, from_visit: int = 0) -> int:
+        vid = len(visits) + 1
+        visits.append((vid, from_visit, pid, date, vtype, source))
+        return vid
+
+    # Two LINK visits (medium), today and 30 days ago (one half-life).
+    p = page("http://a.test/two-links", 2)
+    visit(p, _prtime(DAY), 1)
+    visit(p, _prtime(DAY - 30), 1)
+    # One TYPED visit (high), 10 days ago.
+    p = page("http://b.test/typed", 1, typed=1)
+    visit(p, _prtime(DAY - 10), 2)
+    # visit_count larger than the samples: scaled by max(visit_count, n) / n.
+    p = page("http://c.test/count", 5)
+    visit(p, _prtime(DAY), 1)
+    # No visit, bookmarked 3 days ago: one high sample on that day.
+    p = page("http://d.test/bookmark-only", 0)
+    bookmarks.append((p, _prtime(DAY - 3)))
+    # No visit, no bookmark: 0.
+    page("http://e.test/nothing", 0)
+    # TYPED visit with a 70 s interaction 30 s later: interesting, veryHigh.
+    p = page("http://f.test/typed-interaction", 1, typed=1)
+    date = _prtime(DAY)
+    visit(p, date, 2)
+    metadata.append((p, date // 1000 + 30_000, 70_000, 0))
+    # place: URLs score 0.
+    p = page("place:sort=8&maxResults=10", 1)
+    visit(p, _prtime(DAY), 1)
+    # A 301 redirect: the source (LINK) becomes low, the target takes the source's type.
+    src = page("http://g.test/r301", 1)
+    src_visit = visit(src, _prtime(DAY), 1)
+    dst = page("http://g.test/target", 1)
+    visit(dst, _prtime(DAY) + 1000, 5, from_visit=src_visit)
+    # A LINK visit of source 2 (bookmark): high.
+    p = page("http://h.test/from-bookmark", 1)
+    visit(p, _prtime(DAY), 1, source=2)
+    # Only a RELOAD visit (not sampled), not bookmarked: 0.
+    p = page("http://i.test/reload-only", 0)
+    visit(p, _prtime(DAY), 9)
+    # 12 LINK visits on 12 consecutive days: only the 10 newest are sampled.
+    p = page("http://j.test/twelve", 12)
+    for k in range(12):
+        visit(p, _prtime(DAY - k), 1)
+    # Typed but never visited, not bookmarked.
+    page("http://k.test/typed-unvisited", 0, typed=1)
+
+    _exec(
+        path,
+        "CREATE TABLE moz_places (id INTEGER PRIMARY KEY, url TEXT, title TEXT, "
+        "visit_count INTEGER, typed INTEGER, hidden INTEGER, frecency INTEGER)",
+        "CREATE TABLE moz_historyvisits (id INTEGER PRIMARY KEY, from_visit INTEGER, "
+        "place_id INTEGER, visit_date INTEGER, visit_type INTEGER, source INTEGER)",
+        "CREATE TABLE moz_bookmarks (id INTEGER PRIMARY KEY, fk INTEGER, dateAdded INTEGER)",
+        "CREATE TABLE moz_places_metadata (id INTEGER PRIMARY KEY, place_id INTEGER, "
+        "created_at INTEGER, total_view_time INTEGER, key_presses INTEGER)",
+    )
+    with closing(sqlite3.connect(path)) as conn:
+        conn.executemany(
+            "INSERT INTO moz_places VALUES (?, ?, NULL, ?, ?, 0, -1)", places
+        )
+        conn.executemany("INSERT INTO moz_historyvisits VALUES (?, ?, ?, ?, ?, ?)", visits)
+        conn.executemany("INSERT INTO moz_bookmarks (fk, dateAdded) VALUES (?, ?)", bookmarks)
+        conn.executemany(
+            "INSERT INTO moz_places_metadata (place_id, created_at, total_view_time, "
+            "key_presses) VALUES (?, ?, ?, ?)",
+            metadata,
+        )
+        conn.commit()
+    return {url: {"id": pid, "visit_count": vc} for pid, url, vc, _ in places}
+
+
+@pytest.fixture
+def hand_built(tmp_path: Path) -> tuple[Path, dict[str, dict[str, Any]]]:
+    path = tmp_path / "places.sqlite"
+    return path, _build_places(path)
+
+
+def test_hand_built_modern_frecency_matches_the_formula(
+    hand_built: tuple[Path, dict[str, dict[str, Any]]],
+) -> None:
+    path, _ = hand_built
+    result = score_places(path, "modern")
+    got = {p["url"]: p["frecency"] for p in result["pages"]}
+    expected_by_formula = {
+        "http://a.test/two-links": _modern_expected([(DAY, MEDIUM_W), (DAY - 30, MEDIUM_W)], 2),
+        "http://b.test/typed": _modern_expected([(DAY - 10, HIGH_W)], 1),
+        "http://c.test/count": _modern_expected([(DAY, MEDIUM_W)], 5),
+        "http://d.test/bookmark-only": _modern_expected([(DAY - 3, HIGH_W)], 0),
+        "http://e.test/nothing": 0,
+        "http://f.test/typed-interaction": _modern_expected([(DAY, VERY_HIGH_W)], 1),
+        "place:sort=8&maxResults=10": 0,
+        "http://g.test/r301": _modern_expected([(DAY, LOW_W)], 1),
+        "http://g.test/target": _modern_expected([(DAY, MEDIUM_W)], 1),
+        "http://h.test/from-bookmark": _modern_expected([(DAY, HIGH_W)], 1),
+        "http://i.test/reload-only": 0,
+        "http://j.test/twelve": _modern_expected([(DAY - k, MEDIUM_W) for k in range(10)], 12),
+        "http://k.test/typed-unvisited": 0,
+    }
+    assert got == expected_by_formula
+    # The same numbers worked out by hand: day + trunc(30 * log2(x)).
+    assert got == {
+        "http://a.test/two-links": DAY + 186,  # x = (50 + 25) / 2 * 2 = 75
+        "http://b.test/typed": DAY - 10 + 199,  # x = 100
+        "http://c.test/count": DAY + 238,  # x = 50 * 5 = 250
+        "http://d.test/bookmark-only": DAY - 3 + 199,
+        "http://e.test/nothing": 0,
+        "http://f.test/typed-interaction": DAY + 229,  # x = 200
+        "place:sort=8&maxResults=10": 0,
+        "http://g.test/r301": DAY + 129,  # x = 20
+        "http://g.test/target": DAY + 169,  # x = 50
+        "http://h.test/from-bookmark": DAY + 199,
+        "http://i.test/reload-only": 0,
+        "http://j.test/twelve": got["http://j.test/twelve"],
+        "http://k.test/typed-unvisited": 0,
+    }
+    # 10 newest of 12 (a sample of all 12 would give a different value).
+    assert got["http://j.test/twelve"] != _modern_expected(
+        [(DAY - k, MEDIUM_W) for k in range(12)], 12
+    )
+
+
+def test_hand_built_interaction_rules(tmp_path: Path) -> None:
+    """Short interactions do not count; long-enough ones with many keypresses do; an
+    interaction far from any visit is a virtual (interesting LINK, high) visit."""
+    path = tmp_path / "places.sqlite"
+    _build_places(path)
+    date = _prtime(DAY)
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("UPDATE moz_places_metadata SET total_view_time = 59999")
+        conn.commit()
+    by_url = _pages_by_url(score_places(path, "modern"))
+    assert by_url["http://f.test/typed-interaction"]["frecency"] == DAY + 199  # high again
+
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("UPDATE moz_places_metadata SET total_view_time = 20000, key_presses = 50")
+        conn.commit()
+    by_url = _pages_by_url(score_places(path, "modern"))
+    assert by_url["http://f.test/typed-interaction"]["frecency"] == DAY + 229  # veryHigh
+
+    # 121 s away from the visit: not interesting, and a virtual visit of its own.
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute(
+            "UPDATE moz_places_metadata SET created_at = ?, total_view_time = 70000",
+            (date // 1000 + 121_000,),
+        )
+        conn.commit()
+    by_url = _pages_by_url(score_places(path, "modern"))
+    # Samples: TYPED high (100) + virtual LINK high (100) on the same day; visit_count 1.
+    assert by_url["http://f.test/typed-interaction"]["frecency"] == _modern_expected(
+        [(DAY, HIGH_W), (DAY, HIGH_W)], 1
+    )
+
+
+def test_hand_built_classic_frecency(hand_built: tuple[Path, dict[str, dict[str, Any]]]) -> None:
+    path, _ = hand_built
+    now = _prtime(DAY)  # the newest visit
+    result = score_places(path, "classic", now_us=now)
+    got = {p["url"]: p["frecency"] for p in result["pages"]}
+    # Ages 0 and 30 days: buckets 1 (100) and 3 (50); LINK 100: points 150; ceil(2*150/2).
+    assert got["http://a.test/two-links"] == 150
+    # TYPED, 10 days: bucket 2 (70) * 2000 / 100 = 1400.
+    assert got["http://b.test/typed"] == 1400
+    # visit_count 5, one sampled LINK today: ceil(5 * 100 / 1).
+    assert got["http://c.test/count"] == 500
+    # Unvisited: bookmarked 140, typed 200, neither 0.
+    assert got["http://d.test/bookmark-only"] == 140
+    assert got["http://k.test/typed-unvisited"] == 200
+    assert got["http://e.test/nothing"] == 0
+    # Redirect source: 25; redirect target (permRedirectVisitBonus 0): -1.
+    assert got["http://g.test/r301"] == 25
+    assert got["http://g.test/target"] == -1
+    # RELOAD-only: visited, 0 points: -1.
+    assert got["http://i.test/reload-only"] == -1
+    # The default "now" is the newest timestamp in the file (the newest visit here).
+    assert score_places(path, "classic")["pages"] == result["pages"]
+
+
+def test_empty_database_scores_no_page(tmp_path: Path) -> None:
+    path = tmp_path / "places.sqlite"
+    _build_places(path)
+    _exec(
+        path,
+        "DELETE FROM moz_places",
+        "DELETE FROM moz_historyvisits",
+        "DELETE FROM moz_bookmarks",
+        "DELETE FROM moz_places_metadata",
+    )
+    data = read_places(path)
+    assert data.n_places == 0 and data.latest_timestamp_us() == 0
+    for algorithm in ("modern", "classic"):
+        assert score_places(path, algorithm)["pages"] == []
