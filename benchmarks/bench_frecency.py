@@ -17,7 +17,7 @@ import numpy as np
 
 from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
 from fedrank.experiments.frecency_study import FrecencyStudyConfig, run_study
-from fedrank.losses.pointwise_svm import pointwise_svm_loss
+from fedrank.losses.pointwise_svm import pointwise_svm_loss, scaled_scores
 from fedrank.models.frecency.classic import ClassicFrecency
 from fedrank.models.frecency.history import PageHistories
 from fedrank.models.frecency.weights import classic_defaults
@@ -36,12 +36,13 @@ def one_search_gradient(repeats: int, seed: int) -> dict[str, float]:
         typed=rng.random(n) < 0.3,
     )
     model = ClassicFrecency()
-    estimator = FiniteDifferenceEstimator()
+    config = FrecencyStudyConfig()  # the study's loss: scale, margin, epsilon
+    estimator = FiniteDifferenceEstimator(eps=config.eps, scheme=config.scheme)
     selected, valid = np.array([3]), np.ones((1, n), bool)
 
     def objective(rows: np.ndarray) -> np.ndarray:
-        scores = model.score(rows, pages).reshape(rows.shape[0], 1, n)
-        return pointwise_svm_loss(scores, selected, valid, 10.0)
+        scores = scaled_scores(model.score(rows, pages), config.score_scale)
+        return pointwise_svm_loss(scores.reshape(rows.shape[0], 1, n), selected, valid, config.delta)
 
     theta = classic_defaults()
     estimator.estimate(theta, objective)  # warm-up

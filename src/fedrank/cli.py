@@ -46,6 +46,16 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise click.BadParameter(f"cannot read JSON from {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise click.BadParameter(f"{path} must hold a JSON object")
+    return data
+
+
 def write_json(data: Any, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(_clean(data), indent=2, default=_json_default))
@@ -215,40 +225,65 @@ def frecency_messages(preset: str, n_users: int, iterations: int, seeds: str,
 
 
 @frecency.command("power")
-@click.option("--effect", type=float, default=-0.5, show_default=True,
-              help="Shift of the mean metric to detect (e.g. -0.5 characters).")
+@click.option("--preset", type=click.Choice(["paper", "shifted"]), default="shifted",
+              show_default=True, help="Hidden preference of the simulated users.")
+@click.option("--weights", "weights_path", type=click.Path(exists=True, path_type=Path),
+              default=None, help="Treatment model: final_weights of a `simulate --json` file "
+              "(default: the preset's hidden weights, the largest effect a model can have).")
+@click.option("--effect", type=float, default=None,
+              help="Instead of a model: a location shift of the control distribution.")
 @click.option("--metric", type=click.Choice(["chars_typed", "selected_rank"]),
               default="chars_typed", show_default=True)
 @click.option("--power", "target_power", type=float, default=0.8, show_default=True)
 @click.option("--alpha", type=float, default=0.05 / 6, show_default=True)
 @click.option("--repetitions", type=int, default=200, show_default=True)
-@click.option("--users", "n_users", type=int, default=2000, show_default=True,
-              help="Users simulated to obtain the baseline (control) distribution.")
-@click.option("--searches-per-user", type=int, default=5, show_default=True)
+@click.option("--users", "n_users", type=int, default=4000, show_default=True,
+              help="Users simulated to obtain the two distributions (half per model).")
+@click.option("--searches-per-user", type=int, default=10, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
-def frecency_power(effect: float, metric: str, target_power: float, alpha: float,
-                   repetitions: int, n_users: int, searches_per_user: int, seed: int,
-                   json_path: Path | None) -> None:
-    """How many searches (and users) a Mann-Whitney U test needs to detect an effect."""
+def frecency_power(preset: str, weights_path: Path | None, effect: float | None, metric: str,
+                   target_power: float, alpha: float, repetitions: int, n_users: int,
+                   searches_per_user: int, seed: int, json_path: Path | None) -> None:
+    """How many searches (and users) a Mann-Whitney U test needs to tell a model from
+    Firefox's defaults (control branch), by simulation (paper Sec. 6.2)."""
     from fedrank.experiments.frecency_presets import hidden_weights
     from fedrank.experiments.stats import required_sample_size
-    from fedrank.simulation.frecency_world import CONTROL, FrecencyWorld
+    from fedrank.models.frecency.weights import weights_from_dict
+    from fedrank.simulation.frecency_world import CONTROL, TREATMENT, FrecencyWorld
 
     rng = np.random.default_rng(seed)
-    world = FrecencyWorld(n_users, hidden_weights("paper"), rng, shares=(0.0, 1.0, 0.0))
-    users = np.repeat(world.users_of(CONTROL), searches_per_user)
-    batch, _ = world.search(users, world.model.defaults(), rng)
-    baseline = (batch.chars_typed if metric == "chars_typed" else batch.selected_rank).astype(float)
-    res = required_sample_size(baseline, effect, alpha=alpha, power=target_power,
+    hidden = hidden_weights(preset)
+    if weights_path is not None:
+        data = _read_json(weights_path)
+        if not isinstance(data.get("final_weights"), dict):
+            raise click.BadParameter(
+                f"{weights_path} has no 'final_weights' object: pass the JSON that "
+                "`fedrank frecency simulate --json FILE` writes"
+            )
+        theta = weights_from_dict(data["final_weights"])
+    else:
+        theta = hidden
+    world = FrecencyWorld(n_users, hidden, rng, shares=(0.5, 0.5, 0.0))
+    users = np.repeat(np.arange(n_users), searches_per_user)
+    batch, _ = world.search(users, theta, rng)
+    values = getattr(batch, metric).astype(float)
+    branch = world.branch[batch.user]
+    control = values[branch == CONTROL]
+    treatment = control + effect if effect is not None else values[branch == TREATMENT]
+    res = required_sample_size(control, treatment, alpha=alpha, power=target_power,
                                repetitions=repetitions, rng=rng)
-    res.update(metric=metric, effect=effect, alpha=alpha, target_power=target_power,
-               baseline_mean=float(baseline.mean()), searches_per_user=searches_per_user)
+    res.update(metric=metric, preset=preset, alpha=alpha, target_power=target_power,
+               control_mean=float(control.mean()), treatment_mean=float(treatment.mean()),
+               treatment=("control shifted by %g" % effect if effect is not None
+                          else str(weights_path or f"hidden weights of {preset}")),
+               searches_per_user=searches_per_user)
+    click.echo(f"{metric}: control {control.mean():.4f}, treatment {treatment.mean():.4f} "
+               f"({res['treatment']})")
     if res["n"] is not None:
         res["users_per_group"] = math.ceil(res["n"] / searches_per_user)
         click.echo(f"{res['n']} searches per group (~{res['users_per_group']} users at "
-                   f"{searches_per_user} searches each) detect a shift of {effect:+g} in mean "
-                   f"{metric} (baseline {baseline.mean():.3f}) with power {res['power']:.2f} "
+                   f"{searches_per_user} searches each) reach power {res['power']:.2f} "
                    f"at alpha {alpha:.5f}")
     else:
         click.echo(f"power {target_power} not reached within the search limit")

@@ -166,7 +166,8 @@ def test_read_places_loads_every_row(places_path: Path, data: PlacesData) -> Non
     assert data.visit_source.tolist() == [v[5] for v in visits]
 
     # Folders have a NULL fk, read as 0.
-    fks = sorted(0 if fk is None else fk for (fk,) in _query(places_path, "SELECT fk FROM moz_bookmarks"))
+    rows_fk = _query(places_path, "SELECT fk FROM moz_bookmarks")
+    fks = sorted(0 if fk is None else fk for (fk,) in rows_fk)
     assert sorted(data.bookmark_fk.tolist()) == fks
 
 
@@ -759,18 +760,72 @@ def test_hand_built_interaction_rules(tmp_path: Path) -> None:
     by_url = _pages_by_url(score_places(path, "modern"))
     assert by_url["http://f.test/typed-interaction"]["frecency"] == DAY + 229  # veryHigh
 
-    # 121 s away from the visit: not interesting, and a virtual visit of its own.
+    # 121 s away from the visit: not interesting, and a virtual visit of its own. (With
+    # visit_count 4, one veryHigh sample and two high ones give different values.)
     with closing(sqlite3.connect(path)) as conn:
         conn.execute(
             "UPDATE moz_places_metadata SET created_at = ?, total_view_time = 70000",
             (date // 1000 + 121_000,),
         )
+        conn.execute(
+            "UPDATE moz_places SET visit_count = 4 WHERE url = 'http://f.test/typed-interaction'"
+        )
         conn.commit()
     by_url = _pages_by_url(score_places(path, "modern"))
-    # Samples: TYPED high (100) + virtual LINK high (100) on the same day; visit_count 1.
-    assert by_url["http://f.test/typed-interaction"]["frecency"] == _modern_expected(
-        [(DAY, HIGH_W), (DAY, HIGH_W)], 1
-    )
+    # Samples: TYPED high (100) + virtual LINK high (100) on the same day; visit_count 4.
+    expected = _modern_expected([(DAY, HIGH_W), (DAY, HIGH_W)], 4)
+    assert expected == DAY + 259  # x = 200 / 2 * 4 = 400
+    assert expected != _modern_expected([(DAY, VERY_HIGH_W)], 4)
+    assert by_url["http://f.test/typed-interaction"]["frecency"] == expected
+
+
+@pytest.mark.parametrize(
+    ("offset_ms", "interesting"),
+    [(120_000, True), (-120_000, True), (120_001, False), (-120_001, False)],
+)
+def test_hand_built_interaction_gap_is_inclusive(
+    tmp_path: Path, offset_ms: int, interesting: bool
+) -> None:
+    """maxVisitGapSeconds = 120 is inclusive (SQL BETWEEN) on both sides of the visit."""
+    path = tmp_path / "places.sqlite"
+    _build_places(path)
+    with closing(sqlite3.connect(path)) as conn:
+        ((pid, date),) = conn.execute(
+            "SELECT p.id, v.visit_date FROM moz_places p JOIN moz_historyvisits v "
+            "ON v.place_id = p.id WHERE p.url = 'http://f.test/typed-interaction'"
+        ).fetchall()
+        assert date % 1000 == 0  # a whole millisecond, like created_at
+        conn.execute(
+            "UPDATE moz_places_metadata SET created_at = ? WHERE place_id = ?",
+            (date // 1000 + offset_ms, pid),
+        )
+        # visit_count 4 so that the two outcomes differ (x = 800 vs x = 400).
+        conn.execute("UPDATE moz_places SET visit_count = 4 WHERE id = ?", (pid,))
+        conn.commit()
+    by_url = _pages_by_url(score_places(path, "modern"))
+    got = by_url["http://f.test/typed-interaction"]["frecency"]
+    if interesting:
+        assert got == _modern_expected([(DAY, VERY_HIGH_W)], 4) == DAY + 289
+    else:
+        # The TYPED visit stays high and the interaction becomes a virtual visit (high).
+        assert got == _modern_expected([(DAY, HIGH_W), (DAY, HIGH_W)], 4) == DAY + 259
+
+
+def test_latest_timestamp_counts_interactions_in_milliseconds(tmp_path: Path) -> None:
+    path = tmp_path / "places.sqlite"
+    _build_places(path)
+    newest_ms = _prtime(DAY + 2) // 1000  # after every visit and bookmark
+    _exec(path, f"UPDATE moz_places_metadata SET created_at = {newest_ms}")
+    data = read_places(path)
+    assert int(data.visit_date.max()) < newest_ms * 1000
+    assert data.latest_timestamp_us() == newest_ms * 1000
+    # Classic ages are relative to it: the TYPED visit of b.test (DAY - 10) is 12 days old,
+    # still bucket 2: 1400; the LINK visit of c.test (DAY) is 2 days old, bucket 1: 500.
+    by_url = _pages_by_url(score_places(path, "classic"))
+    assert by_url["http://b.test/typed"]["frecency"] == 1400
+    assert by_url["http://c.test/count"]["frecency"] == 500
+    # a.test: ages 2 and 32 days: buckets 1 (100) and 4 (30): ceil(2 * 130 / 2).
+    assert by_url["http://a.test/two-links"]["frecency"] == 130
 
 
 def test_hand_built_classic_frecency(hand_built: tuple[Path, dict[str, dict[str, Any]]]) -> None:

@@ -33,7 +33,7 @@ def test_shifted_treatment_types_fewer_characters_than_control(shifted) -> None:
     assert shifted.tests["treatment_vs_control"]["pvalue"] < 0.05 / 6
     assert shifted.tests["treatment_vs_control_no_decay"]["pvalue"] < 0.05 / 6
     # No model beats the hidden weights themselves.
-    assert ev["oracle"]["chars_typed_mean"] <= ev["treatment"]["chars_typed_mean"]
+    assert shifted.oracle["chars_typed_mean"] <= ev["treatment"]["chars_typed_mean"]
 
 
 def test_shifted_constraints_held_and_weights_moved_towards_the_hidden_ones(shifted) -> None:

@@ -24,21 +24,30 @@ def test_compare_branches_runs_six_tests_at_bonferroni_level() -> None:
 def test_power_grows_with_sample_size_and_is_alpha_without_effect() -> None:
     rng = np.random.default_rng(1)
     baseline = rng.poisson(4, 5000) + 1.0
-    small = mwu_power(baseline, -0.5, 20, alpha=0.05, repetitions=300, rng=rng)
-    large = mwu_power(baseline, -0.5, 400, alpha=0.05, repetitions=300, rng=rng)
+    small = mwu_power(baseline, baseline - 0.5, 20, alpha=0.05, repetitions=300, rng=rng)
+    large = mwu_power(baseline, baseline - 0.5, 400, alpha=0.05, repetitions=300, rng=rng)
     assert small < large
     assert large > 0.9
-    null = mwu_power(baseline, 0.0, 100, alpha=0.05, repetitions=600, rng=rng)
+    null = mwu_power(baseline, baseline, 100, alpha=0.05, repetitions=600, rng=rng)
     assert null < 0.1
 
 
 def test_required_sample_size_reaches_power() -> None:
     rng = np.random.default_rng(2)
     baseline = rng.poisson(4, 5000) + 1.0
-    res = required_sample_size(baseline, -0.5, alpha=0.05 / 6, power=0.8, repetitions=200, rng=rng)
+    res = required_sample_size(baseline, baseline - 0.5, alpha=0.05 / 6, power=0.8, repetitions=200, rng=rng)
     assert res["reached"]
     assert res["power"] >= 0.8
     below = [c for c in res["curve"] if c["n"] < res["n"]]
     assert below and max(c["power"] for c in below if c["n"] <= res["n"] // 2 + 1) < 0.8
     with pytest.raises(ConfigError):
-        required_sample_size(baseline, 0.0, rng=rng)
+        required_sample_size(baseline, baseline, power=1.5, rng=rng)
+
+
+def test_identical_distributions_are_never_detected_and_n_max_is_reported() -> None:
+    rng = np.random.default_rng(3)
+    ones = np.ones(100)
+    assert mwu_power(ones, ones, 50, alpha=0.05, repetitions=50, rng=rng) == 0.0
+    res = required_sample_size(ones, ones, n_max=64, repetitions=20, rng=rng)
+    assert res == {"n": None, "power": 0.0, "curve": res["curve"], "reached": False}
+    assert [c["n"] for c in res["curve"]] == [8, 16, 32, 64]

@@ -56,31 +56,36 @@ def compare_branches(
 
 
 def mwu_power(
-    baseline: np.ndarray,
-    effect: float,
+    control: np.ndarray,
+    treatment: np.ndarray,
     n_per_group: int,
     *,
     alpha: float,
     repetitions: int,
     rng: np.random.Generator,
 ) -> float:
-    """Power of a two-sided MWU test to detect a location shift ``effect`` of ``baseline``.
+    """Power of a two-sided MWU test to tell ``treatment`` from ``control`` with
+    ``n_per_group`` values per group, by simulation.
 
-    Each repetition draws ``n_per_group`` values for control and for treatment from the
-    empirical ``baseline`` distribution (with replacement) and shifts the treatment draw by
-    ``effect``; power is the share of repetitions with p < ``alpha``.
+    Each repetition draws ``n_per_group`` values from each empirical distribution (with
+    replacement); power is the share of repetitions with p < ``alpha``. For a location
+    shift ``effect`` of one distribution, pass ``treatment = control + effect``.
     """
     if n_per_group < 2 or repetitions < 1:
         raise ConfigError("n_per_group must be >= 2 and repetitions >= 1")
-    control = rng.choice(baseline, size=(repetitions, n_per_group))
-    treatment = rng.choice(baseline, size=(repetitions, n_per_group)) + effect
-    res = stats.mannwhitneyu(control, treatment, alternative="two-sided", axis=1)
-    return float(np.mean(res.pvalue < alpha))
+    if np.asarray(control).size == 0 or np.asarray(treatment).size == 0:
+        raise ConfigError("control and treatment need at least one observed value each")
+    a = rng.choice(control, size=(repetitions, n_per_group))
+    b = rng.choice(treatment, size=(repetitions, n_per_group))
+    # Identical constant rows have no ranks to compare: p = 1 (no evidence of a difference).
+    with np.errstate(invalid="ignore"):
+        pvalue = stats.mannwhitneyu(a, b, alternative="two-sided", axis=1).pvalue
+    return float(np.mean(np.nan_to_num(pvalue, nan=1.0) < alpha))
 
 
 def required_sample_size(
-    baseline: np.ndarray,
-    effect: float,
+    control: np.ndarray,
+    treatment: np.ndarray,
     *,
     alpha: float = 0.05 / 6,
     power: float = 0.8,
@@ -88,17 +93,16 @@ def required_sample_size(
     n_max: int = 1_000_000,
     rng: np.random.Generator,
 ) -> dict[str, Any]:
-    """Smallest number of searches per group reaching ``power`` (found by doubling, then
-    bisection on the simulated power curve). Returns the curve it evaluated too."""
+    """Smallest number of values per group at which :func:`mwu_power` reaches ``power``
+    (found by doubling, then bisection on the simulated power curve; ``n`` is None when
+    ``n_max`` does not suffice). Returns the curve it evaluated too."""
     if not 0 < power < 1:
         raise ConfigError(f"power must lie in (0, 1), got {power}")
-    if effect == 0:
-        raise ConfigError("effect must be non-zero: no sample size detects a zero shift")
     curve: dict[int, float] = {}
 
     def power_at(n: int) -> float:
         if n not in curve:
-            curve[n] = mwu_power(baseline, effect, n, alpha=alpha, repetitions=repetitions, rng=rng)
+            curve[n] = mwu_power(control, treatment, n, alpha=alpha, repetitions=repetitions, rng=rng)
         return curve[n]
 
     hi = 8

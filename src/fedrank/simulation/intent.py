@@ -135,24 +135,32 @@ def sample_intents(
     vocab = population.vocabulary
     # Key of every word id (last entry: the padding id -1, which never qualifies).
     if model == "topic":
-        word_key = np.append(np.arange(vocab.n_words, dtype=np.int64), -1)
+        word_key = np.append(np.arange(vocab.n_words, dtype=np.int32), -1)
     else:
-        word_key = np.append(vocab.chars[:, 0].astype(np.int64), -1)
+        word_key = np.append(vocab.chars[:, 0].astype(np.int32), -1)
     cue_key = word_key[cue_word]
 
-    flat = population.pages_of_users(population.check_users(users))
-    qualifies = word_key[titles[flat.page]] == cue_key[flat.owner, None]  # (T, W)
-    in_question = qualifies.any(axis=1)
-    utility = np.asarray(true_scores, dtype=np.float64)[flat.page]
+    flat = population.pages_of_users(users)
+    # Pages in question, then the noisy argmax among them (noise drawn only for them).
+    page_key = word_key[titles]  # (N, W)
+    key_columns = np.ascontiguousarray(page_key.T)  # one gather per title slot
+    wanted = cue_key[flat.owner]
+    in_question = key_columns[0][flat.page] == wanted
+    for column in key_columns[1:]:
+        in_question |= column[flat.page] == wanted
+    idx = np.flatnonzero(in_question)
+    owner = flat.owner[idx]  # ascending; every search has >= 1 page in question (its cue)
+    utility = np.asarray(true_scores, dtype=np.float64)[flat.page[idx]]
     if noise_var > 0:
         utility = utility + rng.normal(0.0, np.sqrt(noise_var), size=utility.size)
-    key = np.where(in_question, utility, -np.inf)
-    seg_max = np.maximum.reduceat(key, flat.start)
-    hits = np.flatnonzero(in_question & (key == seg_max[flat.owner]))
+    starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+    seg_max = np.maximum.reduceat(utility, starts)
+    hits = np.flatnonzero(utility == seg_max[owner])
     first = np.ones(hits.size, dtype=bool)  # one hit per search (ties: the lowest page id)
-    first[1:] = flat.owner[hits[1:]] != flat.owner[hits[:-1]]
-    hits = hits[first]
-    return flat.page[hits], np.argmax(qualifies[hits], axis=1).astype(np.int64)
+    first[1:] = owner[hits[1:]] != owner[hits[:-1]]
+    targets = flat.page[idx[hits[first]]]
+    first_slot = np.argmax(page_key[targets] == cue_key[:, None], axis=1).astype(np.int64)
+    return targets, first_slot
 
 
 __all__ = ["INTENT_MODELS", "sample_intents", "sample_targets"]
