@@ -42,7 +42,9 @@ def one_search_gradient(repeats: int, seed: int) -> dict[str, float]:
 
     def objective(rows: np.ndarray) -> np.ndarray:
         scores = scaled_scores(model.score(rows, pages), config.score_scale)
-        return pointwise_svm_loss(scores.reshape(rows.shape[0], 1, n), selected, valid, config.delta)
+        return pointwise_svm_loss(
+            scores.reshape(rows.shape[0], 1, n), selected, valid, config.delta
+        )
 
     theta = classic_defaults()
     estimator.estimate(theta, objective)  # warm-up
@@ -84,8 +86,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks/frecency.json"))
     args = parser.parse_args()
     report = {
-        "machine": {"python": platform.python_version(), "processor": platform.machine(),
-                    "numpy": np.__version__},
+        "machine": {
+            "python": platform.python_version(),
+            "processor": platform.machine(),
+            "numpy": np.__version__,
+        },
         "fd_gradient_one_search": one_search_gradient(args.repeats, args.seed),
         "study": whole_study(args.users, args.iterations, args.seed),
     }

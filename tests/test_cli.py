@@ -184,26 +184,12 @@ def test_score_missing_table_gives_a_clear_error(tmp_path: Path) -> None:
     _assert_clean_failure(result, "table 'moz_places' is missing")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: read_places raises FileNotFoundError (not a FedrankError), which the CLI "
-    "does not turn into an 'Error: ...' message: the user sees a traceback",
-)
 def test_score_missing_places_file_gives_a_clear_error(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-profile" / "places.sqlite"
     result = _run(["frecency", "score", "--places", str(missing)])
-    _assert_clean_failure(result, str(missing))
-
-
-def test_score_missing_places_file_fails_and_names_the_file(tmp_path: Path) -> None:
-    # What the CLI does today (see the xfail test above): non-zero exit, and the exception
-    # names the missing file.
-    missing = tmp_path / "no-such-profile" / "places.sqlite"
-    result = _run(["frecency", "score", "--places", str(missing)])
-    assert result.exit_code != 0
-    assert not missing.exists()
-    text = result.output + str(result.exception)
-    assert str(missing) in text
+    assert result.exit_code == 2  # click's usage error: the option names a missing file
+    assert "does not exist" in result.output and "places.sqlite" in result.output
+    assert "Traceback" not in result.output
 
 
 # ----------------------------------------------------------------------------------------
@@ -364,43 +350,72 @@ def test_simulate_bad_choices_are_usage_errors(args: list[str], option: str) -> 
 # ----------------------------------------------------------------------------------------
 
 
+def _check_power_json(data: dict[str, Any], searches_per_user: int) -> None:
+    assert data["target_power"] == 0.8
+    assert data["searches_per_user"] == searches_per_user
+    curve = data["curve"]
+    assert curve and all(set(point) == {"n", "power"} for point in curve)
+    assert [point["n"] for point in curve] == sorted(point["n"] for point in curve)
+    assert all(0.0 <= point["power"] <= 1.0 for point in curve)
+    if data["reached"]:
+        assert isinstance(data["n"], int) and data["n"] >= 2
+        assert data["power"] >= 0.8
+        assert {"n": data["n"], "power": data["power"]} in curve
+        assert data["users_per_group"] == -(-data["n"] // searches_per_user)
+    else:
+        assert data["n"] is None
+
+
 def test_power_writes_json(tmp_path: Path) -> None:
     json_path = tmp_path / "power.json"
     result = _ok(["frecency", "power", "--users", "200", "--repetitions", "20",
                   "--searches-per-user", "3", "--seed", "3", "--json", str(json_path)])
     data = _load(json_path)
+    _check_power_json(data, 3)
     assert data["metric"] == "chars_typed"
-    assert data["effect"] == -0.5
-    assert data["target_power"] == 0.8
-    assert data["searches_per_user"] == 3
+    # Default treatment: the preset's hidden weights, which type fewer characters.
     assert data["reached"] is True
-    assert isinstance(data["n"], int) and data["n"] >= 2
-    assert data["power"] >= 0.8
-    assert data["users_per_group"] == -(-data["n"] // 3)
-    assert data["baseline_mean"] >= 1.0
-    curve = data["curve"]
-    assert curve and all(set(point) == {"n", "power"} for point in curve)
-    assert [point["n"] for point in curve] == sorted(point["n"] for point in curve)
-    assert {"n": data["n"], "power": data["power"]} in curve
+    assert data["control_mean"] >= 1.0 and data["treatment_mean"] >= 1.0
+    assert data["treatment_mean"] < data["control_mean"]
     assert f"{data['n']} searches per group" in result.output
     assert f"wrote {json_path}" in result.output
 
 
-def test_power_selected_rank_metric(tmp_path: Path) -> None:
+def test_power_effect_shifts_the_control_distribution(tmp_path: Path) -> None:
     json_path = tmp_path / "power.json"
     _ok(["frecency", "power", "--metric", "selected_rank", "--effect", "1", "--users", "200",
-         "--repetitions", "20", "--json", str(json_path)])
+         "--repetitions", "20", "--searches-per-user", "4", "--json", str(json_path)])
     data = _load(json_path)
+    _check_power_json(data, 4)
     assert data["metric"] == "selected_rank"
-    assert data["effect"] == 1.0
-    assert data["baseline_mean"] >= 0.0
+    assert data["treatment_mean"] == pytest.approx(data["control_mean"] + 1.0)
+    assert data["reached"] is True
+
+
+def test_power_with_weights_of_a_simulate_run(
+    simulate_run: tuple[Result, Path, Path], tmp_path: Path
+) -> None:
+    _, study_json, _ = simulate_run
+    json_path = tmp_path / "power.json"
+    _ok(["frecency", "power", "--weights", str(study_json), "--users", "200",
+         "--repetitions", "10", "--searches-per-user", "2", "--json", str(json_path)])
+    data = _load(json_path)
+    _check_power_json(data, 2)
+    assert str(study_json) in data["treatment"]
+
+
+def test_power_weights_without_final_weights_fail_cleanly(tmp_path: Path) -> None:
+    bad = tmp_path / "not-a-study.json"
+    bad.write_text(json.dumps({"pages": []}))
+    result = _run(["frecency", "power", "--weights", str(bad), "--users", "100"])
+    _assert_clean_failure(result, "final_weights")
+    assert result.exit_code == 2
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--power", "1.5"], "power must lie in (0, 1)"),
-        (["--effect", "0"], "effect must be non-zero"),
         (["--repetitions", "0"], "repetitions >= 1"),
     ],
 )
@@ -435,11 +450,6 @@ def test_policies_writes_json(tmp_path: Path) -> None:
     assert rows[1]["reports"] >= 500 * rows[1]["iterations"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: `frecency policies` calls run_policy directly and skips the target_fraction "
-    "check of compare_policies, so a target above the initial loss is 'reached' at once",
-)
 def test_policies_rejects_a_target_fraction_outside_0_1() -> None:
     result = _run(["frecency", "policies", "--users", "200", "--target-fraction", "1.5"])
     _assert_clean_failure(result, "target_fraction must lie in (0, 1)")
@@ -513,3 +523,10 @@ def test_demo_writes_report_json_and_plots(tmp_path: Path) -> None:
         _assert_shows(cells[2], ev["selected_rank_mean"])
     for name in STUDY_PLOTS:
         assert f"]({name})" in report
+
+
+def test_unwritable_json_path_gives_a_clear_error(tmp_path: Path, firefox_dir: Path) -> None:
+    # --json names an existing directory: writing fails with an OSError, shown in one line.
+    result = _run(["frecency", "score", "--places", str(firefox_dir / "places.sqlite"),
+                   "--json", str(tmp_path)])
+    _assert_clean_failure(result, str(tmp_path))

@@ -62,13 +62,16 @@ def write_json(data: Any, path: Path) -> None:
 
 
 class _Group(click.Group):
-    """Turns fedrank's own errors into a one-line message and exit code 2."""
+    """Turns fedrank's own errors, and files that cannot be read or written, into a one-line
+    message and exit code 1 (no traceback)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except FedrankError as err:
             raise click.ClickException(str(err)) from err
+        except OSError as err:
+            raise click.ClickException(f"{err.strerror or err}: {err.filename or ''}") from err
 
 
 @click.group(cls=_Group)
@@ -83,12 +86,23 @@ def frecency() -> None:
 
 
 @frecency.command("score")
-@click.option("--places", "places", type=click.Path(path_type=Path), required=True,
-              help="A Firefox profile's places.sqlite.")
-@click.option("--algorithm", type=click.Choice(["classic", "modern"]), default="modern",
-              show_default=True)
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
-              help="Write {'pages': [{url, frecency, firefox_frecency}, ...]} here.")
+@click.option(
+    "--places",
+    "places",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help="A Firefox profile's places.sqlite.",
+)
+@click.option(
+    "--algorithm", type=click.Choice(["classic", "modern"]), default="modern", show_default=True
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write {'pages': [{url, frecency, firefox_frecency}, ...]} here.",
+)
 def frecency_score(places: Path, algorithm: str, json_path: Path | None) -> None:
     """Score every page of a places.sqlite with fedrank's frecency."""
     from fedrank.data.places import score_places
@@ -96,8 +110,10 @@ def frecency_score(places: Path, algorithm: str, json_path: Path | None) -> None
     result = score_places(places, algorithm)
     pages = result["pages"]
     same = sum(p["frecency"] == p["firefox_frecency"] for p in pages)
-    click.echo(f"{len(pages)} pages scored with the {algorithm} algorithm; "
-               f"{same} equal Firefox's stored frecency")
+    click.echo(
+        f"{len(pages)} pages scored with the {algorithm} algorithm; "
+        f"{same} equal Firefox's stored frecency"
+    )
     if json_path:
         write_json(result, json_path)
         click.echo(f"wrote {json_path}")
@@ -105,41 +121,97 @@ def frecency_score(places: Path, algorithm: str, json_path: Path | None) -> None
 
 def _study_options(func: Any) -> Any:
     """Options of ``frecency simulate``; their defaults are FrecencyStudyConfig's."""
-    from fedrank.experiments.frecency_study import FrecencyStudyConfig
     from fedrank.experiments.frecency_presets import PRESETS
+    from fedrank.experiments.frecency_study import FrecencyStudyConfig
     from fedrank.losses.pointwise_svm import SCORE_SCALES
     from fedrank.simulation.intent import INTENT_MODELS
 
     d = FrecencyStudyConfig()
     options = [
-        click.option("--preset", type=click.Choice(PRESETS), default=d.preset,
-                     show_default=True, help="Hidden preference of the simulated users."),
+        click.option(
+            "--preset",
+            type=click.Choice(PRESETS),
+            default=d.preset,
+            show_default=True,
+            help="Hidden preference of the simulated users.",
+        ),
         click.option("--users", "n_users", type=int, default=d.n_users, show_default=True),
         click.option("--iterations", type=int, default=d.iterations, show_default=True),
         click.option("--seed", type=int, default=d.seed, show_default=True),
-        click.option("--message", type=click.Choice(["full", "sign"]), default=d.message,
-                     show_default=True, help="Full float updates or signs only."),
-        click.option("--optimizer", type=click.Choice(["rprop", "sgd", "adam"]),
-                     default=d.optimizer, show_default=True),
-        click.option("--delta", type=float, default=d.delta, show_default=True,
-                     help="SVM margin Delta (on the --score-scale)."),
-        click.option("--score-scale", type=click.Choice(SCORE_SCALES), default=d.score_scale,
-                     show_default=True,
-                     help="Loss on log frecency (scale-free) or raw frecency (the paper's)."),
-        click.option("--eps", type=float, default=d.eps, show_default=True,
-                     help="Finite-difference epsilon."),
-        click.option("--intent", type=click.Choice(INTENT_MODELS), default=d.intent,
-                     show_default=True, help="How a search's wanted page is chosen."),
-        click.option("--attention-depth", type=int, default=d.attention_depth,
-                     show_default=True, help="Suggestions a user scans after each keystroke."),
-        click.option("--searches-per-iteration", type=float, default=d.searches_per_iteration,
-                     show_default=True, help="Mean (Poisson) searches per user per iteration."),
-        click.option("--eval-searches", "eval_searches_per_user", type=int,
-                     default=d.eval_searches_per_user, show_default=True,
-                     help="Searches per user in the evaluation phase."),
+        click.option(
+            "--message",
+            type=click.Choice(["full", "sign"]),
+            default=d.message,
+            show_default=True,
+            help="Full float updates or signs only.",
+        ),
+        click.option(
+            "--optimizer",
+            type=click.Choice(["rprop", "sgd", "adam"]),
+            default=d.optimizer,
+            show_default=True,
+        ),
+        click.option(
+            "--delta",
+            type=float,
+            default=d.delta,
+            show_default=True,
+            help="SVM margin Delta (on the --score-scale).",
+        ),
+        click.option(
+            "--score-scale",
+            type=click.Choice(SCORE_SCALES),
+            default=d.score_scale,
+            show_default=True,
+            help="Loss on log frecency (scale-free) or raw frecency (the paper's).",
+        ),
+        click.option(
+            "--significance-z",
+            type=float,
+            default=d.significance_z,
+            show_default=True,
+            help="Per-weight significance gate of the aggregate (0: the paper's plain mean).",
+        ),
+        click.option(
+            "--eps", type=float, default=d.eps, show_default=True, help="Finite-difference epsilon."
+        ),
+        click.option(
+            "--intent",
+            type=click.Choice(INTENT_MODELS),
+            default=d.intent,
+            show_default=True,
+            help="How a search's wanted page is chosen.",
+        ),
+        click.option(
+            "--attention-depth",
+            type=int,
+            default=d.attention_depth,
+            show_default=True,
+            help="Suggestions a user scans after each keystroke.",
+        ),
+        click.option(
+            "--searches-per-iteration",
+            type=float,
+            default=d.searches_per_iteration,
+            show_default=True,
+            help="Mean (Poisson) searches per user per iteration.",
+        ),
+        click.option(
+            "--eval-searches",
+            "eval_searches_per_user",
+            type=int,
+            default=d.eval_searches_per_user,
+            show_default=True,
+            help="Searches per user in the evaluation phase.",
+        ),
         click.option("--json", "json_path", type=click.Path(path_type=Path), default=None),
-        click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
-                     help="Directory for the PNG plots."),
+        click.option(
+            "--out",
+            "out_dir",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="Directory for the PNG plots.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -157,14 +229,20 @@ def _run_study(config: Any) -> Any:
 def _summarize(result: Any) -> None:
     from fedrank.experiments.report import loss_reduction
 
-    click.echo(f"treatment loss reduction (last 5 vs first 5 iterations): "
-               f"{100 * loss_reduction(result):.1f}%; constraints held: {result.constraints_held}")
+    click.echo(
+        f"treatment loss reduction (last 5 vs first 5 iterations): "
+        f"{100 * loss_reduction(result):.1f}%; constraints held: {result.constraints_held}"
+    )
     for name, ev in result.eval.items():
-        click.echo(f"  {name:17s} chars typed {ev['chars_typed_mean']:.3f}  "
-                   f"rank {ev['selected_rank_mean']:.3f}  (n={ev['n']})")
+        click.echo(
+            f"  {name:17s} chars typed {ev['chars_typed_mean']:.3f}  "
+            f"rank {ev['selected_rank_mean']:.3f}  (n={ev['n']})"
+        )
     ev = result.oracle
-    click.echo(f"  {'(hidden weights)':17s} chars typed {ev['chars_typed_mean']:.3f}  "
-               f"rank {ev['selected_rank_mean']:.3f}  (n={ev['n']}; the best any model can do)")
+    click.echo(
+        f"  {'(hidden weights)':17s} chars typed {ev['chars_typed_mean']:.3f}  "
+        f"rank {ev['selected_rank_mean']:.3f}  (n={ev['n']}; the best any model can do)"
+    )
     for key, test in result.tests.items():
         p = test["pvalue"]
         shown = f"{p:.3g}" if p > 0 else "< 1e-300 (below float range)"
@@ -173,10 +251,14 @@ def _summarize(result: Any) -> None:
 
 @frecency.command("simulate")
 @_study_options
-@click.option("--stability/--no-stability", default=False,
-              help="Also run the Fig. 7 update-stability analysis each iteration.")
-def frecency_simulate(json_path: Path | None, out_dir: Path | None, stability: bool,
-                      **settings: Any) -> None:
+@click.option(
+    "--stability/--no-stability",
+    default=False,
+    help="Also run the Fig. 7 update-stability analysis each iteration.",
+)
+def frecency_simulate(
+    json_path: Path | None, out_dir: Path | None, stability: bool, **settings: Any
+) -> None:
     """Simulate the federated frecency study (optimization + evaluation phases)."""
     from fedrank.experiments.frecency_study import FrecencyStudyConfig
     from fedrank.experiments.plots import plot_study
@@ -193,15 +275,21 @@ def frecency_simulate(json_path: Path | None, out_dir: Path | None, stability: b
 
 
 @frecency.command("messages")
-@click.option("--preset", type=click.Choice(["paper", "shifted"]), default="shifted",
-              show_default=True)
+@click.option(
+    "--preset", type=click.Choice(["paper", "shifted"]), default="shifted", show_default=True
+)
 @click.option("--users", "n_users", type=int, default=3000, show_default=True)
 @click.option("--iterations", type=int, default=40, show_default=True)
-@click.option("--seeds", default="0,1,2", show_default=True,
-              help="Comma-separated seeds; each runs a full and a sign-only study.")
+@click.option(
+    "--seeds",
+    default="0,1,2",
+    show_default=True,
+    help="Comma-separated seeds; each runs a full and a sign-only study.",
+)
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
-def frecency_messages(preset: str, n_users: int, iterations: int, seeds: str,
-                      json_path: Path | None) -> None:
+def frecency_messages(
+    preset: str, n_users: int, iterations: int, seeds: str, json_path: Path | None
+) -> None:
     """Sign-only vs full-precision messages: final loss, paired by seed."""
     from fedrank.experiments.frecency_study import FrecencyStudyConfig, compare_messages
 
@@ -212,39 +300,78 @@ def frecency_messages(preset: str, n_users: int, iterations: int, seeds: str,
     config = FrecencyStudyConfig(preset=preset, n_users=n_users, iterations=iterations)
     with _progress() as bar:
         task = bar.add_task("studies", total=2 * len(seed_list))
-        res = compare_messages(config, seed_list,
-                               progress=lambda done, total: bar.update(task, completed=done))
+        res = compare_messages(
+            config, seed_list, progress=lambda done, total: bar.update(task, completed=done)
+        )
     for row in res["per_seed"]:
-        click.echo(f"  seed {row['seed']}: final loss full {row['full']['final_loss']:.4f}  "
-                   f"sign {row['sign']['final_loss']:.4f}  (ratio {row['ratio']:.2f})")
-    click.echo(f"mean final loss: full {res['full_final_loss_mean']:.4f}, sign "
-               f"{res['sign_final_loss_mean']:.4f}; sign/full = {res['ratio']:.3f}")
+        click.echo(
+            f"  seed {row['seed']}: final loss full {row['full']['final_loss']:.4f}  "
+            f"sign {row['sign']['final_loss']:.4f}  (ratio {row['ratio']:.2f})"
+        )
+    click.echo(
+        f"mean final loss: full {res['full_final_loss_mean']:.4f}, sign "
+        f"{res['sign_final_loss_mean']:.4f}; sign/full = {res['ratio']:.3f}"
+    )
     if json_path:
         write_json(res, json_path)
         click.echo(f"wrote {json_path}")
 
 
 @frecency.command("power")
-@click.option("--preset", type=click.Choice(["paper", "shifted"]), default="shifted",
-              show_default=True, help="Hidden preference of the simulated users.")
-@click.option("--weights", "weights_path", type=click.Path(exists=True, path_type=Path),
-              default=None, help="Treatment model: final_weights of a `simulate --json` file "
-              "(default: the preset's hidden weights, the largest effect a model can have).")
-@click.option("--effect", type=float, default=None,
-              help="Instead of a model: a location shift of the control distribution.")
-@click.option("--metric", type=click.Choice(["chars_typed", "selected_rank"]),
-              default="chars_typed", show_default=True)
+@click.option(
+    "--preset",
+    type=click.Choice(["paper", "shifted"]),
+    default="shifted",
+    show_default=True,
+    help="Hidden preference of the simulated users.",
+)
+@click.option(
+    "--weights",
+    "weights_path",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="Treatment model: final_weights of a `simulate --json` file "
+    "(default: the preset's hidden weights, the largest effect a model can have).",
+)
+@click.option(
+    "--effect",
+    type=float,
+    default=None,
+    help="Instead of a model: a location shift of the control distribution.",
+)
+@click.option(
+    "--metric",
+    type=click.Choice(["chars_typed", "selected_rank"]),
+    default="chars_typed",
+    show_default=True,
+)
 @click.option("--power", "target_power", type=float, default=0.8, show_default=True)
 @click.option("--alpha", type=float, default=0.05 / 6, show_default=True)
 @click.option("--repetitions", type=int, default=200, show_default=True)
-@click.option("--users", "n_users", type=int, default=4000, show_default=True,
-              help="Users simulated to obtain the two distributions (half per model).")
+@click.option(
+    "--users",
+    "n_users",
+    type=int,
+    default=4000,
+    show_default=True,
+    help="Users simulated to obtain the two distributions (half per model).",
+)
 @click.option("--searches-per-user", type=int, default=10, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
-def frecency_power(preset: str, weights_path: Path | None, effect: float | None, metric: str,
-                   target_power: float, alpha: float, repetitions: int, n_users: int,
-                   searches_per_user: int, seed: int, json_path: Path | None) -> None:
+def frecency_power(
+    preset: str,
+    weights_path: Path | None,
+    effect: float | None,
+    metric: str,
+    target_power: float,
+    alpha: float,
+    repetitions: int,
+    n_users: int,
+    searches_per_user: int,
+    seed: int,
+    json_path: Path | None,
+) -> None:
     """How many searches (and users) a Mann-Whitney U test needs to tell a model from
     Firefox's defaults (control branch), by simulation (paper Sec. 6.2)."""
     from fedrank.experiments.frecency_presets import hidden_weights
@@ -271,20 +398,34 @@ def frecency_power(preset: str, weights_path: Path | None, effect: float | None,
     branch = world.branch[batch.user]
     control = values[branch == CONTROL]
     treatment = control + effect if effect is not None else values[branch == TREATMENT]
-    res = required_sample_size(control, treatment, alpha=alpha, power=target_power,
-                               repetitions=repetitions, rng=rng)
-    res.update(metric=metric, preset=preset, alpha=alpha, target_power=target_power,
-               control_mean=float(control.mean()), treatment_mean=float(treatment.mean()),
-               treatment=("control shifted by %g" % effect if effect is not None
-                          else str(weights_path or f"hidden weights of {preset}")),
-               searches_per_user=searches_per_user)
-    click.echo(f"{metric}: control {control.mean():.4f}, treatment {treatment.mean():.4f} "
-               f"({res['treatment']})")
+    res = required_sample_size(
+        control, treatment, alpha=alpha, power=target_power, repetitions=repetitions, rng=rng
+    )
+    res.update(
+        metric=metric,
+        preset=preset,
+        alpha=alpha,
+        target_power=target_power,
+        control_mean=float(control.mean()),
+        treatment_mean=float(treatment.mean()),
+        treatment=(
+            f"control shifted by {effect:g}"
+            if effect is not None
+            else str(weights_path or f"hidden weights of {preset}")
+        ),
+        searches_per_user=searches_per_user,
+    )
+    click.echo(
+        f"{metric}: control {control.mean():.4f}, treatment {treatment.mean():.4f} "
+        f"({res['treatment']})"
+    )
     if res["n"] is not None:
         res["users_per_group"] = math.ceil(res["n"] / searches_per_user)
-        click.echo(f"{res['n']} searches per group (~{res['users_per_group']} users at "
-                   f"{searches_per_user} searches each) reach power {res['power']:.2f} "
-                   f"at alpha {alpha:.5f}")
+        click.echo(
+            f"{res['n']} searches per group (~{res['users_per_group']} users at "
+            f"{searches_per_user} searches each) reach power {res['power']:.2f} "
+            f"at alpha {alpha:.5f}"
+        )
     else:
         click.echo(f"power {target_power} not reached within the search limit")
     if json_path:
@@ -293,15 +434,22 @@ def frecency_power(preset: str, weights_path: Path | None, effect: float | None,
 
 
 @frecency.command("policies")
-@click.option("--preset", type=click.Choice(["paper", "shifted"]), default="shifted",
-              show_default=True)
+@click.option(
+    "--preset", type=click.Choice(["paper", "shifted"]), default="shifted", show_default=True
+)
 @click.option("--users", "n_users", type=int, default=2000, show_default=True)
-@click.option("--target-fraction", type=float, default=0.85, show_default=True,
-              help="Target validation loss as a fraction of the initial loss.")
+@click.option(
+    "--target-fraction",
+    type=float,
+    default=0.5,
+    show_default=True,
+    help="Target validation loss as a fraction of the initial loss.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
-def frecency_policies(preset: str, n_users: int, target_fraction: float, seed: int,
-                      json_path: Path | None) -> None:
+def frecency_policies(
+    preset: str, n_users: int, target_fraction: float, seed: int, json_path: Path | None
+) -> None:
     """Compare iteration-length policies: reports needed to reach the same loss."""
     from fedrank.experiments.iteration_policies import (
         FixedTime,
@@ -320,8 +468,10 @@ def frecency_policies(preset: str, n_users: int, target_fraction: float, seed: i
             rows.append(run_policy(policy, config, seed))
             bar.update(task, advance=1)
     for row in rows:
-        click.echo(f"  {row['policy']:32s} reached={row['reached']}  reports={row['reports']}  "
-                   f"iterations={row['iterations']}  hours={row['hours']:.1f}")
+        click.echo(
+            f"  {row['policy']:32s} reached={row['reached']}  reports={row['reports']}  "
+            f"iterations={row['iterations']}  hours={row['hours']:.1f}"
+        )
     if json_path:
         write_json({"config": config.__dict__, "policies": rows}, json_path)
         click.echo(f"wrote {json_path}")
@@ -329,8 +479,13 @@ def frecency_policies(preset: str, n_users: int, target_fraction: float, seed: i
 
 @main.command("demo")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("results/demo"),
-              show_default=True)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    default=Path("results/demo"),
+    show_default=True,
+)
 def demo(seed: int, out_dir: Path) -> None:
     """Run the federated frecency study with defaults; write a report, plots and JSON."""
     from fedrank.experiments.frecency_study import FrecencyStudyConfig

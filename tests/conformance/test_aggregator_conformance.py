@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedrank.aggregators import MetricMean, SignVote, WeightedMean
+from fedrank.aggregators import GatedMean, MetricMean, SignVote, WeightedMean
 from fedrank.core.message import Message
 from fedrank.errors import ConfigError
 
@@ -41,6 +41,8 @@ CASES = [
     AggCase("WeightedMean", WeightedMean, exact=False, vector=True),
     AggCase("SignVote", lambda d: SignVote(d), exact=True, vector=True),
     AggCase("SignVote-weighted", lambda d: SignVote(d, weighted=True), exact=True, vector=True),
+    AggCase("SignVote-gated", lambda d: SignVote(d, z=1.0), exact=True, vector=True),
+    AggCase("GatedMean", GatedMean, exact=False, vector=True),
     AggCase("MetricMean", lambda d: MetricMean(), exact=False, vector=False),
 ]
 VECTOR_CASES = [c for c in CASES if c.vector]

@@ -83,7 +83,9 @@ def test_estimate_message_is_mean_over_units_and_clients_agree() -> None:
     np.testing.assert_allclose(loss[2], objective(theta[None])[0][[1, 2, 5]].mean())
 
 
-@pytest.mark.parametrize("kwargs", [{"eps": 0.0}, {"eps": -1.0}, {"eps": float("nan")}, {"scheme": "backward"}])
+@pytest.mark.parametrize(
+    "kwargs", [{"eps": 0.0}, {"eps": -1.0}, {"eps": float("nan")}, {"scheme": "backward"}]
+)
 def test_bad_configuration_is_refused(kwargs: dict) -> None:
     with pytest.raises(ConfigError):
         FiniteDifferenceEstimator(**kwargs)

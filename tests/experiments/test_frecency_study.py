@@ -39,7 +39,9 @@ def test_starts_from_defaults_and_every_iterate_is_safe(small_result) -> None:
     first = np.array([small_result.weights_per_iteration[0][n] for n in CLASSIC_WEIGHT_NAMES])
     np.testing.assert_array_equal(first, classic_defaults())
     chain = frecency_safeguards(max_change=3.0)
-    traj = [np.array([w[n] for n in CLASSIC_WEIGHT_NAMES]) for w in small_result.weights_per_iteration]
+    traj = [
+        np.array([w[n] for n in CLASSIC_WEIGHT_NAMES]) for w in small_result.weights_per_iteration
+    ]
     traj.append(np.array([small_result.final_weights[n] for n in CLASSIC_WEIGHT_NAMES]))
     for prev, cur in zip(traj, traj[1:], strict=False):
         assert chain.holds(cur, prev)
@@ -55,15 +57,26 @@ def test_same_seed_same_result_and_other_seed_differs(small_result) -> None:
 
 
 def test_sign_messages_and_other_optimizers_run() -> None:
-    for kwargs in ({"message": "sign"}, {"optimizer": "adam", "learning_rate": 1.0}, {"optimizer": "sgd", "learning_rate": 0.01}):
+    for kwargs in (
+        {"message": "sign"},
+        {"optimizer": "adam", "learning_rate": 1.0},
+        {"optimizer": "sgd", "learning_rate": 0.01},
+    ):
         res = run_study(FrecencyStudyConfig(seed=1, **{**SMALL, "iterations": 3}, **kwargs))
         assert res.constraints_held
         assert len(res.loss_per_iteration) == 3
 
 
 def test_stability_tracking_gives_one_entry_per_iteration() -> None:
-    res = run_study(FrecencyStudyConfig(seed=2, track_stability=True, stability_sample=50,
-                                        stability_draws=5, **{**SMALL, "iterations": 3}))
+    res = run_study(
+        FrecencyStudyConfig(
+            seed=2,
+            track_stability=True,
+            stability_sample=50,
+            stability_draws=5,
+            **{**SMALL, "iterations": 3},
+        )
+    )
     assert len(res.stability) == 3
     assert all(s["sample"] == min(50, s["n_reports"]) and s["mean"] >= 0 for s in res.stability)
 

@@ -8,9 +8,18 @@ from fedrank.experiments.stats import compare_branches, mwu_power, required_samp
 def test_compare_branches_runs_six_tests_at_bonferroni_level() -> None:
     rng = np.random.default_rng(0)
     samples = {
-        "treatment": {"chars_typed": rng.poisson(3, 400) + 1.0, "selected_rank": rng.poisson(0.3, 400) * 1.0},
-        "control": {"chars_typed": rng.poisson(5, 400) + 1.0, "selected_rank": rng.poisson(0.3, 400) * 1.0},
-        "control-no-decay": {"chars_typed": rng.poisson(5, 400) + 1.0, "selected_rank": rng.poisson(0.3, 400) * 1.0},
+        "treatment": {
+            "chars_typed": rng.poisson(3, 400) + 1.0,
+            "selected_rank": rng.poisson(0.3, 400) * 1.0,
+        },
+        "control": {
+            "chars_typed": rng.poisson(5, 400) + 1.0,
+            "selected_rank": rng.poisson(0.3, 400) * 1.0,
+        },
+        "control-no-decay": {
+            "chars_typed": rng.poisson(5, 400) + 1.0,
+            "selected_rank": rng.poisson(0.3, 400) * 1.0,
+        },
     }
     rows = compare_branches(samples)
     assert len(rows) == 6
@@ -35,7 +44,9 @@ def test_power_grows_with_sample_size_and_is_alpha_without_effect() -> None:
 def test_required_sample_size_reaches_power() -> None:
     rng = np.random.default_rng(2)
     baseline = rng.poisson(4, 5000) + 1.0
-    res = required_sample_size(baseline, baseline - 0.5, alpha=0.05 / 6, power=0.8, repetitions=200, rng=rng)
+    res = required_sample_size(
+        baseline, baseline - 0.5, alpha=0.05 / 6, power=0.8, repetitions=200, rng=rng
+    )
     assert res["reached"]
     assert res["power"] >= 0.8
     below = [c for c in res["curve"] if c["n"] < res["n"]]

@@ -24,7 +24,9 @@ def test_padding_slots_are_ignored_and_leading_axes_kept() -> None:
 
 @settings(max_examples=50, deadline=None)
 @given(st.integers(1, 6), st.integers(2, 10), st.integers(0, 1000), st.floats(0, 50))
-def test_loss_is_zero_iff_selected_beats_all_by_margin(s: int, k: int, seed: int, delta: float) -> None:
+def test_loss_is_zero_iff_selected_beats_all_by_margin(
+    s: int, k: int, seed: int, delta: float
+) -> None:
     rng = np.random.default_rng(seed)
     scores = rng.normal(size=(s, k)) * 100
     selected = rng.integers(0, k, size=s)

@@ -114,7 +114,7 @@ def test_first_letter_wants_the_best_page_of_the_cue_letter() -> None:
     # Cue "a" (apple, avocado) -> apple; cue "b" (bread, banana, berry) -> banana.
     assert set(np.unique(targets)) == {0, 2}
     words = pop.vocabulary.words
-    typed_first = [words[pop.title_words[t, s]] for t, s in zip(targets, first_slot)]
+    typed_first = [words[pop.title_words[t, s]] for t, s in zip(targets, first_slot, strict=True)]
     assert {w[0] for w in typed_first} <= {"a", "b"}
     assert all(w in ("apple", "banana") for w in typed_first)
     # Cue letters come from cue pages drawn proportionally to the scores (105 total):
@@ -130,7 +130,7 @@ def test_topic_wants_the_best_page_with_the_cue_word_and_types_it_first() -> Non
         pop, np.zeros(3000, dtype=np.int64), scores, np.random.default_rng(4), 0.0, "topic"
     )
     words = pop.vocabulary.words
-    for t, s in zip(targets, first_slot):
+    for t, s in zip(targets, first_slot, strict=True):
         assert words[pop.title_words[t, s]] in ("rust", "docs", "book", "python")
     # "docs" -> python docs (20 > 10); "rust" or "book" -> rust book; "python" -> python docs.
     assert set(np.unique(targets)) == {1, 2}

@@ -62,19 +62,27 @@ class SignVote:
         dim: length of the update vectors.
         weighted: if True, a message counts ``n_i`` votes instead of one (default False, as
             in the paper: one client, one vote).
+        z: significance gate (default 0: plain majority, as in the paper). With ``z > 0`` a
+            coordinate's majority counts only if ``|pos - neg| > z * sqrt(pos + neg)``, a
+            sign test (under "no preferred sign" ``pos - neg`` has standard deviation
+            ``sqrt(pos + neg)``); otherwise it finalizes to 0, which Rprop treats as no
+            gradient. See :mod:`fedrank.aggregators.gated_mean` for why.
 
     Accepts any update vectors and uses their sign. ``finalize`` returns float64 values in
     ``{-1, 0, +1}``; the empty state finalizes to ``zeros(dim)`` (no votes, no step).
     """
 
-    def __init__(self, dim: int, weighted: bool = False) -> None:
+    def __init__(self, dim: int, weighted: bool = False, z: float = 0.0) -> None:
         self.dim = check_dim(dim)
         if not isinstance(weighted, bool | np.bool_):
             raise ConfigError(f"weighted must be True or False, got {weighted!r}")
         self.weighted = bool(weighted)
+        if not (np.isfinite(z) and z >= 0):
+            raise ConfigError(f"z (the gate, in standard deviations) must be finite and >= 0: {z}")
+        self.z = float(z)
 
     def __repr__(self) -> str:
-        return f"SignVote(dim={self.dim}, weighted={self.weighted})"
+        return f"SignVote(dim={self.dim}, weighted={self.weighted}, z={self.z:g})"
 
     def zero(self) -> SignVoteState:
         """The empty aggregate (no votes)."""
@@ -128,9 +136,14 @@ class SignVote:
         return SignVoteState(a.pos + b.pos, a.neg + b.neg, a.zero + b.zero, a.count + b.count)
 
     def finalize(self, state: SignVoteState) -> np.ndarray:
-        """``sign(pos - neg)`` as float64 of shape ``(dim,)`` (ties give 0)."""
+        """``sign(pos - neg)`` as float64 of shape ``(dim,)`` (ties, and with ``z > 0``
+        majorities that fail the sign test, give 0)."""
         self._check_state(state)
-        return np.sign(state.pos - state.neg).astype(np.float64)
+        margin = state.pos - state.neg
+        votes = np.sign(margin).astype(np.float64)
+        if self.z > 0:
+            votes[np.abs(margin) <= self.z * np.sqrt(state.pos + state.neg)] = 0.0
+        return votes
 
     def state_to_json(self, state: SignVoteState) -> dict[str, Any]:
         """A JSON-compatible dict that :meth:`state_from_json` restores exactly."""

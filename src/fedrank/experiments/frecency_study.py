@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from fedrank.aggregators.mean import WeightedMean
+from fedrank.aggregators.gated_mean import GatedMean
 from fedrank.aggregators.sign_vote import SignVote
 from fedrank.errors import ConfigError
 from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
@@ -69,13 +69,18 @@ class FrecencyStudyConfig:
         message: ``full`` float vectors with a weighted mean, or ``sign`` (2 bits per weight)
             with a sign-majority vote (Sec. 5.3).
         optimizer: ``rprop`` (paper), ``sgd`` or ``adam``.
+        significance_z: the aggregator's per-weight significance gate in standard errors
+            (2; 0 = the paper's plain mean / majority vote): a weight whose aggregate is not
+            significantly non-zero is not moved (see :mod:`fedrank.aggregators.gated_mean`).
         eta_plus, eta_minus, step_init, step_min, step_max: Rprop (Eq. 2).
         learning_rate: SGD / Adam learning rate.
         max_change: safeguard bound on the change of any weight per iteration (3).
         decay_rate: Firefox's daily frecency decay in the control branch (0.975).
         noise_var: variance of the noise on the users' preference (paper: 30).
         track_stability: also run the Fig. 7 analysis every iteration.
-        stability_sample, stability_draws: subsample size (2,000) and draws (50) of Fig. 7.
+        stability_sample, stability_draws: subsample size (2,000) and draws (50) of Fig. 7;
+            an iteration with fewer than twice ``stability_sample`` reports draws half of
+            them (the sample size used is recorded per iteration).
     """
 
     preset: str = "shifted"
@@ -93,6 +98,7 @@ class FrecencyStudyConfig:
     scheme: Literal["central", "forward"] = "central"
     message: MessageKind = "full"
     optimizer: OptimizerKind = "rprop"
+    significance_z: float = 2.0
     eta_plus: float = 1.2
     eta_minus: float = 0.5
     step_init: float = 1.0
@@ -121,13 +127,23 @@ class FrecencyStudyConfig:
             raise ConfigError(f"optimizer must be rprop, sgd or adam, got {self.optimizer!r}")
         hidden_weights(self.preset)  # validates the preset name
         if self.intent not in INTENT_MODELS:
-            raise ConfigError(f"intent must be one of {', '.join(INTENT_MODELS)}, got {self.intent!r}")
+            raise ConfigError(
+                f"intent must be one of {', '.join(INTENT_MODELS)}, got {self.intent!r}"
+            )
         if self.score_scale not in SCORE_SCALES:
-            raise ConfigError(f"score_scale must be one of {', '.join(SCORE_SCALES)}, got {self.score_scale!r}")
+            raise ConfigError(
+                f"score_scale must be one of {', '.join(SCORE_SCALES)}, got {self.score_scale!r}"
+            )
         if not 1 <= self.attention_depth <= self.k:
-            raise ConfigError(f"attention_depth must be in 1..k={self.k}, got {self.attention_depth}")
+            raise ConfigError(
+                f"attention_depth must be in 1..k={self.k}, got {self.attention_depth}"
+            )
+        if not (np.isfinite(self.significance_z) and self.significance_z >= 0):
+            raise ConfigError(f"significance_z must be finite and >= 0, got {self.significance_z}")
         if not (np.isfinite(self.delta) and self.delta >= 0):
-            raise ConfigError(f"delta (the SVM margin) must be a finite number >= 0, got {self.delta}")
+            raise ConfigError(
+                f"delta (the SVM margin) must be a finite number >= 0, got {self.delta}"
+            )
 
 
 def build_optimizer(config: FrecencyStudyConfig) -> Rprop | SGD | Adam:
@@ -143,6 +159,15 @@ def build_optimizer(config: FrecencyStudyConfig) -> Rprop | SGD | Adam:
     if config.optimizer == "sgd":
         return SGD(learning_rate=config.learning_rate)
     return Adam(learning_rate=config.learning_rate)
+
+
+def build_aggregator(config: FrecencyStudyConfig, dim: int) -> GatedMean | SignVote:
+    """The server's aggregator: the (gated) weighted mean of full-precision updates, or the
+    (gated) sign-majority vote of sign-only ones; ``significance_z = 0`` gives the paper's
+    plain mean / majority."""
+    if config.message == "full":
+        return GatedMean(dim, z=config.significance_z)
+    return SignVote(dim, z=config.significance_z)
 
 
 @dataclass
@@ -212,7 +237,7 @@ def run_study(
     )
     estimator = FiniteDifferenceEstimator(eps=config.eps, scheme=config.scheme)
     dim = len(CLASSIC_WEIGHT_NAMES)
-    aggregator = WeightedMean(dim) if config.message == "full" else SignVote(dim)
+    aggregator = build_aggregator(config, dim)
     compressor = SignCompressor(with_zero=True) if config.message == "sign" else None
     optimizer = build_optimizer(config)
     safeguards = frecency_safeguards(max_change=config.max_change)
@@ -241,8 +266,14 @@ def run_study(
         if config.track_stability:
             result.stability.append(
                 subsample_l1_distances(
-                    aggregator, updates, reports.n, update,
-                    sample=config.stability_sample, draws=config.stability_draws, rng=rng,
+                    aggregator,
+                    updates,
+                    reports.n,
+                    update,
+                    # Fig. 7 draws 2,000 of many more reports; a smaller study draws half.
+                    sample=min(config.stability_sample, max(1, updates.shape[0] // 2)),
+                    draws=config.stability_draws,
+                    rng=rng,
                 )
             )
 
@@ -298,8 +329,12 @@ def _evaluate(
     result.eval_samples = samples
     treated = world.branch[oracle.user] == TREATMENT
     result.oracle = {
-        "chars_typed_mean": float(oracle.chars_typed[treated].mean()) if treated.any() else float("nan"),
-        "selected_rank_mean": float(oracle.selected_rank[treated].mean()) if treated.any() else float("nan"),
+        "chars_typed_mean": float(oracle.chars_typed[treated].mean())
+        if treated.any()
+        else float("nan"),
+        "selected_rank_mean": float(oracle.selected_rank[treated].mean())
+        if treated.any()
+        else float("nan"),
         "n": int(treated.sum()),
     }
     table = compare_branches(samples, alpha=0.05)

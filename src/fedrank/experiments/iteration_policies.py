@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from fedrank.aggregators.mean import WeightedMean
+from fedrank.aggregators.gated_mean import GatedMean
 from fedrank.errors import ConfigError
 from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
 from fedrank.experiments.frecency_presets import hidden_weights
@@ -96,6 +96,8 @@ class StreamConfig:
         validation_searches: size of the fixed validation set.
         target_fraction: target loss as a fraction of the initial validation loss.
         max_reports: budget after which a policy is declared not to reach the target.
+        delta, eps, significance_z: SVM margin (log scale), finite-difference epsilon and
+            aggregator gate, as in :class:`~fedrank.experiments.frecency_study.FrecencyStudyConfig`.
     """
 
     preset: str = "shifted"
@@ -104,13 +106,16 @@ class StreamConfig:
     daily_amplitude: float = 0.8
     tick_minutes: float = 5.0
     validation_searches: int = 3000
-    target_fraction: float = 0.85
+    target_fraction: float = 0.5
     max_reports: int = 60_000
-    delta: float = 10.0
+    delta: float = 0.1
+    significance_z: float = 2.0
     eps: float = 1.0
 
 
-def _validation_loss(world: FrecencyWorld, users: np.ndarray, targets_rng_seed: int, theta: np.ndarray) -> float:
+def _validation_loss(
+    world: FrecencyWorld, users: np.ndarray, targets_rng_seed: int, theta: np.ndarray
+) -> float:
     rng = np.random.default_rng(targets_rng_seed)  # the same intents every time
     batch, scores = world.search(users, theta, rng)
     return float(np.nanmean(world.branch_losses(batch, scores)))
@@ -118,13 +123,18 @@ def _validation_loss(world: FrecencyWorld, users: np.ndarray, targets_rng_seed: 
 
 def run_policy(policy: IterationPolicy, config: StreamConfig, seed: int) -> dict[str, Any]:
     """Simulate the stream under ``policy`` until the validation loss reaches the target."""
+    if not 0 < config.target_fraction < 1:
+        raise ConfigError(f"target_fraction must lie in (0, 1), got {config.target_fraction}")
     rng = np.random.default_rng(seed)
     world = FrecencyWorld(
-        config.n_users, hidden_weights(config.preset), rng,
-        shares=(1.0, 0.0, 0.0), delta=config.delta,
+        config.n_users,
+        hidden_weights(config.preset),
+        rng,
+        shares=(1.0, 0.0, 0.0),
+        delta=config.delta,
     )
     estimator = FiniteDifferenceEstimator(eps=config.eps)
-    aggregator = WeightedMean(N_CLASSIC_WEIGHTS)
+    aggregator = GatedMean(N_CLASSIC_WEIGHTS, z=config.significance_z)
     optimizer = Rprop()
     safeguards = frecency_safeguards()
     theta = classic_defaults()
@@ -139,7 +149,9 @@ def run_policy(policy: IterationPolicy, config: StreamConfig, seed: int) -> dict
     reports_used, iterations, reached, loss = 0, 0, False, initial
     while reports_used < config.max_reports:
         hours = total_minutes / 60.0
-        rate = config.reports_per_hour * (1 + config.daily_amplitude * np.sin(2 * np.pi * hours / 24))
+        rate = config.reports_per_hour * (
+            1 + config.daily_amplitude * np.sin(2 * np.pi * hours / 24)
+        )
         arrivals = int(rng.poisson(max(rate, 0.0) * config.tick_minutes / 60.0))
         minutes += config.tick_minutes
         total_minutes += config.tick_minutes
@@ -182,7 +194,5 @@ def compare_policies(
 ) -> list[dict[str, Any]]:
     """Run every policy on the same stream (same seed) and report what each needed."""
     config = config or StreamConfig()
-    if not 0 < config.target_fraction < 1:
-        raise ConfigError(f"target_fraction must lie in (0, 1), got {config.target_fraction}")
     policies = policies or [FixedTime(30.0), MinUpdates(500), SignStable(3, 100)]
     return [run_policy(p, config, seed) for p in policies]

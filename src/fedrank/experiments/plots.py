@@ -67,12 +67,20 @@ def plot_weights(result: StudyResult, path: Path) -> Path:
 def plot_chars_typed(result: StudyResult, path: Path) -> Path:
     """Distribution of characters typed per branch in the evaluation phase."""
     fig, ax = plt.subplots(figsize=(7, 4))
-    samples = {name: s["chars_typed"] for name, s in result.eval_samples.items() if s["chars_typed"].size}
+    samples = {
+        name: s["chars_typed"] for name, s in result.eval_samples.items() if s["chars_typed"].size
+    }
     top = int(max(np.percentile(v, 99) for v in samples.values())) + 1 if samples else 1
     bins = np.arange(0.5, top + 1.5)
     for name, values in samples.items():
-        ax.hist(values, bins=bins, density=True, histtype="step", lw=1.5,
-                label=f"{name} (mean {values.mean():.2f})")
+        ax.hist(
+            values,
+            bins=bins,
+            density=True,
+            histtype="step",
+            lw=1.5,
+            label=f"{name} (mean {values.mean():.2f})",
+        )
     ax.set_xlabel("characters typed before selecting")
     ax.set_ylabel("share of searches")
     ax.set_title("Evaluation phase: characters typed")

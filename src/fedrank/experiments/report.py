@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fedrank.experiments.frecency_study import StudyResult
 from fedrank.experiments.frecency_presets import hidden_weights
+from fedrank.experiments.frecency_study import StudyResult
 from fedrank.models.frecency.weights import CLASSIC_WEIGHT_NAMES, weights_to_dict
 
 
@@ -32,6 +32,8 @@ def _pvalue(p: float) -> str:
 def write_report(result: StudyResult, path: Path, command: str, plots: list[Path]) -> Path:
     """Write the markdown report of ``result`` to ``path``."""
     cfg = result.config
+    losses = result.loss_per_iteration
+    reports = [float(r) for r in result.reports_per_iteration]
     lines = [
         "# Federated frecency study (simulation)",
         "",
@@ -43,11 +45,11 @@ def write_report(result: StudyResult, path: Path, command: str, plots: list[Path
         "",
         "## Optimization",
         "",
-        f"- treatment loss, mean of the first 5 iterations: {_mean(result.loss_per_iteration[:5]):.4f}",
-        f"- treatment loss, mean of the last 5 iterations: {_mean(result.loss_per_iteration[-5:]):.4f}",
+        f"- treatment loss, mean of the first 5 iterations: {_mean(losses[:5]):.4f}",
+        f"- treatment loss, mean of the last 5 iterations: {_mean(losses[-5:]):.4f}",
         f"- relative reduction: {100 * loss_reduction(result):.1f}%",
         f"- safeguards held in every iteration: {result.constraints_held}",
-        f"- reports per iteration (mean): {_mean([float(r) for r in result.reports_per_iteration]):.0f}",
+        f"- reports per iteration (mean): {_mean(reports):.0f}",
         "",
         "## Evaluation phase",
         "",
@@ -90,7 +92,8 @@ def write_report(result: StudyResult, path: Path, command: str, plots: list[Path
     for name in CLASSIC_WEIGHT_NAMES:
         if start and abs(result.final_weights[name] - start[name]) > 1e-9:
             lines.append(
-                f"| {name} | {start[name]:g} | {hidden[name]:g} | {result.final_weights[name]:.2f} |"
+                f"| {name} | {start[name]:g} | {hidden[name]:g} | "
+                f"{result.final_weights[name]:.2f} |"
             )
     lines += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
     path.write_text("\n".join(lines))

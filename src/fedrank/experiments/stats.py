@@ -37,7 +37,9 @@ def compare_branches(
         for a, b in pairs:
             x, y = samples[a][metric], samples[b][metric]
             if x.size == 0 or y.size == 0:
-                raise ConfigError(f"branch {a if x.size == 0 else b} has no {metric} samples to test")
+                raise ConfigError(
+                    f"branch {a if x.size == 0 else b} has no {metric} samples to test"
+                )
             res = stats.mannwhitneyu(x, y, alternative="two-sided")
             rows.append(
                 {
@@ -102,7 +104,9 @@ def required_sample_size(
 
     def power_at(n: int) -> float:
         if n not in curve:
-            curve[n] = mwu_power(control, treatment, n, alpha=alpha, repetitions=repetitions, rng=rng)
+            curve[n] = mwu_power(
+                control, treatment, n, alpha=alpha, repetitions=repetitions, rng=rng
+            )
         return curve[n]
 
     hi = 8

@@ -23,7 +23,6 @@ import numpy as np
 
 from fedrank.errors import ConfigError, DataFormatError
 
-
 SCORE_SCALES: tuple[str, ...] = ("log", "raw")
 
 
@@ -69,7 +68,9 @@ def pointwise_svm_loss(
             f"selected indices must lie in [0, {k}), got {selected.min()}..{selected.max()}"
         )
     if n_searches and not valid[np.arange(n_searches), selected].all():
-        raise DataFormatError("a selected index points at an empty list slot (valid is False there)")
+        raise DataFormatError(
+            "a selected index points at an empty list slot (valid is False there)"
+        )
     chosen = scores[..., np.arange(n_searches), selected][..., None]
     margins = np.maximum(scores + delta - chosen, 0.0)
     others = valid.copy()

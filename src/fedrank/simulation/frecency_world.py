@@ -36,7 +36,9 @@ def assign_branches(
     """Branch index of every user: an exact split by ``shares`` (paper: 60/20/20), in random
     order."""
     if len(shares) != 3 or min(shares) < 0 or not np.isclose(sum(shares), 1.0):
-        raise ConfigError(f"branch shares must be three non-negative numbers summing to 1, got {shares}")
+        raise ConfigError(
+            f"branch shares must be three non-negative numbers summing to 1, got {shares}"
+        )
     counts = np.floor(np.asarray(shares) * n_users).astype(np.int64)
     counts[0] += n_users - counts.sum()
     return rng.permutation(np.repeat(np.arange(3), counts))

@@ -125,7 +125,9 @@ def sample_intents(
         indices into ``population.title_words[target]`` of the word typed first.
     """
     if model not in INTENT_MODELS:
-        raise ConfigError(f"unknown intent model {model!r}; choose one of {', '.join(INTENT_MODELS)}")
+        raise ConfigError(
+            f"unknown intent model {model!r}; choose one of {', '.join(INTENT_MODELS)}"
+        )
     cue = sample_targets(population, users, true_scores, rng, noise_var=noise_var)
     if model == "proportional" or cue.size == 0:
         return cue, np.zeros(cue.size, dtype=np.int64)
