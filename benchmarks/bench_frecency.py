@@ -36,7 +36,7 @@ def one_search_gradient(repeats: int, seed: int) -> dict[str, float]:
         typed=rng.random(n) < 0.3,
     )
     model = ClassicFrecency()
-    config = FrecencyStudyConfig()  # the study's loss: scale, margin, epsilon
+    config = FrecencyStudyConfig().resolved()  # the study's classic loss: scale, margin, eps
     estimator = FiniteDifferenceEstimator(eps=config.eps, scheme=config.scheme)
     selected, valid = np.array([3]), np.ones((1, n), bool)
 

@@ -530,3 +530,53 @@ def test_unwritable_json_path_gives_a_clear_error(tmp_path: Path, firefox_dir: P
     result = _run(["frecency", "score", "--places", str(firefox_dir / "places.sqlite"),
                    "--json", str(tmp_path)])
     _assert_clean_failure(result, str(tmp_path))
+
+
+# ----------------------------------------------------------------------------------------
+# frecency simulate / messages --model modern
+# ----------------------------------------------------------------------------------------
+
+
+def test_simulate_modern_writes_the_five_modern_weights(tmp_path: Path) -> None:
+    from fedrank.models.frecency.modern import MODERN_WEIGHT_NAMES
+
+    json_path, out_dir = tmp_path / "modern.json", tmp_path / "plots"
+    result = _ok(["frecency", "simulate", "--model", "modern", *SMALL_STUDY,
+                  "--json", str(json_path), "--out", str(out_dir)])
+    data = _load(json_path)
+    config = data["config"]
+    # The model's loss defaults are written resolved.
+    assert (config["model"], config["score_scale"], config["delta"]) == ("modern", "raw", 6.0)
+    assert len(data["weights_per_iteration"]) == 3
+    for weights in data["weights_per_iteration"]:
+        assert list(weights) == list(MODERN_WEIGHT_NAMES)
+    assert data["weights_per_iteration"][0]["halfLifeDays"] == 30.0
+    assert list(data["final_weights"]) == list(MODERN_WEIGHT_NAMES)
+    assert data["constraints_held"] is True
+    _assert_pngs(out_dir)
+    assert f"constraints held: {data['constraints_held']}" in result.output
+
+
+def test_simulate_explicit_loss_settings_override_the_model_defaults(tmp_path: Path) -> None:
+    json_path = tmp_path / "classic.json"
+    _ok(["frecency", "simulate", "--users", "200", "--iterations", "1", "--score-scale", "raw",
+         "--delta", "5", "--json", str(json_path)])
+    config = _load(json_path)["config"]
+    assert (config["model"], config["score_scale"], config["delta"]) == ("classic", "raw", 5.0)
+
+
+def test_simulate_bad_model_is_a_usage_error() -> None:
+    result = _run(["frecency", "simulate", "--model", "newest"])
+    assert result.exit_code == 2
+    assert "Invalid value for '--model'" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_messages_modern(tmp_path: Path) -> None:
+    json_path = tmp_path / "messages.json"
+    _ok(["frecency", "messages", "--model", "modern", "--users", "200", "--iterations", "2",
+         "--seeds", "0", "--json", str(json_path)])
+    data = _load(json_path)
+    assert data["config"]["model"] == "modern"
+    assert data["config"]["delta"] == 6.0
+    assert data["seeds"] == [0]

@@ -124,10 +124,27 @@ def _study_options(func: Any) -> Any:
     from fedrank.experiments.frecency_presets import PRESETS
     from fedrank.experiments.frecency_study import FrecencyStudyConfig
     from fedrank.losses.pointwise_svm import SCORE_SCALES
+    from fedrank.simulation.frecency_world import MODELS, PAGE_SCORERS
     from fedrank.simulation.intent import INTENT_MODELS
 
     d = FrecencyStudyConfig()
+
+    def per_model(setting: str) -> str:
+        values = {
+            name: scorer.default_score_scale if setting == "scale" else scorer.default_delta()
+            for name, scorer in PAGE_SCORERS.items()
+        }
+        return "the model's: " + ", ".join(f"{name} {value}" for name, value in values.items())
+
     options = [
+        click.option(
+            "--model",
+            type=click.Choice(MODELS),
+            default=d.model,
+            show_default=True,
+            help="Frecency algorithm tuned: classic (22 weights, the paper's) or modern "
+            "(Firefox 128+: 4 class weights and halfLifeDays).",
+        ),
         click.option(
             "--preset",
             type=click.Choice(PRESETS),
@@ -155,15 +172,15 @@ def _study_options(func: Any) -> Any:
             "--delta",
             type=float,
             default=d.delta,
-            show_default=True,
-            help="SVM margin Delta (on the --score-scale).",
+            show_default=per_model("delta"),
+            help="SVM margin Delta (on the --score-scale; raw modern scores are days).",
         ),
         click.option(
             "--score-scale",
             type=click.Choice(SCORE_SCALES),
             default=d.score_scale,
-            show_default=True,
-            help="Loss on log frecency (scale-free) or raw frecency (the paper's).",
+            show_default=per_model("scale"),
+            help="Loss on log frecency or raw frecency (the paper's).",
         ),
         click.option(
             "--significance-z",
@@ -278,6 +295,9 @@ def frecency_simulate(
 @click.option(
     "--preset", type=click.Choice(["paper", "shifted"]), default="shifted", show_default=True
 )
+@click.option(
+    "--model", type=click.Choice(["classic", "modern"]), default="classic", show_default=True
+)
 @click.option("--users", "n_users", type=int, default=3000, show_default=True)
 @click.option("--iterations", type=int, default=40, show_default=True)
 @click.option(
@@ -288,7 +308,7 @@ def frecency_simulate(
 )
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
 def frecency_messages(
-    preset: str, n_users: int, iterations: int, seeds: str, json_path: Path | None
+    preset: str, model: str, n_users: int, iterations: int, seeds: str, json_path: Path | None
 ) -> None:
     """Sign-only vs full-precision messages: final loss, paired by seed."""
     from fedrank.experiments.frecency_study import FrecencyStudyConfig, compare_messages
@@ -297,7 +317,9 @@ def frecency_messages(
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError as exc:
         raise click.BadParameter(f"--seeds must be comma-separated integers: {exc}") from exc
-    config = FrecencyStudyConfig(preset=preset, n_users=n_users, iterations=iterations)
+    config = FrecencyStudyConfig(
+        preset=preset, model=model, n_users=n_users, iterations=iterations
+    )
     with _progress() as bar:
         task = bar.add_task("studies", total=2 * len(seed_list))
         res = compare_messages(

@@ -1,7 +1,8 @@
 """Hidden user preferences for the frecency simulation (Mozilla paper, Section 6.1).
 
 The simulated users choose what they want by frecency with *hidden* weights plus Gaussian
-noise. Two presets:
+noise. Two presets, for each frecency model (:func:`hidden_weights`); first the classic
+weights:
 
 * ``paper``: the hidden weights are Firefox's defaults, as in the paper's mock data set
   ("it is easy to see whether the simulation finds useful weights, as they should be similar
@@ -31,6 +32,35 @@ noise. Two presets:
   allows in 40 iterations, so the optimum is reachable in the study's budget. The study's
   evaluation reports, next to the branches, an ``oracle`` entry (treatment users ranked by
   the hidden weights themselves): the best any model could do.
+
+For modern frecency (``model="modern"``, parameters
+:data:`~fedrank.models.frecency.modern.MODERN_WEIGHT_NAMES`):
+
+* ``paper``: Firefox's defaults (20, 50, 100, 200, 30 days).
+* ``shifted``: users who value the pages they typed or bookmarked (high class) far more
+  than pages reached by links (medium), redirect sources and embedded pages (low) not at
+  all, and whose interest fades faster (half-life 20 days instead of 30):
+
+  ==============  =======  ======
+  parameter       default  hidden
+  ==============  =======  ======
+  lowWeight            20       0
+  mediumWeight         50       5
+  highWeight          100     120
+  veryHighWeight      200     200
+  halfLifeDays         30      20
+  ==============  =======  ======
+
+  It satisfies :func:`~fedrank.optim.constraints.modern_frecency_safeguards` (non-negative,
+  ``low <= medium <= high <= veryHigh``, half-life >= 1 day) and every value lies within
+  120 of its default. Only the ratios of the class weights matter (a common factor shifts
+  every score by the same number of days), so a learned model may match it at another
+  scale. Synthetic histories have no interactions, so no sample is veryHigh and
+  ``veryHighWeight`` gets no signal; it is left at its default. Oracle check (the study's
+  world for 3,000 users and seed 0; the 1,800 treatment users' 20 evaluation searches
+  each, ranked by the hidden weights vs by the defaults with the same intents): mean
+  characters typed 1.0051 vs 1.0673, mean rank selected 0.152 vs 0.387, two-sided
+  Mann-Whitney p below 1e-300 for both (seed 1: 1.0051 vs 1.0658).
 """
 
 from __future__ import annotations
@@ -38,6 +68,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedrank.errors import ConfigError
+from fedrank.models.frecency.modern import MODERN_WEIGHT_NAMES, ModernFrecency
 from fedrank.models.frecency.weights import classic_defaults, weights_from_dict
 
 SHIFTED_CHANGES: dict[str, float] = {
@@ -53,13 +84,27 @@ SHIFTED_CHANGES: dict[str, float] = {
     "redirectSourceVisitBonus": 0.0,
 }
 
+MODERN_SHIFTED_CHANGES: dict[str, float] = {
+    "lowWeight": 0.0,
+    "mediumWeight": 5.0,
+    "highWeight": 120.0,
+    "halfLifeDays": 20.0,
+}
+
 PRESETS = ("paper", "shifted")
 
 
-def hidden_weights(preset: str) -> np.ndarray:
-    """The hidden classic frecency weights of a preset."""
-    if preset == "paper":
-        return classic_defaults()
-    if preset == "shifted":
-        return weights_from_dict(SHIFTED_CHANGES)
-    raise ConfigError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+def hidden_weights(preset: str, model: str = "classic") -> np.ndarray:
+    """The hidden weights of a preset for the frecency ``model`` (``classic`` or
+    ``modern``), in that model's parameter order."""
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    if model == "classic":
+        return classic_defaults() if preset == "paper" else weights_from_dict(SHIFTED_CHANGES)
+    if model == "modern":
+        weights = ModernFrecency.defaults()
+        if preset == "shifted":
+            for name, value in MODERN_SHIFTED_CHANGES.items():
+                weights[MODERN_WEIGHT_NAMES.index(name)] = value
+        return weights
+    raise ConfigError(f"unknown frecency model {model!r}; choose one of classic, modern")

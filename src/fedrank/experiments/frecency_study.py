@@ -1,5 +1,8 @@
 """The federated frecency study, simulated end to end (Mozilla paper, Sections 5-6).
 
+The tuned model is Firefox's classic frecency (22 weights, as in the paper; default) or
+today's modern frecency (5 parameters): ``FrecencyStudyConfig.model``.
+
 Users are split into treatment / control / control-no-decay (60/20/20). In the optimization
 phase, every iteration ("30 minutes") each user performs a Poisson number of URL-bar
 searches; treatment users search with the current model and send a finite-difference
@@ -26,17 +29,17 @@ from fedrank.experiments.frecency_presets import hidden_weights
 from fedrank.experiments.stability import subsample_l1_distances
 from fedrank.experiments.stats import compare_branches
 from fedrank.losses.pointwise_svm import SCORE_SCALES
-from fedrank.models.frecency.weights import (
-    CLASSIC_WEIGHT_NAMES,
-    classic_defaults,
-    weights_to_dict,
-)
 from fedrank.optim.adam import Adam
-from fedrank.optim.constraints import frecency_safeguards
 from fedrank.optim.rprop import Rprop
 from fedrank.optim.sgd import SGD
 from fedrank.privacy.sign import SignCompressor
-from fedrank.simulation.frecency_world import BRANCHES, TREATMENT, FrecencyWorld
+from fedrank.simulation.frecency_world import (
+    BRANCHES,
+    MODELS,
+    TREATMENT,
+    FrecencyWorld,
+    page_scorer,
+)
 from fedrank.simulation.intent import INTENT_MODELS
 
 MessageKind = Literal["full", "sign"]
@@ -48,7 +51,11 @@ class FrecencyStudyConfig:
     """Every knob of the study, with the paper's names and defaults where it has them.
 
     Attributes:
-        preset: hidden preference of the users (``paper`` or ``shifted``).
+        model: the frecency model tuned: ``classic`` (the paper's 22 weights, default) or
+            ``modern`` (Firefox 128+: four class weights and ``halfLifeDays``); see
+            :mod:`fedrank.simulation.frecency_world`.
+        preset: hidden preference of the users (``paper`` or ``shifted``), see
+            :func:`fedrank.experiments.frecency_presets.hidden_weights`.
         n_users: users enrolled (split 60/20/20).
         iterations: optimization iterations (paper: 137 of 30 minutes; 40 shown to suffice).
         seed: seed of every random choice in the study.
@@ -57,9 +64,18 @@ class FrecencyStudyConfig:
             evaluation phase ran 10 days).
         k: suggestions shown by the URL bar.
         delta: SVM margin ``Delta`` (Sec. 5.2), on the ``score_scale`` (a log-ratio for
-            ``log``, frecency points for ``raw``).
-        score_scale: ``log`` (scale-free loss, default) or ``raw`` (the paper's loss on raw
-            frecency, whose minimizer shrinks every weight: see ``docs/frecency.md``).
+            ``log``; for ``raw``, frecency points for classic, days for modern). ``None``
+            (default): the model's default for the scale, 0.1 for classic, 6.0 days for
+            modern on its ``raw`` scale (a smaller margin rewards shortening
+            ``halfLifeDays`` without improving the ranking; see
+            :class:`~fedrank.simulation.frecency_world.ModernScorer`).
+        score_scale: ``log`` or ``raw``; ``None`` (default): the model's default. Classic
+            uses ``log`` (scale-free; the paper's ``raw`` loss on classic frecency has a
+            minimizer that shrinks every weight: see ``docs/frecency.md``). Modern uses
+            ``raw``: a modern score is a day number plus ``ln(s) / lambda``, so a common
+            factor on the class weights only shifts every score and the raw loss is already
+            free of their scale (``log1p`` of ~20,000 would squash the differences).
+            :meth:`resolved` fills both in; ``StudyResult.to_json`` shows resolved values.
         attention_depth: suggestions the simulated user scans after each keystroke (3).
         intent: how a search's wanted page is chosen: ``first-letter`` (the paper's mock
             selection rule, default), ``topic`` or ``proportional``; see
@@ -75,7 +91,9 @@ class FrecencyStudyConfig:
         eta_plus, eta_minus, step_init, step_min, step_max: Rprop (Eq. 2).
         learning_rate: SGD / Adam learning rate.
         max_change: safeguard bound on the change of any weight per iteration (3).
-        decay_rate: Firefox's daily frecency decay in the control branch (0.975).
+        decay_rate: Firefox's daily frecency decay in the control branch (0.975; classic
+            only: modern frecency has no decay job, and both its control branches use the
+            default parameters).
         noise_var: variance of the noise on the users' preference (paper: 30).
         track_stability: also run the Fig. 7 analysis every iteration.
         stability_sample, stability_draws: subsample size (2,000) and draws (50) of Fig. 7;
@@ -84,14 +102,15 @@ class FrecencyStudyConfig:
     """
 
     preset: str = "shifted"
+    model: str = "classic"
     n_users: int = 3000
     iterations: int = 40
     seed: int = 0
     searches_per_iteration: float = 1.0
     eval_searches_per_user: int = 20
     k: int = 10
-    delta: float = 0.1
-    score_scale: Literal["log", "raw"] = "log"
+    delta: float | None = None
+    score_scale: Literal["log", "raw"] | None = None
     attention_depth: int = 3
     intent: str = "first-letter"
     eps: float = 1.0
@@ -125,12 +144,17 @@ class FrecencyStudyConfig:
             raise ConfigError(f"message must be 'full' or 'sign', got {self.message!r}")
         if self.optimizer not in ("rprop", "sgd", "adam"):
             raise ConfigError(f"optimizer must be rprop, sgd or adam, got {self.optimizer!r}")
-        hidden_weights(self.preset)  # validates the preset name
+        if self.model not in MODELS:
+            raise ConfigError(
+                f"model must be one of {', '.join(MODELS)} (the frecency algorithm tuned), "
+                f"got {self.model!r}"
+            )
+        hidden_weights(self.preset, self.model)  # validates the preset name
         if self.intent not in INTENT_MODELS:
             raise ConfigError(
                 f"intent must be one of {', '.join(INTENT_MODELS)}, got {self.intent!r}"
             )
-        if self.score_scale not in SCORE_SCALES:
+        if self.score_scale is not None and self.score_scale not in SCORE_SCALES:
             raise ConfigError(
                 f"score_scale must be one of {', '.join(SCORE_SCALES)}, got {self.score_scale!r}"
             )
@@ -140,10 +164,20 @@ class FrecencyStudyConfig:
             )
         if not (np.isfinite(self.significance_z) and self.significance_z >= 0):
             raise ConfigError(f"significance_z must be finite and >= 0, got {self.significance_z}")
-        if not (np.isfinite(self.delta) and self.delta >= 0):
+        if self.delta is not None and not (np.isfinite(self.delta) and self.delta >= 0):
             raise ConfigError(
                 f"delta (the SVM margin) must be a finite number >= 0, got {self.delta}"
             )
+
+    def resolved(self) -> FrecencyStudyConfig:
+        """This configuration with ``score_scale`` and ``delta`` set: ``None`` becomes the
+        model's default (classic: ``log``, 0.1; modern: ``raw``, 6.0 days; an explicit
+        scale gets the model's margin for that scale). The one place where those defaults
+        are applied."""
+        scorer = page_scorer(self.model)
+        scale = scorer.default_score_scale if self.score_scale is None else self.score_scale
+        delta = scorer.default_delta(scale) if self.delta is None else float(self.delta)
+        return replace(self, score_scale=scale, delta=delta)
 
 
 def build_optimizer(config: FrecencyStudyConfig) -> Rprop | SGD | Adam:
@@ -191,7 +225,7 @@ class StudyResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "config": asdict(self.config),
+            "config": asdict(self.config.resolved()),
             "loss_per_iteration": self.loss_per_iteration,
             "branch_loss_per_iteration": self.branch_loss_per_iteration,
             "weights_per_iteration": self.weights_per_iteration,
@@ -223,26 +257,29 @@ def run_study(
     # optimizer, ...) share the world and the evaluation searches' intents (paired).
     world_seed, train_seed, eval_seed = np.random.SeedSequence(config.seed).spawn(3)
     rng = np.random.default_rng(world_seed)
+    loss = config.resolved()
+    scorer = page_scorer(config.model)
     world = FrecencyWorld(
         config.n_users,
-        hidden_weights(config.preset),
+        hidden_weights(config.preset, config.model),
         rng,
         k=config.k,
         noise_var=config.noise_var,
         decay_rate=config.decay_rate,
-        delta=config.delta,
-        score_scale=config.score_scale,
+        delta=loss.delta,
+        score_scale=loss.score_scale,
         attention_depth=config.attention_depth,
         intent=config.intent,
+        model=scorer,
     )
     estimator = FiniteDifferenceEstimator(eps=config.eps, scheme=config.scheme)
-    dim = len(CLASSIC_WEIGHT_NAMES)
+    dim = len(scorer.names)
     aggregator = build_aggregator(config, dim)
     compressor = SignCompressor(with_zero=True) if config.message == "sign" else None
     optimizer = build_optimizer(config)
-    safeguards = frecency_safeguards(max_change=config.max_change)
+    safeguards = scorer.safeguards(max_change=config.max_change)
 
-    theta = classic_defaults()  # safeguard: start from Firefox's weights (Sec. 5.6)
+    theta = scorer.defaults()  # safeguard: start from Firefox's weights (Sec. 5.6)
     opt_state = optimizer.init(theta)
     rng = np.random.default_rng(train_seed)
     result = StudyResult(config=config)
@@ -277,7 +314,7 @@ def run_study(
                 )
             )
 
-        result.weights_per_iteration.append(weights_to_dict(theta))
+        result.weights_per_iteration.append(scorer.to_dict(theta))
         result.loss_per_iteration.append(
             float(np.sum(reports.loss * reports.n) / max(reports.n.sum(), 1))
         )
@@ -292,7 +329,7 @@ def run_study(
         if progress is not None:
             progress(iteration + 1, config.iterations)
 
-    result.final_weights = weights_to_dict(theta)
+    result.final_weights = scorer.to_dict(theta)
     _evaluate(world, theta, config, eval_seed, result)
     return result
 
@@ -385,7 +422,7 @@ def compare_messages(
     full = float(np.mean([r["full"]["final_loss"] for r in rows]))
     sign = float(np.mean([r["sign"]["final_loss"] for r in rows]))
     return {
-        "config": asdict(config),
+        "config": asdict(config.resolved()),
         "seeds": [int(s) for s in seeds],
         "per_seed": rows,
         "full_final_loss_mean": full,

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from fedrank.experiments.frecency_study import StudyResult  # noqa: E402
-from fedrank.models.frecency.weights import CLASSIC_WEIGHT_NAMES  # noqa: E402
+from fedrank.simulation.frecency_world import page_scorer  # noqa: E402
 
 
 def rolling_mean(values: list[float] | np.ndarray, window: int = 5) -> np.ndarray:
@@ -43,19 +43,20 @@ def plot_loss(result: StudyResult, path: Path, window: int = 5) -> Path:
 
 def plot_weights(result: StudyResult, path: Path) -> Path:
     """Trajectory of every weight that moved, as change from its starting value."""
+    names = page_scorer(result.config.model).names
     traj = np.array(
-        [[w[name] for name in CLASSIC_WEIGHT_NAMES] for w in result.weights_per_iteration]
-        + [[result.final_weights[name] for name in CLASSIC_WEIGHT_NAMES]]
+        [[w[name] for name in names] for w in result.weights_per_iteration]
+        + [[result.final_weights[name] for name in names]]
     )
     change = traj - traj[0]
     moved = np.flatnonzero(np.abs(change).max(axis=0) > 0)
     fig, ax = plt.subplots(figsize=(8, 5))
     for i in moved:
-        ax.plot(np.arange(traj.shape[0]), change[:, i], label=CLASSIC_WEIGHT_NAMES[i])
+        ax.plot(np.arange(traj.shape[0]), change[:, i], label=names[i])
     ax.axhline(0, color="grey", lw=0.5)
     ax.set_xlabel("iteration")
     ax.set_ylabel("change from Firefox default")
-    ax.set_title("Frecency weight trajectories")
+    ax.set_title(f"Frecency weight trajectories ({result.config.model})")
     if moved.size:
         ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()

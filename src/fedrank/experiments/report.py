@@ -8,7 +8,7 @@ import numpy as np
 
 from fedrank.experiments.frecency_presets import hidden_weights
 from fedrank.experiments.frecency_study import StudyResult
-from fedrank.models.frecency.weights import CLASSIC_WEIGHT_NAMES, weights_to_dict
+from fedrank.simulation.frecency_world import page_scorer
 
 
 def _mean(values: list[float]) -> float:
@@ -39,9 +39,9 @@ def write_report(result: StudyResult, path: Path, command: str, plots: list[Path
         "",
         f"Produced by `{command}`.",
         "",
-        f"Preset `{cfg.preset}`, {cfg.n_users} users (treatment / control / control-no-decay "
-        f"= 60/20/20), {cfg.iterations} iterations, {cfg.message} messages, {cfg.optimizer}, "
-        f"seed {cfg.seed}.",
+        f"Model `{cfg.model}` frecency, preset `{cfg.preset}`, {cfg.n_users} users (treatment "
+        f"/ control / control-no-decay = 60/20/20), {cfg.iterations} iterations, {cfg.message} "
+        f"messages, {cfg.optimizer}, seed {cfg.seed}.",
         "",
         "## Optimization",
         "",
@@ -88,8 +88,9 @@ def write_report(result: StudyResult, path: Path, command: str, plots: list[Path
         "|---|---|---|---|",
     ]
     start = result.weights_per_iteration[0] if result.weights_per_iteration else {}
-    hidden = weights_to_dict(hidden_weights(cfg.preset))
-    for name in CLASSIC_WEIGHT_NAMES:
+    scorer = page_scorer(cfg.model)
+    hidden = scorer.to_dict(hidden_weights(cfg.preset, cfg.model))
+    for name in scorer.names:
         if start and abs(result.final_weights[name] - start[name]) > 1e-9:
             lines.append(
                 f"| {name} | {start[name]:g} | {hidden[name]:g} | "
