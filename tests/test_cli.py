@@ -20,7 +20,14 @@ from fedrank.models.frecency.weights import CLASSIC_WEIGHT_NAMES
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 STUDY_PLOTS = ("loss.png", "weights.png", "chars_typed.png")
 BRANCHES = ("treatment", "control", "control-no-decay")
+POLICY_ROW_KEYS = ("reached", "reports", "iterations", "hours")
+POLICY_ROW_KEYS += ("initial_loss", "target_loss", "final_loss")
 SMALL_STUDY = ["--users", "300", "--iterations", "3", "--seed", "1"]
+
+
+def _argv(command: str, *paths: Path) -> list[str]:
+    """``command`` split on whitespace, then the paths (which may contain spaces)."""
+    return [*command.split(), *map(str, paths)]
 
 
 def _run(args: list[str]) -> Result:
@@ -261,8 +268,9 @@ def test_simulate_writes_the_documented_json(simulate_run: tuple[Result, Path, P
     out = result.output
     assert f"constraints held: {data['constraints_held']}" in out
     for branch in BRANCHES:
-        shown = re.search(rf"^\s*{re.escape(branch)}\s+chars typed (\S+)\s+rank (\S+)", out,
-                          re.MULTILINE)
+        shown = re.search(
+            rf"^\s*{re.escape(branch)}\s+chars typed (\S+)\s+rank (\S+)", out, re.MULTILINE
+        )
         assert shown, out
         _assert_shows(shown.group(1), evaluation[branch]["chars_typed_mean"])
         _assert_shows(shown.group(2), evaluation[branch]["selected_rank_mean"])
@@ -291,15 +299,14 @@ def test_simulate_other_seed_gives_other_results(
 ) -> None:
     _, first, _ = simulate_run
     other = tmp_path / "other.json"
-    _ok(["frecency", "simulate", "--users", "300", "--iterations", "3", "--seed", "2",
-         "--json", str(other)])
+    _ok(_argv("frecency simulate --users 300 --iterations 3 --seed 2 --json", other))
     assert _load(other)["loss_per_iteration"] != _load(first)["loss_per_iteration"]
 
 
 def test_simulate_sign_messages_and_stability(tmp_path: Path) -> None:
     json_path, out_dir = tmp_path / "sign.json", tmp_path / "plots"
-    _ok(["frecency", "simulate", "--users", "200", "--iterations", "2", "--message", "sign",
-         "--optimizer", "adam", "--stability", "--json", str(json_path), "--out", str(out_dir)])
+    args = "frecency simulate --users 200 --iterations 2 --message sign --optimizer adam"
+    _ok([*_argv(f"{args} --stability --json", json_path), *_argv("--out", out_dir)])
     data = _load(json_path)
     assert data["config"]["message"] == "sign"
     assert data["config"]["optimizer"] == "adam"
@@ -320,9 +327,7 @@ def test_simulate_sign_messages_and_stability(tmp_path: Path) -> None:
         (["--delta", "-1"], "delta (the SVM margin) must be a finite number >= 0"),
     ],
 )
-def test_simulate_bad_values_fail_cleanly(
-    args: list[str], message: str, tmp_path: Path
-) -> None:
+def test_simulate_bad_values_fail_cleanly(args: list[str], message: str, tmp_path: Path) -> None:
     json_path = tmp_path / "never.json"
     result = _run(["frecency", "simulate", *args, "--json", str(json_path)])
     _assert_clean_failure(result, message)
@@ -368,8 +373,8 @@ def _check_power_json(data: dict[str, Any], searches_per_user: int) -> None:
 
 def test_power_writes_json(tmp_path: Path) -> None:
     json_path = tmp_path / "power.json"
-    result = _ok(["frecency", "power", "--users", "200", "--repetitions", "20",
-                  "--searches-per-user", "3", "--seed", "3", "--json", str(json_path)])
+    args = "frecency power --users 200 --repetitions 20 --searches-per-user 3 --seed 3"
+    result = _ok(_argv(f"{args} --json", json_path))
     data = _load(json_path)
     _check_power_json(data, 3)
     assert data["metric"] == "chars_typed"
@@ -383,8 +388,8 @@ def test_power_writes_json(tmp_path: Path) -> None:
 
 def test_power_effect_shifts_the_control_distribution(tmp_path: Path) -> None:
     json_path = tmp_path / "power.json"
-    _ok(["frecency", "power", "--metric", "selected_rank", "--effect", "1", "--users", "200",
-         "--repetitions", "20", "--searches-per-user", "4", "--json", str(json_path)])
+    args = "frecency power --metric selected_rank --effect 1 --users 200 --repetitions 20"
+    _ok(_argv(f"{args} --searches-per-user 4 --json", json_path))
     data = _load(json_path)
     _check_power_json(data, 4)
     assert data["metric"] == "selected_rank"
@@ -397,8 +402,8 @@ def test_power_with_weights_of_a_simulate_run(
 ) -> None:
     _, study_json, _ = simulate_run
     json_path = tmp_path / "power.json"
-    _ok(["frecency", "power", "--weights", str(study_json), "--users", "200",
-         "--repetitions", "10", "--searches-per-user", "2", "--json", str(json_path)])
+    args = "--users 200 --repetitions 10 --searches-per-user 2 --json"
+    _ok([*_argv("frecency power --weights", study_json), *_argv(args, json_path)])
     data = _load(json_path)
     _check_power_json(data, 2)
     assert str(study_json) in data["treatment"]
@@ -426,8 +431,8 @@ def test_power_bad_values_fail_cleanly(args: list[str], message: str) -> None:
 
 def test_policies_writes_json(tmp_path: Path) -> None:
     json_path = tmp_path / "policies.json"
-    result = _ok(["frecency", "policies", "--users", "200", "--target-fraction", "0.99",
-                  "--seed", "0", "--json", str(json_path)])
+    args = "frecency policies --users 200 --target-fraction 0.99 --seed 0 --json"
+    result = _ok(_argv(args, json_path))
     data = _load(json_path)
     assert data["config"]["n_users"] == 200
     assert data["config"]["target_fraction"] == 0.99
@@ -439,8 +444,7 @@ def test_policies_writes_json(tmp_path: Path) -> None:
         "sign-stable(3 ticks, >= 100)",
     ]
     for row in rows:
-        assert {"reached", "reports", "iterations", "hours", "initial_loss", "target_loss",
-                "final_loss"} <= set(row)
+        assert set(POLICY_ROW_KEYS) <= set(row)
         assert row["target_loss"] == pytest.approx(0.99 * row["initial_loss"])
         if row["reached"]:
             assert row["final_loss"] <= row["target_loss"]
@@ -457,8 +461,8 @@ def test_policies_rejects_a_target_fraction_outside_0_1() -> None:
 
 def test_messages_writes_paired_json(tmp_path: Path) -> None:
     json_path = tmp_path / "messages.json"
-    result = _ok(["frecency", "messages", "--users", "200", "--iterations", "2", "--seeds", "0,1",
-                  "--json", str(json_path)])
+    args = "frecency messages --users 200 --iterations 2 --seeds 0,1 --json"
+    result = _ok(_argv(args, json_path))
     data = _load(json_path)
     assert data["seeds"] == [0, 1]
     assert data["config"]["n_users"] == 200 and data["config"]["iterations"] == 2
@@ -482,8 +486,7 @@ def test_messages_writes_paired_json(tmp_path: Path) -> None:
     [("a,b", 2, "--seeds must be comma-separated integers"), (",", 1, "at least one seed")],
 )
 def test_messages_bad_seeds_fail_cleanly(seeds: str, code: int, message: str) -> None:
-    result = _run(["frecency", "messages", "--users", "200", "--iterations", "1",
-                   "--seeds", seeds])
+    result = _run([*_argv("frecency messages --users 200 --iterations 1 --seeds"), seeds])
     _assert_clean_failure(result, message)
     assert result.exit_code == code
 
@@ -527,8 +530,8 @@ def test_demo_writes_report_json_and_plots(tmp_path: Path) -> None:
 
 def test_unwritable_json_path_gives_a_clear_error(tmp_path: Path, firefox_dir: Path) -> None:
     # --json names an existing directory: writing fails with an OSError, shown in one line.
-    result = _run(["frecency", "score", "--places", str(firefox_dir / "places.sqlite"),
-                   "--json", str(tmp_path)])
+    places = firefox_dir / "places.sqlite"
+    result = _run([*_argv("frecency score --places", places), *_argv("--json", tmp_path)])
     _assert_clean_failure(result, str(tmp_path))
 
 
@@ -541,8 +544,8 @@ def test_simulate_modern_writes_the_five_modern_weights(tmp_path: Path) -> None:
     from fedrank.models.frecency.modern import MODERN_WEIGHT_NAMES
 
     json_path, out_dir = tmp_path / "modern.json", tmp_path / "plots"
-    result = _ok(["frecency", "simulate", "--model", "modern", *SMALL_STUDY,
-                  "--json", str(json_path), "--out", str(out_dir)])
+    args = ["frecency", "simulate", "--model", "modern", *SMALL_STUDY]
+    result = _ok([*args, *_argv("--json", json_path), *_argv("--out", out_dir)])
     data = _load(json_path)
     config = data["config"]
     # The model's loss defaults are written resolved.
@@ -559,8 +562,8 @@ def test_simulate_modern_writes_the_five_modern_weights(tmp_path: Path) -> None:
 
 def test_simulate_explicit_loss_settings_override_the_model_defaults(tmp_path: Path) -> None:
     json_path = tmp_path / "classic.json"
-    _ok(["frecency", "simulate", "--users", "200", "--iterations", "1", "--score-scale", "raw",
-         "--delta", "5", "--json", str(json_path)])
+    args = "frecency simulate --users 200 --iterations 1 --score-scale raw --delta 5 --json"
+    _ok(_argv(args, json_path))
     config = _load(json_path)["config"]
     assert (config["model"], config["score_scale"], config["delta"]) == ("classic", "raw", 5.0)
 
@@ -574,8 +577,8 @@ def test_simulate_bad_model_is_a_usage_error() -> None:
 
 def test_messages_modern(tmp_path: Path) -> None:
     json_path = tmp_path / "messages.json"
-    _ok(["frecency", "messages", "--model", "modern", "--users", "200", "--iterations", "2",
-         "--seeds", "0", "--json", str(json_path)])
+    args = "frecency messages --model modern --users 200 --iterations 2 --seeds 0 --json"
+    _ok(_argv(args, json_path))
     data = _load(json_path)
     assert data["config"]["model"] == "modern"
     assert data["config"]["delta"] == 6.0

@@ -317,9 +317,7 @@ def frecency_messages(
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError as exc:
         raise click.BadParameter(f"--seeds must be comma-separated integers: {exc}") from exc
-    config = FrecencyStudyConfig(
-        preset=preset, model=model, n_users=n_users, iterations=iterations
-    )
+    config = FrecencyStudyConfig(preset=preset, model=model, n_users=n_users, iterations=iterations)
     with _progress() as bar:
         task = bar.add_task("studies", total=2 * len(seed_list))
         res = compare_messages(

@@ -42,8 +42,9 @@ def test_batch_of_ten_thousand_clients_matches_the_formula() -> None:
 
 def test_integer_and_float32_updates_are_averaged_in_float64() -> None:
     agg = WeightedMean(2)
-    state = agg.accumulate_batch(agg.zero(), np.array([[1, 2], [3, 4]], dtype=np.int32),
-                                 np.array([1, 1]))
+    state = agg.accumulate_batch(
+        agg.zero(), np.array([[1, 2], [3, 4]], dtype=np.int32), np.array([1, 1])
+    )
     state = agg.accumulate(state, Message(update=np.array([2.0, 3.0], dtype=np.float32)))
     out = agg.finalize(state)
     assert out.dtype == np.float64

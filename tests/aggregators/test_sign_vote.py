@@ -30,8 +30,9 @@ def test_magnitudes_do_not_matter() -> None:
 
 def test_zeros_are_counted_separately_and_never_decide() -> None:
     agg = SignVote(2)
-    state = agg.accumulate_batch(agg.zero(), np.array([[0.0, 1.0], [0.0, 0.0], [0.0, -0.0]]),
-                                 np.ones(3))
+    state = agg.accumulate_batch(
+        agg.zero(), np.array([[0.0, 1.0], [0.0, 0.0], [0.0, -0.0]]), np.ones(3)
+    )
     np.testing.assert_array_equal(state.zero, [3, 2])
     np.testing.assert_array_equal(state.pos, [0, 1])
     np.testing.assert_array_equal(agg.finalize(state), [0.0, 1.0])

@@ -166,8 +166,10 @@ def test_any_grouping_gives_the_same_aggregate(
     agg = case.build(dim)
     rng = np.random.default_rng(seed)
     label = rng.integers(0, groups, size=len(messages))
-    partials = [fold(agg, [m for m, g in zip(messages, label, strict=True) if g == k])
-                for k in rng.permutation(groups)]
+    partials = [
+        fold(agg, [m for m, g in zip(messages, label, strict=True) if g == k])
+        for k in rng.permutation(groups)
+    ]
     merged = agg.zero()
     for p in partials:
         merged = agg.merge(merged, p)

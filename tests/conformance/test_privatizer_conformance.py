@@ -30,10 +30,12 @@ class PrivCase:
 
 
 CASES = [
-    PrivCase("SignCompressor-2bit", lambda: SignCompressor(with_zero=True),
-             frozenset({-1.0, 0.0, 1.0})),
-    PrivCase("SignCompressor-1bit", lambda: SignCompressor(with_zero=False),
-             frozenset({-1.0, 1.0})),
+    PrivCase(
+        "SignCompressor-2bit", lambda: SignCompressor(with_zero=True), frozenset({-1.0, 0.0, 1.0})
+    ),
+    PrivCase(
+        "SignCompressor-1bit", lambda: SignCompressor(with_zero=False), frozenset({-1.0, 1.0})
+    ),
 ]
 parametrize_cases = pytest.mark.parametrize("case", CASES, ids=str)
 SETTINGS = settings(max_examples=40, deadline=None)
@@ -75,9 +77,7 @@ def test_never_mutates_and_keeps_the_other_fields(
 @parametrize_cases
 @SETTINGS
 @given(updates=update_matrices(), seed=st.integers(0, 2**32 - 1))
-def test_shape_dtype_and_documented_values(
-    case: PrivCase, updates: np.ndarray, seed: int
-) -> None:
+def test_shape_dtype_and_documented_values(case: PrivCase, updates: np.ndarray, seed: int) -> None:
     priv = case.build()
     out = priv.privatize(Message(update=updates[0]), np.random.default_rng(seed)).update
     assert out.shape == updates[0].shape and out.dtype == np.float64

@@ -95,7 +95,12 @@ def test_header_layout() -> None:
     data = encode_message(Message(update=np.ones(3), n=5, model_version=9), "sign1")
     magic, version, enc, dim, n, model_version = struct.unpack("<3sBBIqq", data[:HEADER_SIZE])
     assert (magic, version, enc, dim, n, model_version) == (
-        MAGIC, FORMAT_VERSION, ENCODINGS.index("sign1"), 3, 5, 9
+        MAGIC,
+        FORMAT_VERSION,
+        ENCODINGS.index("sign1"),
+        3,
+        5,
+        9,
     )
 
 

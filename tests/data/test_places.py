@@ -338,8 +338,7 @@ def test_modern_samples_of_the_real_file(places_path: Path, data: PlacesData) ->
     i = row[UNVISITED_BOOKMARK_URL]
     ((date_added,),) = _query(
         places_path,
-        "SELECT b.dateAdded FROM moz_bookmarks b JOIN moz_places p ON p.id = b.fk "
-        "WHERE p.url = ?",
+        "SELECT b.dateAdded FROM moz_bookmarks b JOIN moz_places p ON p.id = b.fk WHERE p.url = ?",
         (UNVISITED_BOOKMARK_URL,),
     )
     assert samples.n_samples[i] == 1
@@ -678,9 +677,7 @@ def _build_places(path: Path) -> dict[str, dict[str, Any]]:
         "created_at INTEGER, total_view_time INTEGER, key_presses INTEGER)",
     )
     with closing(sqlite3.connect(path)) as conn:
-        conn.executemany(
-            "INSERT INTO moz_places VALUES (?, ?, NULL, ?, ?, 0, -1)", places
-        )
+        conn.executemany("INSERT INTO moz_places VALUES (?, ?, NULL, ?, ?, 0, -1)", places)
         conn.executemany("INSERT INTO moz_historyvisits VALUES (?, ?, ?, ?, ?, ?)", visits)
         conn.executemany("INSERT INTO moz_bookmarks (fk, dateAdded) VALUES (?, ?)", bookmarks)
         conn.executemany(

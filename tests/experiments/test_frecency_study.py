@@ -45,13 +45,13 @@ def test_result_json_has_the_documented_fields(small_result) -> None:
 
 
 def test_starts_from_defaults_and_every_iterate_is_safe(small_result) -> None:
-    first = np.array([small_result.weights_per_iteration[0][n] for n in CLASSIC_WEIGHT_NAMES])
-    np.testing.assert_array_equal(first, classic_defaults())
+    traj = small_result.weight_trajectory()
+    assert traj.shape == (len(small_result.loss_per_iteration) + 1, len(CLASSIC_WEIGHT_NAMES))
+    np.testing.assert_array_equal(traj[0], classic_defaults())
+    np.testing.assert_array_equal(
+        traj[-1], [small_result.final_weights[n] for n in CLASSIC_WEIGHT_NAMES]
+    )
     chain = frecency_safeguards(max_change=3.0)
-    traj = [
-        np.array([w[n] for n in CLASSIC_WEIGHT_NAMES]) for w in small_result.weights_per_iteration
-    ]
-    traj.append(np.array([small_result.final_weights[n] for n in CLASSIC_WEIGHT_NAMES]))
     for prev, cur in zip(traj, traj[1:], strict=False):
         assert chain.holds(cur, prev)
         assert np.abs(cur - prev).max() <= 3.0 + 1e-9
@@ -195,9 +195,7 @@ def test_modern_control_branches_both_use_the_default_scores() -> None:
 
 def test_modern_sign_messages_and_explicit_loss_settings_run() -> None:
     res = run_study(
-        FrecencyStudyConfig(
-            seed=1, message="sign", delta=2.0, **{**MODERN_SMALL, "iterations": 3}
-        )
+        FrecencyStudyConfig(seed=1, message="sign", delta=2.0, **{**MODERN_SMALL, "iterations": 3})
     )
     assert res.constraints_held
     assert res.to_json()["config"]["delta"] == 2.0
@@ -205,9 +203,7 @@ def test_modern_sign_messages_and_explicit_loss_settings_run() -> None:
 
 
 def test_modern_compare_messages_report_and_plots(modern_result, tmp_path) -> None:
-    res = compare_messages(
-        FrecencyStudyConfig(**{**MODERN_SMALL, "iterations": 2}), seeds=[0]
-    )
+    res = compare_messages(FrecencyStudyConfig(**{**MODERN_SMALL, "iterations": 2}), seeds=[0])
     assert res["config"]["model"] == "modern" and res["config"]["delta"] == 6.0
     assert np.isfinite(res["ratio"])
     plots = plot_study(modern_result, tmp_path)

@@ -46,8 +46,14 @@ def vectors(size: int, elements: st.SearchStrategy = any_float) -> st.SearchStra
 
 
 def test_every_constraint_follows_the_protocol() -> None:
-    for c in (StepBound(), NonNegative(), LowerBound(1.0), NonIncreasing([0, 1]),
-              StrictlyIncreasing([0, 1]), frecency_safeguards()):
+    for c in (
+        StepBound(),
+        NonNegative(),
+        LowerBound(1.0),
+        NonIncreasing([0, 1]),
+        StrictlyIncreasing([0, 1]),
+        frecency_safeguards(),
+    ):
         assert isinstance(c, Constraint)
 
 
@@ -121,8 +127,13 @@ def test_strictly_increasing_projection_is_euclidean(
         {"type": "ineq", "fun": lambda z, k=k: z[k + 1] - z[k] - gap} for k in range(3)
     ]
     start = lower + gap * np.arange(4.0) + np.abs(x).max()
-    ref = minimize(lambda z: np.sum((z - x) ** 2), start, constraints=cons, method="SLSQP",
-                   options={"ftol": 1e-12, "maxiter": 500})
+    ref = minimize(
+        lambda z: np.sum((z - x) ** 2),
+        start,
+        constraints=cons,
+        method="SLSQP",
+        options={"ftol": 1e-12, "maxiter": 500},
+    )
     assert np.sum((ours - x) ** 2) <= np.sum((ref.x - x) ** 2) + 1e-6
 
 
@@ -136,9 +147,15 @@ def test_each_projection_satisfies_its_constraint_for_any_finite_input(
     x: np.ndarray, gap: float, lower: float
 ) -> None:
     prev = np.zeros(5)
-    for c in (StepBound(3.0), NonNegative(), LowerBound(lower), NonIncreasing([0, 1, 2, 3, 4]),
-              NonIncreasing([4, 0, 2]), StrictlyIncreasing([0, 1, 2, 3, 4], gap, lower),
-              StrictlyIncreasing([3, 1], gap, lower)):
+    for c in (
+        StepBound(3.0),
+        NonNegative(),
+        LowerBound(lower),
+        NonIncreasing([0, 1, 2, 3, 4]),
+        NonIncreasing([4, 0, 2]),
+        StrictlyIncreasing([0, 1, 2, 3, 4], gap, lower),
+        StrictlyIncreasing([3, 1], gap, lower),
+    ):
         x_before = x.copy()
         out = c.project(x, prev)
         np.testing.assert_array_equal(x, x_before)  # never mutates
@@ -200,8 +217,9 @@ def assert_all_hold(chain: ConstraintChain, out: np.ndarray, prev: np.ndarray) -
 
 
 @SETTINGS
-@given(vectors(N_CLASSIC_WEIGHTS), feasible_classic(),
-       st.one_of(st.just(3.0), st.floats(1e-3, 1e3)))
+@given(
+    vectors(N_CLASSIC_WEIGHTS), feasible_classic(), st.one_of(st.just(3.0), st.floats(1e-3, 1e3))
+)
 @example(np.full(N_CLASSIC_WEIGHTS, MAX), classic_defaults(), 3.0)
 @example(np.full(N_CLASSIC_WEIGHTS, -MAX), classic_defaults(), 3.0)
 @example(np.array([MAX, -MAX] * (N_CLASSIC_WEIGHTS // 2)), classic_defaults(), 3.0)
@@ -221,8 +239,11 @@ def test_frecency_chain_output_satisfies_every_constraint(
 
 
 @SETTINGS
-@given(vectors(len(MODERN_WEIGHT_NAMES)), feasible_modern(),
-       st.one_of(st.just(3.0), st.floats(1e-3, 1e3)))
+@given(
+    vectors(len(MODERN_WEIGHT_NAMES)),
+    feasible_modern(),
+    st.one_of(st.just(3.0), st.floats(1e-3, 1e3)),
+)
 @example(np.full(5, -MAX), np.array([0.0, 0.0, 0.0, 0.0, 1.0]), 3.0)
 def test_modern_chain_output_satisfies_every_constraint(
     proposal: np.ndarray, previous: np.ndarray, max_change: float

@@ -140,6 +140,10 @@ def test_invalid_hyperparameters_are_refused(kwargs: dict, match: str) -> None:
 def test_defaults_are_the_documented_ones() -> None:
     opt = Rprop()
     assert (opt.eta_plus, opt.eta_minus, opt.step_init, opt.step_min, opt.step_max) == (
-        1.2, 0.5, 1.0, 1e-3, 3.0
+        1.2,
+        0.5,
+        1.0,
+        1e-3,
+        3.0,
     )
     assert "eta_plus=1.2" in repr(opt)

@@ -39,8 +39,9 @@ def test_one_bit_zero_replacement_does_not_bias_the_vote() -> None:
     agg = SignVote(1)
     balance = 0
     for _ in range(400):
-        state = agg.accumulate_batch(agg.zero(), comp.privatize_batch(np.zeros((21, 1)), rng),
-                                     np.ones(21))
+        state = agg.accumulate_batch(
+            agg.zero(), comp.privatize_batch(np.zeros((21, 1)), rng), np.ones(21)
+        )
         balance += int(agg.finalize(state)[0])
     assert abs(balance) < 5 * np.sqrt(400)  # positive and negative outcomes balance
 

@@ -26,7 +26,12 @@ def _search(pop: Population, user: int, target: int, scores, **kw) -> SearchBatc
 
 
 def reference_search(
-    pop: Population, user: int, target: int, scores: np.ndarray, k: int, depth: int,
+    pop: Population,
+    user: int,
+    target: int,
+    scores: np.ndarray,
+    k: int,
+    depth: int,
     first_slot: int = 0,
 ) -> tuple[int, int, list[int], bool, int]:
     """Slow, string-based URL bar: type the title (word ``first_slot`` first), re-match and
@@ -55,7 +60,12 @@ def _check_against_reference(
     )
     for s in range(users.size):
         chars, rank, shown, found, n_matched = reference_search(
-            pop, int(users[s]), int(targets[s]), scores, k, depth or k,
+            pop,
+            int(users[s]),
+            int(targets[s]),
+            scores,
+            k,
+            depth or k,
             0 if first_slot is None else int(first_slot[s]),
         )
         assert batch.chars_typed[s] == chars, s

@@ -72,8 +72,7 @@ def _encode_payload(update: np.ndarray, encoding: str) -> bytes:
             narrowed = update.astype("<f4")
         if np.any(np.isinf(narrowed) & np.isfinite(update)):
             raise CodecError(
-                "update has values beyond the float32 range (about 3.4e38); use encoding "
-                "'float64'"
+                "update has values beyond the float32 range (about 3.4e38); use encoding 'float64'"
             )
         return narrowed.tobytes()
     pos = update == 1
@@ -151,7 +150,7 @@ class _Reader:
                 f"truncated message: {what} needs {size} bytes at offset {self.pos}, only "
                 f"{len(self.data) - self.pos} left"
             )
-        chunk = self.data[self.pos:end]
+        chunk = self.data[self.pos : end]
         self.pos = end
         return chunk
 
@@ -163,7 +162,7 @@ def _decode_payload(raw: bytes, encoding: str, dim: int) -> np.ndarray:
         return np.frombuffer(raw, dtype="<f4").astype(np.float64)
     width = 1 if encoding == "sign1" else 2
     bits = np.unpackbits(np.frombuffer(raw, dtype=np.uint8), bitorder="little")
-    if np.any(bits[width * dim:]):
+    if np.any(bits[width * dim :]):
         raise CodecError(f"corrupt {encoding} payload: padding bits after the last weight are set")
     if encoding == "sign1":
         return np.where(bits[:dim] == 1, 1.0, -1.0)
@@ -180,7 +179,7 @@ def decode_message(data: bytes | bytearray | memoryview) -> Message:
     reader = _Reader(bytes(data))
     if len(reader.data) >= len(MAGIC) and reader.data[: len(MAGIC)] != MAGIC:
         raise CodecError(
-            f"not a fedrank message: expected magic {MAGIC!r}, got {reader.data[:len(MAGIC)]!r}"
+            f"not a fedrank message: expected magic {MAGIC!r}, got {reader.data[: len(MAGIC)]!r}"
         )
     _magic, version, enc_id, dim, n, model_version = _HEADER.unpack(
         reader.take(HEADER_SIZE, "the header")
@@ -224,9 +223,13 @@ def encoded_size(message: Message, encoding: str) -> int:
     """Length in bytes of ``encode_message(message, encoding)`` (without encoding it)."""
     dim = int(np.asarray(message.update).size)
     names = sum(len(str(k).encode("utf-8")) for k in message.metrics)
-    return HEADER_SIZE + payload_size(encoding, dim) + _U16.size + len(message.metrics) * (
-        _U16.size + _F64.size
-    ) + names
+    return (
+        HEADER_SIZE
+        + payload_size(encoding, dim)
+        + _U16.size
+        + len(message.metrics) * (_U16.size + _F64.size)
+        + names
+    )
 
 
 __all__ = [

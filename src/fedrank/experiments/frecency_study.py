@@ -223,6 +223,13 @@ class StudyResult:
     stability: list[dict[str, float]] = field(default_factory=list)
     eval_samples: dict[str, dict[str, np.ndarray]] = field(default_factory=dict, repr=False)
 
+    def weight_trajectory(self) -> np.ndarray:
+        """The weights at the start of every iteration, then the final weights: shape
+        ``(iterations + 1, n_params)``, columns in the model's parameter order."""
+        names = page_scorer(self.config.model).names
+        rows = [*self.weights_per_iteration, self.final_weights]
+        return np.array([[w[name] for name in names] for w in rows], dtype=np.float64)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "config": asdict(self.config.resolved()),

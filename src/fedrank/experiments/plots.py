@@ -44,10 +44,7 @@ def plot_loss(result: StudyResult, path: Path, window: int = 5) -> Path:
 def plot_weights(result: StudyResult, path: Path) -> Path:
     """Trajectory of every weight that moved, as change from its starting value."""
     names = page_scorer(result.config.model).names
-    traj = np.array(
-        [[w[name] for name in names] for w in result.weights_per_iteration]
-        + [[result.final_weights[name] for name in names]]
-    )
+    traj = result.weight_trajectory()
     change = traj - traj[0]
     moved = np.flatnonzero(np.abs(change).max(axis=0) > 0)
     fig, ax = plt.subplots(figsize=(8, 5))

@@ -65,16 +65,17 @@ class Adam:
         eps: float = 1e-8,
     ) -> None:
         self.learning_rate = check_hyperparameter("learning_rate", learning_rate, low=0.0)
-        self.b1 = check_hyperparameter("b1", b1, low=0.0, low_inclusive=True, high=1.0,
-                                       high_inclusive=False)
-        self.b2 = check_hyperparameter("b2", b2, low=0.0, low_inclusive=True, high=1.0,
-                                       high_inclusive=False)
+        self.b1 = check_hyperparameter(
+            "b1", b1, low=0.0, low_inclusive=True, high=1.0, high_inclusive=False
+        )
+        self.b2 = check_hyperparameter(
+            "b2", b2, low=0.0, low_inclusive=True, high=1.0, high_inclusive=False
+        )
         self.eps = check_hyperparameter("eps", eps, low=0.0)
 
     def __repr__(self) -> str:
         return (
-            f"Adam(learning_rate={self.learning_rate}, b1={self.b1}, b2={self.b2}, "
-            f"eps={self.eps})"
+            f"Adam(learning_rate={self.learning_rate}, b1={self.b1}, b2={self.b2}, eps={self.eps})"
         )
 
     def init(self, params: np.ndarray) -> AdamState:

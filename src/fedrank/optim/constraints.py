@@ -344,9 +344,7 @@ class ConstraintChain:
     def _check(self, params: np.ndarray, previous: np.ndarray) -> np.ndarray:
         p, _ = _check_pair(params, previous)
         if self.dim is not None and p.size != self.dim:
-            raise ConfigError(
-                f"this constraint chain is for {self.dim} parameters, got {p.size}"
-            )
+            raise ConfigError(f"this constraint chain is for {self.dim} parameters, got {p.size}")
         return p
 
     def __iter__(self) -> Iterator[Constraint]:

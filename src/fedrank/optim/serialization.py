@@ -113,8 +113,13 @@ def require_keys(data: Mapping[str, Any], keys: tuple[str, ...], what: str) -> N
 
 
 def check_hyperparameter(
-    name: str, value: float, *, low: float = 0.0, high: float = math.inf,
-    low_inclusive: bool = False, high_inclusive: bool = True,
+    name: str,
+    value: float,
+    *,
+    low: float = 0.0,
+    high: float = math.inf,
+    low_inclusive: bool = False,
+    high_inclusive: bool = True,
 ) -> float:
     """``value`` as a finite float inside the interval given, else :class:`ConfigError`."""
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):

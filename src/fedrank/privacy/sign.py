@@ -84,9 +84,7 @@ class SignCompressor:
         update = np.asarray(message.update)
         if update.ndim != 1:
             raise ConfigError(f"expected a 1-D update vector, got shape {update.shape}")
-        return replace(
-            message, update=self._compress(update, rng), metrics=dict(message.metrics)
-        )
+        return replace(message, update=self._compress(update, rng), metrics=dict(message.metrics))
 
     def privatize_batch(self, updates: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Signs of a ``(C, d)`` matrix of updates; row ``i`` equals ``privatize`` of row

@@ -26,9 +26,7 @@ from fedrank.models.frecency.weights import (
 Visit = tuple[float, int, bool]  # (age in days, visit type, is redirect source)
 
 
-def make_pages(
-    pages: list[dict[str, object]], width: int = 10
-) -> PageHistories:
+def make_pages(pages: list[dict[str, object]], width: int = 10) -> PageHistories:
     """PageHistories from ``[{"visits": [(age, type, redirect_source), ...],
     "visit_count": int, "bookmarked": bool, "typed": bool}, ...]``."""
     n = len(pages)
@@ -70,15 +68,26 @@ def reference_classic(
     """Slow, literal implementation of the documented algorithm (exact rational arithmetic:
     ``Fraction`` of the float parameters)."""
     w = {name: Fraction(float(v)) for name, v in zip(CLASSIC_WEIGHT_NAMES, params, strict=True)}
-    cutoffs = [w["firstBucketCutoff"], w["secondBucketCutoff"], w["thirdBucketCutoff"],
-               w["fourthBucketCutoff"]]
-    weights = [w["firstBucketWeight"], w["secondBucketWeight"], w["thirdBucketWeight"],
-               w["fourthBucketWeight"]]
+    cutoffs = [
+        w["firstBucketCutoff"],
+        w["secondBucketCutoff"],
+        w["thirdBucketCutoff"],
+        w["fourthBucketCutoff"],
+    ]
+    weights = [
+        w["firstBucketWeight"],
+        w["secondBucketWeight"],
+        w["thirdBucketWeight"],
+        w["fourthBucketWeight"],
+    ]
     out = []
     for i in range(pages.n_pages):
         visits = [
-            (Fraction(float(pages.visit_age_days[i, j])), int(pages.visit_type[i, j]),
-             bool(pages.visit_is_redirect_source[i, j]))
+            (
+                Fraction(float(pages.visit_age_days[i, j])),
+                int(pages.visit_type[i, j]),
+                bool(pages.visit_is_redirect_source[i, j]),
+            )
             for j in range(pages.visit_type.shape[1])
             if pages.visit_type[i, j] != 0
         ]
@@ -124,8 +133,11 @@ def fd_rows(theta: np.ndarray | None = None) -> np.ndarray:
 def random_pages(n: int, rng: np.random.Generator, width: int = 10) -> PageHistories:
     n_visits = rng.integers(0, width + 1, n)
     mask = np.arange(width)[None, :] < n_visits[:, None]
-    ages = np.sort(rng.choice([0.0, 3.5, 4.0, 5.0, 14.0, 15.0, 31.0, 90.0, 91.0, 200.0],
-                              size=(n, width)) + rng.integers(0, 3, (n, width)), axis=1)
+    ages = np.sort(
+        rng.choice([0.0, 3.5, 4.0, 5.0, 14.0, 15.0, 31.0, 90.0, 91.0, 200.0], size=(n, width))
+        + rng.integers(0, 3, (n, width)),
+        axis=1,
+    )
     return PageHistories(
         visit_age_days=np.where(mask, ages, 0.0),
         visit_type=np.where(mask, rng.integers(1, 12, (n, width)), 0).astype(np.int8),
@@ -175,9 +187,16 @@ def test_each_visit_type_uses_its_bonus() -> None:
     # Distinct bonuses 1..11 (x 100 so that the first bucket gives exactly the bonus).
     theta = classic_defaults()
     bonus_names = [
-        "embedVisitBonus", "framedLinkVisitBonus", "linkVisitBonus", "typedVisitBonus",
-        "bookmarkVisitBonus", "downloadVisitBonus", "permRedirectVisitBonus",
-        "tempRedirectVisitBonus", "redirectSourceVisitBonus", "defaultVisitBonus",
+        "embedVisitBonus",
+        "framedLinkVisitBonus",
+        "linkVisitBonus",
+        "typedVisitBonus",
+        "bookmarkVisitBonus",
+        "downloadVisitBonus",
+        "permRedirectVisitBonus",
+        "tempRedirectVisitBonus",
+        "redirectSourceVisitBonus",
+        "defaultVisitBonus",
         "reloadVisitBonus",
     ]
     for k, name in enumerate(bonus_names):
@@ -202,73 +221,94 @@ def test_each_visit_type_uses_its_bonus() -> None:
 
 
 def test_redirect_source_replaces_the_type_bonus() -> None:
-    pages = make_pages([
-        {"visits": [(0.0, VisitType.LINK, True)]},
-        {"visits": [(0.0, VisitType.TYPED, True)]},
-        {"visits": [(20.0, VisitType.LINK, True)]},
-    ])
+    pages = make_pages(
+        [
+            {"visits": [(0.0, VisitType.LINK, True)]},
+            {"visits": [(0.0, VisitType.TYPED, True)]},
+            {"visits": [(20.0, VisitType.LINK, True)]},
+        ]
+    )
     # redirectSourceVisitBonus 25: 100 * 25 / 100 = 25; third bucket: 50 * 25 / 100 = 12.5.
-    np.testing.assert_array_equal(ClassicFrecency().score(classic_defaults(), pages),
-                                  [25, 25, 13])
+    np.testing.assert_array_equal(ClassicFrecency().score(classic_defaults(), pages), [25, 25, 13])
 
 
 def test_bookmarked_page_adds_bookmark_bonus_to_every_visit() -> None:
-    pages = make_pages([
-        {"visits": [(0.0, VisitType.LINK, False)], "bookmarked": True},  # 100 + 75
-        {"visits": [(0.0, VisitType.BOOKMARK, False)], "bookmarked": True},  # 75 + 75
-        {"visits": [(0.0, VisitType.LINK, True)], "bookmarked": True},  # 25 + 75
-        {"visits": [(0.0, VisitType.EMBED, False)], "bookmarked": True},  # 0 + 75
-        {"visits": [(0.0, VisitType.LINK, False), (20.0, VisitType.TYPED, False)],
-         "bookmarked": True, "visit_count": 2},  # 175 + 50 * 2075 / 100 = 1212.5
-    ])
-    np.testing.assert_array_equal(ClassicFrecency().score(classic_defaults(), pages),
-                                  [175, 150, 100, 75, 1213])
+    pages = make_pages(
+        [
+            {"visits": [(0.0, VisitType.LINK, False)], "bookmarked": True},  # 100 + 75
+            {"visits": [(0.0, VisitType.BOOKMARK, False)], "bookmarked": True},  # 75 + 75
+            {"visits": [(0.0, VisitType.LINK, True)], "bookmarked": True},  # 25 + 75
+            {"visits": [(0.0, VisitType.EMBED, False)], "bookmarked": True},  # 0 + 75
+            {
+                "visits": [(0.0, VisitType.LINK, False), (20.0, VisitType.TYPED, False)],
+                "bookmarked": True,
+                "visit_count": 2,
+            },  # 175 + 50 * 2075 / 100 = 1212.5
+        ]
+    )
+    np.testing.assert_array_equal(
+        ClassicFrecency().score(classic_defaults(), pages), [175, 150, 100, 75, 1213]
+    )
 
 
 def test_unvisited_pages() -> None:
-    pages = make_pages([
-        {"bookmarked": True},
-        {"typed": True},
-        {"bookmarked": True, "typed": True},
-        {},
-        {"bookmarked": True, "visit_count": 5},  # visit_count without sampled visits
-    ])
-    np.testing.assert_array_equal(ClassicFrecency().score(classic_defaults(), pages),
-                                  [140, 200, 340, 0, 140])
+    pages = make_pages(
+        [
+            {"bookmarked": True},
+            {"typed": True},
+            {"bookmarked": True, "typed": True},
+            {},
+            {"bookmarked": True, "visit_count": 5},  # visit_count without sampled visits
+        ]
+    )
+    np.testing.assert_array_equal(
+        ClassicFrecency().score(classic_defaults(), pages), [140, 200, 340, 0, 140]
+    )
     theta = weights_from_dict({"firstBucketWeight": 33, "unvisitedBookmarkBonus": 10})
     # ceil(33 * 10 / 100) = ceil(3.3) = 4; ceil(33 * 210 / 100) = ceil(69.3) = 70.
     np.testing.assert_array_equal(ClassicFrecency().score(theta, pages)[:3], [4, 66, 70])
 
 
 def test_zero_points_give_minus_one() -> None:
-    pages = make_pages([
-        {"visits": [(0.0, VisitType.EMBED, False)]},
-        {"visits": [(3.0, VisitType.DOWNLOAD, False), (5.0, VisitType.RELOAD, False)],
-         "visit_count": 9},
-        {"visits": [(0.0, VisitType.FRAMED_LINK, False)], "visit_count": 0},
-    ])
-    np.testing.assert_array_equal(ClassicFrecency().score(classic_defaults(), pages),
-                                  [-1, -1, -1])
+    pages = make_pages(
+        [
+            {"visits": [(0.0, VisitType.EMBED, False)]},
+            {
+                "visits": [(3.0, VisitType.DOWNLOAD, False), (5.0, VisitType.RELOAD, False)],
+                "visit_count": 9,
+            },
+            {"visits": [(0.0, VisitType.FRAMED_LINK, False)], "visit_count": 0},
+        ]
+    )
+    np.testing.assert_array_equal(ClassicFrecency().score(classic_defaults(), pages), [-1, -1, -1])
     np.testing.assert_array_equal(
         ClassicFrecency(rounding=False).score(classic_defaults(), pages), [-1, -1, -1]
     )
 
 
 def test_average_times_visit_count_and_ceil() -> None:
-    pages = make_pages([
-        # 70 + 50 + 10 * 2000 / 100 = 320 points over 3 samples, 7 visits: 746.67 -> 747
-        {"visits": [(5.0, VisitType.LINK, False), (20.0, VisitType.LINK, False),
-                    (100.0, VisitType.TYPED, False)], "visit_count": 7},
-        # bookmarked LINK in the third bucket: 50 * 175 / 100 = 87.5; 3 visits, 1 sample
-        {"visits": [(20.0, VisitType.LINK, False)], "bookmarked": True, "visit_count": 3},
-    ])
+    pages = make_pages(
+        [
+            # 70 + 50 + 10 * 2000 / 100 = 320 points over 3 samples, 7 visits: 746.67 -> 747
+            {
+                "visits": [
+                    (5.0, VisitType.LINK, False),
+                    (20.0, VisitType.LINK, False),
+                    (100.0, VisitType.TYPED, False),
+                ],
+                "visit_count": 7,
+            },
+            # bookmarked LINK in the third bucket: 50 * 175 / 100 = 87.5; 3 visits, 1 sample
+            {"visits": [(20.0, VisitType.LINK, False)], "bookmarked": True, "visit_count": 3},
+        ]
+    )
     theta = classic_defaults()
     np.testing.assert_array_equal(ClassicFrecency().score(theta, pages), [747, 263])
-    np.testing.assert_allclose(ClassicFrecency(rounding=False).score(theta, pages),
-                               [7 * 320 / 3, 262.5])
+    np.testing.assert_allclose(
+        ClassicFrecency(rounding=False).score(theta, pages), [7 * 320 / 3, 262.5]
+    )
     # Firefox's C++ rounds the points up first: ceil(3 * ceil(87.5) / 1) = 264.
-    np.testing.assert_array_equal(ClassicFrecency(ceil_points=True).score(theta, pages),
-                                  [747, 264])
+    np.testing.assert_array_equal(ClassicFrecency(ceil_points=True).score(theta, pages), [747, 264])
 
 
 def test_unordered_cutoffs_follow_the_if_elif_chain() -> None:
@@ -276,8 +316,9 @@ def test_unordered_cutoffs_follow_the_if_elif_chain() -> None:
     pages = make_pages([{"visits": [(a, VisitType.LINK, False)]} for a in (7.0, 10.0, 12.0)])
     # 7 and 10 are <= 10 (first bucket); 12 is > 10 and > 5, <= 31 (third bucket).
     np.testing.assert_array_equal(ClassicFrecency().score(theta, pages), [100, 100, 50])
-    np.testing.assert_array_equal(ClassicFrecency().score(theta, pages),
-                                  reference_classic(theta, pages))
+    np.testing.assert_array_equal(
+        ClassicFrecency().score(theta, pages), reference_classic(theta, pages)
+    )
 
 
 def test_integer_weights_give_exact_ceilings() -> None:
@@ -293,22 +334,28 @@ def test_integer_weights_give_exact_ceilings() -> None:
 def histories(draw: st.DrawFn) -> PageHistories:
     n = draw(st.integers(1, 6))
     width = draw(st.integers(1, 10))
-    age_values = st.sampled_from([0.0, 0.5, 3.0, 4.0, 4.5, 14.0, 15.0, 31.0, 60.0, 90.0, 91.0,
-                                  400.0])
+    age_values = st.sampled_from(
+        [0.0, 0.5, 3.0, 4.0, 4.5, 14.0, 15.0, 31.0, 60.0, 90.0, 91.0, 400.0]
+    )
     pages = []
     for _ in range(n):
         k = draw(st.integers(0, width))
         visits = [
-            (draw(age_values), draw(st.sampled_from([1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11])),
-             draw(st.booleans()))
+            (
+                draw(age_values),
+                draw(st.sampled_from([1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11])),
+                draw(st.booleans()),
+            )
             for _ in range(k)
         ]
-        pages.append({
-            "visits": sorted(visits),
-            "visit_count": k + draw(st.integers(0, 30)),
-            "bookmarked": draw(st.booleans()),
-            "typed": draw(st.booleans()),
-        })
+        pages.append(
+            {
+                "visits": sorted(visits),
+                "visit_count": k + draw(st.integers(0, 30)),
+                "bookmarked": draw(st.booleans()),
+                "typed": draw(st.booleans()),
+            }
+        )
     return make_pages(pages, width=width)
 
 
@@ -323,16 +370,20 @@ float_params = st.lists(
 @settings(max_examples=150, deadline=None)
 @given(pages=histories(), theta=integer_params)
 def test_matches_reference_with_integer_weights(pages: PageHistories, theta: np.ndarray) -> None:
-    np.testing.assert_array_equal(ClassicFrecency().score(theta, pages),
-                                  reference_classic(theta, pages))
+    np.testing.assert_array_equal(
+        ClassicFrecency().score(theta, pages), reference_classic(theta, pages)
+    )
 
 
 @settings(max_examples=100, deadline=None)
 @given(pages=histories(), theta=float_params)
 def test_matches_reference_unrounded(pages: PageHistories, theta: np.ndarray) -> None:
-    np.testing.assert_allclose(ClassicFrecency(rounding=False).score(theta, pages),
-                               reference_classic(theta, pages, rounding=False),
-                               rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(
+        ClassicFrecency(rounding=False).score(theta, pages),
+        reference_classic(theta, pages, rounding=False),
+        rtol=1e-12,
+        atol=1e-9,
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -345,8 +396,12 @@ def test_grouped_and_broadcast_paths_agree(
     rows[-5:, :4] = rng.integers(0, 100, (5, 4))  # some unrelated cutoff vectors
     visits = ClassicFrecency.visit_slots(pages)
     args = (rows[:, 0:4], rows[:, 4:9], rows[:, 9:20], visits)
-    np.testing.assert_allclose(classic_module._grouped_points(*args),
-                               classic_module._broadcast_points(*args), rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(
+        classic_module._grouped_points(*args),
+        classic_module._broadcast_points(*args),
+        rtol=1e-12,
+        atol=1e-9,
+    )
 
 
 @pytest.mark.parametrize("n_pages", [3, 40, 3000])  # broadcast and grouped paths
@@ -376,14 +431,20 @@ def test_large_batch_matches_reference_on_sample() -> None:
 
 def test_bucketed_points_with_no_pages_or_no_visits() -> None:
     empty = VisitSlots(age=np.zeros((0, 10)), slot=np.zeros((0, 10), np.uint8), n_slots=11)
-    assert bucketed_points(np.zeros((3, 4)), np.zeros((3, 5)), np.zeros((3, 11)),
-                           empty).shape == (3, 0)
+    assert bucketed_points(np.zeros((3, 4)), np.zeros((3, 5)), np.zeros((3, 11)), empty).shape == (
+        3,
+        0,
+    )
     pages = make_pages([{}, {"bookmarked": True}], width=0)
     rows = fd_rows()
-    expected = np.ceil(rows[:, CLASSIC_INDEX["firstBucketWeight"]]
-                       * rows[:, CLASSIC_INDEX["unvisitedBookmarkBonus"]] / 100)
-    np.testing.assert_array_equal(ClassicFrecency().score(rows, pages),
-                                  np.stack([np.zeros(45), expected], axis=1))
+    expected = np.ceil(
+        rows[:, CLASSIC_INDEX["firstBucketWeight"]]
+        * rows[:, CLASSIC_INDEX["unvisitedBookmarkBonus"]]
+        / 100
+    )
+    np.testing.assert_array_equal(
+        ClassicFrecency().score(rows, pages), np.stack([np.zeros(45), expected], axis=1)
+    )
 
 
 def test_finite_difference_batch_is_fast_enough_for_the_study() -> None:
@@ -404,14 +465,16 @@ def test_finite_difference_batch_is_fast_enough_for_the_study() -> None:
 
 
 def test_decayed_score() -> None:
-    pages = make_pages([
-        {"visits": [(10.0, VisitType.LINK, False)]},
-        {"visits": [(10.0, VisitType.LINK, False), (20.0, VisitType.LINK, False)]},
-        {"bookmarked": True},
-        {"visits": [(30.0, VisitType.EMBED, False)]},
-        {"visits": [(0.0, VisitType.LINK, False)]},
-        {"visits": [(2.9, VisitType.LINK, False)]},
-    ])
+    pages = make_pages(
+        [
+            {"visits": [(10.0, VisitType.LINK, False)]},
+            {"visits": [(10.0, VisitType.LINK, False), (20.0, VisitType.LINK, False)]},
+            {"bookmarked": True},
+            {"visits": [(30.0, VisitType.EMBED, False)]},
+            {"visits": [(0.0, VisitType.LINK, False)]},
+            {"visits": [(2.9, VisitType.LINK, False)]},
+        ]
+    )
     model = ClassicFrecency()
     got = model.decayed_score(classic_defaults(), pages)
     # page 0: 100 at its visit, decayed 10 days: round(100 * 0.975**10) = round(77.63) = 78
@@ -420,7 +483,12 @@ def test_decayed_score() -> None:
     # page 5: 2.9 days -> 2 whole days of decay: round(100 * 0.975**2) = round(95.06) = 95
     assert got.tolist() == [78.0, round(170 * 0.975**10), 140.0, -1.0, 100.0, 95.0]
     assert model.decayed_score(classic_defaults(), pages, decay_rate=1.0).tolist() == [
-        100.0, 170.0, 140.0, -1.0, 100.0, 100.0
+        100.0,
+        170.0,
+        140.0,
+        -1.0,
+        100.0,
+        100.0,
     ]
     unrounded = ClassicFrecency(rounding=False).decayed_score(classic_defaults(), pages)
     assert unrounded[0] == pytest.approx(100 * 0.975**10)

@@ -25,8 +25,9 @@ from fedrank.models.frecency.modern import (
 DAY = 20_779  # 2026-11-22
 
 
-def make_samples(pages: list[list[tuple[int, int]]], visit_count: list[int],
-                 place: list[bool] | None = None) -> ModernSamples:
+def make_samples(
+    pages: list[list[tuple[int, int]]], visit_count: list[int], place: list[bool] | None = None
+) -> ModernSamples:
     """Samples from ``[[(day, class), ...], ...]``."""
     width = max(1, max(len(p) for p in pages))
     day = np.zeros((len(pages), width), dtype=np.int64)
@@ -46,9 +47,11 @@ def reference_modern(theta: np.ndarray, samples: ModernSamples) -> np.ndarray:
     lam = math.log(2) / theta[4]
     out = []
     for i in range(samples.n_pages):
-        items = [(int(d), int(c)) for d, c in zip(samples.sample_day[i],
-                                                  samples.sample_class[i], strict=True)
-                 if c >= 0]
+        items = [
+            (int(d), int(c))
+            for d, c in zip(samples.sample_day[i], samples.sample_class[i], strict=True)
+            if c >= 0
+        ]
         if not items or samples.is_place_query[i]:
             out.append(0.0)
             continue
@@ -64,8 +67,11 @@ def reference_modern(theta: np.ndarray, samples: ModernSamples) -> np.ndarray:
 
 def test_names_and_defaults() -> None:
     model = ModernFrecency()
-    assert model.names == MODERN_WEIGHT_NAMES == (
-        "lowWeight", "mediumWeight", "highWeight", "veryHighWeight", "halfLifeDays")
+    assert (
+        model.names
+        == MODERN_WEIGHT_NAMES
+        == ("lowWeight", "mediumWeight", "highWeight", "veryHighWeight", "halfLifeDays")
+    )
     np.testing.assert_array_equal(model.defaults(), [20, 50, 100, 200, 30])
     assert ModernPrefs() == ModernPrefs(10, 120, 60, 50, 20)
 
@@ -83,8 +89,13 @@ def test_hand_computed() -> None:
         place=[False, False, False, False, True],
     )
     got = ModernFrecency().score(ModernFrecency.defaults(), samples)
-    expected = [DAY + 199, DAY + int(30 * math.log2(150)), DAY - 3 + int(30 * math.log2(1400)),
-                0, 0]
+    expected = [
+        DAY + 199,
+        DAY + int(30 * math.log2(150)),
+        DAY - 3 + int(30 * math.log2(1400)),
+        0,
+        0,
+    ]
     assert got.tolist() == expected
     assert expected[1] == DAY + 216 and expected[2] == DAY - 3 + 313
     np.testing.assert_array_equal(got, reference_modern(ModernFrecency.defaults(), samples))
@@ -118,8 +129,9 @@ def test_rows_equal_row_by_row_and_reference() -> None:
         is_place_query=rng.random(n) < 0.05,
     )
     theta = ModernFrecency.defaults()
-    rows = np.concatenate([theta[None], theta + np.eye(5), theta - np.eye(5),
-                           [[7, 3, 500, 1, 12.5]]])
+    rows = np.concatenate(
+        [theta[None], theta + np.eye(5), theta - np.eye(5), [[7, 3, 500, 1, 12.5]]]
+    )
     model = ModernFrecency()
     batch = model.score(rows, samples)
     assert batch.shape == (12, n)
@@ -140,26 +152,46 @@ def test_bad_parameters() -> None:
 
 def test_samples_validation() -> None:
     with pytest.raises(DataFormatError, match="sample_day"):
-        ModernSamples(np.zeros((2, 3), np.int64), np.zeros((2, 2), np.int8),
-                      np.zeros(2, np.int64), np.zeros(2, bool))
+        ModernSamples(
+            np.zeros((2, 3), np.int64),
+            np.zeros((2, 2), np.int8),
+            np.zeros(2, np.int64),
+            np.zeros(2, bool),
+        )
     with pytest.raises(DataFormatError, match="sample_class"):
-        ModernSamples(np.zeros((1, 1), np.int64), np.full((1, 1), 4, np.int8),
-                      np.zeros(1, np.int64), np.zeros(1, bool))
+        ModernSamples(
+            np.zeros((1, 1), np.int64),
+            np.full((1, 1), 4, np.int8),
+            np.zeros(1, np.int64),
+            np.zeros(1, bool),
+        )
     with pytest.raises(DataFormatError, match="visit_count"):
-        ModernSamples(np.zeros((2, 1), np.int64), np.zeros((2, 1), np.int8),
-                      np.zeros(3, np.int64), np.zeros(2, bool))
+        ModernSamples(
+            np.zeros((2, 1), np.int64),
+            np.zeros((2, 1), np.int8),
+            np.zeros(3, np.int64),
+            np.zeros(2, bool),
+        )
 
 
 def test_samples_from_histories() -> None:
     width = 12
     visits = [
         # (age, type, redirect source)
-        [(0.4, VisitType.LINK, False), (1.0, VisitType.DOWNLOAD, False),
-         (2.0, VisitType.TYPED, False), (3.0, VisitType.TYPED, True),
-         (4.0, VisitType.BOOKMARK, True), (5.0, VisitType.EMBED, False),
-         (6.0, VisitType.RELOAD, False), (7.0, VisitType.REDIRECT_TEMPORARY, False),
-         (8.0, VisitType.FRAMED_LINK, False), (9.5, VisitType.REDIRECT_PERMANENT, False),
-         (10.0, VisitType.LINK, False), (11.0, VisitType.LINK, False)],
+        [
+            (0.4, VisitType.LINK, False),
+            (1.0, VisitType.DOWNLOAD, False),
+            (2.0, VisitType.TYPED, False),
+            (3.0, VisitType.TYPED, True),
+            (4.0, VisitType.BOOKMARK, True),
+            (5.0, VisitType.EMBED, False),
+            (6.0, VisitType.RELOAD, False),
+            (7.0, VisitType.REDIRECT_TEMPORARY, False),
+            (8.0, VisitType.FRAMED_LINK, False),
+            (9.5, VisitType.REDIRECT_PERMANENT, False),
+            (10.0, VisitType.LINK, False),
+            (11.0, VisitType.LINK, False),
+        ],
         [],
         [(3.0, VisitType.RELOAD, False)],
         [],
@@ -171,15 +203,40 @@ def test_samples_from_histories() -> None:
     for i, page in enumerate(visits):
         for j, (a, t, s) in enumerate(page):
             age[i, j], vtype[i, j], source[i, j] = a, t, s
-    pages = PageHistories(age, vtype, source, np.array([40, 0, 1, 0]),
-                          np.array([False, True, True, False]), np.zeros(n, bool))
+    pages = PageHistories(
+        age,
+        vtype,
+        source,
+        np.array([40, 0, 1, 0]),
+        np.array([False, True, True, False]),
+        np.zeros(n, bool),
+    )
     samples = modern_samples_from_histories(pages, DAY)
     assert samples.sample_class.shape == (4, 10)
     # Page 0: 12 visits, 3 excluded (DOWNLOAD, RELOAD, FRAMED_LINK); the 9 others kept.
     assert samples.sample_class[0].tolist() == [
-        MEDIUM, HIGH, LOW, HIGH, LOW, MEDIUM, MEDIUM, MEDIUM, MEDIUM, PADDING]
-    assert samples.sample_day[0, :9].tolist() == [DAY, DAY - 2, DAY - 3, DAY - 4, DAY - 5,
-                                                  DAY - 7, DAY - 9, DAY - 10, DAY - 11]
+        MEDIUM,
+        HIGH,
+        LOW,
+        HIGH,
+        LOW,
+        MEDIUM,
+        MEDIUM,
+        MEDIUM,
+        MEDIUM,
+        PADDING,
+    ]
+    assert samples.sample_day[0, :9].tolist() == [
+        DAY,
+        DAY - 2,
+        DAY - 3,
+        DAY - 4,
+        DAY - 5,
+        DAY - 7,
+        DAY - 9,
+        DAY - 10,
+        DAY - 11,
+    ]
     # Bookmarked pages without sampled visits: one high sample today.
     assert samples.sample_class[1].tolist() == [HIGH] + [PADDING] * 9
     assert samples.sample_class[2].tolist() == [HIGH] + [PADDING] * 9
@@ -192,7 +249,13 @@ def test_samples_from_histories() -> None:
 
     high = modern_samples_from_histories(pages, DAY, bookmarked_visits_high=True)
     np.testing.assert_array_equal(high.sample_class[0], samples.sample_class[0])
-    pages_bm = PageHistories(age, vtype, source, np.array([40, 0, 1, 0]),
-                             np.array([True, True, True, False]), np.zeros(n, bool))
+    pages_bm = PageHistories(
+        age,
+        vtype,
+        source,
+        np.array([40, 0, 1, 0]),
+        np.array([True, True, True, False]),
+        np.zeros(n, bool),
+    )
     high = modern_samples_from_histories(pages_bm, DAY, bookmarked_visits_high=True)
     assert high.sample_class[0].tolist() == [HIGH] * 9 + [PADDING]

@@ -70,18 +70,33 @@ def test_names_and_defaults() -> None:
 
 
 def test_hand_computed() -> None:
-    pages = make_pages([
-        # TYPED at 2 days: 100 * 2; LINK at 20: 50 * 1.2; BOOKMARK visit at 100: 10 * 1.4;
-        # EMBED: 0. Sum 274 over 4 samples, 10 visits: 274 * 10 / 4 = 685.
-        {"visits": [(2.0, VisitType.TYPED), (20.0, VisitType.LINK),
-                    (100.0, VisitType.BOOKMARK), (1.0, VisitType.EMBED)], "visit_count": 10},
-        # Bookmarked page: LINK counts 1.4, TYPED still 2, REDIRECT gets 1.4 too.
-        {"visits": [(0.0, VisitType.LINK), (5.0, VisitType.TYPED),
-                    (40.0, VisitType.REDIRECT_TEMPORARY)], "bookmarked": True,
-         "visit_count": 3},
-        {"bookmarked": True, "visit_count": 0},  # no visits: 0
-        {"visits": [(3.0, VisitType.DOWNLOAD)], "visit_count": 2},  # type weight 0
-    ])
+    pages = make_pages(
+        [
+            # TYPED at 2 days: 100 * 2; LINK at 20: 50 * 1.2; BOOKMARK visit at 100: 10 * 1.4;
+            # EMBED: 0. Sum 274 over 4 samples, 10 visits: 274 * 10 / 4 = 685.
+            {
+                "visits": [
+                    (2.0, VisitType.TYPED),
+                    (20.0, VisitType.LINK),
+                    (100.0, VisitType.BOOKMARK),
+                    (1.0, VisitType.EMBED),
+                ],
+                "visit_count": 10,
+            },
+            # Bookmarked page: LINK counts 1.4, TYPED still 2, REDIRECT gets 1.4 too.
+            {
+                "visits": [
+                    (0.0, VisitType.LINK),
+                    (5.0, VisitType.TYPED),
+                    (40.0, VisitType.REDIRECT_TEMPORARY),
+                ],
+                "bookmarked": True,
+                "visit_count": 3,
+            },
+            {"bookmarked": True, "visit_count": 0},  # no visits: 0
+            {"visits": [(3.0, VisitType.DOWNLOAD)], "visit_count": 2},  # type weight 0
+        ]
+    )
     got = SimplifiedFrecency().score(SimplifiedFrecency.defaults(), pages)
     np.testing.assert_allclose(got, [685.0, 100 * 1.4 + 70 * 2.0 + 30 * 1.4, 0.0, 0.0])
     np.testing.assert_allclose(got, reference_simplified(SimplifiedFrecency.defaults(), pages))
@@ -106,13 +121,12 @@ def test_rows_equal_row_by_row_and_reference(n_pages: int) -> None:
     rows[3, :4] = [40, 3, 8, 100]  # unordered cutoffs
     batch = model.score(rows, pages)
     assert batch.shape == (25, n_pages)
-    np.testing.assert_allclose(batch, np.stack([model.score(r, pages) for r in rows]),
-                               rtol=1e-12)
+    np.testing.assert_allclose(batch, np.stack([model.score(r, pages) for r in rows]), rtol=1e-12)
     sample = rng.choice(n_pages, min(n_pages, 50), replace=False)
     for r in (0, 3, 12, 24):
-        np.testing.assert_allclose(batch[r, sample],
-                                   reference_simplified(rows[r], pages.take(sample)),
-                                   rtol=1e-12)
+        np.testing.assert_allclose(
+            batch[r, sample], reference_simplified(rows[r], pages.take(sample)), rtol=1e-12
+        )
 
 
 def test_bad_shape() -> None:
