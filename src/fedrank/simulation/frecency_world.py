@@ -22,6 +22,7 @@ parameters' scores and ``control-no-decay`` is a second control group.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -60,7 +61,7 @@ MIN_HALF_LIFE_DAYS = 1e-3
 _HALF_LIFE = MODERN_WEIGHT_NAMES.index("halfLifeDays")
 
 
-class PageScorer:
+class PageScorer(ABC):
     """The page scorer of a frecency model: the scores of a population's pages under any
     parameters, with what the study needs to know about the model.
 
@@ -87,14 +88,14 @@ class PageScorer:
         return cls.default_deltas[scale]
 
     @classmethod
+    @abstractmethod
     def defaults(cls) -> np.ndarray:
         """Firefox's default parameters, in :attr:`names` order (a fresh copy)."""
-        raise NotImplementedError
 
     @classmethod
+    @abstractmethod
     def safeguards(cls, max_change: float = 3.0) -> ConstraintChain:
         """The safeguards applied after every optimizer step (Sec. 5.6)."""
-        raise NotImplementedError
 
     @classmethod
     def to_dict(cls, params: np.ndarray) -> dict[str, float]:
@@ -107,14 +108,14 @@ class PageScorer:
             )
         return {name: float(v) for name, v in zip(cls.names, vec, strict=True)}
 
+    @abstractmethod
     def score(self, params: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
         """Scores of every page (``index=None``) or of the pages at ``index`` (flattened):
         ``(m,)`` for one parameter vector, ``(P, m)`` for ``(P, d)`` rows (float64)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def control_scores(self, decay_rate: float) -> np.ndarray:
         """``(n,)``: the scores the ``control`` branch sees (default parameters)."""
-        raise NotImplementedError
 
 
 class ClassicScorer(PageScorer):
