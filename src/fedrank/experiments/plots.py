@@ -48,8 +48,10 @@ def plot_weights(result: StudyResult, path: Path) -> Path:
     change = traj - traj[0]
     moved = np.flatnonzero(np.abs(change).max(axis=0) > 0)
     fig, ax = plt.subplots(figsize=(8, 5))
-    for i in moved:
-        ax.plot(np.arange(traj.shape[0]), change[:, i], label=names[i])
+    for line, i in enumerate(moved):
+        # Ten colours, then a new line style, so that no two weights look the same.
+        style = ("-", "--", ":")[line // 10 % 3]
+        ax.plot(np.arange(traj.shape[0]), change[:, i], f"C{line % 10}", ls=style, label=names[i])
     ax.axhline(0, color="grey", lw=0.5)
     ax.set_xlabel("iteration")
     ax.set_ylabel("change from Firefox default")
@@ -68,17 +70,15 @@ def plot_chars_typed(result: StudyResult, path: Path) -> Path:
     samples = {
         name: s["chars_typed"] for name, s in result.eval_samples.items() if s["chars_typed"].size
     }
-    top = int(max(np.percentile(v, 99) for v in samples.values())) + 1 if samples else 1
-    bins = np.arange(0.5, top + 1.5)
-    for name, values in samples.items():
-        ax.hist(
-            values,
-            bins=bins,
-            density=True,
-            histtype="step",
-            lw=1.5,
-            label=f"{name} (mean {values.mean():.2f})",
-        )
+    top = int(max(v.max() for v in samples.values())) if samples else 1
+    chars = np.arange(1, max(top, 1) + 1)
+    width = 0.8 / max(len(samples), 1)
+    # Side-by-side bars (branches with equal shares would hide each other as histograms).
+    for b, (name, values) in enumerate(samples.items()):
+        share = (values[:, None] == chars[None, :]).mean(axis=0)
+        offset = (b - (len(samples) - 1) / 2) * width
+        ax.bar(chars + offset, share, width, label=f"{name} (mean {values.mean():.3f})")
+    ax.set_xticks(chars)
     ax.set_xlabel("characters typed before selecting")
     ax.set_ylabel("share of searches")
     ax.set_title("Evaluation phase: characters typed")
