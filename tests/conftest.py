@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -35,3 +36,44 @@ def firefox_dir(data_dir: Path) -> Path:
     if not path.is_dir():
         pytest.skip(f"{path} is absent: the Firefox places.sqlite files are needed")
     return path
+
+
+@pytest.fixture(scope="session")
+def letor_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A per-session LETOR parse cache (tests never touch the user's ~/.cache)."""
+    return tmp_path_factory.mktemp("letor-cache")
+
+
+@pytest.fixture(scope="session")
+def mq2008_dir(data_dir: Path) -> Path:
+    path = data_dir / "MQ2008"
+    if not path.is_dir():
+        pytest.skip(f"{path} is absent: the MQ2008 LETOR files are needed")
+    return path
+
+
+@pytest.fixture(scope="session")
+def mq2008_fold1(mq2008_dir: Path, letor_cache: Path):  # noqa: ANN201 (LetorFold)
+    from fedrank.data.letor import load_fold
+
+    return load_fold(mq2008_dir, 1, cache_dir=letor_cache)
+
+
+def synthetic_split(
+    rng: np.random.Generator,
+    n_queries: int = 30,
+    n_features: int = 5,
+    max_docs: int = 25,
+    name: str = "synthetic",
+):  # noqa: ANN201 (LetorSplit)
+    """A random LETOR split: labels 0-2 that depend on the first feature, so there is
+    something to learn."""
+    from fedrank.data.letor import LetorSplit
+
+    sizes = rng.integers(1, max_docs + 1, size=n_queries)
+    n = int(sizes.sum())
+    features = rng.random((n, n_features), dtype=np.float32)
+    labels = np.digitize(features[:, 0] + 0.3 * rng.random(n), [0.7, 1.05]).astype(np.int8)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    qids = np.array([str(i) for i in range(n_queries)])
+    return LetorSplit(features, labels, offsets, qids, name)

@@ -20,10 +20,25 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedrank.aggregators import GatedMean, MetricMean, SignVote, WeightedMean
-from fedrank.core.message import Message
+from fedrank.aggregators.es_gradient import ESGradient
+from fedrank.core.message import ESMessage, Message
 from fedrank.errors import ConfigError
 
 METRIC_NAMES = ("loss", "chars_typed", "selected_rank")
+
+
+def _as_es_message(m: Message) -> ESMessage:
+    """An ES report made from a drawn message: seed from n, metrics from the update."""
+    return ESMessage(
+        seed=m.n * 7919, metric=float(m.update[0]), antithetic_metric=float(m.update[-1])
+    )
+
+
+def _es_batch(agg: ESGradient, messages: Sequence[ESMessage], dim: int) -> Any:
+    seeds = np.array([m.seed for m in messages], dtype=np.int64)
+    metric = np.array([m.metric for m in messages], dtype=np.float64)
+    anti = np.array([m.antithetic_metric for m in messages], dtype=np.float64)
+    return agg.accumulate_batch(agg.zero(), seeds, metric, anti)
 
 
 @dataclass(frozen=True)
@@ -32,9 +47,14 @@ class AggCase:
     build: Callable[[int], Any]
     exact: bool  # integer state: every law holds bit for bit
     vector: bool  # finalize returns an array of shape (dim,)
+    convert: Callable[[Message], Any] | None = None  # the case's own message type
+    batch: Callable[[Any, Sequence[Any], int], Any] | None = None  # its accumulate_batch
 
     def __str__(self) -> str:
         return self.name
+
+    def messages(self, drawn: Sequence[Message]) -> list[Any]:
+        return list(drawn) if self.convert is None else [self.convert(m) for m in drawn]
 
 
 CASES = [
@@ -44,11 +64,21 @@ CASES = [
     AggCase("SignVote-gated", lambda d: SignVote(d, z=1.0), exact=True, vector=True),
     AggCase("GatedMean", GatedMean, exact=False, vector=True),
     AggCase("MetricMean", lambda d: MetricMean(), exact=False, vector=False),
+    AggCase(
+        "ESGradient",
+        lambda d: ESGradient(d, sigma=0.01, antithetic=True),
+        exact=False,
+        vector=True,
+        convert=_as_es_message,
+        batch=_es_batch,
+    ),
 ]
 VECTOR_CASES = [c for c in CASES if c.vector]
+UPDATE_CASES = [c for c in VECTOR_CASES if c.convert is None]  # messages carry update vectors
 
 parametrize_cases = pytest.mark.parametrize("case", CASES, ids=str)
 parametrize_vector_cases = pytest.mark.parametrize("case", VECTOR_CASES, ids=str)
+parametrize_update_cases = pytest.mark.parametrize("case", UPDATE_CASES, ids=str)
 SETTINGS = settings(max_examples=40, deadline=None)
 
 _value = st.one_of(
@@ -78,7 +108,9 @@ def fold(agg: Any, messages: Sequence[Message], state: Any = None) -> Any:
     return state
 
 
-def fold_batch(case: AggCase, agg: Any, messages: Sequence[Message], dim: int) -> Any:
+def fold_batch(case: AggCase, agg: Any, messages: Sequence[Any], dim: int) -> Any:
+    if case.batch is not None:
+        return case.batch(agg, messages, dim)
     n = np.array([m.n for m in messages], dtype=np.int64)
     if case.vector:
         updates = np.array([m.update for m in messages], dtype=np.float64).reshape(-1, dim)
@@ -131,6 +163,7 @@ def assert_same_result(case: AggCase, agg: Any, a: Any, b: Any) -> None:
 @given(data=message_lists(), perm_seed=st.integers(0, 2**32 - 1))
 def test_order_independence(case: AggCase, data: tuple[int, list], perm_seed: int) -> None:
     dim, messages = data
+    messages = case.messages(messages)
     agg = case.build(dim)
     order = np.random.default_rng(perm_seed).permutation(len(messages))
     a = fold(agg, messages)
@@ -146,6 +179,7 @@ def test_merge_is_associative_and_commutative_with_zero_identity(
     case: AggCase, data: tuple[int, list], cuts: list[int]
 ) -> None:
     dim, messages = data
+    messages = case.messages(messages)
     agg = case.build(dim)
     i, j = sorted(min(c, len(messages)) for c in cuts)
     a, b, c = fold(agg, messages[:i]), fold(agg, messages[i:j]), fold(agg, messages[j:])
@@ -163,6 +197,7 @@ def test_any_grouping_gives_the_same_aggregate(
 ) -> None:
     """A tree of proxies (random partition, merged in random order) equals one pass."""
     dim, messages = data
+    messages = case.messages(messages)
     agg = case.build(dim)
     rng = np.random.default_rng(seed)
     label = rng.integers(0, groups, size=len(messages))
@@ -183,6 +218,7 @@ def test_accumulate_batch_equals_sequential_accumulate(
     case: AggCase, data: tuple[int, list]
 ) -> None:
     dim, messages = data
+    messages = case.messages(messages)
     agg = case.build(dim)
     batched = fold_batch(case, agg, messages, dim)
     assert_same_state(case, agg, batched, fold(agg, messages))
@@ -206,6 +242,7 @@ def test_empty_input(case: AggCase) -> None:
 @given(data=message_lists(min_size=1))
 def test_shape_and_dtype_kept(case: AggCase, data: tuple[int, list]) -> None:
     dim, messages = data
+    messages = case.messages(messages)
     agg = case.build(dim)
     out = agg.finalize(fold(agg, messages))
     assert out.shape == (dim,) and out.dtype == np.float64
@@ -219,6 +256,7 @@ def test_state_json_round_trip_is_exact_and_resumable(
     case: AggCase, data: tuple[int, list]
 ) -> None:
     dim, messages = data
+    messages = case.messages(messages)
     agg = case.build(dim)
     half = len(messages) // 2
     state = fold(agg, messages[:half])
@@ -240,6 +278,7 @@ def test_state_json_round_trip_is_exact_and_resumable(
 @given(data=message_lists(min_size=1))
 def test_inputs_and_states_are_never_mutated(case: AggCase, data: tuple[int, list]) -> None:
     dim, messages = data
+    messages = case.messages(messages)
     agg = case.build(dim)
     before = copy.deepcopy(messages)
     state = fold(agg, messages[:1])
@@ -251,11 +290,14 @@ def test_inputs_and_states_are_never_mutated(case: AggCase, data: tuple[int, lis
     assert agg.state_to_json(state) == state_json
     assert isinstance(state, tuple)  # NamedTuple: fields cannot be reassigned
     for m, b in zip(messages, before, strict=True):
-        np.testing.assert_array_equal(m.update, b.update)
-        assert m.metrics == b.metrics and m.n == b.n
+        if isinstance(m, Message):
+            np.testing.assert_array_equal(m.update, b.update)
+            assert m.metrics == b.metrics and m.n == b.n
+        else:
+            assert m == b
 
 
-@parametrize_vector_cases
+@parametrize_update_cases
 def test_dimension_mismatch_is_a_config_error(case: AggCase) -> None:
     agg = case.build(3)
     with pytest.raises(ConfigError, match=r"expected .*\(3,\).*got .*\(4,\)"):
@@ -280,6 +322,8 @@ def test_metric_mean_column_shape_mismatch_is_a_config_error() -> None:
 def test_no_global_rng_is_used(case: AggCase) -> None:
     agg = case.build(3)
     before = np.random.get_state()[1].copy()
-    messages = [Message(update=np.array([1.0, -2.0, 0.0]), n=2, metrics={"loss": 1.0})]
+    messages = case.messages(
+        [Message(update=np.array([1.0, -2.0, 0.0]), n=2, metrics={"loss": 1.0})]
+    )
     agg.finalize(fold(agg, messages))
     np.testing.assert_array_equal(np.random.get_state()[1], before)

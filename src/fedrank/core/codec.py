@@ -27,6 +27,12 @@ Layout (all integers little-endian)::
 
 Unused padding bits must be zero. Decoding checks every length, so truncated, padded, or
 foreign data raises :class:`~fedrank.errors.CodecError` instead of producing a wrong message.
+
+FOLtR-ES messages (:class:`~fedrank.core.message.ESMessage`) have their own, minimal format
+(:func:`encode_es_message`): the paper's "s and f take 4 bytes each, the whole message size
+would be 8 bytes" -- ``seed u32 | metric f32`` (8 bytes), or ``seed u32 | metric f32 |
+antithetic_metric f32`` (12 bytes), little-endian. The length tells the two apart. Metrics
+are rounded to float32; a metric that is not finite, or beyond float32 range, is refused.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import struct
 
 import numpy as np
 
-from fedrank.core.message import Message
+from fedrank.core.message import ESMessage, Message
 from fedrank.errors import CodecError
 
 MAGIC = b"FRM"
@@ -232,12 +238,64 @@ def encoded_size(message: Message, encoding: str) -> int:
     )
 
 
+_ES_PLAIN = struct.Struct("<If")
+_ES_ANTITHETIC = struct.Struct("<Iff")
+#: Sizes of an ES message without and with the antithetic metric.
+ES_MESSAGE_SIZES = (_ES_PLAIN.size, _ES_ANTITHETIC.size)
+
+
+def _es_metric(name: str, value: float) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as exc:
+        raise CodecError(f"ES message {name} must be a number, got {value!r}") from exc
+    if not np.isfinite(number) or abs(number) > float(np.finfo(np.float32).max):
+        raise CodecError(f"ES message {name} must be finite and within float32 range, got {value}")
+    return number
+
+
+def encode_es_message(message: ESMessage) -> bytes:
+    """The 8 (or 12, with the antithetic metric) bytes of a FOLtR-ES message."""
+    seed = _check_int("seed", message.seed, 0, _MAX_U32)
+    metric = _es_metric("metric", message.metric)
+    if message.antithetic_metric is None:
+        return _ES_PLAIN.pack(seed, metric)
+    return _ES_ANTITHETIC.pack(
+        seed, metric, _es_metric("antithetic_metric", message.antithetic_metric)
+    )
+
+
+def decode_es_message(data: bytes | bytearray | memoryview, model_version: int = 0) -> ESMessage:
+    """Inverse of :func:`encode_es_message` (metrics come back as the float32 values sent);
+    ``model_version`` is the version the request named."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise CodecError(f"expected bytes to decode, got {type(data).__name__}")
+    raw = bytes(data)
+    if len(raw) == _ES_PLAIN.size:
+        seed, metric = _ES_PLAIN.unpack(raw)
+        anti = None
+    elif len(raw) == _ES_ANTITHETIC.size:
+        seed, metric, anti = _ES_ANTITHETIC.unpack(raw)
+    else:
+        raise CodecError(
+            f"an ES message is {_ES_PLAIN.size} or {_ES_ANTITHETIC.size} bytes (seed and one or "
+            f"two float32 metrics), got {len(raw)}"
+        )
+    for name, value in (("metric", metric), ("antithetic_metric", anti)):
+        if value is not None and not np.isfinite(value):
+            raise CodecError(f"corrupt ES message: {name} is not finite")
+    return ESMessage(int(seed), float(metric), None if anti is None else float(anti), model_version)
+
+
 __all__ = [
     "ENCODINGS",
+    "ES_MESSAGE_SIZES",
     "FORMAT_VERSION",
     "HEADER_SIZE",
     "MAGIC",
+    "decode_es_message",
     "decode_message",
+    "encode_es_message",
     "encode_message",
     "encoded_size",
     "payload_size",

@@ -1,0 +1,151 @@
+"""The server side of FOLtR-ES: rebuild each client's noise from its seed and average
+``metric * noise`` into a gradient estimate (Kharitonov, WSDM 2019, Eq. (4)-(6)).
+
+With ``theta_s = phi + sigma v_s`` (Eq. 4, ``(theta - phi) / sigma^2 = v_s / sigma``) the
+estimate over ``N`` clients is
+
+    g = 1 / (N sigma) * sum_s f_s v_s
+
+and with antithetic variates, each client reporting ``f_s+`` for ``phi + sigma v_s`` and
+``f_s-`` for ``phi - sigma v_s``,
+
+    g = 1 / (2 N sigma) * sum_s (f_s+ - f_s-) v_s.
+
+``g`` points *uphill* of the metric (MaxRR is maximized). As a monoid (ARCHITECTURE.md,
+Sec. 2) the state is ``sum_s c_s v_s`` (``c_s`` the metric or the antithetic difference)
+and the number of messages, so proxies can pre-aggregate and merge. The noise is
+regenerated from the seed (:func:`fedrank.core.seeded_noise.gaussian_noise`), never sent.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from fedrank.aggregators.mean import check_dim
+from fedrank.core.message import ESMessage
+from fedrank.core.seeded_noise import check_seeds, gaussian_noise
+from fedrank.errors import ConfigError, DataFormatError
+from fedrank.optim.serialization import (
+    array_from_json,
+    array_to_json,
+    check_hyperparameter,
+    check_state_type,
+    require_keys,
+)
+
+
+class ESGradientState(NamedTuple):
+    """Partial aggregate of :class:`ESGradient`.
+
+    Attributes:
+        weighted_noise: ``sum_s c_s v_s`` (float64, ``(dim,)``).
+        count: messages folded in (``N``).
+    """
+
+    weighted_noise: np.ndarray
+    count: int
+
+
+class ESGradient:
+    """FOLtR-ES gradient estimate from ``(seed, metric[, antithetic metric])`` reports.
+
+    Args:
+        dim: number of model parameters.
+        sigma: the perturbation scale the clients used (0.01).
+        antithetic: whether messages carry the antithetic metric (all must, or none).
+
+    ``finalize`` of an empty state is ``zeros(dim)``.
+    """
+
+    def __init__(self, dim: int, sigma: float = 0.01, antithetic: bool = True) -> None:
+        self.dim = check_dim(dim)
+        self.sigma = check_hyperparameter("sigma", sigma, low=0.0)
+        self.antithetic = bool(antithetic)
+
+    def __repr__(self) -> str:
+        return f"ESGradient(dim={self.dim}, sigma={self.sigma}, antithetic={self.antithetic})"
+
+    def zero(self) -> ESGradientState:
+        return ESGradientState(np.zeros(self.dim), 0)
+
+    def _coefficients(self, metric: np.ndarray, anti: np.ndarray | None) -> np.ndarray:
+        m = np.asarray(metric, dtype=np.float64)
+        if self.antithetic and anti is None:
+            raise DataFormatError(
+                "this aggregator expects antithetic reports (seed, metric, antithetic_metric); "
+                "got a report without the antithetic metric"
+            )
+        if not self.antithetic and anti is not None:
+            raise DataFormatError(
+                "this aggregator expects plain reports (seed, metric); got an antithetic one"
+            )
+        c = m - np.asarray(anti, dtype=np.float64) if anti is not None else m
+        if not np.all(np.isfinite(c)):
+            raise DataFormatError("ES metrics must be finite")
+        return c
+
+    def _check_state(self, state: ESGradientState) -> None:
+        if state.weighted_noise.shape != (self.dim,):
+            raise ConfigError(
+                f"expected a state of dimension {self.dim}, got {state.weighted_noise.shape}"
+            )
+
+    def accumulate(self, state: ESGradientState, message: ESMessage) -> ESGradientState:
+        """Fold one report in (regenerating its noise from the seed)."""
+        anti = None if message.antithetic_metric is None else [message.antithetic_metric]
+        return self.accumulate_batch(state, np.array([message.seed]), [message.metric], anti)
+
+    def accumulate_batch(
+        self,
+        state: ESGradientState,
+        seeds: np.ndarray,
+        metric: np.ndarray,
+        antithetic_metric: np.ndarray | None = None,
+    ) -> ESGradientState:
+        """Fold ``C`` reports at once (one noise matrix for all of them)."""
+        self._check_state(state)
+        s = check_seeds(seeds)
+        c = self._coefficients(metric, antithetic_metric)
+        if c.shape != s.shape:
+            raise ConfigError(f"got {s.size} seeds but {c.size} metrics")
+        if s.size == 0:
+            return state
+        noise = gaussian_noise(s, self.dim)
+        return ESGradientState(
+            state.weighted_noise + c @ noise.astype(np.float64), state.count + s.size
+        )
+
+    def merge(self, a: ESGradientState, b: ESGradientState) -> ESGradientState:
+        self._check_state(a)
+        self._check_state(b)
+        return ESGradientState(a.weighted_noise + b.weighted_noise, a.count + b.count)
+
+    def finalize(self, state: ESGradientState) -> np.ndarray:
+        """The gradient estimate ``g`` (ascent direction of the metric)."""
+        self._check_state(state)
+        if state.count == 0:
+            return np.zeros(self.dim)
+        scale = (2.0 if self.antithetic else 1.0) * state.count * self.sigma
+        return state.weighted_noise / scale
+
+    def state_to_json(self, state: ESGradientState) -> dict[str, Any]:
+        self._check_state(state)
+        return {
+            "type": "ESGradient",
+            "dim": self.dim,
+            "weighted_noise": array_to_json(state.weighted_noise),
+            "count": int(state.count),
+        }
+
+    def state_from_json(self, data: dict[str, Any]) -> ESGradientState:
+        check_state_type(data, "ESGradient")
+        require_keys(data, ("dim", "weighted_noise", "count"), "ESGradient")
+        if data["dim"] != self.dim:
+            raise ConfigError(f"saved state has dimension {data['dim']}, expected {self.dim}")
+        state = ESGradientState(
+            array_from_json(data["weighted_noise"]).astype(np.float64), int(data["count"])
+        )
+        self._check_state(state)
+        return state
