@@ -28,8 +28,9 @@ class LinearRanker:
     def dim(self) -> int:
         return self.n_features
 
-    def init_params(self) -> np.ndarray:
-        """Zeros (float64: the server keeps parameters and optimizer state in float64)."""
+    def init_params(self, rng: np.random.Generator | None = None) -> np.ndarray:
+        """Zeros (float64: the server keeps parameters and optimizer state in float64). A
+        linear model needs no random start, so ``rng`` is accepted and unused."""
         return np.zeros(self.dim)
 
     def score(self, params: np.ndarray, features: np.ndarray) -> np.ndarray:

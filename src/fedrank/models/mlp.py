@@ -34,8 +34,16 @@ class TwoLayerRanker:
     def dim(self) -> int:
         return self.hidden * self.n_features + 2 * self.hidden
 
-    def init_params(self) -> np.ndarray:
-        return np.zeros(self.dim)
+    def init_params(self, rng: np.random.Generator | None = None) -> np.ndarray:
+        """Zeros (FOLtR-ES), or with ``rng`` a random start for gradient methods, which
+        cannot leave the all-zero point: ``W1 ~ N(0, 1 / n_features)``, ``w2 ~ N(0, 1 /
+        hidden)``, ``b1 = 0`` (Glorot-style scaling)."""
+        if rng is None:
+            return np.zeros(self.dim)
+        h, f = self.hidden, self.n_features
+        return np.concatenate(
+            [rng.normal(0.0, f**-0.5, size=h * f), np.zeros(h), rng.normal(0.0, h**-0.5, size=h)]
+        )
 
     def unpack(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(W1, b1, w2)`` views of flat parameters ``(..., dim)``: ``(..., hidden,

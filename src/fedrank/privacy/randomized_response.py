@@ -70,6 +70,9 @@ class RandomizedResponse:
     def __repr__(self) -> str:
         return f"RandomizedResponse(n={self.n}, p={self.p})"
 
+    #: The :mod:`fedrank.core.codec` encoding that carries privatized values exactly.
+    encoding = "float64"
+
     @property
     def n(self) -> int:
         return int(self.values.size)
@@ -96,28 +99,32 @@ class RandomizedResponse:
     def privatize_indices(self, index: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Privatize value *indices* (``0..n-1``), any shape: keep each with probability
         ``p``, else move it to one of the other ``n - 1`` indices uniformly. Draws two
-        numbers per entry, in row-major order."""
+        uniforms per entry, entry after entry (row-major), so a batch draws exactly what its
+        rows privatized one after another would."""
         idx = np.asarray(index)
         if idx.dtype.kind not in "iu":
             raise DataFormatError(f"value indices must be integers, got dtype {idx.dtype}")
         if idx.size and (idx.min() < 0 or idx.max() >= self.n):
             raise DataFormatError(f"value indices must lie in [0, {self.n}), got {idx.min()}..")
-        keep = rng.random(idx.shape) < self.p
-        shift = rng.integers(1, self.n, size=idx.shape)
+        u = rng.random((*idx.shape, 2))
+        keep = u[..., 0] < self.p
+        shift = 1 + np.minimum((u[..., 1] * (self.n - 1)).astype(np.int64), self.n - 2)
         return np.where(keep, idx, (idx + shift) % self.n)
 
     def index_of(self, values: np.ndarray) -> np.ndarray:
-        """Indices of metric values; a value outside the domain raises."""
+        """Indices of metric values. A value matches the nearest domain value within a
+        relative 1e-6 (so float32-rounded values are accepted); anything else raises."""
         v = np.asarray(values, dtype=np.float64)
-        pos = np.searchsorted(self.values[self._sorted], v)
-        pos = np.minimum(pos, self.n - 1)
-        idx = self._sorted[pos]
-        if not np.array_equal(self.values[idx], v):
+        table = self.values[self._sorted]
+        pos = np.clip(np.searchsorted(table, v), 1, self.n - 1)
+        nearer_left = np.abs(v - table[pos - 1]) <= np.abs(table[pos] - v)
+        nearest = np.where(nearer_left, pos - 1, pos)
+        if not np.all(np.abs(table[nearest] - v) <= 1e-6 * np.maximum(1.0, np.abs(v))):
             raise DataFormatError(
                 "randomized response only accepts the metric's own values "
                 f"{np.round(self.values, 4).tolist()}; got others"
             )
-        return idx
+        return self._sorted[nearest]
 
     def privatize_batch(self, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Privatize a ``(C, B)`` matrix of metric values (same dtype out)."""

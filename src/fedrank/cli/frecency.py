@@ -1,86 +1,18 @@
-"""The ``fedrank`` command line."""
+"""``fedrank frecency ...``: federated tuning of Firefox's frecency (the Mozilla study)."""
 
 from __future__ import annotations
 
-import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 import numpy as np
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fedrank.errors import FedrankError
-
-
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        transient=False,
-    )
+from fedrank.cli._common import FedrankGroup, progress_bar, read_json, write_json
 
 
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.floating):
-        return float(obj)
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    raise TypeError(f"cannot write {type(obj).__name__} as JSON")
-
-
-def _clean(obj: Any) -> Any:
-    """NaN/inf are not JSON: write them as null."""
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_clean(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise click.BadParameter(f"cannot read JSON from {path}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise click.BadParameter(f"{path} must hold a JSON object")
-    return data
-
-
-def write_json(data: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_clean(data), indent=2, default=_json_default))
-
-
-class _Group(click.Group):
-    """Turns fedrank's own errors, and files that cannot be read or written, into a one-line
-    message and exit code 1 (no traceback)."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except FedrankError as err:
-            raise click.ClickException(str(err)) from err
-        except OSError as err:
-            raise click.ClickException(f"{err.strerror or err}: {err.filename or ''}") from err
-
-
-@click.group(cls=_Group)
-@click.version_option(package_name="fedrank")
-def main() -> None:
-    """fedrank: privacy-preserving federated learning to rank."""
-
-
-@main.group(cls=_Group)
+@click.group(cls=FedrankGroup)
 def frecency() -> None:
     """Federated tuning of Firefox's frecency (Mozilla study)."""
 
@@ -238,7 +170,7 @@ def _study_options(func: Any) -> Any:
 def _run_study(config: Any) -> Any:
     from fedrank.experiments.frecency_study import run_study
 
-    with _progress() as bar:
+    with progress_bar() as bar:
         task = bar.add_task("optimization iterations", total=config.iterations)
         return run_study(config, progress=lambda done, total: bar.update(task, completed=done))
 
@@ -318,7 +250,7 @@ def frecency_messages(
     except ValueError as exc:
         raise click.BadParameter(f"--seeds must be comma-separated integers: {exc}") from exc
     config = FrecencyStudyConfig(preset=preset, model=model, n_users=n_users, iterations=iterations)
-    with _progress() as bar:
+    with progress_bar() as bar:
         task = bar.add_task("studies", total=2 * len(seed_list))
         res = compare_messages(
             config, seed_list, progress=lambda done, total: bar.update(task, completed=done)
@@ -402,7 +334,7 @@ def frecency_power(
     rng = np.random.default_rng(seed)
     hidden = hidden_weights(preset)
     if weights_path is not None:
-        data = _read_json(weights_path)
+        data = read_json(weights_path)
         if not isinstance(data.get("final_weights"), dict):
             raise click.BadParameter(
                 f"{weights_path} has no 'final_weights' object: pass the JSON that "
@@ -482,7 +414,7 @@ def frecency_policies(
     config = StreamConfig(preset=preset, n_users=n_users, target_fraction=target_fraction)
     policies = [FixedTime(30.0), MinUpdates(500), SignStable(3, 100)]
     rows = []
-    with _progress() as bar:
+    with progress_bar() as bar:
         task = bar.add_task("policies", total=len(policies))
         for policy in policies:
             rows.append(run_policy(policy, config, seed))
@@ -495,32 +427,3 @@ def frecency_policies(
     if json_path:
         write_json({"config": config.__dict__, "policies": rows}, json_path)
         click.echo(f"wrote {json_path}")
-
-
-@main.command("demo")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(path_type=Path),
-    default=Path("results/demo"),
-    show_default=True,
-)
-def demo(seed: int, out_dir: Path) -> None:
-    """Run the federated frecency study with defaults; write a report, plots and JSON."""
-    from fedrank.experiments.frecency_study import FrecencyStudyConfig
-    from fedrank.experiments.plots import plot_study
-    from fedrank.experiments.report import write_report
-
-    config = FrecencyStudyConfig(seed=seed)
-    result = _run_study(config)
-    _summarize(result)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    plots = plot_study(result, out_dir)
-    write_json(result.to_json(), out_dir / "results.json")
-    report = write_report(result, out_dir / "report.md", f"fedrank demo --seed {seed}", plots)
-    click.echo(f"wrote {report}, {out_dir / 'results.json'} and {len(plots)} plots")
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,153 @@
+"""``fedrank foltr ...``: federated online learning to rank on LETOR data (FOLtR-ES, FPDGD)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from fedrank.cli._common import FedrankGroup, progress_bar, write_json
+
+
+def _data_option(func):  # noqa: ANN001, ANN202 (click decorator)
+    return click.option(
+        "--data",
+        "data_dir",
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
+        required=True,
+        help="A LETOR dataset directory: S1.txt..S5.txt (MQ2007/MQ2008), Fold1..Fold5/ "
+        "(MSLR), Fold1_test.txt.. (OHSUMED) or rank.train/rank.test (LightGBM).",
+    )(func)
+
+
+def _parse_list(text: str, kind: type, name: str) -> list:
+    try:
+        return [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise click.BadParameter(f"{name} must be a comma-separated list: {exc}") from exc
+
+
+@click.group(cls=FedrankGroup)
+def foltr() -> None:
+    """Federated online learning to rank: FOLtR-ES (Kharitonov 2019) and FPDGD."""
+
+
+@foltr.command("train")
+@_data_option
+@click.option("--fold", type=int, default=1, show_default=True, help="Fold (1-based).")
+@click.option(
+    "--click-model",
+    type=click.Choice(["perfect", "navigational", "informational", "position-based"]),
+    default="navigational",
+    show_default=True,
+)
+@click.option(
+    "--ranker", type=click.Choice(["linear", "two-layer"]), default="linear", show_default=True
+)
+@click.option(
+    "--algorithm",
+    type=click.Choice(["es", "fpdgd"]),
+    default="es",
+    show_default=True,
+    help="FOLtR-ES, or FPDGD (federated PDGD, Wang et al. 2021).",
+)
+@click.option("--clients", type=int, default=2000, show_default=True, help="N per iteration.")
+@click.option("--batch", type=int, default=4, show_default=True, help="B: interactions/message.")
+@click.option(
+    "--p",
+    type=float,
+    default=0.9,
+    show_default=True,
+    help="ES randomized-response truth probability, in (1/11, 1]; 1 sends true values.",
+)
+@click.option("--sigma", type=float, default=0.01, show_default=True)
+@click.option("--antithetic/--no-antithetic", default=True, show_default=True)
+@click.option(
+    "--learning-rate",
+    type=float,
+    default=None,
+    help="ES: the server's Adam lr (default 1e-3); FPDGD: the local lr (default 0.1).",
+)
+@click.option("--interactions", type=int, default=2_000_000, show_default=True)
+@click.option(
+    "--dp",
+    type=click.Choice(["none", "local", "distributed"]),
+    default="none",
+    show_default=True,
+    help="FPDGD only: Laplace noise on model deltas (per message, or shares of one draw).",
+)
+@click.option("--dp-epsilon", type=float, default=4.5, show_default=True)
+@click.option("--dp-clip", type=float, default=1.0, show_default=True, help="L1 clip of deltas.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None)
+def foltr_train(
+    data_dir: Path,
+    fold: int,
+    json_path: Path | None,
+    plot_path: Path | None,
+    p: float,
+    **settings: object,
+) -> None:
+    """Train a ranker from simulated users' clicks and report how it did."""
+    from fedrank.data.letor import load_fold
+    from fedrank.experiments.foltr import FoltrConfig, run_foltr
+    from fedrank.experiments.foltr_plots import plot_curves
+
+    config = FoltrConfig(p=None if p == 1.0 else p, **settings)  # type: ignore[arg-type]
+    data = load_fold(data_dir, fold)
+    with progress_bar() as bar:
+        task = bar.add_task(f"{config.algorithm} iterations", total=config.iterations)
+        result = run_foltr(
+            config, data, progress=lambda done, total: bar.update(task, completed=done)
+        )
+    report = result.to_json()
+    curve = report["batch_maxrr"]
+    click.echo(
+        f"{data.name}, {config.algorithm} {config.ranker}, {config.click_model} users: "
+        f"{report['interactions']:,} interactions in {report['wall_seconds']:.1f} s "
+        f"({report['interactions_per_second']:,.0f}/s)"
+    )
+    click.echo(f"  batch MaxRR: first {curve[0]:.4f}, last {curve[-1]:.4f}")
+    for split in ("train", "test"):
+        click.echo(
+            f"  {split:5s} expected MaxRR {report['expected_maxrr'][split]:.4f}  "
+            f"nDCG@10 {report['ndcg10'][split]:.4f}"
+        )
+    if report["epsilon"] is not None:
+        click.echo(f"  epsilon {report['epsilon']:.3f}")
+    if json_path:
+        write_json(report, json_path)
+        click.echo(f"wrote {json_path}")
+    if plot_path:
+        per_iteration = config.clients * config.batch
+        plot_curves(
+            {config.click_model: {f"{config.algorithm} {config.ranker}": curve}},
+            per_iteration,
+            plot_path,
+            title=data.name,
+        )
+        click.echo(f"wrote {plot_path}")
+
+
+@foltr.command("eps-table")
+@click.option("--list-length", type=int, default=5, show_default=True)
+@click.option("--ps", default="0.25,0.5,0.75,0.9,0.95,0.99", show_default=True)
+@click.option("--click-models", default="perfect,navigational,informational", show_default=True)
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+def foltr_eps_table(list_length: int, ps: str, click_models: str, json_path: Path | None) -> None:
+    """The privacy loss epsilon of MaxRR under randomized response: Eq. (10) and the
+    empirical maximum of Eq. (9) over all label placements (paper Table 2)."""
+    from fedrank.privacy.empirical_epsilon import epsilon_table
+    from fedrank.simulation.click_models import click_model
+
+    p_list = _parse_list(ps, float, "--ps")
+    names = _parse_list(click_models, str, "--click-models")
+    table = epsilon_table({n: click_model(n) for n in names}, list_length, p_list)
+    width = max(len(k) for k in table) + 2
+    click.echo(f"{'p':{width}s}" + "".join(f"{p:>8g}" for p in p_list))
+    for name, row in table.items():
+        click.echo(f"{name:{width}s}" + "".join(f"{v:8.3f}" for v in row))
+    if json_path:
+        write_json(table, json_path)
+        click.echo(f"wrote {json_path}")
