@@ -151,3 +151,88 @@ def foltr_eps_table(list_length: int, ps: str, click_models: str, json_path: Pat
     if json_path:
         write_json(table, json_path)
         click.echo(f"wrote {json_path}")
+
+
+@foltr.command("baselines")
+@_data_option
+@click.option("--fold", type=int, default=1, show_default=True, help="Fold (1-based).")
+@click.option("--click-models", default="perfect,navigational,informational", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+def foltr_baselines(
+    data_dir: Path, fold: int, click_models: str, seed: int, json_path: Path | None
+) -> None:
+    """Baselines trained on relevance labels: MSE, RankingSVM (C = 1000) and LambdaMART,
+    scored by expected MaxRR per click model and nDCG@10 on train and test."""
+    from fedrank.data.letor import load_fold
+    from fedrank.experiments.foltr_baselines import run_baselines
+
+    data = load_fold(data_dir, fold)
+    names = _parse_list(click_models, str, "--click-models")
+    report = run_baselines(data, names, seed=seed)
+    click.echo(f"{data.name}: expected MaxRR train / test (nDCG@10 train / test)")
+    for name, result in report.items():
+        if name == "data":
+            continue
+        cells = "  ".join(
+            f"{m} {v['train']:.4f} / {v['test']:.4f}" for m, v in result["expected_maxrr"].items()
+        )
+        ndcg = result["ndcg10"]
+        click.echo(f"  {name:12s} {cells}  (nDCG {ndcg['train']:.4f} / {ndcg['test']:.4f})")
+    if json_path:
+        write_json(report, json_path)
+        click.echo(f"wrote {json_path}")
+
+
+@foltr.command("reproduce")
+@_data_option
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("results/foltr-reproduce"),
+    show_default=True,
+)
+@click.option("--interactions", type=int, default=2_000_000, show_default=True)
+@click.option(
+    "--exploration-interactions",
+    type=int,
+    default=1_000_000,
+    show_default=True,
+    help="Per run of the Figure 1-3 grid (antithetic, B, p).",
+)
+@click.option("--folds", default="1,2,3,4,5", show_default=True)
+@click.option("--fpdgd/--no-fpdgd", default=True, show_default=True, help="Also train FPDGD.")
+@click.option("--seed", type=int, default=0, show_default=True)
+def foltr_reproduce(
+    data_dir: Path,
+    out_dir: Path,
+    interactions: int,
+    exploration_interactions: int,
+    folds: str,
+    fpdgd: bool,
+    seed: int,
+) -> None:
+    """The paper's grid: Figures 1-3 (antithetic, B, p), and Table 3 with Figures 4-5
+    (every fold x click model x ranker, with the baselines and a paired t-test)."""
+    from fedrank.experiments.foltr_reproduce import ReproduceConfig, reproduce
+
+    config = ReproduceConfig(
+        interactions=interactions,
+        exploration_interactions=exploration_interactions,
+        folds=tuple(_parse_list(folds, int, "--folds")),
+        fpdgd=fpdgd,
+        seed=seed,
+    )
+    with progress_bar() as bar:
+        task = bar.add_task("runs", total=None)
+        results = reproduce(
+            data_dir,
+            out_dir,
+            config,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )
+    click.echo((out_dir / "table3.md").read_text())
+    for path in results["figures"]:
+        click.echo(f"wrote {path}")
+    click.echo(f"wrote {out_dir / 'table3.md'} and {out_dir / 'results.json'}")
