@@ -41,19 +41,19 @@ _K_SEED = np.uint64(0x632BE59BD9B4E019)
 _K_CTR = np.uint64(0x8CB92BA72F3D8DD7)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
-_S30, _S27, _S31, _S32 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(32)
-_LOW32 = np.uint64(0xFFFFFFFF)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 _TWO_POW_M32 = np.float32(2.0**-32)
 _TWO_PI = np.float32(2.0 * np.pi)
 
 
 def _mix(z: np.ndarray) -> np.ndarray:
-    """SplitMix64 finalizer on uint64 arrays (wrapping arithmetic); returns a new array."""
-    z = z ^ (z >> _S30)
-    z *= _M1
-    z ^= z >> _S27
-    z *= _M2
-    z ^= z >> _S31
+    """SplitMix64 finalizer on a uint64 array (wrapping arithmetic), in place; returns it."""
+    tmp = np.empty_like(z)
+    for shift, factor in ((_S30, _M1), (_S27, _M2), (_S31, None)):
+        np.right_shift(z, shift, out=tmp)
+        np.bitwise_xor(z, tmp, out=z)
+        if factor is not None:
+            np.multiply(z, factor, out=z)
     return z
 
 
@@ -90,8 +90,10 @@ def gaussian_noise(seeds: np.ndarray | int, dim: int) -> np.ndarray:
     key = _mix(s.astype(np.uint64) * _G + _K_SEED)
     ctr = _mix(np.arange(pairs, dtype=np.uint64) * _G + _K_CTR)
     h = _mix(key[:, None] ^ ctr[None, :])
-    u1 = ((h & _LOW32).astype(np.float32) + np.float32(0.5)) * _TWO_POW_M32
-    u2 = (h >> _S32).astype(np.float32) * _TWO_POW_M32
+    # Viewed as little-endian 32-bit words, each hash is (low half, high half) on any machine.
+    words = h.astype("<u8", copy=False).view("<u4").reshape(s.size, pairs, 2)
+    u1 = (words[..., 0].astype(np.float32) + np.float32(0.5)) * _TWO_POW_M32
+    u2 = words[..., 1].astype(np.float32) * _TWO_POW_M32
     radius = np.sqrt(np.float32(-2.0) * np.log(u1))
     angle = _TWO_PI * u2
     out = np.empty((s.size, 2 * pairs), dtype=np.float32)

@@ -60,12 +60,12 @@ class TwoLayerRanker:
         )
 
     def score(self, params: np.ndarray, features: np.ndarray) -> np.ndarray:
-        w1, b1, w2 = (a.astype(np.float32) for a in self.unpack(params))
+        w1, b1, w2 = (a.astype(np.float32, copy=False) for a in self.unpack(params))
         hidden = np.maximum(np.asarray(features, dtype=np.float32) @ w1.T + b1, 0.0)
         return hidden @ w2
 
     def _hidden_rows(self, params: np.ndarray, features: np.ndarray) -> tuple[np.ndarray, ...]:
-        w1, b1, w2 = (a.astype(np.float32) for a in self.unpack(params))
+        w1, b1, w2 = (a.astype(np.float32, copy=False) for a in self.unpack(params))
         x = np.asarray(features, dtype=np.float32)
         pre = np.matmul(x, np.swapaxes(w1, 1, 2)) + b1[:, None, :]
         return x, pre, w2
