@@ -1,4 +1,4 @@
-"""The ``fedrank`` command line (``fedrank.cli``), run in-process with click's CliRunner.
+"""``fedrank frecency ...`` and ``fedrank demo``, run in-process with click's CliRunner.
 
 Study runs are kept small (a few hundred users, a few iterations) so that every test takes
 a few seconds; ``demo`` runs the default 3000-user study once (~10 s).
@@ -12,10 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
-from fedrank.cli import main
 from fedrank.models.frecency.weights import CLASSIC_WEIGHT_NAMES
+from tests.cli.clirun import argv as _argv
+from tests.cli.clirun import assert_clean_failure as _assert_clean_failure
+from tests.cli.clirun import ok as _ok
+from tests.cli.clirun import run as _run
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 STUDY_PLOTS = ("loss.png", "weights.png", "chars_typed.png")
@@ -23,32 +26,6 @@ BRANCHES = ("treatment", "control", "control-no-decay")
 POLICY_ROW_KEYS = ("reached", "reports", "iterations", "hours")
 POLICY_ROW_KEYS += ("initial_loss", "target_loss", "final_loss")
 SMALL_STUDY = ["--users", "300", "--iterations", "3", "--seed", "1"]
-
-
-def _argv(command: str, *paths: Path) -> list[str]:
-    """``command`` split on whitespace, then the paths (which may contain spaces)."""
-    return [*command.split(), *map(str, paths)]
-
-
-def _run(args: list[str]) -> Result:
-    return CliRunner().invoke(main, args, catch_exceptions=True)
-
-
-def _ok(args: list[str]) -> Result:
-    result = _run(args)
-    assert result.exit_code == 0, (result.output, result.exception)
-    assert result.exception is None
-    return result
-
-
-def _assert_clean_failure(result: Result, message: str) -> None:
-    """Non-zero exit, a one-line ``Error: ...`` message, no Python traceback."""
-    assert result.exit_code != 0
-    # click exits through SystemExit; any other exception escaped the CLI's handling.
-    assert isinstance(result.exception, SystemExit), result.exception
-    assert "Traceback" not in result.output
-    assert "Error:" in result.output
-    assert message in result.output
 
 
 def _load(path: Path) -> Any:

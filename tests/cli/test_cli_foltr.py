@@ -1,0 +1,205 @@
+"""``fedrank foltr ...`` on real MQ2008 data: train, baselines, eps-table, reproduce (a
+tiny budget), their JSON and PNG outputs, and clean failures on bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.cli.clirun import assert_clean_failure, ok, run
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FEDRANK_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "letor-cli"))
+
+
+def test_train_writes_json_and_plot(mq2008_dir: Path, tmp_path: Path) -> None:
+    out, png = tmp_path / "run.json", tmp_path / "curve.png"
+    result = ok(
+        [
+            "foltr",
+            "train",
+            "--data",
+            str(mq2008_dir),
+            "--fold",
+            "2",
+            "--clients",
+            "200",
+            "--interactions",
+            "40000",
+            "--seed",
+            "3",
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+        ]
+    )
+    assert "expected MaxRR" in result.output and "epsilon 4.500" in result.output
+    data = json.loads(out.read_text())
+    assert len(data["batch_maxrr"]) == 50 and data["interactions"] == 40_000
+    assert set(data["expected_maxrr"]) == {"train", "test"} and data["wall_seconds"] > 0
+    assert data["config"]["p"] == 0.9 and data["data"]["name"].endswith("Fold2")
+    assert png.read_bytes()[:8] == PNG
+    again = tmp_path / "again.json"
+    ok(
+        [
+            "foltr",
+            "train",
+            "--data",
+            str(mq2008_dir),
+            "--fold",
+            "2",
+            "--clients",
+            "200",
+            "--interactions",
+            "40000",
+            "--seed",
+            "3",
+            "--json",
+            str(again),
+        ]
+    )
+    assert json.loads(again.read_text())["batch_maxrr"] == data["batch_maxrr"]
+
+
+def test_train_fpdgd_and_p_one(mq2008_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "fpdgd.json"
+    ok(
+        [
+            "foltr",
+            "train",
+            "--data",
+            str(mq2008_dir),
+            "--algorithm",
+            "fpdgd",
+            "--clients",
+            "10",
+            "--interactions",
+            "2000",
+            "--dp",
+            "local",
+            "--dp-epsilon",
+            "2",
+            "--json",
+            str(out),
+        ]
+    )
+    assert json.loads(out.read_text())["epsilon"] == 2.0
+    out = tmp_path / "truth.json"
+    ok(
+        [
+            "foltr",
+            "train",
+            "--data",
+            str(mq2008_dir),
+            "--p",
+            "1",
+            "--clients",
+            "100",
+            "--interactions",
+            "800",
+            "--json",
+            str(out),
+        ]
+    )
+    assert json.loads(out.read_text())["epsilon"] is None
+
+
+def test_eps_table_prints_and_writes_table_2(tmp_path: Path) -> None:
+    out = tmp_path / "eps.json"
+    result = ok(
+        [
+            "foltr",
+            "eps-table",
+            "--list-length",
+            "5",
+            "--ps",
+            "0.25,0.5,0.75,0.9,0.95,0.99",
+            "--click-models",
+            "perfect,navigational,informational",
+            "--json",
+            str(out),
+        ]
+    )
+    table = json.loads(out.read_text())
+    assert list(table) == ["theoretical", "perfect", "navigational", "informational"]
+    assert all(len(v) == 6 for v in table.values())
+    np.testing.assert_allclose(table["perfect"], table["theoretical"])
+    assert "informational" in result.output
+
+
+def test_baselines_writes_the_documented_shape(mq2008_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "base.json"
+    ok(["foltr", "baselines", "--data", str(mq2008_dir), "--fold", "1", "--json", str(out)])
+    data = json.loads(out.read_text())
+    for name in ("mse", "ranking_svm", "lambdamart"):
+        assert set(data[name]["expected_maxrr"]) == {"perfect", "navigational", "informational"}
+        for cell in data[name]["expected_maxrr"].values():
+            assert set(cell) == {"train", "test"} and 0 < cell["train"] < 1
+        assert set(data[name]["ndcg10"]) == {"train", "test"}
+
+
+def test_reproduce_with_a_tiny_budget(mq2008_dir: Path, tmp_path: Path) -> None:
+    out_dir = tmp_path / "repro"
+    result = ok(
+        [
+            "foltr",
+            "reproduce",
+            "--data",
+            str(mq2008_dir),
+            "--out",
+            str(out_dir),
+            "--interactions",
+            "8000",
+            "--exploration-interactions",
+            "64000",
+            "--folds",
+            "1,2",
+            "--no-fpdgd",
+        ]
+    )
+    assert "FOLtR-ES Two-Layer" in result.output and "RankingSVM" in result.output
+    data = json.loads((out_dir / "results.json").read_text())
+    table = data["table3"]
+    assert set(table) == {"train", "test"}
+    assert set(table["test"]) == {
+        "MSE",
+        "RankingSVM",
+        "LambdaMART",
+        "FOLtR-ES Linear",
+        "FOLtR-ES Two-Layer",
+    }
+    assert len(data["per_fold"]["MSE"]["perfect"]["train"]) == 2
+    for name in ("fig1_antithetic", "fig2_batch", "fig3_privacy", "fig4_folds_navigational"):
+        assert (out_dir / f"{name}.png").read_bytes()[:8] == PNG
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--p", "0.05"], "p must lie in (1/n, 1]"),
+        (["--fold", "9"], "fold"),
+        (["--batch", "3"], "B must be even"),
+        (["--clients", "0"], "clients and batch must be >= 1"),
+        (["--dp", "local"], "dp applies to FPDGD"),
+    ],
+)
+def test_train_bad_values_fail_cleanly(mq2008_dir: Path, args: list[str], message: str) -> None:
+    result = run(["foltr", "train", "--data", str(mq2008_dir), "--interactions", "8000", *args])
+    assert_clean_failure(result, message)
+
+
+def test_not_a_letor_directory_fails_cleanly(tmp_path: Path) -> None:
+    assert_clean_failure(run(["foltr", "train", "--data", str(tmp_path)]), "S1.txt")
+    assert_clean_failure(
+        run(["foltr", "reproduce", "--data", str(tmp_path), "--folds", "1,1"]), "distinct"
+    )
