@@ -28,7 +28,7 @@ from typing import Any
 import lightgbm
 import numpy as np
 
-from fedrank.baselines.mse import check_score_features, check_training_splits
+from fedrank.baselines._checks import check_score_features, check_training_splits
 from fedrank.data.letor import LetorSplit
 from fedrank.errors import ConfigError
 

@@ -28,63 +28,14 @@ reference implementation's PyTorch model does.
 from __future__ import annotations
 
 import numpy as np
-from sklearn.exceptions import NotFittedError
 
+from fedrank.baselines._checks import LinearScoring, check_training_splits
 from fedrank.data.letor import LetorSplit
-from fedrank.errors import DataFormatError
-from fedrank.models.linear import LinearRanker
 
-__all__ = ["MSERanker", "check_score_features", "check_training_splits"]
+__all__ = ["MSERanker"]
 
 
-def check_training_splits(split: LetorSplit, vali: LetorSplit | None, model: str) -> None:
-    """Shared by the baselines of :mod:`fedrank.baselines`: ``split`` (and ``vali``, if
-    given) are :class:`LetorSplit` objects with documents and the same number of features.
-
-    Raises:
-        DataFormatError: otherwise.
-    """
-    for role, value in (("split", split), ("vali", vali)):
-        if value is not None and not isinstance(value, LetorSplit):
-            raise DataFormatError(
-                f"{model}.fit: {role} must be a LetorSplit (see fedrank.data.letor.load_fold), "
-                f"got {type(value).__name__}"
-            )
-    if split.n_docs == 0:
-        raise DataFormatError(
-            f"{model}.fit: training split {split.name!r} has no documents; pass a split with "
-            "at least one query"
-        )
-    if vali is not None and vali.n_features != split.n_features:
-        raise DataFormatError(
-            f"{model}.fit: vali {vali.name!r} has {vali.n_features} features but the training "
-            f"split {split.name!r} has {split.n_features}; load both from the same dataset "
-            "(load_fold gives every split the same width)"
-        )
-
-
-def check_score_features(features: np.ndarray, n_features: int | None, model: str) -> np.ndarray:
-    """Shared by the baselines of :mod:`fedrank.baselines`: ``features`` as an array of shape
-    ``(..., n_features)``, where ``n_features`` is the fitted width (``None``: not fitted).
-
-    Raises:
-        NotFittedError: the model has not been fitted.
-        DataFormatError: ``features`` is not an array ``(..., n_features)`` of numbers.
-    """
-    if n_features is None:
-        raise NotFittedError(
-            f"this {model} is not fitted yet; call fit(train_split) before score(features)"
-        )
-    x = np.asarray(features)
-    if x.ndim == 0 or x.shape[-1] != n_features or x.dtype.kind not in "biuf":
-        raise DataFormatError(
-            f"{model}.score needs numeric features of shape (..., {n_features}) (the width of "
-            f"the training split), got {x.dtype} with shape {x.shape}"
-        )
-    return x
-
-
-class MSERanker:
+class MSERanker(LinearScoring):
     """Linear ranker fit by ordinary least squares of the label on the features (see the
     module docstring); ranks by ``w . x`` without the intercept.
 
@@ -121,13 +72,3 @@ class MSERanker:
         self.rank_ = int(rank)
         self.n_features_in_ = split.n_features
         return self
-
-    def score(self, features: np.ndarray) -> np.ndarray:
-        """Float32 scores ``(...)`` of documents ``(..., n_features)``: ``features @ coef_``.
-
-        Raises:
-            NotFittedError: called before :meth:`fit`.
-            DataFormatError: ``features`` does not have ``n_features_in_`` columns.
-        """
-        x = check_score_features(features, getattr(self, "n_features_in_", None), "MSERanker")
-        return np.asarray(LinearRanker(self.n_features_in_).score(self.coef_, x))

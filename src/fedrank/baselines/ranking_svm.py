@@ -46,10 +46,9 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import LinearSVC
 
-from fedrank.baselines.mse import check_score_features, check_training_splits
+from fedrank.baselines._checks import LinearScoring, check_training_splits
 from fedrank.data.letor import LetorSplit
 from fedrank.errors import ConfigError
-from fedrank.models.linear import LinearRanker
 
 __all__ = ["RankingSVM", "ranking_pairs"]
 
@@ -78,7 +77,7 @@ def ranking_pairs(split: LetorSplit) -> tuple[np.ndarray, np.ndarray]:
     return np.repeat(order, count), order[starts + within]
 
 
-class RankingSVM:
+class RankingSVM(LinearScoring):
     """Linear RankingSVM with svm_rank's objective (see the module docstring).
 
     Args:
@@ -195,13 +194,3 @@ class RankingSVM:
         self.n_iter_ = n_iter
         self.n_features_in_ = split.n_features
         return self
-
-    def score(self, features: np.ndarray) -> np.ndarray:
-        """Float32 scores ``(...)`` of documents ``(..., n_features)``: ``features @ coef_``.
-
-        Raises:
-            NotFittedError: called before :meth:`fit`.
-            DataFormatError: ``features`` does not have ``n_features_in_`` columns.
-        """
-        x = check_score_features(features, getattr(self, "n_features_in_", None), "RankingSVM")
-        return np.asarray(LinearRanker(self.n_features_in_).score(self.coef_, x))
