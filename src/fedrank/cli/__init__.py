@@ -10,6 +10,7 @@ import click
 from fedrank.cli._common import FedrankGroup, write_json
 from fedrank.cli.foltr import foltr
 from fedrank.cli.frecency import _run_study, _summarize, frecency
+from fedrank.cli.service import serve
 
 
 @click.group(cls=FedrankGroup)
@@ -20,6 +21,7 @@ def main() -> None:
 
 main.add_command(frecency)
 main.add_command(foltr)
+main.add_command(serve)
 
 
 @main.command("demo")

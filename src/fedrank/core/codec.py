@@ -225,6 +225,23 @@ def decode_message(data: bytes | bytearray | memoryview) -> Message:
     return Message(update=update, n=n, model_version=model_version, metrics=metrics)
 
 
+def pack_signs(signs: np.ndarray) -> bytes:
+    """Bare sign2 payload of a vector of -1 / 0 / +1 (2 bits per weight, no header): what a
+    sign-only frecency client sends, ``ceil(2 * dim / 8)`` bytes (6 for 22 weights)."""
+    vec = np.asarray(signs, dtype=np.float64)
+    if vec.ndim != 1:
+        raise CodecError(f"signs must be a 1-D vector, got shape {vec.shape}")
+    return _encode_payload(vec, "sign2")
+
+
+def unpack_signs(raw: bytes, dim: int) -> np.ndarray:
+    """Inverse of :func:`pack_signs` for ``dim`` weights; the length and padding are checked."""
+    expected = payload_size("sign2", dim)
+    if len(raw) != expected:
+        raise CodecError(f"{dim} signs take {expected} bytes (2 bits each), got {len(raw)}")
+    return _decode_payload(bytes(raw), "sign2", dim)
+
+
 def encoded_size(message: Message, encoding: str) -> int:
     """Length in bytes of ``encode_message(message, encoding)`` (without encoding it)."""
     dim = int(np.asarray(message.update).size)
@@ -298,5 +315,7 @@ __all__ = [
     "encode_es_message",
     "encode_message",
     "encoded_size",
+    "pack_signs",
+    "unpack_signs",
     "payload_size",
 ]

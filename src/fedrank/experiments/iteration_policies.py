@@ -18,11 +18,18 @@ fixed validation set of searches below a common target.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from fedrank.aggregators.gated_mean import GatedMean
+from fedrank.core.iteration_policy import (
+    FixedTime,
+    IterationPolicy,
+    MinUpdates,
+    OpenIteration,
+    SignStable,
+)
 from fedrank.errors import ConfigError
 from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
 from fedrank.experiments.frecency_presets import hidden_weights
@@ -30,58 +37,6 @@ from fedrank.models.frecency.weights import N_CLASSIC_WEIGHTS, classic_defaults
 from fedrank.optim.constraints import frecency_safeguards
 from fedrank.optim.rprop import Rprop
 from fedrank.simulation.frecency_world import TREATMENT, FrecencyWorld
-
-
-@dataclass(frozen=True)
-class OpenIteration:
-    """What the server knows about the iteration being collected."""
-
-    minutes: float
-    n_reports: int
-    stable_ticks: int  # consecutive ticks in which the aggregate's sign did not change
-
-
-class IterationPolicy(Protocol):
-    name: str
-
-    def should_close(self, it: OpenIteration) -> bool: ...
-
-
-@dataclass(frozen=True)
-class FixedTime:
-    minutes: float = 30.0
-
-    @property
-    def name(self) -> str:
-        return f"fixed-time({self.minutes:g} min)"
-
-    def should_close(self, it: OpenIteration) -> bool:
-        return it.n_reports > 0 and it.minutes >= self.minutes
-
-
-@dataclass(frozen=True)
-class MinUpdates:
-    min_reports: int = 500
-
-    @property
-    def name(self) -> str:
-        return f"min-updates({self.min_reports})"
-
-    def should_close(self, it: OpenIteration) -> bool:
-        return it.n_reports >= self.min_reports
-
-
-@dataclass(frozen=True)
-class SignStable:
-    window: int = 3
-    min_reports: int = 100
-
-    @property
-    def name(self) -> str:
-        return f"sign-stable({self.window} ticks, >= {self.min_reports})"
-
-    def should_close(self, it: OpenIteration) -> bool:
-        return it.n_reports >= self.min_reports and it.stable_ticks >= self.window
 
 
 @dataclass(frozen=True)

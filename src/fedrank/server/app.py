@@ -1,0 +1,640 @@
+"""The HTTP API of the federation server (Starlette on uvicorn).
+
+Endpoints (all JSON unless noted; the OpenAPI document is at ``/openapi.json``):
+
+* ``GET /v1/model`` -- the model this client is served (its branch from ``enrollment_id``),
+  with ``ETag`` / ``If-None-Match`` for cheap polling; ``GET /v1/model/{version}``.
+* ``POST /v1/updates`` -- one message; ``202`` accepted, ``200`` duplicate (same
+  ``message_id``), ``409`` stale / late / not selected, ``4xx`` with a reason for anything
+  malformed, ``503`` while paused. Also in the compact binary form
+  (``Content-Type: application/vnd.fedrank.update``, ids in ``X-Message-Id`` /
+  ``X-Model-Version`` / ``X-Enrollment-Id`` / ``X-Client-Id`` headers).
+* ``POST /v1/updates:batch`` -- many messages, or a proxy's merged aggregate.
+* ``POST /v1/checkin`` -- round selection (foltr-es and fedavg with ``[rounds]``).
+* ``GET /v1/status``, ``GET /v1/summary``, ``GET /metrics`` (Prometheus text).
+* ``POST /v1/admin/{close,pause,resume}`` -- bearer token of ``[server] admin_token``.
+
+Bad input never reaches the writer: it is answered here, counted in
+``updates_rejected_total``, and changes nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hmac
+import logging
+import math
+import re
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from typing import Any
+
+import numpy as np
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from fedrank.core.codec import pack_signs
+from fedrank.errors import FedrankError
+from fedrank.server.config import ServerConfig
+from fedrank.server.engine import Engine, Incoming, Outcome
+from fedrank.server.openapi import openapi_document
+from fedrank.server.rounds import Round
+from fedrank.server.store import ModelVersion, Store
+from fedrank.server.workloads import EMPTY, Parsed, PayloadError
+
+log = logging.getLogger("fedrank.server")
+
+JSON = "application/json"
+BINARY = "application/vnd.fedrank.update"
+#: Messages in one batch request.
+MAX_BATCH = 10_000
+#: Metrics one message may carry.
+MAX_METRICS = 32
+_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
+_ENVELOPE = {"message_id", "model_version", "payload", "metrics", "enrollment_id", "client_id"}
+
+
+class BadRequest(Exception):
+    """Answered with ``status`` and ``{"error": code, "detail": detail}``."""
+
+    def __init__(self, status: int, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.detail = status, code, detail
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type=JSON, headers=headers)
+
+
+def _identifier(value: Any, name: str, required: bool = True) -> str | None:
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not _ID.fullmatch(value):
+        raise BadRequest(422, "invalid", f"{name} must be 1-128 characters of A-Z a-z 0-9 . _ : -")
+    return value
+
+
+def _version(value: Any, current: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BadRequest(422, "invalid", "model_version must be an integer >= 0")
+    if value > current:
+        raise BadRequest(
+            422, "unknown_version", f"model_version {value} does not exist yet (current {current})"
+        )
+    return value
+
+
+def _metrics(value: Any) -> dict[str, float]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > MAX_METRICS:
+        raise BadRequest(422, "invalid", f"metrics must be an object of at most {MAX_METRICS}")
+    out = {}
+    for name, v in value.items():
+        if not 1 <= len(name) <= 64:
+            raise BadRequest(422, "invalid", "metric names must have 1-64 characters")
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise BadRequest(422, "invalid", f"metric {name[:64]!r} must be a finite number")
+        out[name] = float(v)
+    return out
+
+
+class Server:
+    """The API's handlers around one :class:`Engine` (created at start-up)."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.engine: Engine | None = None
+        self.requests: Counter[tuple[str, int]] = Counter()
+        self.round: Round | None = None
+        self._scheduler: asyncio.Task[None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        loop = asyncio.get_running_loop()
+        self.engine = await loop.run_in_executor(None, Engine, self.config, loop)
+        if self.config.rounds.enabled:
+            self.round = self._new_round(0)
+        self._scheduler = asyncio.create_task(self._schedule())
+        try:
+            yield
+        finally:
+            self._scheduler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scheduler
+            await loop.run_in_executor(None, self.engine.stop)
+
+    def _new_round(self, number: int) -> Round:
+        r = self.config.rounds
+        return Round(number, r.clients_per_round, r.t_max_seconds)
+
+    async def _schedule(self) -> None:
+        """Close iterations by the configured policy (or when a round completes)."""
+        assert self.engine is not None
+        engine, tick = self.engine, self.config.iteration.tick_seconds
+        stable, last_sign, last_iteration = 0, None, -1
+        while True:
+            await asyncio.sleep(tick)
+            snap = engine.snapshot()
+            if snap.paused:
+                continue
+            if snap.iteration != last_iteration:
+                stable, last_sign, last_iteration = 0, None, snap.iteration
+            if self.round is not None:
+                await self._schedule_round(snap.updates_in_iteration)
+                continue
+            if self.config.iteration.stable_ticks and snap.updates_in_iteration:
+                sign = engine.aggregate_sign()
+                same = last_sign is not None and np.array_equal(sign, last_sign)
+                stable, last_sign = (stable + 1 if same else 0), sign
+            if engine.policy.should_close(engine.policy_view(stable)):
+                await engine.command("close", reason=engine.policy.name)
+
+    async def _schedule_round(self, n_updates: int) -> None:
+        assert self.engine is not None and self.round is not None
+        now = time.time()
+        if not self.round.complete(now):
+            return
+        if n_updates >= self.config.iteration.min_updates:
+            await self.engine.command("close", reason=f"round {self.round.number} complete")
+        self.round = self._new_round(self.round.number + 1)
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _count_rejection(self, endpoint: str, err: BadRequest) -> None:
+        assert self.engine is not None
+        self.engine.loop_rejected[err.code] += 1
+        self.requests[(endpoint, err.status)] += 1
+
+    def _reject(self, endpoint: str, err: BadRequest) -> Response:
+        self._count_rejection(endpoint, err)
+        return _json({"error": err.code, "detail": err.detail}, err.status)
+
+    async def _body(self, request: Request) -> bytes:
+        return await self._read(request.headers, request.stream())
+
+    async def _read(self, headers: Mapping[str, str], chunks: AsyncIterator[bytes]) -> bytes:
+        """The body, refusing it (413) as soon as it exceeds ``max_body_bytes``."""
+        limit = self.config.server.max_body_bytes
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise BadRequest(413, "too_large", f"the body exceeds {limit} bytes")
+        parts, size = [], 0
+        async for chunk in chunks:
+            size += len(chunk)
+            if size > limit:
+                raise BadRequest(413, "too_large", f"the body exceeds {limit} bytes")
+            parts.append(chunk)
+        return b"".join(parts)
+
+    def _incoming(self, data: Any, current: int) -> tuple[Incoming, str | None]:
+        """A JSON message envelope, validated; returns it and its ``client_id``."""
+        assert self.engine is not None
+        if not isinstance(data, dict):
+            raise BadRequest(422, "invalid", "a message must be a JSON object")
+        unknown = sorted(set(data) - _ENVELOPE)
+        if unknown:
+            raise BadRequest(422, "invalid", f"unknown field(s) {unknown}")
+        message_id = _identifier(data.get("message_id"), "message_id")
+        version = _version(data.get("model_version"), current)
+        enrollment = _identifier(data.get("enrollment_id"), "enrollment_id", required=False)
+        client = _identifier(data.get("client_id"), "client_id", required=False)
+        payload = data.get("payload", {})
+        if not isinstance(payload, dict):
+            raise BadRequest(422, "invalid", "payload must be a JSON object")
+        metrics = _metrics(data.get("metrics"))
+        parsed: Parsed = EMPTY
+        if payload:
+            try:
+                parsed = self.engine.workload.parse(payload)
+            except PayloadError as exc:
+                raise BadRequest(422, "invalid_payload", str(exc)) from exc
+        return self._make(message_id, version, enrollment, payload, metrics, parsed), client
+
+    def _make(
+        self,
+        message_id: str | None,
+        version: int,
+        enrollment: str | None,
+        payload: dict[str, Any],
+        metrics: dict[str, float],
+        parsed: Parsed,
+    ) -> Incoming:
+        assert self.engine is not None and message_id is not None
+        branch = self.engine.branch(enrollment)
+        kind = "ping" if parsed.empty else "update"
+        if kind == "update" and self.engine.served(branch) == "defaults":
+            raise BadRequest(
+                422,
+                "control_branch",
+                f"branch {branch!r} is served fixed parameters: it sends metrics only "
+                "(an empty payload)",
+            )
+        text = orjson.dumps(payload).decode()
+        return Incoming(message_id, version, branch, kind, text, metrics, parsed=parsed)
+
+    def _round_check(self, items: list[tuple[Incoming, str | None]]) -> None:
+        if self.round is None:
+            return
+        now = time.time()
+        for item, client in items:
+            if item.kind == "update":
+                reason = self.round.refusal(client, now)
+                if reason is not None:
+                    code = "late" if reason.startswith("late") else "not_selected"
+                    raise BadRequest(409, code, reason)
+
+    def _round_reported(self, items: list[tuple[Incoming, str | None]], out: list[Outcome]) -> None:
+        if self.round is None:
+            return
+        for (item, client), outcome in zip(items, out, strict=True):
+            if item.kind == "update" and outcome.status == 202 and client:
+                self.round.reported.add(client)
+
+    def _paused(self) -> None:
+        assert self.engine is not None
+        if self.engine.snapshot().paused:
+            raise BadRequest(503, "paused", "the server is paused by its operator; retry later")
+
+    # -- endpoints ---------------------------------------------------------------------
+
+    async def model(self, request: Request) -> Response:
+        assert self.engine is not None
+        engine = self.engine
+        enrollment = request.query_params.get("enrollment_id")
+        try:
+            _identifier(enrollment, "enrollment_id", required=False)
+        except BadRequest as err:
+            return self._reject("model", err)
+        branch = engine.branch(enrollment)
+        snap = engine.snapshot()
+        etag = f'"{snap.version}-{branch}"'
+        if request.headers.get("if-none-match") == etag:
+            self.requests[("model", 304)] += 1
+            return Response(status_code=304, headers={"ETag": etag})
+        served = next(b for b in self.config.branches if b.name == branch)
+        params = snap.params if served.served == "trained" else engine.defaults
+        body = {
+            "model_version": snap.version,
+            "iteration": snap.iteration,
+            "workload": engine.workload.name,
+            "branch": branch,
+            "params": params.tolist(),
+            "parameter_names": engine.workload.parameter_names(),
+            "config": {**self.config.client_view(), "decay": served.decay},
+        }
+        self.requests[("model", 200)] += 1
+        return _json(body, headers={"ETag": etag, "Cache-Control": "no-cache"})
+
+    async def model_version(self, request: Request) -> Response:
+        assert self.engine is not None
+        raw = request.path_params["version"]
+        if not raw.isdigit() or len(raw) > 12:
+            return self._reject("model", BadRequest(422, "invalid", "version must be an integer"))
+        version = int(raw)
+        loop = asyncio.get_running_loop()
+        model = await loop.run_in_executor(None, self._read_model, version)
+        if model is None:
+            return self._reject(
+                "model", BadRequest(404, "not_found", f"no model version {version}")
+            )
+        body = {
+            "model_version": model.version,
+            "iteration": model.iteration,
+            "params": model.params.tolist(),
+            "created_at": model.created_at,
+        }
+        return _json(body, headers={"ETag": f'"{version}"', "Cache-Control": "max-age=86400"})
+
+    def _read_model(self, version: int) -> ModelVersion | None:
+        assert self.engine is not None
+        reader = Store(self.engine.store.directory, read_only=True)
+        try:
+            return reader.model(version)
+        finally:
+            reader.close()
+
+    async def updates(self, request: Request) -> Response:
+        status, body = await self.update(request.headers, request.stream())
+        return Response(body, status_code=status, media_type=JSON)
+
+    async def update(
+        self, headers: Mapping[str, str], chunks: AsyncIterator[bytes]
+    ) -> tuple[int, bytes]:
+        """``POST /v1/updates`` without a framework (the hot path, see :func:`create_app`):
+        ``(status, JSON body)``."""
+        assert self.engine is not None
+        engine = self.engine
+        try:
+            self._paused()
+            body = await self._read(headers, chunks)
+            current = engine.snapshot().version
+            ctype = headers.get("content-type", "").split(";")[0].strip().lower()
+            if ctype == BINARY:
+                item = self._binary(headers, body, current)
+            elif ctype in (JSON, ""):
+                try:
+                    data = orjson.loads(body)
+                except orjson.JSONDecodeError as exc:
+                    raise BadRequest(400, "bad_json", f"the body is not valid JSON: {exc}") from exc
+                item = self._incoming(data, current)
+            else:
+                raise BadRequest(415, "media_type", f"send {JSON} or {BINARY}, not {ctype!r}")
+            self._round_check([item])
+        except BadRequest as err:
+            self._count_rejection("updates", err)
+            return err.status, orjson.dumps({"error": err.code, "detail": err.detail})
+        (outcome,) = await engine.submit([item[0]])
+        self._round_reported([item], [outcome])
+        self.requests[("updates", outcome.status)] += 1
+        return outcome.status, orjson.dumps(outcome.body)
+
+    def _binary(
+        self, h: Mapping[str, str], body: bytes, current: int
+    ) -> tuple[Incoming, str | None]:
+        assert self.engine is not None
+        message_id = _identifier(h.get("x-message-id"), "X-Message-Id header")
+        raw_version = h.get("x-model-version", "")
+        if not raw_version.isdigit() or len(raw_version) > 12:
+            raise BadRequest(422, "invalid", "X-Model-Version header must be an integer")
+        version = _version(int(raw_version), current)
+        enrollment = _identifier(h.get("x-enrollment-id"), "X-Enrollment-Id", required=False)
+        client = _identifier(h.get("x-client-id"), "X-Client-Id", required=False)
+        try:
+            parsed = self.engine.workload.parse_binary(body)
+        except PayloadError as exc:
+            raise BadRequest(422, "invalid_payload", str(exc)) from exc
+        payload = _payload_of(self.engine.workload.name, parsed)
+        return self._make(message_id, version, enrollment, payload, {}, parsed), client
+
+    async def batch(self, request: Request) -> Response:
+        assert self.engine is not None
+        engine = self.engine
+        try:
+            self._paused()
+            body = await self._body(request)
+            try:
+                data = orjson.loads(body)
+            except orjson.JSONDecodeError as exc:
+                raise BadRequest(400, "bad_json", f"the body is not valid JSON: {exc}") from exc
+            if not isinstance(data, dict):
+                raise BadRequest(422, "invalid", "send {'messages': [...]} or {'aggregate': ...}")
+            if "aggregate" in data:
+                return await self._aggregate(data)
+            messages = data.get("messages")
+            if set(data) != {"messages"} or not isinstance(messages, list):
+                raise BadRequest(422, "invalid", "send {'messages': [...]} (a list of messages)")
+            if not 1 <= len(messages) <= MAX_BATCH:
+                raise BadRequest(422, "invalid", f"a batch holds 1..{MAX_BATCH} messages")
+        except BadRequest as err:
+            return self._reject("batch", err)
+        current = engine.snapshot().version
+        results: list[dict[str, Any] | None] = [None] * len(messages)
+        valid: list[tuple[Incoming, str | None]] = []
+        where: list[int] = []
+        for i, m in enumerate(messages):
+            try:
+                item = self._incoming(m, current)
+                self._round_check([item])
+            except BadRequest as err:
+                engine.loop_rejected[err.code] += 1
+                results[i] = {"status": err.status, "error": err.code, "detail": err.detail}
+                continue
+            valid.append(item)
+            where.append(i)
+        if valid:
+            outcomes = await engine.submit([v[0] for v in valid])
+            self._round_reported(valid, outcomes)
+            for i, outcome in zip(where, outcomes, strict=True):
+                results[i] = {"status": outcome.status, **outcome.body}
+        accepted = sum(1 for r in results if r and r["status"] == 202)
+        self.requests[("batch", 200)] += 1
+        return _json({"accepted": accepted, "results": results})
+
+    async def _aggregate(self, data: dict[str, Any]) -> Response:
+        """A proxy's merged aggregator state standing for ``count`` updates."""
+        assert self.engine is not None
+        engine = self.engine
+        if set(data) != {"aggregate", "count", "batch_id", "model_version"}:
+            raise BadRequest(
+                422,
+                "invalid",
+                "an aggregate batch has exactly: aggregate, count, batch_id, model_version",
+            )
+        batch_id = _identifier(data["batch_id"], "batch_id")
+        version = _version(data["model_version"], engine.snapshot().version)
+        count = data["count"]
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise BadRequest(422, "invalid", "count must be an integer >= 1")
+        try:
+            state = engine.aggregator.state_from_json(data["aggregate"])
+            stated = getattr(state, "count", count)
+            if stated != count:
+                raise BadRequest(422, "invalid", f"the state folds {stated} messages, not {count}")
+            finite = all(
+                np.all(np.isfinite(np.asarray(v, dtype=np.float64)))
+                for v in state
+                if isinstance(v, np.ndarray)
+            )
+            if not finite:
+                raise BadRequest(422, "invalid", "the aggregate holds non-finite values")
+        except (FedrankError, TypeError, ValueError, KeyError) as exc:
+            if isinstance(exc, BadRequest):
+                raise
+            raise BadRequest(
+                422, "invalid_aggregate", f"not a valid aggregate state: {exc}"
+            ) from exc
+        text = orjson.dumps(data["aggregate"]).decode()
+        branch = self.config.branches[0].name
+        item = Incoming(
+            batch_id, version, branch, "aggregate", text, {}, aggregate=state, count=count
+        )
+        (outcome,) = await engine.submit([item])
+        self.requests[("batch", outcome.status)] += 1
+        return _json(outcome.body, outcome.status)
+
+    async def checkin(self, request: Request) -> Response:
+        assert self.engine is not None
+        try:
+            if self.round is None:
+                raise BadRequest(404, "no_rounds", "this server does not select clients per round")
+            body = await self._body(request)
+            try:
+                data = orjson.loads(body)
+            except orjson.JSONDecodeError as exc:
+                raise BadRequest(400, "bad_json", f"the body is not valid JSON: {exc}") from exc
+            if not isinstance(data, dict) or set(data) != {"client_id"}:
+                raise BadRequest(422, "invalid", "send {'client_id': <your random id>}")
+            client = _identifier(data["client_id"], "client_id")
+        except BadRequest as err:
+            return self._reject("checkin", err)
+        assert client is not None
+        answer = self.round.checkin(client, time.time(), self.engine.snapshot().version)
+        self.requests[("checkin", 200)] += 1
+        return _json(answer)
+
+    async def status(self, request: Request) -> Response:
+        assert self.engine is not None
+        e, snap = self.engine, self.engine.snapshot()
+        return _json(
+            {
+                "model_version": snap.version,
+                "iteration": snap.iteration,
+                "workload": e.workload.name,
+                "updates_accepted_total": e.accepted_total,
+                "updates_counted_total": e.counted_total,
+                "updates_in_iteration": snap.updates_in_iteration,
+                "updates_rejected_total": sum(e.rejected().values()),
+                "updates_duplicate_total": e.duplicates_total,
+                "paused": snap.paused,
+                "policy": e.policy.name if self.round is None else "rounds",
+            }
+        )
+
+    async def summary(self, request: Request) -> Response:
+        assert self.engine is not None
+        loop = asyncio.get_running_loop()
+        iterations = await loop.run_in_executor(None, self.engine.summary)
+        return _json({"iterations": iterations})
+
+    async def metrics(self, request: Request) -> Response:
+        assert self.engine is not None
+        e, snap = self.engine, self.engine.snapshot()
+        lines = []
+
+        def metric(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
+            lines.append(f"# HELP fedrank_{name} {help_text}")
+            lines.append(f"# TYPE fedrank_{name} {kind}")
+            lines.extend(f"fedrank_{name}{labels} {value}" for labels, value in samples)
+
+        metric("updates_accepted_total", "counter", "Messages stored.", [("", e.accepted_total)])
+        metric(
+            "updates_rejected_total",
+            "counter",
+            "Messages refused, by reason.",
+            [(f'{{reason="{k}"}}', v) for k, v in sorted(self.rejected.items())]
+            + [("", e.rejected_total)],
+        )
+        metric(
+            "updates_duplicate_total",
+            "counter",
+            "Repeated message ids.",
+            [("", e.duplicates_total)],
+        )
+        metric("commits_total", "counter", "Group commits.", [("", e.commits_total)])
+        metric("model_version", "gauge", "Published model version.", [("", snap.version)])
+        metric("iteration", "gauge", "Open iteration.", [("", snap.iteration)])
+        metric(
+            "updates_in_iteration",
+            "gauge",
+            "Updates in the open iteration.",
+            [("", snap.updates_in_iteration)],
+        )
+        metric(
+            "requests_total",
+            "counter",
+            "Requests by endpoint and status.",
+            [
+                (f'{{endpoint="{k[0]}",status="{k[1]}"}}', v)
+                for k, v in sorted(self.requests.items())
+            ],
+        )
+        return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+
+    async def admin(self, request: Request) -> Response:
+        assert self.engine is not None
+        token = self.config.server.admin_token
+        action = request.path_params["action"]
+        try:
+            if not token:
+                raise BadRequest(403, "admin_disabled", "set [server] admin_token to enable admin")
+            given = request.headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                raise BadRequest(401, "unauthorized", "a valid bearer token is required")
+            if action not in ("close", "pause", "resume"):
+                raise BadRequest(404, "not_found", f"unknown admin action {action!r}")
+        except BadRequest as err:
+            return self._reject("admin", err)
+        if action == "close":
+            outcome = await self.engine.command("close", reason="admin", force=True)
+        else:
+            outcome = await self.engine.command(action)
+        return _json(outcome.body, outcome.status)
+
+    async def openapi(self, request: Request) -> Response:
+        return _json(openapi_document())
+
+
+def _payload_of(workload: str, parsed: Parsed) -> dict[str, Any]:
+    """The JSON form of a binary payload (what is stored)."""
+    if workload == "foltr-es":
+        out: dict[str, Any] = {"seed": parsed.seed, "metric": parsed.metric}
+        if parsed.antithetic is not None:
+            out["antithetic_metric"] = parsed.antithetic
+        return out
+    assert parsed.vector is not None
+    return {"signs": base64.b64encode(pack_signs(parsed.vector)).decode()}
+
+
+ASGIApp = Callable[
+    [MutableMapping[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
+    Awaitable[None],
+]
+
+
+def create_app(config: ServerConfig) -> ASGIApp:
+    """The ASGI application: ``POST /v1/updates`` is answered by a lean ASGI handler (it is
+    the endpoint every client calls, and Starlette's request and middleware machinery
+    costs about a fifth of its time); every other route goes through Starlette."""
+    server = Server(config)
+    routes = [
+        Route("/v1/model", server.model, methods=["GET"]),
+        Route("/v1/model/{version}", server.model_version, methods=["GET"]),
+        Route("/v1/updates", server.updates, methods=["POST"]),
+        Route("/v1/updates:batch", server.batch, methods=["POST"]),
+        Route("/v1/checkin", server.checkin, methods=["POST"]),
+        Route("/v1/status", server.status, methods=["GET"]),
+        Route("/v1/summary", server.summary, methods=["GET"]),
+        Route("/v1/admin/{action}", server.admin, methods=["POST"]),
+        Route("/metrics", server.metrics, methods=["GET"]),
+        Route("/openapi.json", server.openapi, methods=["GET"]),
+    ]
+    framework = Starlette(routes=routes, lifespan=server.lifespan)
+    framework.state.server = server
+    response_headers = [(b"content-type", JSON.encode())]
+
+    async def app(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        if not (
+            scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/v1/updates"
+        ):
+            await framework(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+
+        async def chunks() -> AsyncIterator[bytes]:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                yield message.get("body", b"")
+                if not message.get("more_body", False):
+                    return
+
+        try:
+            status, body = await server.update(headers, chunks())
+        except Exception:  # a bug, not bad input: answer 500 and keep serving
+            log.exception("POST /v1/updates failed")
+            status, body = 500, orjson.dumps({"error": "internal", "detail": "server error"})
+        await send({"type": "http.response.start", "status": status, "headers": response_headers})
+        await send({"type": "http.response.body", "body": body})
+
+    app.server = server  # type: ignore[attr-defined]
+    return app

@@ -1,0 +1,355 @@
+"""The server's configuration: a TOML file, overridden by command-line flags, validated in
+full at start (an unknown key, a wrong type or an out-of-range value is an error that names
+the section and the key).
+
+A complete example (every key optional; these are the defaults)::
+
+    [server]
+    workload = "frecency"        # frecency | foltr-es | fedavg
+    store = "fedrank-store"      # directory: SQLite database, Parquet audit log
+    host = "127.0.0.1"
+    port = 8000
+    admin_token = ""             # bearer token of the admin endpoints; empty: admin disabled
+    max_body_bytes = 1048576     # larger requests get 413
+    max_staleness = 0            # accept updates computed on up to this many versions back
+
+    [iteration]
+    seconds = 1800.0             # fixed-time policy (the paper's 30 minutes); 0: off
+    min_updates = 1              # never apply an aggregate of fewer updates
+    stable_ticks = 0             # adaptive policy: aggregate sign unchanged for this many ticks
+    tick_seconds = 0.5           # how often the scheduler looks
+
+    [frecency]                   # Mozilla paper, Sections 5-6
+    model = "classic"            # classic (22 weights) | modern (Firefox 128+)
+    message = "full"             # full (float gradients) | sign (2 bits per weight)
+    significance_z = 2.0         # per-weight significance gate of the aggregate (0: plain)
+    eps = 1.0                    # finite-difference epsilon the clients use
+    max_change = 3.0             # safeguard: change per iteration
+    eta_plus = 1.2               # Rprop (Eq. 2)
+    eta_minus = 0.5
+    step_init = 1.0
+    step_min = 0.001
+    step_max = 3.0
+    decay_rate = 0.975           # classic frecency's daily decay, served to control
+
+    [foltr_es]                   # FOLtR-ES, Section 3
+    ranker = "linear"            # linear | two-layer
+    n_features = 46
+    sigma = 0.01
+    batch = 4                    # B
+    antithetic = true
+    p = 0.9                      # randomized response; 1.0: no privatization
+    learning_rate = 0.001        # Adam
+
+    [fedavg]                     # FedAvg of parameter deltas (FedPS, Algorithm 1)
+    dim = 100                    # number of shared parameters
+    server_learning_rate = 1.0
+
+    [rounds]                     # server-selected rounds (foltr-es and fedavg only)
+    enabled = false
+    clients_per_round = 100      # K
+    t_max_seconds = 60.0         # reporting deadline after selection
+
+    [[branches]]                 # study branches (Mozilla Section 6.2)
+    name = "treatment"
+    share = 0.6
+    served = "trained"           # trained | defaults
+    [[branches]]
+    name = "control"
+    share = 0.2
+    served = "defaults"
+    decay = true                 # classic frecency's daily decay in this branch
+    [[branches]]
+    name = "control-no-decay"
+    share = 0.2
+    served = "defaults"
+    decay = false
+
+Without ``[[branches]]`` the frecency workload uses the three branches above and the other
+workloads a single ``treatment`` branch with share 1.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from fedrank.errors import ConfigError
+
+WORKLOADS: tuple[str, ...] = ("frecency", "foltr-es", "fedavg")
+
+
+@dataclass(frozen=True)
+class ServerSection:
+    workload: str = "frecency"
+    store: str = "fedrank-store"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    admin_token: str = ""
+    max_body_bytes: int = 1_048_576
+    max_staleness: int = 0
+
+
+@dataclass(frozen=True)
+class IterationSection:
+    seconds: float = 1800.0
+    min_updates: int = 1
+    stable_ticks: int = 0
+    tick_seconds: float = 0.5
+
+
+@dataclass(frozen=True)
+class FrecencySection:
+    model: str = "classic"
+    message: str = "full"
+    significance_z: float = 2.0
+    eps: float = 1.0
+    max_change: float = 3.0
+    eta_plus: float = 1.2
+    eta_minus: float = 0.5
+    step_init: float = 1.0
+    step_min: float = 0.001
+    step_max: float = 3.0
+    decay_rate: float = 0.975
+
+
+@dataclass(frozen=True)
+class FoltrEsSection:
+    ranker: str = "linear"
+    n_features: int = 46
+    sigma: float = 0.01
+    batch: int = 4
+    antithetic: bool = True
+    p: float = 0.9
+    learning_rate: float = 0.001
+
+
+@dataclass(frozen=True)
+class FedAvgSection:
+    dim: int = 100
+    server_learning_rate: float = 1.0
+
+
+@dataclass(frozen=True)
+class RoundsSection:
+    enabled: bool = False
+    clients_per_round: int = 100
+    t_max_seconds: float = 60.0
+
+
+@dataclass(frozen=True)
+class Branch:
+    name: str
+    share: float
+    served: str = "trained"
+    decay: bool = False
+
+
+_FRECENCY_BRANCHES = (
+    Branch("treatment", 0.6, "trained"),
+    Branch("control", 0.2, "defaults", decay=True),
+    Branch("control-no-decay", 0.2, "defaults", decay=False),
+)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The whole configuration; build it with :func:`load_config`."""
+
+    server: ServerSection = field(default_factory=ServerSection)
+    iteration: IterationSection = field(default_factory=IterationSection)
+    frecency: FrecencySection = field(default_factory=FrecencySection)
+    foltr_es: FoltrEsSection = field(default_factory=FoltrEsSection)
+    fedavg: FedAvgSection = field(default_factory=FedAvgSection)
+    rounds: RoundsSection = field(default_factory=RoundsSection)
+    branches: tuple[Branch, ...] = ()
+
+    @property
+    def workload(self) -> str:
+        return self.server.workload
+
+    def client_view(self) -> dict[str, Any]:
+        """What clients need to know (served with the model): the workload's section and
+        the rounds, never the admin token or paths."""
+        section = {
+            "frecency": self.frecency,
+            "foltr-es": self.foltr_es,
+            "fedavg": self.fedavg,
+        }[self.workload]
+        view = {k: getattr(section, k) for k in (f.name for f in fields(section))}
+        view["rounds"] = {f.name: getattr(self.rounds, f.name) for f in fields(self.rounds)}
+        view["max_staleness"] = self.server.max_staleness
+        return view
+
+
+_SECTIONS: dict[str, type] = {
+    "server": ServerSection,
+    "iteration": IterationSection,
+    "frecency": FrecencySection,
+    "foltr_es": FoltrEsSection,
+    "fedavg": FedAvgSection,
+    "rounds": RoundsSection,
+}
+
+
+def _typed(section: str, key: str, value: Any, kind: type) -> Any:
+    where = f"[{section}] {key}"
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, got {value!r}")
+        return value
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where} must be an integer, got {value!r}")
+        return value
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where} must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{where} must be finite, got {value!r}")
+        return float(value)
+    if not isinstance(value, str):
+        raise ConfigError(f"{where} must be a string, got {value!r}")
+    return value
+
+
+def _section(name: str, cls: type, data: Any) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"[{name}] must be a table, got {data!r}")
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"unknown key(s) {', '.join(unknown)} in [{name}]; known keys: {', '.join(known)}"
+        )
+    defaults = cls()
+    kinds = {k: type(getattr(defaults, k)) for k in known}
+    return cls(**{k: _typed(name, k, v, kinds[k]) for k, v in data.items()})
+
+
+def _branches(data: Any) -> tuple[Branch, ...]:
+    if not isinstance(data, list) or not data:
+        raise ConfigError("[[branches]] must be a non-empty array of tables")
+    out = []
+    for i, item in enumerate(data):
+        if not isinstance(item, dict):
+            raise ConfigError(f"branch {i} must be a table, got {item!r}")
+        unknown = sorted(set(item) - {"name", "share", "served", "decay"})
+        if unknown:
+            raise ConfigError(f"unknown key(s) {', '.join(unknown)} in branch {i}")
+        for key in ("name", "share"):
+            if key not in item:
+                raise ConfigError(f"branch {i} needs a {key!r}")
+        out.append(
+            Branch(
+                name=_typed("branches", "name", item["name"], str),
+                share=_typed("branches", "share", item["share"], float),
+                served=_typed("branches", "served", item.get("served", "trained"), str),
+                decay=_typed("branches", "decay", item.get("decay", False), bool),
+            )
+        )
+    return tuple(out)
+
+
+def _check(config: ServerConfig) -> None:
+    """Every cross-field and range rule."""
+    s, it, fr, es, fa, ro = (
+        config.server,
+        config.iteration,
+        config.frecency,
+        config.foltr_es,
+        config.fedavg,
+        config.rounds,
+    )
+    rules: list[tuple[bool, str]] = [
+        (
+            s.workload in WORKLOADS,
+            f"[server] workload must be one of {WORKLOADS}, got {s.workload!r}",
+        ),
+        (bool(s.store), "[server] store must name a directory"),
+        (0 <= s.port <= 65535, f"[server] port must be in 0..65535, got {s.port}"),
+        (s.max_body_bytes >= 1024, "[server] max_body_bytes must be >= 1024"),
+        (s.max_staleness >= 0, "[server] max_staleness must be >= 0"),
+        (it.seconds >= 0, "[iteration] seconds must be >= 0 (0: no fixed-time policy)"),
+        (it.min_updates >= 1, "[iteration] min_updates must be >= 1"),
+        (it.stable_ticks >= 0, "[iteration] stable_ticks must be >= 0"),
+        (it.tick_seconds > 0, "[iteration] tick_seconds must be > 0"),
+        (fr.model in ("classic", "modern"), "[frecency] model must be classic or modern"),
+        (fr.message in ("full", "sign"), "[frecency] message must be full or sign"),
+        (fr.significance_z >= 0, "[frecency] significance_z must be >= 0"),
+        (fr.eps > 0, "[frecency] eps must be > 0"),
+        (fr.max_change > 0, "[frecency] max_change must be > 0"),
+        (0 < fr.decay_rate <= 1, "[frecency] decay_rate must be in (0, 1]"),
+        (es.ranker in ("linear", "two-layer"), "[foltr_es] ranker must be linear or two-layer"),
+        (es.n_features >= 1, "[foltr_es] n_features must be >= 1"),
+        (es.sigma > 0, "[foltr_es] sigma must be > 0"),
+        (es.batch >= 1, "[foltr_es] batch must be >= 1"),
+        (not es.antithetic or es.batch % 2 == 0, "[foltr_es] batch must be even with antithetic"),
+        (1 / 11 < es.p <= 1, "[foltr_es] p must lie in (1/11, 1] (MaxRR at depth 10: n = 11)"),
+        (es.learning_rate > 0, "[foltr_es] learning_rate must be > 0"),
+        (fa.dim >= 1, "[fedavg] dim must be >= 1"),
+        (fa.server_learning_rate > 0, "[fedavg] server_learning_rate must be > 0"),
+        (ro.clients_per_round >= 1, "[rounds] clients_per_round must be >= 1"),
+        (ro.t_max_seconds > 0, "[rounds] t_max_seconds must be > 0"),
+        (
+            not ro.enabled or s.workload != "frecency",
+            "[rounds] apply to foltr-es and fedavg; frecency clients report whenever they search",
+        ),
+    ]
+    for ok, message in rules:
+        if not ok:
+            raise ConfigError(message)
+    names = [b.name for b in config.branches]
+    if len(set(names)) != len(names) or not all(names):
+        raise ConfigError(f"branch names must be distinct and non-empty, got {names}")
+    if any(b.share < 0 for b in config.branches) or not math.isclose(
+        sum(b.share for b in config.branches), 1.0, abs_tol=1e-9
+    ):
+        raise ConfigError(
+            f"branch shares must be >= 0 and sum to 1, got {[b.share for b in config.branches]}"
+        )
+    for b in config.branches:
+        if b.served not in ("trained", "defaults"):
+            raise ConfigError(f"branch {b.name!r}: served must be trained or defaults")
+    if not any(b.served == "trained" for b in config.branches):
+        raise ConfigError("one branch must be served the trained model (served = 'trained')")
+
+
+def load_config(path: Path | None = None, **overrides: Any) -> ServerConfig:
+    """Read ``path`` (TOML; ``None``: all defaults), apply ``overrides`` (keys of
+    ``[server]`` and ``[iteration]``, e.g. ``workload``, ``port``, ``seconds``; ``None``
+    values are ignored) and validate everything."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read the configuration {path}: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+    unknown = sorted(set(data) - set(_SECTIONS) - {"branches"})
+    if unknown:
+        raise ConfigError(
+            f"unknown section(s) {', '.join(unknown)}; known: {', '.join(_SECTIONS)}, branches"
+        )
+    sections = {name: _section(name, cls, data.get(name, {})) for name, cls in _SECTIONS.items()}
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        target = "server" if key in {f.name for f in fields(ServerSection)} else "iteration"
+        if key not in {f.name for f in fields(_SECTIONS[target])}:
+            raise ConfigError(f"unknown setting {key!r}")
+        kind = type(getattr(_SECTIONS[target](), key))
+        sections[target] = replace(sections[target], **{key: _typed(target, key, value, kind)})
+    if "branches" in data:
+        branches = _branches(data["branches"])
+    elif sections["server"].workload == "frecency":
+        branches = _FRECENCY_BRANCHES
+    else:
+        branches = (Branch("treatment", 1.0, "trained"),)
+    config = ServerConfig(branches=branches, **sections)
+    _check(config)
+    return config

@@ -1,0 +1,188 @@
+"""The OpenAPI 3.1 description of the server's API, served at ``/openapi.json``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_ID = {"type": "string", "pattern": "^[A-Za-z0-9._:\\-]{1,128}$"}
+_ERROR = {
+    "type": "object",
+    "required": ["error", "detail"],
+    "properties": {"error": {"type": "string"}, "detail": {"type": "string"}},
+}
+_MESSAGE = {
+    "type": "object",
+    "required": ["message_id", "model_version"],
+    "additionalProperties": False,
+    "properties": {
+        "message_id": {**_ID, "description": "client-made UUID: the idempotency key"},
+        "model_version": {"type": "integer", "minimum": 0},
+        "enrollment_id": {**_ID, "description": "the client's own random enrollment id"},
+        "client_id": {**_ID, "description": "the id used at check-in (rounds only)"},
+        "payload": {
+            "type": "object",
+            "description": "workload-specific: frecency {gradient: [floats], n} or {signs: "
+            "base64}; foltr-es {seed, metric, antithetic_metric}; fedavg {delta: [floats], n}; "
+            "{} for a metrics-only ping",
+        },
+        "metrics": {
+            "type": "object",
+            "maxProperties": 32,
+            "additionalProperties": {"type": "number"},
+        },
+    },
+}
+
+
+def _json_response(description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    content = {"application/json": {"schema": schema or {"type": "object"}}}
+    return {"description": description, "content": content}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    return {str(c): _json_response("refused, with the reason", _ERROR) for c in codes}
+
+
+def openapi_document() -> dict[str, Any]:
+    """The API description (see :mod:`fedrank.server.app`)."""
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "fedrank federation server", "version": "1"},
+        "paths": {
+            "/v1/model": {
+                "get": {
+                    "summary": "The model this client is served (its study branch)",
+                    "parameters": [
+                        {"name": "enrollment_id", "in": "query", "schema": _ID},
+                        {"name": "If-None-Match", "in": "header", "schema": {"type": "string"}},
+                    ],
+                    "responses": {
+                        "200": _json_response("the model, with an ETag"),
+                        "304": {"description": "not modified"},
+                        **_errors(422),
+                    },
+                }
+            },
+            "/v1/model/{version}": {
+                "get": {
+                    "summary": "A published model version",
+                    "parameters": [
+                        {
+                            "name": "version",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "integer", "minimum": 0},
+                        }
+                    ],
+                    "responses": {"200": _json_response("the version"), **_errors(404, 422)},
+                }
+            },
+            "/v1/updates": {
+                "post": {
+                    "summary": "Send one update (idempotent by message_id)",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {"schema": _MESSAGE},
+                            "application/vnd.fedrank.update": {
+                                "schema": {"type": "string", "format": "binary"},
+                                "description": "ES message (8/12 bytes) or frecency sign bits; "
+                                "ids in X-Message-Id, X-Model-Version, X-Enrollment-Id, "
+                                "X-Client-Id",
+                            },
+                        },
+                    },
+                    "responses": {
+                        "202": _json_response("accepted and durably stored"),
+                        "200": _json_response("duplicate message_id: already counted"),
+                        **_errors(400, 409, 413, 415, 422, 503),
+                    },
+                }
+            },
+            "/v1/updates:batch": {
+                "post": {
+                    "summary": "Many messages, or a proxy's merged aggregator state",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "oneOf": [
+                                        {
+                                            "type": "object",
+                                            "required": ["messages"],
+                                            "properties": {
+                                                "messages": {
+                                                    "type": "array",
+                                                    "minItems": 1,
+                                                    "maxItems": 10000,
+                                                    "items": _MESSAGE,
+                                                }
+                                            },
+                                        },
+                                        {
+                                            "type": "object",
+                                            "required": [
+                                                "aggregate",
+                                                "count",
+                                                "batch_id",
+                                                "model_version",
+                                            ],
+                                        },
+                                    ]
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "200": _json_response("per-message results"),
+                        "202": _json_response("aggregate accepted"),
+                        **_errors(400, 409, 413, 422, 503),
+                    },
+                }
+            },
+            "/v1/checkin": {
+                "post": {
+                    "summary": "Ask to be selected for the current round",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["client_id"],
+                                    "properties": {"client_id": _ID},
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "200": _json_response("selected (with deadline) or not"),
+                        **_errors(400, 404, 422),
+                    },
+                }
+            },
+            "/v1/status": {"get": {"responses": {"200": _json_response("server status")}}},
+            "/v1/summary": {
+                "get": {"responses": {"200": _json_response("per-branch, per-iteration metrics")}}
+            },
+            "/metrics": {"get": {"responses": {"200": {"description": "Prometheus text"}}}},
+            "/v1/admin/{action}": {
+                "post": {
+                    "summary": "close, pause or resume (bearer token)",
+                    "parameters": [
+                        {
+                            "name": "action",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"enum": ["close", "pause", "resume"]},
+                        }
+                    ],
+                    "responses": {
+                        "200": _json_response("done"),
+                        **_errors(401, 403, 404, 409),
+                    },
+                }
+            },
+        },
+    }

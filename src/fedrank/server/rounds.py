@@ -1,0 +1,73 @@
+"""Server-selected rounds: check-in, selection, reporting deadline (FedPS Algorithm 1; the
+protocol of cross-device FL systems, Bonawitz et al., "Towards Federated Learning at
+Scale", SysML 2019).
+
+A client checks in with its own random ``client_id``; the first ``K`` clients to check in
+during a round are selected and get a reporting deadline ``T_max`` seconds later; the others
+are told to retry. A report is accepted only from a selected client, once, before its
+deadline; a late report is refused with the reason. The round is complete when every
+selected client has reported or every deadline has passed; the server then closes the
+iteration (if enough reports arrived) and the next round starts.
+
+Selection lives in memory: after a restart the round starts afresh and clients check in
+again (their stored reports are not affected).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Round:
+    """One round's selection: ``deadlines[client_id]`` and who has reported."""
+
+    number: int
+    clients_per_round: int
+    t_max_seconds: float
+    deadlines: dict[str, float] = field(default_factory=dict)
+    reported: set[str] = field(default_factory=set)
+
+    def checkin(self, client_id: str, now: float, model_version: int) -> dict[str, Any]:
+        """Select the client if the round has room (a client that checks in again gets the
+        same answer)."""
+        if client_id in self.deadlines:
+            return self._selected(client_id, model_version)
+        if len(self.deadlines) >= self.clients_per_round:
+            return {
+                "selected": False,
+                "round": self.number,
+                "retry_after_seconds": max(1.0, self.t_max_seconds / 4),
+            }
+        self.deadlines[client_id] = now + self.t_max_seconds
+        return self._selected(client_id, model_version)
+
+    def _selected(self, client_id: str, model_version: int) -> dict[str, Any]:
+        return {
+            "selected": True,
+            "round": self.number,
+            "model_version": model_version,
+            "deadline": self.deadlines[client_id],
+        }
+
+    def refusal(self, client_id: str | None, now: float) -> str | None:
+        """Why a report from ``client_id`` cannot be accepted now, or ``None``."""
+        if not client_id:
+            return "this server selects clients per round: send client_id (POST /v1/checkin)"
+        if client_id not in self.deadlines:
+            return f"client {client_id!r} is not selected in round {self.number}; check in"
+        if client_id in self.reported:
+            return f"client {client_id!r} has already reported in round {self.number}"
+        if now > self.deadlines[client_id]:
+            late = now - self.deadlines[client_id]
+            return f"late: the reporting deadline passed {late:.1f} s ago (T_max)"
+        return None
+
+    def complete(self, now: float) -> bool:
+        """Every selected client has reported, or every deadline has passed."""
+        if not self.deadlines:
+            return False
+        if len(self.reported) >= self.clients_per_round:
+            return True
+        return all(now > d for d in self.deadlines.values())

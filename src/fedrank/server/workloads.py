@@ -1,0 +1,308 @@
+"""The three workloads the server runs, each the simulator's own core pieces behind one
+interface: validate a payload, aggregate a batch of them, step the model.
+
+* ``frecency`` (Mozilla Sec. 4-5): ``{"gradient": [d floats], "n": int}``, or
+  ``{"signs": base64}`` with 2-bit signs (binary form: the same bits); aggregated by
+  :class:`~fedrank.aggregators.gated_mean.GatedMean` or
+  :class:`~fedrank.aggregators.sign_vote.SignVote`; Rprop, then the safeguards.
+* ``foltr-es`` (FOLtR-ES Sec. 3): ``{"seed", "metric", "antithetic_metric"}`` (binary form:
+  the 8 / 12-byte ES message); :class:`~fedrank.aggregators.es_gradient.ESGradient`
+  (Eq. 6); Adam ascending the metric.
+* ``fedavg`` (FedPS Algorithm 1): ``{"delta": [d floats], "n": int}``;
+  :class:`~fedrank.aggregators.mean.WeightedMean`; SGD with the server learning rate on
+  ``-delta``.
+
+A payload of ``{}`` is a metrics-only ping (control branches, or a search without an
+update): it is stored and summarized, never aggregated. Every check raises
+:class:`PayloadError` with the reason a client should see; nothing is coerced silently.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedrank.aggregators.es_gradient import ESGradient
+from fedrank.aggregators.gated_mean import GatedMean
+from fedrank.aggregators.mean import WeightedMean
+from fedrank.aggregators.sign_vote import SignVote
+from fedrank.core.codec import ES_MESSAGE_SIZES, decode_es_message, unpack_signs
+from fedrank.errors import CodecError, FedrankError
+from fedrank.models.rankers import make_ranker
+from fedrank.optim.adam import Adam
+from fedrank.optim.constraints import ConstraintChain
+from fedrank.optim.rprop import Rprop
+from fedrank.optim.sgd import SGD
+from fedrank.server.config import ServerConfig
+from fedrank.simulation.frecency_world import page_scorer
+
+
+class PayloadError(FedrankError, ValueError):
+    """An update the server refuses; ``str(err)`` is the reason sent to the client."""
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A validated payload. ``vector`` for frecency and FedAvg, ``seed`` / ``metric`` /
+    ``antithetic`` for ES; ``weight`` is the message's ``n``; ``empty`` marks a
+    metrics-only ping."""
+
+    vector: np.ndarray | None = None
+    seed: int = 0
+    metric: float = 0.0
+    antithetic: float | None = None
+    weight: float = 1.0
+    empty: bool = False
+
+
+EMPTY = Parsed(empty=True)
+
+
+def _finite_vector(value: Any, dim: int, name: str) -> np.ndarray:
+    if not isinstance(value, list):
+        raise PayloadError(f"{name} must be a list of {dim} numbers")
+    if len(value) != dim:
+        raise PayloadError(f"{name} must have {dim} entries, got {len(value)}")
+    if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in value):
+        raise PayloadError(f"{name} entries must be numbers")
+    vec = np.asarray(value, dtype=np.float64)
+    if not np.all(np.isfinite(vec)) or np.abs(vec).max(initial=0.0) > 1e300:
+        raise PayloadError(f"{name} entries must be finite")
+    return vec
+
+
+def _count(value: Any, name: str = "n") -> float:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10**9:
+        raise PayloadError(f"{name} must be an integer in 1..1e9, got {value!r}")
+    return float(value)
+
+
+def _keys(payload: dict[str, Any], allowed: set[str], required: set[str]) -> None:
+    unknown = sorted(set(payload) - allowed)
+    if unknown:
+        raise PayloadError(f"unknown payload field(s) {unknown}; allowed: {sorted(allowed)}")
+    missing = sorted(required - set(payload))
+    if missing:
+        raise PayloadError(f"payload lacks {missing}")
+
+
+class Workload(ABC):
+    """What the server needs of a workload (see the module docstring)."""
+
+    name: str
+    dim: int
+    binary_type = "application/vnd.fedrank.update"
+
+    @abstractmethod
+    def initial_params(self) -> np.ndarray:
+        """The published model of version 0."""
+
+    @abstractmethod
+    def parse(self, payload: dict[str, Any]) -> Parsed:
+        """Validate a JSON payload (not ``{}``, which the caller handles)."""
+
+    def parse_binary(self, body: bytes) -> Parsed:
+        """Validate a binary payload; workloads without a binary form refuse it."""
+        raise PayloadError(f"the {self.name} workload has no binary update format; send JSON")
+
+    @abstractmethod
+    def make_aggregator(self) -> Any:
+        """A fresh aggregator (a monoid with ``accumulate_batch``)."""
+
+    @abstractmethod
+    def accumulate(self, aggregator: Any, state: Any, items: list[Parsed]) -> Any:
+        """Fold non-empty parsed payloads into ``state`` in one vectorized call."""
+
+    @abstractmethod
+    def make_optimizer(self) -> Any: ...
+
+    def constraints(self) -> ConstraintChain | None:
+        return None
+
+    @abstractmethod
+    def optimizer_input(self, aggregate: np.ndarray) -> np.ndarray:
+        """The aggregate as the optimizer's uphill update."""
+
+    def parameter_names(self) -> list[str] | None:
+        return None
+
+
+class FrecencyWorkload(Workload):
+    """Federated frecency (Mozilla paper, Sections 4-5)."""
+
+    name = "frecency"
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.section = config.frecency
+        self.scorer = page_scorer(self.section.model)
+        self.dim = len(self.scorer.names)
+
+    def initial_params(self) -> np.ndarray:
+        return self.scorer.defaults()
+
+    def parameter_names(self) -> list[str]:
+        return list(self.scorer.names)
+
+    def parse(self, payload: dict[str, Any]) -> Parsed:
+        if self.section.message == "full":
+            _keys(payload, {"gradient", "n"}, {"gradient"})
+            if "signs" in payload:
+                raise PayloadError("this server takes full gradients ([frecency] message = full)")
+            vec = _finite_vector(payload["gradient"], self.dim, "gradient")
+            return Parsed(vector=vec, weight=_count(payload.get("n", 1)))
+        _keys(payload, {"signs", "n"}, {"signs"})
+        raw = payload["signs"]
+        if not isinstance(raw, str):
+            raise PayloadError("signs must be a base64 string of 2-bit signs")
+        try:
+            data = base64.b64decode(raw, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise PayloadError(f"signs is not valid base64: {exc}") from exc
+        return Parsed(vector=self._signs(data), weight=_count(payload.get("n", 1)))
+
+    def _signs(self, data: bytes) -> np.ndarray:
+        try:
+            return unpack_signs(data, self.dim)
+        except CodecError as exc:
+            raise PayloadError(str(exc)) from exc
+
+    def parse_binary(self, body: bytes) -> Parsed:
+        if self.section.message != "sign":
+            raise PayloadError(
+                "binary frecency updates are sign bits; this server takes full gradients"
+            )
+        return Parsed(vector=self._signs(body))
+
+    def make_aggregator(self) -> GatedMean | SignVote:
+        z = self.section.significance_z
+        return (
+            GatedMean(self.dim, z=z) if self.section.message == "full" else SignVote(self.dim, z=z)
+        )
+
+    def accumulate(self, aggregator: Any, state: Any, items: list[Parsed]) -> Any:
+        updates = np.stack([p.vector for p in items])  # type: ignore[misc]
+        return aggregator.accumulate_batch(state, updates, np.array([p.weight for p in items]))
+
+    def make_optimizer(self) -> Rprop:
+        s = self.section
+        return Rprop(s.eta_plus, s.eta_minus, s.step_init, s.step_min, s.step_max)
+
+    def constraints(self) -> ConstraintChain:
+        return self.scorer.safeguards(max_change=self.section.max_change)
+
+    def optimizer_input(self, aggregate: np.ndarray) -> np.ndarray:
+        return aggregate  # clients send gradients of the loss (uphill)
+
+
+class FoltrEsWorkload(Workload):
+    """FOLtR-ES (Kharitonov 2019, Section 3)."""
+
+    name = "foltr-es"
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.section = config.foltr_es
+        self.ranker = make_ranker(self.section.ranker, self.section.n_features)
+        self.dim = self.ranker.dim
+
+    def initial_params(self) -> np.ndarray:
+        return self.ranker.init_params()
+
+    def parse(self, payload: dict[str, Any]) -> Parsed:
+        anti = self.section.antithetic
+        required = {"seed", "metric", "antithetic_metric"} if anti else {"seed", "metric"}
+        _keys(payload, {"seed", "metric", "antithetic_metric"}, required)
+        if not anti and "antithetic_metric" in payload:
+            raise PayloadError(
+                "this server does not use antithetic variates; drop antithetic_metric"
+            )
+        seed = payload["seed"]
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+            raise PayloadError(f"seed must be an integer in [0, 2**32), got {seed!r}")
+        values = [self._metric(payload["metric"], "metric")]
+        if anti:
+            values.append(self._metric(payload["antithetic_metric"], "antithetic_metric"))
+        return Parsed(seed=seed, metric=values[0], antithetic=values[1] if anti else None)
+
+    @staticmethod
+    def _metric(value: Any, name: str) -> float:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise PayloadError(f"{name} must be a finite number, got {value!r}")
+        if not 0.0 <= value <= 1.0:
+            raise PayloadError(f"{name} is a mean MaxRR, in [0, 1]; got {value}")
+        return float(value)
+
+    def parse_binary(self, body: bytes) -> Parsed:
+        size = ES_MESSAGE_SIZES[1] if self.section.antithetic else ES_MESSAGE_SIZES[0]
+        if len(body) != size:
+            raise PayloadError(f"an ES message here is {size} bytes, got {len(body)}")
+        try:
+            m = decode_es_message(body)
+        except CodecError as exc:
+            raise PayloadError(str(exc)) from exc
+        payload = {"seed": m.seed, "metric": m.metric}
+        if m.antithetic_metric is not None:
+            payload["antithetic_metric"] = m.antithetic_metric
+        return self.parse(payload)
+
+    def make_aggregator(self) -> ESGradient:
+        return ESGradient(self.dim, self.section.sigma, self.section.antithetic)
+
+    def accumulate(self, aggregator: Any, state: Any, items: list[Parsed]) -> Any:
+        seeds = np.array([p.seed for p in items], dtype=np.uint64)
+        metric = np.array([p.metric for p in items])
+        anti = np.array([p.antithetic for p in items]) if self.section.antithetic else None
+        return aggregator.accumulate_batch(state, seeds, metric, anti)
+
+    def make_optimizer(self) -> Adam:
+        return Adam(learning_rate=self.section.learning_rate)
+
+    def optimizer_input(self, aggregate: np.ndarray) -> np.ndarray:
+        return -aggregate  # ESGradient ascends MaxRR
+
+
+class FedAvgWorkload(Workload):
+    """FedAvg of shared-parameter deltas (FedPS, Algorithm 1)."""
+
+    name = "fedavg"
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.section = config.fedavg
+        self.dim = self.section.dim
+
+    def initial_params(self) -> np.ndarray:
+        return np.zeros(self.dim)
+
+    def parse(self, payload: dict[str, Any]) -> Parsed:
+        _keys(payload, {"delta", "n"}, {"delta", "n"})
+        return Parsed(
+            vector=_finite_vector(payload["delta"], self.dim, "delta"), weight=_count(payload["n"])
+        )
+
+    def make_aggregator(self) -> WeightedMean:
+        return WeightedMean(self.dim)
+
+    def accumulate(self, aggregator: Any, state: Any, items: list[Parsed]) -> Any:
+        updates = np.stack([p.vector for p in items])  # type: ignore[misc]
+        return aggregator.accumulate_batch(state, updates, np.array([p.weight for p in items]))
+
+    def make_optimizer(self) -> SGD:
+        return SGD(learning_rate=self.section.server_learning_rate)
+
+    def optimizer_input(self, aggregate: np.ndarray) -> np.ndarray:
+        return -aggregate  # step = server_lr * mean delta
+
+
+def make_workload(config: ServerConfig) -> Workload:
+    return {"frecency": FrecencyWorkload, "foltr-es": FoltrEsWorkload, "fedavg": FedAvgWorkload}[
+        config.workload
+    ](config)
