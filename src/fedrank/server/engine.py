@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 
 from fedrank.aggregators.metrics import MetricMean
 from fedrank.core.iteration_policy import (
