@@ -1,0 +1,119 @@
+"""Run ``fedrank serve`` as a real child process on loopback (for the demo, the tests and
+the benchmarks): pick a free port, wait until the server answers, stop it gracefully or
+kill it with SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+from fedrank.errors import FedrankError
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    """``fedrank serve`` in a child process.
+
+    Args:
+        store: the store directory.
+        config: optional ``server.toml``.
+        port: the port (default: a free one).
+        log: file the server's output goes to (default: ``<store>.log`` beside the store).
+        **flags: more ``fedrank serve`` flags, e.g. ``workload="foltr-es"``,
+            ``iteration_seconds=2``.
+
+    Use as a context manager; :meth:`kill` simulates a crash, :meth:`start` restarts.
+    """
+
+    def __init__(
+        self,
+        store: Path,
+        config: Path | None = None,
+        port: int | None = None,
+        log: Path | None = None,
+        **flags: object,
+    ) -> None:
+        self.store = Path(store)
+        self.config = config
+        self.port = port or free_port()
+        self.log = log or self.store.with_name(self.store.name + ".log")
+        self.flags = flags
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "fedrank.cli", "serve", "--store", str(self.store)]
+        cmd += ["--port", str(self.port), "--host", "127.0.0.1", "--log-level", "warning"]
+        if self.config is not None:
+            cmd += ["--config", str(self.config)]
+        for key, value in self.flags.items():
+            cmd += [f"--{key.replace('_', '-')}", str(value)]
+        return cmd
+
+    def start(self, timeout: float = 30.0) -> ServerProcess:
+        """Start the server and wait until ``/v1/status`` answers."""
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                self.command(), stdout=out, stderr=subprocess.STDOUT, env={**os.environ}
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise FedrankError(
+                    f"the server exited with code {self.process.returncode} during start-up; "
+                    f"see {self.log}:\n{self.log.read_text()[-2000:]}"
+                )
+            try:
+                if httpx.get(self.url + "/v1/status", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        self.kill()
+        raise FedrankError(f"the server did not answer within {timeout} s; see {self.log}")
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Graceful shutdown (SIGTERM)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.process = None
+
+    def kill(self) -> None:
+        """SIGKILL: the process dies at once, as in a crash."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
