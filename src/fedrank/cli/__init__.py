@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from fedrank.cli._common import FedrankGroup, write_json
+from fedrank.cli.client import client
 from fedrank.cli.foltr import foltr
 from fedrank.cli.frecency import _run_study, _summarize, frecency
 from fedrank.cli.service import serve
@@ -22,6 +23,7 @@ def main() -> None:
 main.add_command(frecency)
 main.add_command(foltr)
 main.add_command(serve)
+main.add_command(client)
 
 
 @main.command("demo")

@@ -1,0 +1,78 @@
+"""``fedrank client``: run one real client against a fedrank server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from fedrank.cli._common import write_json
+
+
+@click.command("client")
+@click.option("--server", "server_url", required=True, help="e.g. http://127.0.0.1:8000")
+@click.option(
+    "--workload",
+    type=click.Choice(["frecency"]),
+    default="frecency",
+    show_default=True,
+    help="What this client computes (a real client exists for frecency).",
+)
+@click.option(
+    "--places",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help="The Firefox profile's places.sqlite (read only; nothing of it is sent).",
+)
+@click.option(
+    "--state",
+    "state_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".fedrank-client"),
+    show_default=True,
+    help="Keeps the enrollment id and the offline queue.",
+)
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+def client(
+    server_url: str, workload: str, places: Path, state_dir: Path, json_path: Path | None
+) -> None:
+    """Fetch the model, compute this profile's update on the device, send it (retries,
+    offline queue); a client in a control branch sends its metrics only."""
+    from fedrank.client import Client
+    from fedrank.client.frecency_update import ProfileSearches, frecency_update
+    from fedrank.errors import ConfigError
+
+    with Client(server_url, state_dir=state_dir) as c:
+        flushed = c.flush()
+        if flushed:
+            click.echo(f"resent {len(flushed)} queued message(s): {[r.status for r in flushed]}")
+        model = c.fetch_model()
+        if model.workload != workload:
+            raise ConfigError(f"the server runs the {model.workload} workload, not {workload}")
+        searches = ProfileSearches(places, model=str(model.config["model"]))
+        payload, metrics = frecency_update(
+            searches,
+            model.params,
+            eps=float(model.config["eps"]),
+            sign=model.config["message"] == "sign",
+        )
+        if model.served != "trained":
+            payload = {}  # a control branch reports its metrics only
+        result = c.send(payload, model.version, metrics)
+        click.echo(
+            f"branch {model.branch}, model version {model.version}: {searches.n_searches} "
+            f"searches from {searches.source}, {int(metrics['searches'])} usable; "
+            f"{'update' if payload else 'metrics only'} -> {result.status}"
+        )
+        report = {
+            "branch": model.branch,
+            "model_version": model.version,
+            "source": searches.source,
+            "metrics": metrics,
+            "sent": "update" if payload else "metrics",
+            "status": result.status,
+            "message_id": result.message_id,
+        }
+        if json_path:
+            write_json(report, json_path)
+            click.echo(f"wrote {json_path}")

@@ -1,0 +1,273 @@
+"""The client SDK: what an application embeds to take part in federated training.
+
+:class:`Client` talks to a fedrank server (:mod:`fedrank.server.app`):
+
+* ``fetch_model()`` -- the model this client is served, cached with its ``ETag`` (a poll
+  that finds nothing new costs a ``304`` with no body);
+* ``send(...)`` -- one update, with a client-made ``message_id`` (the idempotency key: a
+  resend after a lost answer is answered ``200 duplicate`` and never counted twice),
+  retried with exponential backoff and jitter on connection errors, ``5xx`` and ``429``;
+  if every retry fails the message goes to an offline queue on disk, and ``flush()``
+  resends it later with the same ``message_id``;
+* ``checkin()`` -- ask to be selected for the current round (FedAvg / FOLtR-ES servers).
+
+Identity: the client's study branch comes from its ``enrollment_id``, a random UUID it
+makes itself and keeps in ``state_dir`` (never anything identifying). Nothing else about
+the user is sent: updates are gradients, signs, seeds and metrics computed on the device.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from fedrank.errors import FedrankError
+
+#: Statuses worth retrying: the server may succeed on the next attempt.
+RETRYABLE = frozenset({429, 500, 502, 503, 504})
+
+
+class ClientError(FedrankError):
+    """The server refused a request for a reason a retry cannot fix (``status``, ``body``)."""
+
+    def __init__(self, status: int, body: Any) -> None:
+        detail = body.get("detail", body) if isinstance(body, dict) else body
+        super().__init__(f"the server answered {status}: {detail}")
+        self.status = status
+        self.body = body
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """The model a client is served."""
+
+    version: int
+    iteration: int
+    workload: str
+    branch: str
+    served: str  # "trained", or "defaults" in a control branch (send metrics only)
+    params: np.ndarray
+    parameter_names: list[str] | None
+    config: dict[str, Any]
+    etag: str | None
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """``status``: ``accepted`` (202), ``duplicate`` (200), ``stale`` (409: recompute on the
+    new model), ``refused`` (other 409: late, not selected) or ``queued`` (offline)."""
+
+    status: str
+    message_id: str
+    http_status: int | None
+    body: Any
+
+
+class Client:
+    """A fedrank client (see the module docstring).
+
+    Args:
+        base_url: the server, e.g. ``http://127.0.0.1:8000``.
+        state_dir: where the enrollment id and the offline queue live (``None``: in memory
+            only; the enrollment id is then new for every Client).
+        enrollment_id: use this id instead of the stored or a new one.
+        timeout: seconds per request.
+        max_attempts: attempts per message before it is queued offline (>= 1).
+        backoff: first retry delay in seconds; doubles every attempt, with jitter.
+        rng: randomness for ids and jitter (seed it for reproducible runs).
+        http: an ``httpx.Client`` to share connections between many clients.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        state_dir: Path | None = None,
+        enrollment_id: str | None = None,
+        timeout: float = 10.0,
+        max_attempts: int = 5,
+        backoff: float = 0.2,
+        rng: np.random.Generator | None = None,
+        http: httpx.Client | None = None,
+    ) -> None:
+        if max_attempts < 1:
+            raise FedrankError(f"max_attempts must be >= 1, got {max_attempts}")
+        self.base_url = base_url.rstrip("/")
+        self.state_dir = None if state_dir is None else Path(state_dir)
+        self.rng = rng or np.random.default_rng()
+        self.max_attempts = max_attempts
+        self.backoff = backoff
+        self._own_http = http is None
+        self.http = http or httpx.Client(timeout=timeout)
+        self.enrollment_id = enrollment_id or self._stored_enrollment()
+        self._model: ServedModel | None = None
+
+    def close(self) -> None:
+        if self._own_http:
+            self.http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- identity and the offline queue -------------------------------------------------
+
+    def new_id(self) -> str:
+        """A random UUID (version 4) from the client's generator."""
+        return str(uuid.UUID(bytes=self.rng.bytes(16), version=4))
+
+    def _stored_enrollment(self) -> str:
+        if self.state_dir is None:
+            return self.new_id()
+        path = self.state_dir / "enrollment.json"
+        if path.exists():
+            return str(json.loads(path.read_text())["enrollment_id"])
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        enrollment = self.new_id()
+        path.write_text(json.dumps({"enrollment_id": enrollment}))
+        return enrollment
+
+    @property
+    def _outbox(self) -> Path | None:
+        return None if self.state_dir is None else self.state_dir / "outbox.jsonl"
+
+    def queued(self) -> list[dict[str, Any]]:
+        """Messages waiting in the offline queue."""
+        box = self._outbox
+        if box is None or not box.exists():
+            return []
+        return [json.loads(line) for line in box.read_text().splitlines() if line.strip()]
+
+    def _write_queue(self, messages: list[dict[str, Any]]) -> None:
+        box = self._outbox
+        if box is None:
+            return
+        box.parent.mkdir(parents=True, exist_ok=True)
+        partial = box.with_suffix(".partial")
+        partial.write_text("".join(json.dumps(m) + "\n" for m in messages))
+        partial.replace(box)
+
+    # -- requests -------------------------------------------------------------------------
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One request with retries and backoff; raises the last error when all fail."""
+        last: Exception | None = None
+        for attempt in range(self.max_attempts):
+            if attempt:
+                delay = self.backoff * 2 ** (attempt - 1)
+                time.sleep(delay * (0.5 + self.rng.random()))
+            try:
+                response = self.http.request(method, self.base_url + path, **kwargs)
+            except httpx.TransportError as exc:
+                last = exc
+                continue
+            if response.status_code not in RETRYABLE:
+                return response
+            last = ClientError(response.status_code, _body(response))
+        assert last is not None
+        raise last
+
+    def fetch_model(self) -> ServedModel:
+        """The served model; a cached copy when the server answers ``304 Not Modified``."""
+        headers = {}
+        if self._model is not None and self._model.etag:
+            headers["If-None-Match"] = self._model.etag
+        response = self._request(
+            "GET", "/v1/model", params={"enrollment_id": self.enrollment_id}, headers=headers
+        )
+        if response.status_code == 304 and self._model is not None:
+            return self._model
+        if response.status_code != 200:
+            raise ClientError(response.status_code, _body(response))
+        data = response.json()
+        self._model = ServedModel(
+            version=int(data["model_version"]),
+            iteration=int(data["iteration"]),
+            workload=str(data["workload"]),
+            branch=str(data["branch"]),
+            served=str(data["served"]),
+            params=np.asarray(data["params"], dtype=np.float64),
+            parameter_names=data.get("parameter_names"),
+            config=dict(data["config"]),
+            etag=response.headers.get("etag"),
+        )
+        return self._model
+
+    def send(
+        self,
+        payload: dict[str, Any],
+        model_version: int,
+        metrics: dict[str, float] | None = None,
+        client_id: str | None = None,
+        message_id: str | None = None,
+    ) -> SendResult:
+        """Send one message (``payload`` ``{}``: metrics only); queued offline when the
+        server cannot be reached after every retry."""
+        message: dict[str, Any] = {
+            "message_id": message_id or self.new_id(),
+            "model_version": int(model_version),
+            "enrollment_id": self.enrollment_id,
+            "payload": payload,
+            "metrics": metrics or {},
+        }
+        if client_id is not None:
+            message["client_id"] = client_id
+        return self._deliver(message, queue_on_failure=True)
+
+    def _deliver(self, message: dict[str, Any], queue_on_failure: bool) -> SendResult:
+        mid = message["message_id"]
+        try:
+            response = self._request("POST", "/v1/updates", json=message)
+        except (httpx.TransportError, ClientError) as exc:
+            if not queue_on_failure:
+                raise
+            self._write_queue([*self.queued(), message])
+            return SendResult("queued", mid, getattr(exc, "status", None), str(exc))
+        body = _body(response)
+        if response.status_code == 202:
+            return SendResult("accepted", mid, 202, body)
+        if response.status_code == 200:
+            return SendResult("duplicate", mid, 200, body)
+        if response.status_code == 409:
+            kind = "stale" if isinstance(body, dict) and body.get("error") == "stale" else "refused"
+            return SendResult(kind, mid, 409, body)
+        raise ClientError(response.status_code, body)
+
+    def flush(self) -> list[SendResult]:
+        """Resend queued messages (same ``message_id``); the ones the server answered are
+        removed from the queue, the ones it still cannot take stay."""
+        results, remaining = [], []
+        for message in self.queued():
+            try:
+                results.append(self._deliver(message, queue_on_failure=False))
+            except (httpx.TransportError, ClientError) as exc:
+                if isinstance(exc, ClientError) and exc.status not in RETRYABLE:
+                    results.append(
+                        SendResult("refused", message["message_id"], exc.status, exc.body)
+                    )
+                    continue
+                remaining.append(message)
+        self._write_queue(remaining)
+        return results
+
+    def checkin(self, client_id: str) -> dict[str, Any]:
+        """Ask to be selected for the current round."""
+        response = self._request("POST", "/v1/checkin", json={"client_id": client_id})
+        if response.status_code != 200:
+            raise ClientError(response.status_code, _body(response))
+        return dict(response.json())
+
+
+def _body(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return response.text
