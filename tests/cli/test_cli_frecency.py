@@ -1,7 +1,7 @@
-"""``fedrank frecency ...`` and ``fedrank demo``, run in-process with click's CliRunner.
+"""``fedrank frecency ...``, run in-process with click's CliRunner.
 
 Study runs are kept small (a few hundred users, a few iterations) so that every test takes
-a few seconds; ``demo`` runs the default 3000-user study once (~10 s).
+a few seconds; one test runs the default 3000-user study once (~10 s).
 """
 
 from __future__ import annotations
@@ -473,10 +473,13 @@ def test_messages_bad_seeds_fail_cleanly(seeds: str, code: int, message: str) ->
 # ----------------------------------------------------------------------------------------
 
 
-def test_demo_writes_report_json_and_plots(tmp_path: Path) -> None:
-    out_dir = tmp_path / "demo"
-    result = _ok(["demo", "--seed", "0", "--out", str(out_dir)])
-    data = _load(out_dir / "results.json")
+def test_simulate_out_writes_report_json_and_plots(tmp_path: Path) -> None:
+    """The in-process study's markdown report (``simulate --out``; the default 3000-user
+    study, ~10 s)."""
+    out_dir = tmp_path / "study"
+    result = _ok(["frecency", "simulate", "--seed", "0", "--json", str(tmp_path / "r.json"),
+                  "--out", str(out_dir)])  # fmt: skip
+    data = _load(tmp_path / "r.json")
     report = (out_dir / "report.md").read_text()
     _assert_pngs(out_dir)
     assert f"wrote {out_dir / 'report.md'}" in result.output
@@ -484,7 +487,7 @@ def test_demo_writes_report_json_and_plots(tmp_path: Path) -> None:
     assert data["config"]["n_users"] == 3000
     assert data["config"]["iterations"] == 40
     assert len(data["loss_per_iteration"]) == 40
-    assert "Produced by `fedrank demo --seed 0`." in report
+    assert "Produced by `fedrank frecency simulate --seed 0" in report
 
     losses = data["loss_per_iteration"]
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5

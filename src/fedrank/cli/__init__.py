@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
-from fedrank.cli._common import FedrankGroup, write_json
+from fedrank.cli._common import FedrankGroup, progress_bar, write_json
 from fedrank.cli.client import client
 from fedrank.cli.foltr import foltr
-from fedrank.cli.frecency import _run_study, _summarize, frecency
+from fedrank.cli.frecency import frecency
 from fedrank.cli.service import serve
 
 
@@ -28,6 +28,8 @@ main.add_command(client)
 
 @main.command("demo")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--users", type=int, default=600, show_default=True)
+@click.option("--iterations", type=int, default=20, show_default=True)
 @click.option(
     "--out",
     "out_dir",
@@ -35,20 +37,36 @@ main.add_command(client)
     default=Path("results/demo"),
     show_default=True,
 )
-def demo(seed: int, out_dir: Path) -> None:
-    """Run the federated frecency study with defaults; write a report, plots and JSON."""
-    from fedrank.experiments.frecency_study import FrecencyStudyConfig
-    from fedrank.experiments.plots import plot_study
-    from fedrank.experiments.report import write_report
+def demo(seed: int, users: int, iterations: int, out_dir: Path) -> None:
+    """The federated frecency study through the real service: a fedrank server on loopback,
+    simulated users as HTTP clients; writes report.md, results.json and plots."""
+    from fedrank.experiments.service_demo import (
+        ServiceDemoConfig,
+        run_service_demo,
+        write_service_report,
+    )
 
-    config = FrecencyStudyConfig(seed=seed)
-    result = _run_study(config)
-    _summarize(result)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    plots = plot_study(result, out_dir)
-    write_json(result.to_json(), out_dir / "results.json")
-    report = write_report(result, out_dir / "report.md", f"fedrank demo --seed {seed}", plots)
-    click.echo(f"wrote {report}, {out_dir / 'results.json'} and {len(plots)} plots")
+    config = ServiceDemoConfig(users=users, iterations=iterations, seed=seed)
+    with progress_bar() as bar:
+        task = bar.add_task("server iterations", total=iterations + 2)
+        report = run_service_demo(
+            config, out_dir, progress=lambda done, total: bar.update(task, completed=done)
+        )
+    loss = report["loss_per_iteration"]["treatment"]
+    click.echo(f"{report['requests']:,} HTTP requests in {report['seconds']:.1f} s")
+    click.echo("treatment loss per iteration: " + " ".join(f"{v:.3f}" for v in loss if v))
+    for branch, e in report["eval"].items():
+        click.echo(
+            f"  {branch:17s} chars typed {e['chars_typed_mean']:.3f}  "
+            f"rank {e['selected_rank_mean']:.3f}  ({e['users']} users)"
+        )
+    for t in report["tests"]:
+        if t["metric"] == "chars_typed" and t["a"] == "treatment":
+            click.echo(f"  {t['a']} vs {t['b']}: p = {t['pvalue']:.3g} (MWU on per-user means)")
+    command = f"fedrank demo --seed {seed} --users {users} --iterations {iterations}"
+    written = write_service_report(report, out_dir, command)
+    write_json(report, out_dir / "results.json")
+    click.echo(f"wrote {', '.join(str(p) for p in written)} and {out_dir / 'results.json'}")
 
 
 if __name__ == "__main__":

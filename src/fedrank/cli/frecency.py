@@ -208,9 +208,11 @@ def _summarize(result: Any) -> None:
 def frecency_simulate(
     json_path: Path | None, out_dir: Path | None, stability: bool, **settings: Any
 ) -> None:
-    """Simulate the federated frecency study (optimization + evaluation phases)."""
+    """Simulate the federated frecency study (optimization + evaluation phases); with
+    --out, also write the plots and a markdown report."""
     from fedrank.experiments.frecency_study import FrecencyStudyConfig
     from fedrank.experiments.plots import plot_study
+    from fedrank.experiments.report import write_report
 
     config = FrecencyStudyConfig(track_stability=stability, **settings)
     result = _run_study(config)
@@ -219,7 +221,10 @@ def frecency_simulate(
         write_json(result.to_json(), json_path)
         click.echo(f"wrote {json_path}")
     if out_dir:
-        for path in plot_study(result, out_dir):
+        plots = plot_study(result, out_dir)
+        command = f"fedrank frecency simulate --seed {config.seed} (--out {out_dir})"
+        report = write_report(result, out_dir / "report.md", command, plots)
+        for path in [*plots, report]:
             click.echo(f"wrote {path}")
 
 
