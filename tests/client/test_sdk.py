@@ -48,19 +48,22 @@ def test_model_is_cached_with_its_etag(server: ServerProcess) -> None:
 def test_send_is_idempotent_and_reports_stale(tmp_path: Path) -> None:
     config = tmp_path / "server.toml"
     config.write_text('[server]\nadmin_token = "secret"\n[iteration]\nseconds = 3600.0\n')
-    with ServerProcess(tmp_path / "store", config=config) as s:
-        with Client(s.url, enrollment_id=_treatment_id(), rng=np.random.default_rng(1)) as c:
-            version = c.fetch_model().version
-            first = c.send(GRADIENT, version, {"loss": 0.3})
-            again = c.send(GRADIENT, version, {"loss": 0.3}, message_id=first.message_id)
-            assert (first.status, again.status) == ("accepted", "duplicate")
-            with pytest.raises(ClientError, match="422"):
-                c.send({"gradient": [1.0]}, version)  # wrong length: a retry cannot fix it
-            auth = {"Authorization": "Bearer secret"}
-            assert httpx.post(s.url + "/v1/admin/close", headers=auth).status_code == 200
-            stale = c.send(GRADIENT, version)
-            assert stale.status == "stale" and stale.body["current_version"] == version + 1
-            assert c.fetch_model().version == version + 1  # the ETag changed with the version
+    rng = np.random.default_rng(1)
+    with (
+        ServerProcess(tmp_path / "store", config=config) as s,
+        Client(s.url, enrollment_id=_treatment_id(), rng=rng) as c,
+    ):
+        version = c.fetch_model().version
+        first = c.send(GRADIENT, version, {"loss": 0.3})
+        again = c.send(GRADIENT, version, {"loss": 0.3}, message_id=first.message_id)
+        assert (first.status, again.status) == ("accepted", "duplicate")
+        with pytest.raises(ClientError, match="422"):
+            c.send({"gradient": [1.0]}, version)  # wrong length: a retry cannot fix it
+        auth = {"Authorization": "Bearer secret"}
+        assert httpx.post(s.url + "/v1/admin/close", headers=auth).status_code == 200
+        stale = c.send(GRADIENT, version)
+        assert stale.status == "stale" and stale.body["current_version"] == version + 1
+        assert c.fetch_model().version == version + 1  # the ETag changed with the version
 
 
 def test_enrollment_id_is_kept_in_the_state_dir(tmp_path: Path, server: ServerProcess) -> None:
