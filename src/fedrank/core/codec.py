@@ -225,6 +225,47 @@ def decode_message(data: bytes | bytearray | memoryview) -> Message:
     return Message(update=update, n=n, model_version=model_version, metrics=metrics)
 
 
+#: Binary batches of tiny messages (``application/vnd.fedrank.batch``): header ``magic "FRB1"
+#: | count u32 | model_version u32 | id bytes u32``, then the message ids (ASCII, each
+#: ending in ``\n``), then ``count`` fixed-size records: each the message's own binary
+#: form (a 12-byte ES message, or a frecency client's sign bits).
+BATCH_MAGIC = b"FRB1"
+_BATCH_HEADER = struct.Struct("<4sIII")
+BATCH_HEADER_SIZE = _BATCH_HEADER.size
+
+
+def encode_batch(message_ids: list[str], model_version: int, records: bytes) -> bytes:
+    """A binary batch of ``len(message_ids)`` messages whose records are concatenated in
+    ``records`` (what a proxy forwards)."""
+    ids = "".join(f"{m}\n" for m in message_ids).encode("ascii")
+    version = _check_int("model_version", model_version, 0, _MAX_U32)
+    return _BATCH_HEADER.pack(BATCH_MAGIC, len(message_ids), version, len(ids)) + ids + records
+
+
+def decode_batch(data: bytes, record_size: int) -> tuple[list[str], int, bytes]:
+    """``(message_ids, model_version, records)`` of a binary batch whose records have
+    ``record_size`` bytes each; every length is checked."""
+    if len(data) < BATCH_HEADER_SIZE:
+        raise CodecError(f"a binary batch starts with a {BATCH_HEADER_SIZE}-byte header")
+    magic, count, version, id_bytes = _BATCH_HEADER.unpack_from(data)
+    if magic != BATCH_MAGIC:
+        raise CodecError(f"not a fedrank binary batch: magic {magic!r}, expected {BATCH_MAGIC!r}")
+    records = data[BATCH_HEADER_SIZE + id_bytes :]
+    if len(data) < BATCH_HEADER_SIZE + id_bytes or len(records) != count * record_size:
+        raise CodecError(
+            f"the batch declares {count} messages of {record_size} bytes and {id_bytes} id "
+            f"bytes, but holds {len(data)} bytes in all"
+        )
+    try:
+        ids = data[BATCH_HEADER_SIZE : BATCH_HEADER_SIZE + id_bytes].decode("ascii")
+    except UnicodeDecodeError as exc:
+        raise CodecError("message ids must be ASCII") from exc
+    names = ids.split("\n")
+    if names[-1] != "" or len(names) - 1 != count:
+        raise CodecError(f"the id block must hold {count} ids, each ending in a newline")
+    return names[:-1], version, records
+
+
 def pack_signs(signs: np.ndarray) -> bytes:
     """Bare sign2 payload of a vector of -1 / 0 / +1 (2 bits per weight, no header): what a
     sign-only frecency client sends, ``ceil(2 * dim / 8)`` bytes (6 for 22 weights)."""
@@ -310,7 +351,11 @@ __all__ = [
     "FORMAT_VERSION",
     "HEADER_SIZE",
     "MAGIC",
+    "BATCH_HEADER_SIZE",
+    "BATCH_MAGIC",
+    "decode_batch",
     "decode_es_message",
+    "encode_batch",
     "decode_message",
     "encode_es_message",
     "encode_message",

@@ -39,24 +39,27 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from fedrank.core.codec import pack_signs
-from fedrank.errors import FedrankError
+from fedrank.core.codec import decode_batch, pack_signs
+from fedrank.errors import CodecError, FedrankError
 from fedrank.server.config import ServerConfig
-from fedrank.server.engine import Engine, Incoming, Outcome
+from fedrank.server.engine import Engine, Incoming, Messages, Outcome
 from fedrank.server.openapi import openapi_document
 from fedrank.server.rounds import Round
 from fedrank.server.store import ModelVersion, Store
-from fedrank.server.workloads import EMPTY, Parsed, PayloadError
+from fedrank.server.workloads import EMPTY, Columns, Parsed, PayloadError
 
 log = logging.getLogger("fedrank.server")
 
 JSON = "application/json"
 BINARY = "application/vnd.fedrank.update"
+BINARY_BATCH = "application/vnd.fedrank.batch"
 #: Messages in one batch request.
 MAX_BATCH = 10_000
 #: Metrics one message may carry.
 MAX_METRICS = 32
 _ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
+#: Newline-terminated ids, all valid: the fast path checks a whole batch with one match.
+_IDS = re.compile(r"(?:[A-Za-z0-9._:\-]{1,128}\n)*")
 _ENVELOPE = {"message_id", "model_version", "payload", "metrics", "enrollment_id", "client_id"}
 
 
@@ -78,6 +81,25 @@ def _identifier(value: Any, name: str, required: bool = True) -> str | None:
     if not isinstance(value, str) or not _ID.fullmatch(value):
         raise BadRequest(422, "invalid", f"{name} must be 1-128 characters of A-Z a-z 0-9 . _ : -")
     return value
+
+
+def _batch_answer(statuses: np.ndarray, errors: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """A batch's answer: counts, one status per message, bodies of the refused ones."""
+    return {
+        "accepted": int(np.count_nonzero(statuses == 202)),
+        "duplicates": int(np.count_nonzero(statuses == 200)),
+        "statuses": statuses.tolist(),
+        "errors": [{"index": k, "status": int(statuses[k]), **errors[k]} for k in sorted(errors)],
+    }
+
+
+def _all_ids(values: list[Any]) -> bool:
+    """Whether every value is a valid identifier: strings, one regex over them all (each
+    newline-terminated; a value holding a newline itself fails the count)."""
+    if not set(map(type, values)) <= {str}:
+        return False
+    joined = "".join(v + "\n" for v in values)
+    return joined.count("\n") == len(values) and _IDS.fullmatch(joined) is not None
 
 
 def _version(value: Any, current: int) -> int:
@@ -112,6 +134,7 @@ class Server:
         self.config = config
         self.engine: Engine | None = None
         self.requests: Counter[tuple[str, int]] = Counter()
+        self._branches: dict[str | None, str] = {}
         self.round: Round | None = None
         self._scheduler: asyncio.Task[None] | None = None
 
@@ -138,25 +161,37 @@ class Server:
 
     async def _schedule(self) -> None:
         """Close iterations by the configured policy (or when a round completes)."""
-        assert self.engine is not None
-        engine, tick = self.engine, self.config.iteration.tick_seconds
-        stable, last_sign, last_iteration = 0, None, -1
+        tick = self.config.iteration.tick_seconds
+        memory: tuple[int, np.ndarray | None, int] = (0, None, -1)
         while True:
             await asyncio.sleep(tick)
-            snap = engine.snapshot()
-            if snap.paused:
-                continue
-            if snap.iteration != last_iteration:
-                stable, last_sign, last_iteration = 0, None, snap.iteration
-            if self.round is not None:
-                await self._schedule_round(snap.updates_in_iteration)
-                continue
-            if self.config.iteration.stable_ticks and snap.updates_in_iteration:
-                sign = engine.aggregate_sign()
-                same = last_sign is not None and np.array_equal(sign, last_sign)
-                stable, last_sign = (stable + 1 if same else 0), sign
-            if engine.policy.should_close(engine.policy_view(stable)):
-                await engine.command("close", reason=engine.policy.name)
+            try:
+                memory = await self._tick(*memory)
+            except Exception:  # keep scheduling: a failed tick is logged, the next one runs
+                log.exception("the iteration scheduler failed; continuing")
+
+    async def _tick(
+        self, stable: int, last_sign: np.ndarray | None, last_iteration: int
+    ) -> tuple[int, np.ndarray | None, int]:
+        """One look at the open iteration. ``stable`` counts ticks over which the
+        aggregate's sign has not changed (the adaptive policy); returns the new memory."""
+        assert self.engine is not None
+        engine = self.engine
+        snap = engine.snapshot()
+        if snap.paused:
+            return stable, last_sign, last_iteration
+        if snap.iteration != last_iteration:
+            stable, last_sign, last_iteration = 0, None, snap.iteration
+        if self.round is not None:
+            await self._schedule_round(snap.updates_in_iteration)
+            return stable, last_sign, last_iteration
+        if self.config.iteration.stable_ticks and snap.updates_in_iteration:
+            sign = engine.aggregate_sign()
+            same = last_sign is not None and np.array_equal(sign, last_sign)
+            stable, last_sign = (stable + 1 if same else 0), sign
+        if engine.policy.should_close(engine.policy_view(stable)):
+            await engine.command("close", reason=engine.policy.name)
+        return stable, last_sign, last_iteration
 
     async def _schedule_round(self, n_updates: int) -> None:
         assert self.engine is not None and self.round is not None
@@ -242,22 +277,25 @@ class Server:
         return Incoming(message_id, version, branch, kind, text, metrics, parsed=parsed)
 
     def _round_check(self, items: list[tuple[Incoming, str | None]]) -> None:
+        """Refuse reports from clients not selected, late or already reported; reserve the
+        others (one report per client, even when two arrive at once)."""
         if self.round is None:
             return
+        assert self.engine is not None
         now = time.time()
         for item, client in items:
-            if item.kind == "update":
-                reason = self.round.refusal(client, now)
-                if reason is not None:
-                    code = "late" if reason.startswith("late") else "not_selected"
-                    raise BadRequest(409, code, reason)
+            # A message already stored is a retry: the writer answers it 200 duplicate.
+            if item.kind == "update" and item.message_id not in self.engine.ids:
+                refused = self.round.refusal(client, now)
+                if refused is not None:
+                    raise BadRequest(409, *refused)
 
     def _round_reported(self, items: list[tuple[Incoming, str | None]], out: list[Outcome]) -> None:
         if self.round is None:
             return
         for (item, client), outcome in zip(items, out, strict=True):
-            if item.kind == "update" and outcome.status == 202 and client:
-                self.round.reported.add(client)
+            if item.kind == "update" and client and client in self.round.pending:
+                self.round.settle(client, accepted=outcome.status == 202)
 
     def _paused(self) -> None:
         assert self.engine is not None
@@ -287,6 +325,7 @@ class Server:
             "iteration": snap.iteration,
             "workload": engine.workload.name,
             "branch": branch,
+            "served": served.served,
             "params": params.tolist(),
             "parameter_names": engine.workload.parameter_names(),
             "config": {**self.config.client_view(), "decay": served.decay},
@@ -297,7 +336,7 @@ class Server:
     async def model_version(self, request: Request) -> Response:
         assert self.engine is not None
         raw = request.path_params["version"]
-        if not raw.isdigit() or len(raw) > 12:
+        if not (raw.isascii() and raw.isdigit()) or len(raw) > 12:
             return self._reject("model", BadRequest(422, "invalid", "version must be an integer"))
         version = int(raw)
         loop = asyncio.get_running_loop()
@@ -363,7 +402,7 @@ class Server:
         assert self.engine is not None
         message_id = _identifier(h.get("x-message-id"), "X-Message-Id header")
         raw_version = h.get("x-model-version", "")
-        if not raw_version.isdigit() or len(raw_version) > 12:
+        if not (raw_version.isascii() and raw_version.isdigit()) or len(raw_version) > 12:
             raise BadRequest(422, "invalid", "X-Model-Version header must be an integer")
         version = _version(int(raw_version), current)
         enrollment = _identifier(h.get("x-enrollment-id"), "X-Enrollment-Id", required=False)
@@ -381,6 +420,14 @@ class Server:
         try:
             self._paused()
             body = await self._body(request)
+            ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            if ctype == BINARY_BATCH:
+                messages_in_columns = self._binary_batch(body)
+                result = await engine.submit_columns(messages_in_columns)
+                self.requests[("batch", 200)] += 1
+                return _json(_batch_answer(result.statuses, result.bodies))
+            if ctype not in (JSON, ""):
+                raise BadRequest(415, "media_type", f"send {JSON} or {BINARY_BATCH}")
             try:
                 data = orjson.loads(body)
             except orjson.JSONDecodeError as exc:
@@ -397,7 +444,62 @@ class Server:
         except BadRequest as err:
             return self._reject("batch", err)
         current = engine.snapshot().version
-        results: list[dict[str, Any] | None] = [None] * len(messages)
+        fast = self._batch_columns(messages, current)
+        if fast is not None:
+            result = await engine.submit_columns(fast)
+            statuses, errors = result.statuses, result.bodies
+        else:
+            statuses, errors = await self._batch_one_by_one(messages, current)
+        self.requests[("batch", 200)] += 1
+        return _json(_batch_answer(statuses, errors))
+
+    def _binary_batch(self, body: bytes) -> Messages:
+        """A binary batch (``application/vnd.fedrank.batch``, see
+        :func:`fedrank.core.codec.encode_batch`) of the workload's tiny messages, validated
+        at once and all-or-nothing: any bad message refuses the whole request with its index
+        and reason. Its messages are updates of the trained branch (what a proxy forwards)."""
+        assert self.engine is not None
+        engine = self.engine
+        size = engine.workload.record_size
+        if size == 0:
+            detail = f"the {engine.workload.name} workload has no binary batch format; send JSON"
+            raise BadRequest(415, "media_type", detail)
+        try:
+            ids, version, records = decode_batch(body, size)
+        except CodecError as exc:
+            raise BadRequest(422, "invalid", str(exc)) from exc
+        if not 1 <= len(ids) <= MAX_BATCH:
+            raise BadRequest(422, "invalid", f"a batch holds 1..{MAX_BATCH} messages")
+        if not _all_ids(ids):
+            raise BadRequest(422, "invalid", "message ids must be 1-128 of A-Z a-z 0-9 . _ : -")
+        _version(version, engine.snapshot().version)
+        try:
+            columns, payloads = engine.workload.parse_binary_batch(records)
+        except PayloadError as exc:
+            raise BadRequest(422, "invalid_payload", str(exc)) from exc
+        branch = next(b.name for b in self.config.branches if b.served == "trained")
+        n = len(ids)
+        return Messages(
+            ids=ids,
+            versions=np.full(n, version, dtype=np.int64),
+            branches=[branch] * n,
+            kinds=["update"] * n,
+            payloads=payloads,
+            metrics=[{}] * n,
+            counts=np.ones(n, dtype=np.int64),
+            columns=columns,
+            aggregates={},
+        )
+
+    async def _batch_one_by_one(
+        self, messages: list[Any], current: int
+    ) -> tuple[np.ndarray, dict[int, dict[str, Any]]]:
+        """The batch path for batches the fast path declines: every message validated
+        alone, with its exact reason."""
+        assert self.engine is not None
+        engine = self.engine
+        statuses = np.zeros(len(messages), dtype=np.int64)
+        errors: dict[int, dict[str, Any]] = {}
         valid: list[tuple[Incoming, str | None]] = []
         where: list[int] = []
         for i, m in enumerate(messages):
@@ -406,7 +508,8 @@ class Server:
                 self._round_check([item])
             except BadRequest as err:
                 engine.loop_rejected[err.code] += 1
-                results[i] = {"status": err.status, "error": err.code, "detail": err.detail}
+                statuses[i] = err.status
+                errors[i] = {"error": err.code, "detail": err.detail}
                 continue
             valid.append(item)
             where.append(i)
@@ -414,10 +517,89 @@ class Server:
             outcomes = await engine.submit([v[0] for v in valid])
             self._round_reported(valid, outcomes)
             for i, outcome in zip(where, outcomes, strict=True):
-                results[i] = {"status": outcome.status, **outcome.body}
-        accepted = sum(1 for r in results if r and r["status"] == 202)
-        self.requests[("batch", 200)] += 1
-        return _json({"accepted": accepted, "results": results})
+                statuses[i] = outcome.status
+                if outcome.status >= 400:
+                    errors[i] = outcome.body
+        return statuses, errors
+
+    def _batch_columns(self, messages: list[Any], current: int) -> Messages | None:
+        """The batch endpoint's fast path: validate all messages at once with C-level
+        checks (one regex over all ids, type sets, numpy ranges) and build their columns.
+        Returns ``None`` whenever anything is unusual (an invalid message, a control-branch
+        update, rounds), and the caller then validates message by message, so every
+        refusal still gets its exact reason."""
+        assert self.engine is not None
+        engine = self.engine
+        if self.round is not None or not all(type(m) is dict for m in messages):
+            return None
+        if not all(m.keys() <= _ENVELOPE for m in messages):
+            return None
+        ids = [m.get("message_id") for m in messages]
+        named = [v for m in messages for v in (m.get("enrollment_id"), m.get("client_id"))]
+        if not (_all_ids(ids) and _all_ids([v for v in named if v is not None])):
+            return None
+        raw_versions = [m.get("model_version") for m in messages]
+        if not set(map(type, raw_versions)) <= {int}:
+            return None
+        versions = np.array(raw_versions, dtype=np.int64)
+        if versions.min() < 0 or versions.max() > current:
+            return None
+        payloads = [m.get("payload", {}) for m in messages]
+        metrics = [m.get("metrics") for m in messages]
+        if not set(map(type, payloads)) <= {dict} or not set(map(type, metrics)) <= {
+            dict,
+            type(None),
+        }:
+            return None
+        given = [mt for mt in metrics if mt]
+        values = [v for mt in given for v in mt.values()]
+        if any(len(mt) > MAX_METRICS for mt in given) or not set(map(type, values)) <= {int, float}:
+            return None
+        if not all(1 <= len(name) <= 64 for mt in given for name in mt):
+            return None
+        if values and not np.all(np.isfinite(np.array(values, dtype=np.float64))):
+            return None
+        metrics = [
+            {}
+            if not mt
+            else mt
+            if set(map(type, mt.values())) <= {float}
+            else {k: float(v) for k, v in mt.items()}
+            for mt in metrics
+        ]
+        branches = [self._branch(m.get("enrollment_id")) for m in messages]
+        kinds = ["update" if p else "ping" for p in payloads]
+        updates = [p for p in payloads if p]
+        if any(
+            k == "update" and engine.served(b) != "trained"
+            for k, b in zip(kinds, branches, strict=True)
+        ):
+            return None
+        try:
+            columns = engine.workload.parse_batch(updates) if updates else Columns(0)
+        except PayloadError:
+            return None
+        return Messages(
+            ids=ids,
+            versions=versions,
+            branches=branches,
+            kinds=kinds,
+            payloads=payloads,
+            metrics=metrics,
+            counts=np.ones(len(messages), dtype=np.int64),
+            columns=columns,
+            aggregates={},
+        )
+
+    def _branch(self, enrollment: str | None) -> str:
+        """``engine.branch``, memoized: the hash is the costly part of a batch message."""
+        assert self.engine is not None
+        branch = self._branches.get(enrollment)
+        if branch is None:
+            if len(self._branches) > 100_000:
+                self._branches.clear()
+            branch = self._branches[enrollment] = self.engine.branch(enrollment)
+        return branch
 
     async def _aggregate(self, data: dict[str, Any]) -> Response:
         """A proxy's merged aggregator state standing for ``count`` updates."""
@@ -432,21 +614,23 @@ class Server:
         batch_id = _identifier(data["batch_id"], "batch_id")
         version = _version(data["model_version"], engine.snapshot().version)
         count = data["count"]
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise BadRequest(422, "invalid", "count must be an integer >= 1")
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 10**9:
+            raise BadRequest(422, "invalid", "count must be an integer in 1..1e9")
         try:
             state = engine.aggregator.state_from_json(data["aggregate"])
             stated = getattr(state, "count", count)
             if stated != count:
                 raise BadRequest(422, "invalid", f"the state folds {stated} messages, not {count}")
             finite = all(
-                np.all(np.isfinite(np.asarray(v, dtype=np.float64)))
+                np.all(np.abs(np.asarray(v, dtype=np.float64)) <= 1e250)  # finite, and sums stay so
                 for v in state
-                if isinstance(v, np.ndarray)
+                if isinstance(v, np.ndarray | float)
             )
-            if not finite:
-                raise BadRequest(422, "invalid", "the aggregate holds non-finite values")
-        except (FedrankError, TypeError, ValueError, KeyError) as exc:
+            if not finite or not np.all(np.isfinite(engine.aggregator.finalize(state))):
+                raise BadRequest(
+                    422, "invalid", "the aggregate holds non-finite or huge (> 1e250) values"
+                )
+        except (FedrankError, TypeError, ValueError, KeyError, OverflowError) as exc:
             if isinstance(exc, BadRequest):
                 raise
             raise BadRequest(
@@ -520,8 +704,7 @@ class Server:
             "updates_rejected_total",
             "counter",
             "Messages refused, by reason.",
-            [(f'{{reason="{k}"}}', v) for k, v in sorted(self.rejected.items())]
-            + [("", e.rejected_total)],
+            [(f'{{reason="{k}"}}', v) for k, v in sorted(e.rejected().items())],
         )
         metric(
             "updates_duplicate_total",

@@ -10,7 +10,7 @@ A complete example (every key optional; these are the defaults)::
     host = "127.0.0.1"
     port = 8000
     admin_token = ""             # bearer token of the admin endpoints; empty: admin disabled
-    max_body_bytes = 1048576     # larger requests get 413
+    max_body_bytes = 16777216    # larger requests get 413 (a 10,000-message batch: 1-4 MB)
     max_staleness = 0            # accept updates computed on up to this many versions back
 
     [iteration]
@@ -89,7 +89,7 @@ class ServerSection:
     host: str = "127.0.0.1"
     port: int = 8000
     admin_token: str = ""
-    max_body_bytes: int = 1_048_576
+    max_body_bytes: int = 16_777_216
     max_staleness: int = 0
 
 

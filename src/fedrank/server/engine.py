@@ -17,13 +17,16 @@ Data flow of one iteration (ARCHITECTURE.md, Section 1)::
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import json
 import logging
+import operator
 import queue
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,12 +45,15 @@ from fedrank.core.iteration_policy import (
 from fedrank.errors import ConfigError, FedrankError
 from fedrank.server.config import ServerConfig
 from fedrank.server.store import Row, Store
-from fedrank.server.workloads import EMPTY, Parsed, Workload, make_workload
+from fedrank.server.workloads import EMPTY, Columns, Parsed, Workload, make_workload
 
 log = logging.getLogger("fedrank.server")
 
 #: Most messages decided and committed in one transaction.
 MAX_GROUP = 4096
+#: Message kinds: a client update, a metrics-only ping, a proxy's merged aggregate.
+UPDATE, PING, AGGREGATE = 0, 1, 2
+_KIND_CODE = {"update": UPDATE, "ping": PING, "aggregate": AGGREGATE}
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,80 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class BatchResult:
+    """The compact answer to a batch: a status per message, and the bodies of the messages
+    that were not accepted (by position)."""
+
+    statuses: np.ndarray
+    bodies: dict[int, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Messages:
+    """Validated messages column by column: what the writer decides, stores and folds in.
+
+    ``columns`` holds the payloads of the ``update`` messages only, in their order;
+    ``aggregates`` maps the position of each ``aggregate`` message to its state.
+    """
+
+    ids: list[str]
+    versions: np.ndarray
+    branches: list[str]
+    kinds: list[str]
+    payloads: list[str | dict[str, Any]]  # JSON text, or the payload itself
+    metrics: list[dict[str, float]]
+    counts: np.ndarray
+    columns: Columns
+    aggregates: dict[int, Any]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def kind_codes(self) -> np.ndarray:
+        """``(m,)`` int8: :data:`UPDATE`, :data:`PING` or :data:`AGGREGATE` per message."""
+        kinds = self.kinds
+        if len(set(kinds)) == 1:
+            return np.full(len(kinds), _KIND_CODE[kinds[0]], dtype=np.int8)
+        return np.array([_KIND_CODE[k] for k in kinds], dtype=np.int8)
+
+    @staticmethod
+    def of(items: list[Incoming], workload: Workload) -> Messages:
+        updates = [i.parsed for i in items if i.kind == "update"]
+        return Messages(
+            ids=[i.message_id for i in items],
+            versions=np.array([i.model_version for i in items], dtype=np.int64),
+            branches=[i.branch for i in items],
+            kinds=[i.kind for i in items],
+            payloads=[i.payload for i in items],
+            metrics=[i.metrics for i in items],
+            counts=np.array([i.count for i in items], dtype=np.int64),
+            columns=workload.columns(updates) if updates else Columns(0),
+            aggregates={k: i.aggregate for k, i in enumerate(items) if i.kind == "aggregate"},
+        )
+
+    @staticmethod
+    def concat(parts: list[Messages]) -> Messages:
+        if len(parts) == 1:
+            return parts[0]
+        aggregates, offset = {}, 0
+        for part in parts:
+            aggregates.update({offset + k: v for k, v in part.aggregates.items()})
+            offset += len(part)
+        return Messages(
+            ids=[x for m in parts for x in m.ids],
+            versions=np.concatenate([m.versions for m in parts]),
+            branches=[x for m in parts for x in m.branches],
+            kinds=[x for m in parts for x in m.kinds],
+            payloads=[x for m in parts for x in m.payloads],
+            metrics=[x for m in parts for x in m.metrics],
+            counts=np.concatenate([m.counts for m in parts]),
+            columns=Columns.concat([m.columns for m in parts]),
+            aggregates=aggregates,
+        )
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """What readers see; replaced (never mutated) by the writer."""
 
@@ -91,10 +171,47 @@ class Snapshot:
 
 @dataclass
 class _Job:
-    items: list[Incoming] | None
+    """A request for the writer: messages (answered with a list of :class:`Outcome`, or
+    compactly when ``compact``), or a command."""
+
+    items: Messages | None
     command: str | None
     future: asyncio.Future[Any]
     args: dict[str, Any] = field(default_factory=dict)
+    compact: bool = False
+
+
+def _pick(values: list[Any], index: list[int], everything: bool) -> list[Any]:
+    """``values`` at ``index`` (the list itself when every position is taken)."""
+    if everything:
+        return values
+    return list(operator.itemgetter(*index)(values)) if len(index) > 1 else [values[index[0]]]
+
+
+def _group_json(msgs: Messages, accepted: np.ndarray) -> bytes:
+    """The stored form of a group: ``[message_id, model_version, branch, kind, payload,
+    metrics, count]`` per accepted message (see :mod:`fedrank.server.store`), built with
+    C-level iteration (``zip``): this runs for every message at full ingestion speed.
+    Payloads that are JSON text are embedded as they are."""
+    index = accepted.tolist()
+    everything = len(index) == len(msgs)
+    payloads = _pick(msgs.payloads, index, everything)
+    if any(type(p) is str for p in payloads):
+        payloads = [orjson.Fragment(p) if type(p) is str else p for p in payloads]
+    return orjson.dumps(
+        list(
+            zip(
+                _pick(msgs.ids, index, everything),
+                msgs.versions[accepted].tolist(),
+                _pick(msgs.branches, index, everything),
+                _pick(msgs.kinds, index, everything),
+                payloads,
+                _pick(msgs.metrics, index, everything),
+                msgs.counts[accepted].tolist(),
+                strict=True,
+            )
+        )
+    )
 
 
 def branch_of(enrollment_id: str | None, shares: list[tuple[str, float]]) -> str:
@@ -142,11 +259,18 @@ class Engine:
         # Rejections by reason: the writer's own (stale), and the event loop's (bad input);
         # each counter is written by one thread only.
         self.writer_rejected: Counter[str] = Counter()
+        self._stats_lock = threading.Lock()  # guards writer_rejected and branch_stats
         self.loop_rejected: Counter[str] = Counter()
         self.duplicates_total = 0
         self.commits_total = 0
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._resume()
+        # The cyclic garbage collector scans every tracked container on a full collection,
+        # and ingestion allocates tens of thousands of them per batch: scanning the (ever
+        # larger) set of stored ids again and again would make ingestion slow down as the
+        # store grows. Freeze what start-up built (that set included) out of the scans; the
+        # per-message objects are freed by reference counting.
+        gc.freeze()
         self._thread = threading.Thread(target=self._run, name="fedrank-writer", daemon=True)
         self._thread.start()
 
@@ -170,14 +294,20 @@ class Engine:
         self.version = version
         self.opened_at = opened_at
         self.ids = self.store.message_ids()
-        self.accepted_total, self.counted_total = self.store.counts()
+        self.accepted_total = self.counted_total = 0  # set from the store after the replay
         self.state = self.aggregator.zero()
         self.branch_stats: dict[str, dict[str, Any]] = {}
         self.updates_in_iteration = 0
         replayed = 0
+        chunk: list[Incoming] = []
         for row in self.store.iteration_rows(iteration):
-            self._apply([row], [self._reparse(row)])
+            chunk.append(self._reparse(row))
             replayed += 1
+            if len(chunk) == MAX_GROUP:
+                self._replay(chunk)
+                chunk = []
+        self._replay(chunk)
+        self.accepted_total, self.counted_total = self.store.counts()
         self.paused = False
         self._publish()
         for path in self.store.export_missing_parquet():
@@ -189,6 +319,10 @@ class Engine:
             replayed,
             self.accepted_total,
         )
+
+    def _replay(self, items: list[Incoming]) -> None:
+        if items:
+            self._apply(Messages.of(items, self.workload), np.arange(len(items)))
 
     def _reparse(self, row: Row) -> Incoming:
         payload = json.loads(row.payload)
@@ -223,8 +357,15 @@ class Engine:
     # -- the public, thread-safe interface (call from the event loop) -------------------
 
     def submit(self, items: list[Incoming]) -> asyncio.Future[list[Outcome]]:
+        """Queue messages; the future gives one :class:`Outcome` each."""
         future: asyncio.Future[list[Outcome]] = self.loop.create_future()
-        self._queue.put(_Job(items, None, future))
+        self._queue.put(_Job(Messages.of(items, self.workload), None, future))
+        return future
+
+    def submit_columns(self, messages: Messages) -> asyncio.Future[BatchResult]:
+        """Queue a batch already in columns; the future gives a :class:`BatchResult`."""
+        future: asyncio.Future[BatchResult] = self.loop.create_future()
+        self._queue.put(_Job(messages, None, future, compact=True))
         return future
 
     def command(self, name: str, **args: Any) -> asyncio.Future[Outcome]:
@@ -272,7 +413,9 @@ class Engine:
 
     def rejected(self) -> Counter[str]:
         """Refused messages by reason, over both threads."""
-        return self.loop_rejected + self.writer_rejected
+        with self._stats_lock:
+            writer = Counter(self.writer_rejected)
+        return Counter(dict(self.loop_rejected)) + writer
 
     def stop(self) -> None:
         self._queue.put(None)
@@ -287,7 +430,7 @@ class Engine:
             if job is None:
                 return
             jobs = [job]
-            n = len(job.items or ())
+            n = len(job.items) if job.items is not None else 0
             while n < MAX_GROUP:
                 try:
                     nxt = self._queue.get_nowait()
@@ -297,16 +440,38 @@ class Engine:
                     self._queue.put(None)  # stop after this group
                     break
                 jobs.append(nxt)
-                n += len(nxt.items or ())
+                n += len(nxt.items) if nxt.items is not None else 0
             group: list[_Job] = []
             for j in jobs:
                 if j.command is None:
                     group.append(j)
                     continue
-                self._flush(group)
+                self._guarded(self._flush, group)
                 group = []
-                self._run_command(j)
-            self._flush(group)
+                self._guarded(self._run_command, [j])
+            self._guarded(self._flush, group)
+
+    def _guarded(self, step: Callable[[list[_Job]], None], jobs: list[_Job]) -> None:
+        """Run a writer step; an unexpected error (a bug, or the disk) must not kill the
+        writer. Its requests get 500 (clients retry: what was stored is then a duplicate),
+        and the in-memory state is rebuilt from the store, the source of truth."""
+        if not jobs or (step == self._flush and not any(j.items is not None for j in jobs)):
+            return
+        try:
+            step(jobs)
+        except Exception:
+            log.exception("the writer failed; rebuilding the state from the store")
+            failure = Outcome(500, {"error": "internal", "detail": "server error; retry"})
+            answers: list[tuple[asyncio.Future[Any], Any]] = [
+                (j.future, failure if j.command else [failure] * len(j.items or ())) for j in jobs
+            ]
+            self._resolve_all(answers)
+            try:
+                self._resume()
+            except Exception:
+                log.exception("rebuilding the state failed; pausing the server")
+                self.paused = True
+                self._publish()
 
     def _resolve(self, future: asyncio.Future[Any], value: Any) -> None:
         self._resolve_all([(future, value)])
@@ -321,69 +486,107 @@ class Engine:
 
         self.loop.call_soon_threadsafe(set_results)
 
+    def _failed(self, job: _Job, failure: Outcome) -> Any:
+        """``failure`` in the form ``job`` is answered in."""
+        if job.command is not None:
+            return failure
+        n = len(job.items) if job.items is not None else 0
+        if job.compact:
+            bodies = {k: failure.body for k in range(n)}
+            return BatchResult(np.full(n, failure.status, dtype=np.int64), bodies)
+        return [failure] * n
+
     def _flush(self, jobs: list[_Job]) -> None:
-        if not jobs:
-            return
-        outcomes: list[list[Outcome]] = []
-        accepted: list[Incoming] = []
-        seen: set[str] = set()
-        now = time.time()
-        oldest = self.version - self.config.server.max_staleness
-        for job in jobs:
-            results = []
-            for item in job.items or ():
-                if item.message_id in self.ids or item.message_id in seen:
-                    self.duplicates_total += 1
-                    results.append(
-                        Outcome(200, {"status": "duplicate", "message_id": item.message_id})
-                    )
-                elif item.kind != "ping" and item.model_version < oldest:
-                    self.writer_rejected["stale"] += 1
-                    results.append(self._stale(item.model_version, oldest))
+        """Decide, store (one transaction), fold in and answer every message of ``jobs``."""
+        msgs = Messages.concat([j.items for j in jobs if j.items is not None])
+        m = len(msgs)
+        status = np.full(m, 202, dtype=np.int64)
+        bodies: dict[int, dict[str, Any]] = {}
+        distinct = set(msgs.ids)
+        if len(distinct) < m or not self.ids.isdisjoint(distinct):  # some duplicates
+            seen: set[str] = set()
+            known = self.ids
+            for k, mid in enumerate(msgs.ids):
+                if mid in known or mid in seen:
+                    status[k] = 200
                 else:
-                    seen.add(item.message_id)
-                    accepted.append(item)
-                    results.append(
-                        Outcome(
-                            202,
-                            {
-                                "status": "accepted",
-                                "message_id": item.message_id,
-                                "iteration": self.iteration,
-                            },
-                        )
-                    )
-            outcomes.append(results)
-        rows = [
-            Row(
-                i.message_id,
-                self.iteration,
-                i.model_version,
-                i.branch,
-                i.kind,
-                i.payload,
-                orjson.dumps(i.metrics).decode(),
-                i.count,
-                now,
-            )
-            for i in accepted
-        ]
+                    seen.add(mid)
+        self.duplicates_total += int(np.count_nonzero(status == 200))
+        oldest = self.version - self.config.server.max_staleness
+        is_ping = msgs.kind_codes == PING
+        stale = (status == 202) & ~is_ping & (msgs.versions < oldest)
+        for k in np.flatnonzero(stale):
+            status[k] = 409
+            bodies[int(k)] = self._stale(int(msgs.versions[k]), oldest).body
+        for k, aggregate in msgs.aggregates.items():
+            if status[k] == 202 and not self._mergeable(aggregate):
+                status[k] = 422
+                detail = "merged with this iteration's aggregate it gives non-finite values"
+                bodies[k] = {"error": "invalid_aggregate", "detail": detail}
+        if stale.any() or any(b.get("error") == "invalid_aggregate" for b in bodies.values()):
+            with self._stats_lock:
+                self.writer_rejected["stale"] += int(stale.sum())
+                self.writer_rejected["invalid_aggregate"] += sum(
+                    1 for b in bodies.values() if b.get("error") == "invalid_aggregate"
+                )
+        accepted = np.flatnonzero(status == 202)
         try:
-            if rows:
-                self.store.insert(rows)
+            if accepted.size:
+                self.store.insert_group(
+                    self.iteration, time.time(), _group_json(msgs, accepted), int(accepted.size)
+                )
         except Exception as exc:  # storage failed: nothing was stored or counted
-            log.exception("storing %d updates failed", len(rows))
-            failure = Outcome(
-                503, {"error": "storage", "detail": f"the update store failed ({exc}); retry"}
-            )
-            self._resolve_all([(job.future, [failure] * len(job.items or ())) for job in jobs])
+            log.exception("storing %d updates failed", accepted.size)
+            detail = f"the update store failed ({exc}); nothing was stored, retry"
+            failure = Outcome(503, {"error": "storage", "detail": detail})
+            self._resolve_all([(j.future, self._failed(j, failure)) for j in jobs])
             return
         self.commits_total += 1
-        self._apply(rows, accepted)
+        self._apply(msgs, accepted)
         self._publish()
-        self._resolve_all(
-            [(job.future, results) for job, results in zip(jobs, outcomes, strict=True)]
-        )
+        self._answer(jobs, status, bodies, msgs)
+
+    def _answer(
+        self,
+        jobs: list[_Job],
+        status: np.ndarray,
+        bodies: dict[int, dict[str, Any]],
+        msgs: Messages,
+    ) -> None:
+        answers: list[tuple[asyncio.Future[Any], Any]] = []
+        start = 0
+        for job in jobs:
+            n = len(job.items) if job.items is not None else 0
+            part = status[start : start + n]
+            mine = {k - start: b for k, b in bodies.items() if start <= k < start + n}
+            if job.compact:
+                answers.append((job.future, BatchResult(part, mine)))
+            else:
+                answers.append(
+                    (
+                        job.future,
+                        [
+                            Outcome(
+                                int(code), mine.get(k) or self._body(int(code), msgs.ids[start + k])
+                            )
+                            for k, code in enumerate(part)
+                        ],
+                    )
+                )
+            start += n
+        self._resolve_all(answers)
+
+    def _body(self, status: int, message_id: str) -> dict[str, Any]:
+        if status == 200:
+            return {"status": "duplicate", "message_id": message_id}
+        return {"status": "accepted", "message_id": message_id, "iteration": self.iteration}
+
+    def _mergeable(self, aggregate: Any) -> bool:
+        """Whether merging a proxy's state keeps the iteration's aggregate finite (a state
+        valid on its own can still merge into an overflow or a zero weight)."""
+        with np.errstate(all="ignore"):
+            merged = self.aggregator.merge(self.state, aggregate)
+            return bool(np.all(np.isfinite(self.aggregator.finalize(merged))))
 
     def _stale(self, version: int, oldest: int) -> Outcome:
         detail = (
@@ -392,35 +595,58 @@ class Engine:
         )
         return Outcome(409, {"error": "stale", "detail": detail, "current_version": self.version})
 
-    def _apply(self, rows: list[Row], items: list[Incoming]) -> None:
-        """Fold stored messages into the in-memory state (also used by the replay)."""
-        updates = [i.parsed for i in items if i.kind == "update"]
-        if updates:
-            self.state = self.workload.accumulate(self.aggregator, self.state, updates)
-        by_branch: dict[str, list[Incoming]] = {}
-        for i in items:
-            if i.kind == "aggregate":
-                self.state = self.aggregator.merge(self.state, i.aggregate)
-            by_branch.setdefault(i.branch, []).append(i)
-            if i.kind != "ping":
-                self.updates_in_iteration += i.count
-            self.counted_total += i.count
-        for branch, group in by_branch.items():
-            stats = self.branch_stats.setdefault(
-                branch, {"messages": 0, "updates": 0, "metrics": self.metric_mean.zero()}
-            )
-            stats["messages"] += len(group)
-            stats["updates"] += sum(i.count for i in group if i.kind != "ping")
-            names = {name for i in group for name in i.metrics}
-            if names:
-                columns = {
-                    name: np.array([i.metrics.get(name, np.nan) for i in group]) for name in names
-                }
-                stats["metrics"] = self.metric_mean.accumulate_batch(
-                    stats["metrics"], columns, np.ones(len(group))
-                )
-        self.ids.update(row.message_id for row in rows)
-        self.accepted_total += len(rows)
+    def _apply(self, msgs: Messages, accepted: np.ndarray) -> None:
+        """Fold the stored messages at positions ``accepted`` into the in-memory state
+        (also used by the replay)."""
+        if accepted.size == 0:
+            return
+        everything = accepted.size == len(msgs)
+        taken = np.zeros(len(msgs), dtype=bool)
+        taken[accepted] = True
+        keep = taken[msgs.kind_codes == UPDATE]  # the accepted rows of the payload columns
+        if keep.any():
+            cols = msgs.columns if keep.all() else msgs.columns.take(np.flatnonzero(keep))
+            self.state = self.workload.accumulate(self.aggregator, self.state, cols)
+        for k, aggregate in msgs.aggregates.items():
+            if taken[k]:
+                self.state = self.aggregator.merge(self.state, aggregate)
+        counts = msgs.counts[accepted]
+        not_ping = msgs.kind_codes[accepted] != PING
+        self.updates_in_iteration += int(counts[not_ping].sum())
+        self.counted_total += int(counts.sum())
+        index = accepted.tolist()
+        branches = _pick(msgs.branches, index, everything)
+        metrics = _pick(msgs.metrics, index, everything)
+        groups = set(branches)
+        with self._stats_lock:
+            if len(groups) == 1:  # the usual batch: one branch
+                self._fold_branch_stats(branches[0], metrics, int(counts[not_ping].sum()))
+            else:
+                for branch in groups:
+                    mine = np.array([b == branch for b in branches], dtype=bool)
+                    self._fold_branch_stats(
+                        branch,
+                        [mt for mt, take in zip(metrics, mine, strict=True) if take],
+                        int(counts[mine & not_ping].sum()),
+                    )
+        self.ids.update(_pick(msgs.ids, index, everything))
+        self.accepted_total += int(accepted.size)
+
+    def _fold_branch_stats(
+        self, branch: str, metrics: list[dict[str, float]], updates: int
+    ) -> None:
+        stats = self.branch_stats.setdefault(
+            branch, {"messages": 0, "updates": 0, "metrics": self.metric_mean.zero()}
+        )
+        stats["messages"] += len(metrics)
+        stats["updates"] += updates
+        if not any(metrics):
+            return
+        names = {name for mt in metrics for name in mt}
+        columns = {name: np.array([mt.get(name, np.nan) for mt in metrics]) for name in names}
+        stats["metrics"] = self.metric_mean.accumulate_batch(
+            stats["metrics"], columns, np.ones(len(metrics))
+        )
 
     def _publish(self) -> None:
         self._snapshot = Snapshot(
@@ -433,6 +659,10 @@ class Engine:
         )
 
     def _branch_summary(self) -> dict[str, Any]:
+        with self._stats_lock:
+            return self._branch_summary_unlocked()
+
+    def _branch_summary_unlocked(self) -> dict[str, Any]:
         return {
             name: {
                 "messages": s["messages"],
@@ -442,7 +672,8 @@ class Engine:
             for name, s in self.branch_stats.items()
         }
 
-    def _run_command(self, job: _Job) -> None:
+    def _run_command(self, jobs: list[_Job]) -> None:
+        (job,) = jobs
         try:
             if job.command == "close":
                 outcome = self._close(job.args.get("reason", "admin"), job.args.get("force", False))
@@ -497,10 +728,17 @@ class Engine:
         self.iteration += 1
         self.opened_at = time.time()
         self.state = self.aggregator.zero()
-        self.branch_stats = {}
+        with self._stats_lock:
+            self.branch_stats = {}
         self.updates_in_iteration = 0
         self._publish()
-        self.store.export_parquet(closed)
+        try:
+            self.store.export_parquet(closed)
+        except OSError:
+            log.exception(
+                "writing the Parquet partition of iteration %d failed; the next start writes it",
+                closed,
+            )
         log.info(
             "closed iteration %d (%s, %d updates); published version %d",
             closed,

@@ -16,7 +16,7 @@ _MESSAGE = {
     "additionalProperties": False,
     "properties": {
         "message_id": {**_ID, "description": "client-made UUID: the idempotency key"},
-        "model_version": {"type": "integer", "minimum": 0},
+        "model_version": {"type": "integer", "minimum": 0, "maximum": 999999999999},
         "enrollment_id": {**_ID, "description": "the client's own random enrollment id"},
         "client_id": {**_ID, "description": "the id used at check-in (rounds only)"},
         "payload": {
@@ -26,7 +26,7 @@ _MESSAGE = {
             "{} for a metrics-only ping",
         },
         "metrics": {
-            "type": "object",
+            "type": ["object", "null"],
             "maxProperties": 32,
             "additionalProperties": {"type": "number"},
         },
@@ -71,7 +71,7 @@ def openapi_document() -> dict[str, Any]:
                             "name": "version",
                             "in": "path",
                             "required": True,
-                            "schema": {"type": "integer", "minimum": 0},
+                            "schema": {"type": "integer", "minimum": 0, "maximum": 999999999999},
                         }
                     ],
                     "responses": {"200": _json_response("the version"), **_errors(404, 422)},

@@ -28,6 +28,7 @@ class Round:
     t_max_seconds: float
     deadlines: dict[str, float] = field(default_factory=dict)
     reported: set[str] = field(default_factory=set)
+    pending: set[str] = field(default_factory=set)  # a report of theirs is being stored
 
     def checkin(self, client_id: str, now: float, model_version: int) -> dict[str, Any]:
         """Select the client if the round has room (a client that checks in again gets the
@@ -51,18 +52,32 @@ class Round:
             "deadline": self.deadlines[client_id],
         }
 
-    def refusal(self, client_id: str | None, now: float) -> str | None:
-        """Why a report from ``client_id`` cannot be accepted now, or ``None``."""
+    def refusal(self, client_id: str | None, now: float) -> tuple[str, str] | None:
+        """``(code, reason)`` why a report from ``client_id`` cannot be accepted now, or
+        ``None`` (and then the client is reserved until :meth:`settle`)."""
         if not client_id:
-            return "this server selects clients per round: send client_id (POST /v1/checkin)"
+            return "not_selected", (
+                "this server selects clients per round: send client_id (POST /v1/checkin)"
+            )
         if client_id not in self.deadlines:
-            return f"client {client_id!r} is not selected in round {self.number}; check in"
-        if client_id in self.reported:
-            return f"client {client_id!r} has already reported in round {self.number}"
+            return "not_selected", (
+                f"client {client_id!r} is not selected in round {self.number}; check in"
+            )
+        if client_id in self.reported or client_id in self.pending:
+            return "already_reported", (
+                f"client {client_id!r} has already reported in round {self.number}"
+            )
         if now > self.deadlines[client_id]:
             late = now - self.deadlines[client_id]
-            return f"late: the reporting deadline passed {late:.1f} s ago (T_max)"
+            return "late", f"late: the reporting deadline passed {late:.1f} s ago (T_max)"
+        self.pending.add(client_id)
         return None
+
+    def settle(self, client_id: str, accepted: bool) -> None:
+        """The reserved client's report was stored (``accepted``) or not."""
+        self.pending.discard(client_id)
+        if accepted:
+            self.reported.add(client_id)
 
     def complete(self, now: float) -> bool:
         """Every selected client has reported, or every deadline has passed."""

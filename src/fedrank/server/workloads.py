@@ -63,6 +63,73 @@ class Parsed:
 
 EMPTY = Parsed(empty=True)
 
+#: Largest magnitude of an update entry: weighted by ``n`` (<= 1e9) and squared (the gated
+#: mean's second moment), the aggregate's sums stay finite, so no accepted message can make
+#: the close of its iteration fail.
+MAX_ENTRY = 1e100
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The validated payloads of ``size`` update messages, column by column (what the
+    aggregators consume in one vectorized call): ``vector`` ``(m, d)`` and ``weight``
+    ``(m,)`` for frecency and FedAvg; ``seed``, ``metric`` and ``antithetic`` ``(m,)`` for
+    ES."""
+
+    size: int
+    vector: np.ndarray | None = None
+    weight: np.ndarray | None = None
+    seed: np.ndarray | None = None
+    metric: np.ndarray | None = None
+    antithetic: np.ndarray | None = None
+
+    _FIELDS = ("vector", "weight", "seed", "metric", "antithetic")
+
+    def take(self, index: np.ndarray) -> Columns:
+        """The rows at ``index``."""
+        parts = {f: None if getattr(self, f) is None else getattr(self, f)[index]
+                 for f in self._FIELDS}  # fmt: skip
+        return Columns(int(np.size(index)), **parts)
+
+    @staticmethod
+    def concat(parts: list[Columns]) -> Columns:
+        parts = [c for c in parts if c.size]
+        if not parts:
+            return Columns(0)
+        joined = {
+            f: None if getattr(parts[0], f) is None
+            else np.concatenate([getattr(c, f) for c in parts])
+            for f in Columns._FIELDS
+        }  # fmt: skip
+        return Columns(sum(c.size for c in parts), **joined)
+
+
+def _numbers(values: list[Any], what: str) -> np.ndarray:
+    """A list of JSON numbers as float64 (bools and anything else refused)."""
+    if not set(map(type, values)) <= {int, float}:
+        raise PayloadError(f"{what} must be numbers")
+    return np.array(values, dtype=np.float64)
+
+
+def _vectors(values: list[Any], dim: int, name: str) -> np.ndarray:
+    """``(m, dim)`` from ``m`` JSON lists of numbers, checked like :func:`_finite_vector`."""
+    if not all(type(v) is list and len(v) == dim for v in values):
+        raise PayloadError(f"{name} must be lists of {dim} numbers")
+    flat = [x for v in values for x in v]
+    mat = _numbers(flat, f"{name} entries").reshape(len(values), dim)
+    if not np.all(np.abs(mat) <= MAX_ENTRY):  # also refuses NaN
+        raise PayloadError(f"{name} entries must be finite, of magnitude <= {MAX_ENTRY:g}")
+    return mat
+
+
+def _counts(values: list[Any]) -> np.ndarray:
+    if not set(map(type, values)) <= {int}:
+        raise PayloadError("n must be integers")
+    arr = np.array(values, dtype=np.float64)
+    if arr.size and (arr.min() < 1 or arr.max() > 1e9):
+        raise PayloadError("n must lie in 1..1e9")
+    return arr
+
 
 def _finite_vector(value: Any, dim: int, name: str) -> np.ndarray:
     if not isinstance(value, list):
@@ -72,8 +139,8 @@ def _finite_vector(value: Any, dim: int, name: str) -> np.ndarray:
     if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in value):
         raise PayloadError(f"{name} entries must be numbers")
     vec = np.asarray(value, dtype=np.float64)
-    if not np.all(np.isfinite(vec)) or np.abs(vec).max(initial=0.0) > 1e300:
-        raise PayloadError(f"{name} entries must be finite")
+    if not np.all(np.isfinite(vec)) or np.abs(vec).max(initial=0.0) > MAX_ENTRY:
+        raise PayloadError(f"{name} entries must be finite, of magnitude <= {MAX_ENTRY:g}")
     return vec
 
 
@@ -116,8 +183,26 @@ class Workload(ABC):
         """A fresh aggregator (a monoid with ``accumulate_batch``)."""
 
     @abstractmethod
-    def accumulate(self, aggregator: Any, state: Any, items: list[Parsed]) -> Any:
-        """Fold non-empty parsed payloads into ``state`` in one vectorized call."""
+    def columns(self, items: list[Parsed]) -> Columns:
+        """The payload columns of single parsed payloads."""
+
+    def parse_batch(self, payloads: list[dict[str, Any]]) -> Columns:
+        """Validate many payloads at once (the batch endpoint's fast path); raises
+        :class:`PayloadError` if any is invalid, without saying which (the caller then
+        parses them one by one for exact reasons)."""
+        return self.columns([self.parse(p) for p in payloads])
+
+    #: Bytes of one message's binary form (0: no binary batch for this workload).
+    record_size = 0
+
+    def parse_binary_batch(self, records: bytes) -> tuple[Columns, list[dict[str, Any]]]:
+        """Validate the concatenated binary records of a batch at once; returns the columns
+        and each message's payload in its JSON form (what is stored)."""
+        raise PayloadError(f"the {self.name} workload has no binary batch format; send JSON")
+
+    @abstractmethod
+    def accumulate(self, aggregator: Any, state: Any, cols: Columns) -> Any:
+        """Fold the payload columns into ``state`` in one vectorized call."""
 
     @abstractmethod
     def make_optimizer(self) -> Any: ...
@@ -179,15 +264,50 @@ class FrecencyWorkload(Workload):
             )
         return Parsed(vector=self._signs(body))
 
+    @property
+    def record_size(self) -> int:  # type: ignore[override]
+        return (2 * self.dim + 7) // 8 if self.section.message == "sign" else 0
+
+    def parse_binary_batch(self, records: bytes) -> tuple[Columns, list[dict[str, Any]]]:
+        if self.section.message != "sign":
+            return super().parse_binary_batch(records)
+        size = self.record_size
+        count = len(records) // size
+        raw = np.frombuffer(records, dtype=np.uint8).reshape(count, size)
+        bits = np.unpackbits(raw, axis=1, bitorder="little")
+        if np.any(bits[:, 2 * self.dim :]):
+            raise PayloadError("padding bits after the last weight are set")
+        pairs = bits[:, : 2 * self.dim].reshape(count, self.dim, 2)
+        if np.any(pairs[..., 0] & pairs[..., 1]):
+            raise PayloadError("a weight is marked both +1 and -1")
+        signs = pairs[..., 0].astype(np.float64) - pairs[..., 1]
+        payloads = [
+            {"signs": base64.b64encode(records[k * size : (k + 1) * size]).decode()}
+            for k in range(count)
+        ]
+        return Columns(count, vector=signs, weight=np.ones(count)), payloads
+
     def make_aggregator(self) -> GatedMean | SignVote:
         z = self.section.significance_z
         return (
             GatedMean(self.dim, z=z) if self.section.message == "full" else SignVote(self.dim, z=z)
         )
 
-    def accumulate(self, aggregator: Any, state: Any, items: list[Parsed]) -> Any:
-        updates = np.stack([p.vector for p in items])  # type: ignore[misc]
-        return aggregator.accumulate_batch(state, updates, np.array([p.weight for p in items]))
+    def columns(self, items: list[Parsed]) -> Columns:
+        return _vector_columns(items, self.dim)
+
+    def parse_batch(self, payloads: list[dict[str, Any]]) -> Columns:
+        if self.section.message != "full":
+            return super().parse_batch(payloads)
+        keys = {"gradient", "n"}
+        if not all(p.keys() <= keys and "gradient" in p for p in payloads):
+            raise PayloadError("payload fields")
+        vectors = _vectors([p["gradient"] for p in payloads], self.dim, "gradient")
+        weights = _counts([p.get("n", 1) for p in payloads])
+        return Columns(len(payloads), vector=vectors, weight=weights)
+
+    def accumulate(self, aggregator: Any, state: Any, cols: Columns) -> Any:
+        return aggregator.accumulate_batch(state, cols.vector, cols.weight)
 
     def make_optimizer(self) -> Rprop:
         s = self.section
@@ -254,14 +374,71 @@ class FoltrEsWorkload(Workload):
             payload["antithetic_metric"] = m.antithetic_metric
         return self.parse(payload)
 
+    @property
+    def record_size(self) -> int:  # type: ignore[override]
+        return ES_MESSAGE_SIZES[1] if self.section.antithetic else ES_MESSAGE_SIZES[0]
+
+    def parse_binary_batch(self, records: bytes) -> tuple[Columns, list[dict[str, Any]]]:
+        anti = self.section.antithetic
+        fields = [("seed", "<u4"), ("metric", "<f4")] + ([("anti", "<f4")] if anti else [])
+        rows = np.frombuffer(records, dtype=np.dtype(fields))
+        metric = rows["metric"].astype(np.float64)
+        columns = {"metric": metric}
+        if anti:
+            columns["antithetic"] = rows["anti"].astype(np.float64)
+        for name, values in columns.items():
+            bad = ~((values >= 0.0) & (values <= 1.0))  # also NaN
+            if bad.any():
+                k = int(np.argmax(bad))
+                raise PayloadError(
+                    f"message {k}: {name} is a mean MaxRR in [0, 1]; got {values[k]}"
+                )
+        seeds = rows["seed"].tolist()
+        metrics = metric.tolist()
+        if anti:
+            payloads = [
+                {"seed": a, "metric": b, "antithetic_metric": c}
+                for a, b, c in zip(seeds, metrics, columns["antithetic"].tolist(), strict=True)
+            ]
+        else:
+            payloads = [{"seed": a, "metric": b} for a, b in zip(seeds, metrics, strict=True)]
+        return Columns(len(rows), seed=rows["seed"].astype(np.uint64), **columns), payloads
+
     def make_aggregator(self) -> ESGradient:
         return ESGradient(self.dim, self.section.sigma, self.section.antithetic)
 
-    def accumulate(self, aggregator: Any, state: Any, items: list[Parsed]) -> Any:
-        seeds = np.array([p.seed for p in items], dtype=np.uint64)
-        metric = np.array([p.metric for p in items])
+    def columns(self, items: list[Parsed]) -> Columns:
         anti = np.array([p.antithetic for p in items]) if self.section.antithetic else None
-        return aggregator.accumulate_batch(state, seeds, metric, anti)
+        return Columns(
+            len(items),
+            seed=np.array([p.seed for p in items], dtype=np.uint64),
+            metric=np.array([p.metric for p in items], dtype=np.float64),
+            antithetic=anti,
+        )
+
+    def parse_batch(self, payloads: list[dict[str, Any]]) -> Columns:
+        anti = self.section.antithetic
+        keys = {"seed", "metric", "antithetic_metric"} if anti else {"seed", "metric"}
+        if not all(p.keys() == keys for p in payloads):
+            raise PayloadError("payload fields")
+        seeds = [p["seed"] for p in payloads]
+        if not set(map(type, seeds)) <= {int}:
+            raise PayloadError("seeds")
+        seed = np.array(seeds, dtype=np.int64) if seeds else np.zeros(0, np.int64)
+        if seed.size and (seed.min() < 0 or seed.max() >= 2**32):
+            raise PayloadError("seed range")
+        columns = {"metric": _numbers([p["metric"] for p in payloads], "metric")}
+        if anti:
+            columns["antithetic"] = _numbers(
+                [p["antithetic_metric"] for p in payloads], "antithetic_metric"
+            )
+        for values in columns.values():
+            if not np.all((values >= 0.0) & (values <= 1.0)):  # also refuses NaN
+                raise PayloadError("metric range")
+        return Columns(len(payloads), seed=seed.astype(np.uint64), **columns)
+
+    def accumulate(self, aggregator: Any, state: Any, cols: Columns) -> Any:
+        return aggregator.accumulate_batch(state, cols.seed, cols.metric, cols.antithetic)
 
     def make_optimizer(self) -> Adam:
         return Adam(learning_rate=self.section.learning_rate)
@@ -291,15 +468,28 @@ class FedAvgWorkload(Workload):
     def make_aggregator(self) -> WeightedMean:
         return WeightedMean(self.dim)
 
-    def accumulate(self, aggregator: Any, state: Any, items: list[Parsed]) -> Any:
-        updates = np.stack([p.vector for p in items])  # type: ignore[misc]
-        return aggregator.accumulate_batch(state, updates, np.array([p.weight for p in items]))
+    def columns(self, items: list[Parsed]) -> Columns:
+        return _vector_columns(items, self.dim)
+
+    def parse_batch(self, payloads: list[dict[str, Any]]) -> Columns:
+        if not all(p.keys() == {"delta", "n"} for p in payloads):
+            raise PayloadError("payload fields")
+        vectors = _vectors([p["delta"] for p in payloads], self.dim, "delta")
+        return Columns(len(payloads), vector=vectors, weight=_counts([p["n"] for p in payloads]))
+
+    def accumulate(self, aggregator: Any, state: Any, cols: Columns) -> Any:
+        return aggregator.accumulate_batch(state, cols.vector, cols.weight)
 
     def make_optimizer(self) -> SGD:
         return SGD(learning_rate=self.section.server_learning_rate)
 
     def optimizer_input(self, aggregate: np.ndarray) -> np.ndarray:
         return -aggregate  # step = server_lr * mean delta
+
+
+def _vector_columns(items: list[Parsed], dim: int) -> Columns:
+    vectors = np.stack([p.vector for p in items]) if items else np.zeros((0, dim))  # type: ignore[misc]
+    return Columns(len(items), vector=vectors, weight=np.array([p.weight for p in items]))
 
 
 def make_workload(config: ServerConfig) -> Workload:

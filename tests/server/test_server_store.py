@@ -1,0 +1,132 @@
+"""The server's durable store in-process: identity, models and iterations, group commits
+that are all-or-nothing, the close as one transaction, exact round trips of parameters,
+the Parquet audit log (and the partitions a crash left unwritten), read-only readers."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from fedrank.errors import ConfigError
+from fedrank.server.store import Row, Store
+
+
+def _row(message_id: str, iteration: int = 0, kind: str = "update", count: int = 1) -> Row:
+    return Row(message_id, iteration, 0, "treatment", kind, '{"x": 1}', "{}", count, time.time())
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store(tmp_path / "store")
+    assert s.check_identity({"workload": "fedavg", "dim": 3}) is True
+    s.publish_first(np.array([0.5, -0.0, 5e-324]), {"type": "SGD"})
+    return s
+
+
+def test_identity_is_recorded_once_and_checked(tmp_path: Path) -> None:
+    s = Store(tmp_path / "s")
+    assert s.check_identity({"workload": "frecency", "dim": 22}) is True
+    assert s.check_identity({"dim": 22, "workload": "frecency"}) is False  # key order is moot
+    with pytest.raises(ConfigError, match="was created for"):
+        s.check_identity({"workload": "fedavg", "dim": 22})
+    s.close()
+
+
+def test_durability_settings(store: Store) -> None:
+    assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+
+
+def test_first_model_and_exact_round_trips(store: Store) -> None:
+    model = store.latest_model()
+    assert model.version == 0 and model.iteration == 0
+    assert model.optimizer_state == {"type": "SGD"}
+    np.testing.assert_array_equal(model.params, [0.5, -0.0, 5e-324])
+    assert np.signbit(model.params[1])  # -0.0 survives
+    assert store.open_iteration()[:2] == (0, 0)
+    assert store.model(7) is None
+    assert store.counts() == (0, 0)
+
+
+def test_a_group_commit_is_one_row_and_the_view_gives_one_row_per_message(store: Store) -> None:
+    store.insert([_row("a"), _row("b", kind="aggregate", count=5), _row("c", kind="ping")])
+    assert store.counts() == (3, 7)
+    assert store.db.execute("SELECT COUNT(*) FROM groups").fetchone()[0] == 1
+    rows = list(store.iteration_rows(0))
+    assert [r.message_id for r in rows] == ["a", "b", "c"]
+    assert rows[1].count == 5 and isinstance(rows[1].model_version, int)
+    assert rows[0].payload == '{"x":1}' and rows[0].metrics == "{}"  # JSON text, as given
+    view = store.db.execute("SELECT message_id, count FROM updates ORDER BY seq").fetchall()
+    assert view == [("a", 1), ("b", 5), ("c", 1)]
+    store.insert([_row("d"), _row("e")])
+    assert store.message_ids() == {"a", "b", "c", "d", "e"}
+    assert [r.message_id for r in store.iteration_rows(0)] == ["a", "b", "c", "d", "e"]
+    with pytest.raises(ValueError, match="one iteration"):
+        store.insert([_row("f"), _row("g", iteration=1)])
+    assert store.counts() == (5, 9)
+
+
+def test_a_failed_group_commit_stores_nothing(store: Store) -> None:
+    store.insert([_row("a")])
+    store.db.execute("CREATE TRIGGER refuse BEFORE INSERT ON groups BEGIN "
+                     "SELECT RAISE(ABORT, 'disk full'); END")  # fmt: skip
+    with pytest.raises(sqlite3.IntegrityError, match="disk full"):
+        store.insert([_row("b"), _row("c")])
+    assert store.message_ids() == {"a"} and store.counts() == (1, 1)
+
+
+def test_close_is_one_transaction(store: Store) -> None:
+    store.insert([_row("a"), _row("b")])
+    store.close_iteration(0, 2, {"count": 2}, {"treatment": {}}, "admin", 1, np.ones(3), {"s": 1})
+    assert store.open_iteration()[:2] == (1, 1)
+    assert store.latest_model().version == 1
+    (closed,) = store.closed_iterations()
+    assert closed["iteration"] == 0 and closed["n_updates"] == 2 and closed["reason"] == "admin"
+    # A close that fails half-way (version 1 exists) leaves the store as it was.
+    with pytest.raises(sqlite3.IntegrityError):
+        store.close_iteration(1, 0, {}, {}, "x", 1, np.zeros(3), {})
+    assert store.open_iteration()[:2] == (1, 1)
+    assert len(store.closed_iterations()) == 1
+    np.testing.assert_array_equal(store.latest_model().params, np.ones(3))
+
+
+def test_parquet_partitions(store: Store) -> None:
+    store.insert([_row("a"), _row("b", count=4)])
+    store.close_iteration(0, 5, {}, {}, "admin", 1, np.ones(3), {})
+    store.insert([_row("c", iteration=1)])
+    store.close_iteration(1, 1, {}, {}, "admin", 2, np.ones(3), {})
+    path = store.export_parquet(0)
+    assert path == store.directory / "parquet" / "iteration=000000" / "updates.parquet"
+    assert not list(path.parent.glob("*.partial"))
+    table = pq.read_table(path)
+    assert table.column("message_id").to_pylist() == ["a", "b"]
+    assert table.column("count").to_pylist() == [1, 4]
+    assert set(table.column_names) >= {"payload", "metrics", "branch", "kind", "received_at"}
+    # Iteration 1's partition is missing (a crash after its close): written on request, once.
+    written = store.export_missing_parquet()
+    assert written == [store.parquet_path(1)]
+    assert pq.read_table(written[0]).column("message_id").to_pylist() == ["c"]
+    assert store.export_missing_parquet() == []
+
+
+def test_readers_cannot_write(store: Store) -> None:
+    store.insert([_row("a")])
+    reader = Store(store.directory, read_only=True)
+    try:
+        assert reader.counts() == (1, 1)
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            reader.insert([_row("b")])
+    finally:
+        reader.close()
+
+
+def test_a_store_without_an_open_iteration_is_refused(tmp_path: Path) -> None:
+    s = Store(tmp_path / "empty")
+    with pytest.raises(ConfigError, match="no open iteration"):
+        s.open_iteration()
+    s.close()

@@ -1,0 +1,293 @@
+"""The workloads' payload parsing in-process: every check raises ``PayloadError`` with the
+reason a client sees; the binary forms (ES 8/12 bytes via the codec, frecency 2-bit signs)
+parse to the same values as their JSON forms; accumulating equals the aggregators' own
+arithmetic; and no accepted payload can make the close fail."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fedrank.core.codec import encode_es_message, pack_signs
+from fedrank.core.message import ESMessage
+from fedrank.server.config import ServerConfig, load_config
+from fedrank.server.workloads import (
+    MAX_ENTRY,
+    FedAvgWorkload,
+    FoltrEsWorkload,
+    FrecencyWorkload,
+    PayloadError,
+    make_workload,
+)
+
+
+def _config(tmp_path: Path, text: str) -> ServerConfig:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    return load_config(path)
+
+
+@pytest.fixture
+def frecency_full() -> FrecencyWorkload:
+    workload = make_workload(load_config(workload="frecency"))
+    assert isinstance(workload, FrecencyWorkload)
+    return workload
+
+
+@pytest.fixture
+def frecency_sign(tmp_path: Path) -> FrecencyWorkload:
+    workload = make_workload(_config(tmp_path, '[frecency]\nmessage = "sign"\n'))
+    assert isinstance(workload, FrecencyWorkload)
+    return workload
+
+
+@pytest.fixture
+def es() -> FoltrEsWorkload:
+    workload = make_workload(load_config(workload="foltr-es"))
+    assert isinstance(workload, FoltrEsWorkload)
+    return workload
+
+
+@pytest.fixture
+def es_plain(tmp_path: Path) -> FoltrEsWorkload:
+    text = '[server]\nworkload = "foltr-es"\n[foltr_es]\nantithetic = false\n'
+    workload = make_workload(_config(tmp_path, text))
+    assert isinstance(workload, FoltrEsWorkload)
+    return workload
+
+
+@pytest.fixture
+def fedavg(tmp_path: Path) -> FedAvgWorkload:
+    workload = make_workload(
+        _config(tmp_path, '[server]\nworkload = "fedavg"\n[fedavg]\ndim = 4\n')
+    )
+    assert isinstance(workload, FedAvgWorkload)
+    return workload
+
+
+def test_dimensions_and_initial_models(
+    frecency_full: FrecencyWorkload, es: FoltrEsWorkload, fedavg: FedAvgWorkload, tmp_path: Path
+) -> None:
+    assert frecency_full.dim == 22 == len(frecency_full.parameter_names())
+    assert frecency_full.initial_params()[:5].tolist() == [4.0, 14.0, 31.0, 90.0, 100.0]
+    assert es.dim == 46 and not es.initial_params().any() and es.parameter_names() is None
+    assert fedavg.dim == 4 and not fedavg.initial_params().any()
+    modern = make_workload(_config(tmp_path, '[frecency]\nmodel = "modern"\n'))
+    assert modern.dim == 5
+    two_layer = make_workload(
+        _config(tmp_path, '[server]\nworkload = "foltr-es"\n[foltr_es]\nranker = "two-layer"\n')
+    )
+    assert two_layer.dim > 46
+
+
+def test_frecency_full_gradients(frecency_full: FrecencyWorkload) -> None:
+    parsed = frecency_full.parse({"gradient": list(range(22)), "n": 3})
+    assert parsed.vector.tolist() == list(map(float, range(22))) and parsed.weight == 3.0
+    assert frecency_full.parse({"gradient": [0.5] * 22}).weight == 1.0  # n defaults to 1
+    for payload, reason in [
+        ({"gradient": [0.0] * 21}, "gradient must have 22 entries, got 21"),
+        ({"gradient": "x"}, "gradient must be a list of 22 numbers"),
+        ({"gradient": [0.0] * 21 + [True]}, "gradient entries must be numbers"),
+        ({"gradient": [0.0] * 21 + [float("nan")]}, "gradient entries must be finite"),
+        ({"gradient": [0.0] * 21 + [float("-inf")]}, "gradient entries must be finite"),
+        ({"gradient": [0.0] * 21 + [MAX_ENTRY * 1.01]}, "magnitude <= 1e+100"),
+        ({"gradient": [0.0] * 22, "n": 0}, "n must be an integer in 1..1e9"),
+        ({"gradient": [0.0] * 22, "n": 10**9 + 1}, "n must be an integer in 1..1e9"),
+        ({"gradient": [0.0] * 22, "n": True}, "n must be an integer in 1..1e9"),
+        ({"gradient": [0.0] * 22, "signs": "AA"}, "unknown payload field(s) ['signs']"),
+        ({"n": 1}, "payload lacks ['gradient']"),
+    ]:
+        with pytest.raises(PayloadError) as err:
+            frecency_full.parse(payload)
+        assert reason in str(err.value)
+    with pytest.raises(PayloadError, match="sign bits"):
+        frecency_full.parse_binary(pack_signs(np.ones(22)))
+
+
+def test_frecency_signs_json_and_binary_agree(frecency_sign: FrecencyWorkload) -> None:
+    signs = np.array([1, -1, 0] * 7 + [1], dtype=float)
+    raw = pack_signs(signs)
+    assert len(raw) == 6
+    from_binary = frecency_sign.parse_binary(raw)
+    from_json = frecency_sign.parse({"signs": base64.b64encode(raw).decode(), "n": 2})
+    np.testing.assert_array_equal(from_binary.vector, signs)
+    np.testing.assert_array_equal(from_json.vector, signs)
+    assert (from_binary.weight, from_json.weight) == (1.0, 2.0)
+    for payload, reason in [
+        ({"signs": "@@@@"}, "not valid base64"),
+        ({"signs": 3}, "base64 string"),
+        ({"signs": base64.b64encode(raw[:5]).decode()}, "22 signs take 6 bytes"),
+        ({"gradient": [0.0] * 22}, "unknown payload field(s) ['gradient']"),
+        ({}, "payload lacks ['signs']"),
+    ]:
+        with pytest.raises(PayloadError) as err:
+            frecency_sign.parse(payload)
+        assert reason in str(err.value)
+    with pytest.raises(PayloadError, match="padding bits"):
+        frecency_sign.parse_binary(raw[:5] + bytes([raw[5] | 0xF0]))
+
+
+def test_es_binary_forms_agree_with_json(es: FoltrEsWorkload, es_plain: FoltrEsWorkload) -> None:
+    body = encode_es_message(ESMessage(77, 0.1, 0.7))
+    assert len(body) == 12
+    parsed = es.parse_binary(body)
+    assert parsed.seed == 77
+    assert parsed.metric == float(np.float32(0.1)) and parsed.antithetic == float(np.float32(0.7))
+    json_form = es.parse({"seed": 77, "metric": parsed.metric, "antithetic_metric": 0.7})
+    assert json_form.metric == parsed.metric
+    plain = es_plain.parse_binary(encode_es_message(ESMessage(5, 0.25)))
+    assert (plain.seed, plain.metric, plain.antithetic) == (5, 0.25, None)
+    with pytest.raises(PayloadError, match="an ES message here is 12 bytes, got 8"):
+        es.parse_binary(encode_es_message(ESMessage(5, 0.25)))
+    with pytest.raises(PayloadError, match="an ES message here is 8 bytes, got 12"):
+        es_plain.parse_binary(body)
+    nan = b"\x01\x00\x00\x00\x00\x00\xc0\x7f"
+    with pytest.raises(PayloadError, match="not finite"):
+        es_plain.parse_binary(nan)
+    with pytest.raises(PayloadError, match=r"mean MaxRR, in \[0, 1\]"):
+        es_plain.parse_binary(encode_es_message(ESMessage(5, 3.0)))
+    for payload, reason in [
+        ({"seed": 2**32, "metric": 0.5, "antithetic_metric": 0.5}, "seed must be an integer"),
+        ({"seed": -1, "metric": 0.5, "antithetic_metric": 0.5}, "seed must be an integer"),
+        ({"seed": 1, "metric": "0.5", "antithetic_metric": 0.5}, "metric must be a finite"),
+        ({"seed": 1, "metric": float("nan"), "antithetic_metric": 0.5}, "must be a finite"),
+        ({"seed": 1, "metric": 0.5}, "payload lacks ['antithetic_metric']"),
+        ({"seed": 1, "metric": 0.5, "antithetic_metric": 0.5, "x": 1}, "unknown payload"),
+    ]:
+        with pytest.raises(PayloadError) as err:
+            es.parse(payload)
+        assert reason in str(err.value)
+    with pytest.raises(PayloadError, match="does not use antithetic variates"):
+        es_plain.parse({"seed": 1, "metric": 0.5, "antithetic_metric": 0.5})
+
+
+def test_fedavg_payloads(fedavg: FedAvgWorkload) -> None:
+    parsed = fedavg.parse({"delta": [1, 2.5, -3, 0], "n": 7})
+    assert parsed.vector.tolist() == [1.0, 2.5, -3.0, 0.0] and parsed.weight == 7.0
+    with pytest.raises(PayloadError, match=r"payload lacks \['n'\]"):
+        fedavg.parse({"delta": [0.0] * 4})
+    with pytest.raises(PayloadError, match="delta must have 4 entries, got 5"):
+        fedavg.parse({"delta": [0.0] * 5, "n": 1})
+    with pytest.raises(PayloadError, match="no binary update format"):
+        fedavg.parse_binary(b"\x00" * 4)
+
+
+def test_accumulate_matches_the_aggregators(
+    frecency_full: FrecencyWorkload, es: FoltrEsWorkload, fedavg: FedAvgWorkload
+) -> None:
+    rng = np.random.default_rng(1)
+    for workload, payloads in [
+        (frecency_full, [{"gradient": rng.normal(size=22).tolist(), "n": i + 1} for i in range(6)]),
+        (fedavg, [{"delta": rng.normal(size=4).tolist(), "n": i + 1} for i in range(6)]),
+        (
+            es,
+            [{"seed": i, "metric": 0.1 * i, "antithetic_metric": 0.05 * i} for i in range(6)],
+        ),
+    ]:
+        aggregator = workload.make_aggregator()
+        parsed = [workload.parse(p) for p in payloads]
+        together = workload.accumulate(aggregator, aggregator.zero(), workload.columns(parsed))
+        one_by_one = aggregator.zero()
+        for p in parsed:
+            one_by_one = workload.accumulate(aggregator, one_by_one, workload.columns([p]))
+        np.testing.assert_allclose(
+            aggregator.finalize(together), aggregator.finalize(one_by_one), rtol=1e-12, atol=1e-15
+        )
+        assert together.count == 6
+
+
+def test_the_step_goes_the_documented_way(fedavg: FedAvgWorkload, es: FoltrEsWorkload) -> None:
+    mean = np.array([1.0, -2.0, 0.5, 0.0])
+    optimizer = fedavg.make_optimizer()
+    params = fedavg.initial_params()
+    step, _ = optimizer.update(fedavg.optimizer_input(mean), optimizer.init(params), params)
+    np.testing.assert_allclose(step, fedavg.section.server_learning_rate * mean)
+    ascent = np.ones(es.dim)  # ESGradient points uphill of MaxRR: the model moves along it
+    adam = es.make_optimizer()
+    step, _ = adam.update(
+        es.optimizer_input(ascent), adam.init(es.initial_params()), es.initial_params()
+    )
+    assert np.all(step > 0)
+
+
+def test_extreme_accepted_payloads_still_close(
+    frecency_full: FrecencyWorkload, fedavg: FedAvgWorkload
+) -> None:
+    """The largest accepted entries with the largest weight: the aggregate and the step stay
+    finite (one such message once made every later close of its iteration fail)."""
+    for workload, key in ((fedavg, "delta"), (frecency_full, "gradient")):
+        aggregator = workload.make_aggregator()
+        payloads = [
+            {key: [MAX_ENTRY] * workload.dim, "n": 10**9},
+            {key: [-MAX_ENTRY] * workload.dim, "n": 10**9},
+            {key: [MAX_ENTRY] * workload.dim, "n": 10**9},
+        ]
+        state = workload.accumulate(
+            aggregator, aggregator.zero(), workload.columns([workload.parse(p) for p in payloads])
+        )
+        aggregate = aggregator.finalize(state)
+        assert np.all(np.isfinite(aggregate))
+        optimizer = workload.make_optimizer()
+        params = workload.initial_params()
+        step, _ = optimizer.update(
+            workload.optimizer_input(aggregate), optimizer.init(params), params
+        )
+        assert np.all(np.isfinite(step))
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)  # the workloads are stateless
+@given(data=st.data())
+def test_the_batch_fast_path_agrees_with_parsing_one_by_one(
+    data: st.DataObject,
+    frecency_full: FrecencyWorkload,
+    fedavg: FedAvgWorkload,
+    es: FoltrEsWorkload,
+) -> None:
+    """``parse_batch`` (the batch endpoint's fast path) accepts exactly what ``parse``
+    accepts, with the same columns."""
+    workload = data.draw(st.sampled_from([frecency_full, fedavg, es]))
+    number = st.one_of(
+        st.floats(-2.0, 2.0),
+        st.integers(-3, 3),
+        st.booleans(),
+        st.none(),
+        st.text(max_size=2),
+        st.just(float("nan")),
+        st.just(1e200),
+    )
+    count = st.one_of(st.integers(-1, 5), st.booleans(), st.floats(0, 3))
+    if workload is es:
+        payload = st.fixed_dictionaries(
+            {
+                "seed": st.one_of(st.integers(-1, 2**32), number),
+                "metric": number,
+                "antithetic_metric": number,
+            },
+            optional={"extra": number},
+        )
+    else:
+        key = "gradient" if workload is frecency_full else "delta"
+        vector = st.lists(number, min_size=workload.dim - 1, max_size=workload.dim + 1)
+        payload = st.fixed_dictionaries({key: vector, "n": count}, optional={"extra": number})
+    payloads = data.draw(st.lists(payload, min_size=1, max_size=4))
+    try:
+        single = workload.columns([workload.parse(p) for p in payloads])
+    except PayloadError:
+        with pytest.raises(PayloadError):
+            workload.parse_batch(payloads)
+        return
+    batch = workload.parse_batch(payloads)
+    for field in ("vector", "weight", "seed", "metric", "antithetic"):
+        a, b = getattr(single, field), getattr(batch, field)
+        assert (a is None) == (b is None)
+        if a is not None:
+            np.testing.assert_array_equal(
+                np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+            )
