@@ -12,6 +12,11 @@ measurement also records the CPU used, in cores, by the server, by the load gene
 by anything else on the machine (``other_cores``; ``quiet`` is false above 0.15: another
 job was running and the figures are low).
 
+0. The disk: before any server starts, ``fdatasync`` latency on the stores' filesystem
+   (8 KiB every 2 ms into a preallocated file, 20 s). Every acknowledgement waits for a
+   sync, so a disk that stalls puts its stalls into the latency tail: on this machine's
+   virtual disk syncs take about 0.2 ms but some stall for 100-350 ms, whether or not the
+   server runs.
 1. Sustained single updates, ``POST /v1/updates``: ``wrk`` (closed loop) with
    ``benchmarks/service_post.lua``, which gives every request a unique ``message_id``
    (random head, unique tail) and counts the statuses: the frecency JSON message (22-float
@@ -32,7 +37,10 @@ job was running and the figures are low).
    so a stall of the server, or of the generator, is charged to every request it delays
    (no coordinated omission). The first 2 s are warm-up, not recorded. The JSON says
    whether the generator kept the rate (dispatch lateness p99 <= 5 ms, every request
-   completed); the target counts as met only if it did. Both message kinds.
+   completed); the target counts as met only if it did. Both message kinds, 60 s each.
+   Beside the latencies, the server's own ``fedrank_store_commit_seconds`` histogram
+   (``/metrics``) says how many group commits took longer than 50 and 100 ms during the
+   run: when p99 misses, this shows whether the disk was the cause.
 3. Batch endpoint, ``POST /v1/updates:batch``: 10,000 messages per request (the
    endpoint's maximum) on 2 connections, closed loop, for a bounded time: the binary batch
    of 12-byte ES messages (``application/vnd.fedrank.batch``: ids and fixed-size records,
@@ -45,8 +53,8 @@ job was running and the figures are low).
    not the target: a proxy's merged aggregate (``{"aggregate": ESGradient state, "count":
    10000, ...}``), reported as updates *represented* per second.
 
-Run: python benchmarks/bench_service.py [--single-seconds 20 --latency-seconds 15
-     --batch-seconds 15 --threads 1 --connections 32]
+Run: python benchmarks/bench_service.py [--disk-seconds 20 --single-seconds 20
+     --latency-seconds 60 --batch-seconds 15 --threads 1 --connections 32]
 Needs wrk (``apt-get install wrk``).
 """
 
@@ -153,6 +161,73 @@ def server(tmp: Path, name: str, workload: str) -> Iterator:
         yield proc
     finally:
         proc.stop()
+
+
+def disk_probe(tmp: Path, seconds: float) -> dict:
+    """How long ``fdatasync`` takes on the stores' filesystem, with no server running: 8 KiB
+    written and synced every 2 ms (about the rhythm of group commits at 1,000 requests/s)
+    into a preallocated 4 MiB file, cycling through it as SQLite reuses its WAL. Every
+    acknowledgement waits for one such sync, so a disk whose syncs sometimes stall for
+    100 ms or more puts those stalls into the latency tail whatever the server does."""
+    path = tmp / "fsync-probe"
+    block, size = os.urandom(8192), 4 << 20
+    times: list[float] = []
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, size)
+        os.fsync(fd)
+        offset, end = 0, time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            os.pwrite(fd, block, offset)
+            started = time.perf_counter()
+            os.fdatasync(fd)
+            times.append(time.perf_counter() - started)
+            offset = (offset + len(block)) % size
+            time.sleep(0.002)
+    finally:
+        os.close(fd)
+        path.unlink()
+    ms = np.asarray(times) * 1e3
+    return {
+        "method": "8 KiB pwrite + fdatasync every 2 ms, preallocated 4 MiB file, no server",
+        "seconds": seconds,
+        "syncs": int(ms.size),
+        "fdatasync_ms": {
+            "p50": float(np.percentile(ms, 50)),
+            "p99": float(np.percentile(ms, 99)),
+            "p999": float(np.percentile(ms, 99.9)),
+            "max": float(ms.max()),
+        },
+        "syncs_over_50ms": int(np.count_nonzero(ms > 50)),
+        "syncs_over_100ms": int(np.count_nonzero(ms > 100)),
+    }
+
+
+def commit_histogram(url: str) -> dict[str, float]:
+    """The server's ``fedrank_store_commit_seconds`` series from ``/metrics``."""
+    prefix = "fedrank_store_commit_seconds"
+    text = httpx.get(url + "/metrics", timeout=10.0).text
+    return {
+        name[len(prefix) :]: float(value)
+        for name, value in (line.rsplit(" ", 1) for line in text.splitlines() if line)
+        if name.startswith(prefix)
+    }
+
+
+def slow_commits(before: dict[str, float], after: dict[str, float]) -> dict:
+    """Group commits during a run, and how many took longer than 50 and 100 ms."""
+    count = after["_count"] - before["_count"]
+
+    def over(bound: str) -> int:
+        key = f'_bucket{{le="{bound}"}}'
+        return int(count - (after[key] - before[key]))
+
+    return {
+        "commits": int(count),
+        "mean_ms": (after["_sum"] - before["_sum"]) / count * 1e3 if count else None,
+        "over_50ms": over("0.05"),
+        "over_100ms": over("0.1"),
+    }
 
 
 def status(url: str) -> dict:
@@ -480,14 +555,13 @@ def latency(tmp: Path, args: argparse.Namespace, workload: str) -> dict:
                 body = bodies[i % 256].replace(b"MID", f"{rng_hex()}-lat-{i}".encode())
                 return post("/v1/updates", port, body)
         else:
-            import struct
 
             def make(i: int) -> bytes:
                 body = struct.pack("<Iff", i, 0.5, 0.25)
                 extra = f"X-Message-Id: {rng_hex()}-lat-{i}\r\nX-Model-Version: 0\r\n"
                 return post("/v1/updates", port, body, "application/vnd.fedrank.update", extra)
 
-        before = status(proc.url)
+        before, commits_before = status(proc.url), commit_histogram(proc.url)
         with CpuMeter(proc.process.pid) as cpu:
             report = run_async(
                 open_loop(
@@ -495,6 +569,7 @@ def latency(tmp: Path, args: argparse.Namespace, workload: str) -> dict:
                 )
             )
         after = settled_status(proc.url)
+        report["store_commits"] = slow_commits(commits_before, commit_histogram(proc.url))
     report["cpu"] = cpu.result
     accepted = after["updates_accepted_total"] - before["updates_accepted_total"]
     warm = int(round(2.0 * args.rate))
@@ -724,7 +799,8 @@ def main() -> None:
     parser.add_argument("--single-seconds", type=float, default=20.0)
     parser.add_argument("--threads", type=int, default=1, help="wrk threads")
     parser.add_argument("--connections", type=int, default=32, help="wrk connections")
-    parser.add_argument("--latency-seconds", type=float, default=15.0)
+    parser.add_argument("--disk-seconds", type=float, default=20.0, help="fsync probe")
+    parser.add_argument("--latency-seconds", type=float, default=60.0)
     parser.add_argument("--rate", type=float, default=1000.0, help="open-loop requests/s")
     parser.add_argument("--latency-connections", type=int, default=32)
     parser.add_argument("--batch-seconds", type=float, default=15.0)
@@ -740,6 +816,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fedrank-bench-", dir=args.tmp) as name:
         tmp = Path(name)
         report: dict = {"machine": machine(tmp), "targets": TARGETS}
+        report["disk_fsync"] = disk_probe(tmp, args.disk_seconds)
         report["single_update"] = {
             "frecency_json": single(tmp, args, "frecency", "json"),
             "foltr_es_binary": single(tmp, args, "foltr-es", "binary"),

@@ -11,11 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedrank.core.codec import (
+    BATCH_HEADER_SIZE,
+    BATCH_MAGIC,
     ENCODINGS,
     FORMAT_VERSION,
     HEADER_SIZE,
     MAGIC,
+    decode_batch,
     decode_message,
+    encode_batch,
     encode_message,
     encoded_size,
     payload_size,
@@ -176,3 +180,40 @@ def test_decode_refuses_non_bytes() -> None:
 def test_decoded_update_is_writeable() -> None:
     out = decode_message(encode_message(Message(update=np.ones(2))))
     out.update[0] = 5.0
+
+
+_BATCH_IDS = st.lists(
+    st.text(alphabet="abcXYZ019._:-", min_size=1, max_size=20), min_size=0, max_size=30
+)
+
+
+@given(_BATCH_IDS, st.integers(0, 2**32 - 1), st.sampled_from([6, 8, 12]), st.data())
+def test_batch_round_trip(ids: list[str], version: int, size: int, data: st.DataObject) -> None:
+    records = data.draw(st.binary(min_size=size * len(ids), max_size=size * len(ids)))
+    encoded = encode_batch(ids, version, records)
+    assert encoded[:4] == BATCH_MAGIC
+    assert struct.unpack_from("<III", encoded, 4)[:2] == (len(ids), version)
+    assert len(encoded) == BATCH_HEADER_SIZE + sum(len(i) + 1 for i in ids) + len(records)
+    assert decode_batch(encoded, size) == (ids, version, records)
+
+
+def test_batch_refusals() -> None:
+    good = encode_batch(["a", "b"], 3, b"\x00" * 24)
+    with pytest.raises(CodecError, match="16-byte header"):
+        decode_batch(good[:10], 12)
+    with pytest.raises(CodecError, match="magic"):
+        decode_batch(b"XXXX" + good[4:], 12)
+    for bad in (good[:-1], good + b"\x00"):
+        with pytest.raises(CodecError, match="declares 2 messages of 12 bytes"):
+            decode_batch(bad, 12)
+    with pytest.raises(CodecError, match="declares 2 messages of 8 bytes"):
+        decode_batch(good, 8)
+    with pytest.raises(CodecError, match="hold 2 ids"):  # one id of three lines
+        decode_batch(good.replace(b"a\nb\n", b"a\n\nb\n").replace(b"\x04", b"\x05", 1), 12)
+    for bad_id in ("a\nb", ""):
+        with pytest.raises(CodecError, match="no newline"):
+            encode_batch([bad_id], 3, b"\x00" * 12)
+    with pytest.raises(CodecError, match="ASCII"):
+        decode_batch(good.replace(b"a\n", b"\xff\n"), 12)
+    with pytest.raises(CodecError, match="model_version"):
+        encode_batch(["a"], -1, b"")

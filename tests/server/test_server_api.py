@@ -558,6 +558,15 @@ def test_status_and_prometheus_agree(es: Live) -> None:
     assert samples[reason] - before.get(reason, 0) == 1
     assert samples["fedrank_updates_accepted_total"] == row_count(es.store)
     assert samples["fedrank_commits_total"] >= 1
+    # the commit-duration histogram: cumulative buckets ending in +Inf == count, three more
+    # commits than before (one per accepted message, sent one at a time)
+    name = "fedrank_store_commit_seconds"
+    buckets = [v for k, v in samples.items() if k.startswith(f"{name}_bucket{{")]
+    assert buckets == sorted(buckets) and len(buckets) == 12
+    assert samples[f'{name}_bucket{{le="+Inf"}}'] == samples[f"{name}_count"]
+    assert samples[f"{name}_count"] - before[f"{name}_count"] == 3
+    assert samples[f"{name}_count"] <= samples["fedrank_commits_total"]
+    assert samples[f"{name}_sum"] > before[f"{name}_sum"]
 
 
 def test_checkin_without_rounds_is_404(es: Live) -> None:

@@ -237,6 +237,8 @@ BATCH_HEADER_SIZE = _BATCH_HEADER.size
 def encode_batch(message_ids: list[str], model_version: int, records: bytes) -> bytes:
     """A binary batch of ``len(message_ids)`` messages whose records are concatenated in
     ``records`` (what a proxy forwards)."""
+    if any(not m or "\n" in m for m in message_ids):
+        raise CodecError("message ids must be non-empty and hold no newline")
     ids = "".join(f"{m}\n" for m in message_ids).encode("ascii")
     version = _check_int("model_version", model_version, 0, _MAX_U32)
     return _BATCH_HEADER.pack(BATCH_MAGIC, len(message_ids), version, len(ids)) + ids + records

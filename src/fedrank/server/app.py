@@ -713,6 +713,19 @@ class Server:
             [("", e.duplicates_total)],
         )
         metric("commits_total", "counter", "Group commits.", [("", e.commits_total)])
+        commits = e.commit_seconds.view()
+        buckets = zip(commits.bounds, commits.cumulative, strict=True)
+        metric(
+            "store_commit_seconds",
+            "histogram",
+            "Duration of each group commit of updates to the store (its fsync included).",
+            [
+                *((f'_bucket{{le="{b}"}}', c) for b, c in buckets),
+                ('_bucket{le="+Inf"}', commits.count),
+                ("_sum", commits.total),
+                ("_count", commits.count),
+            ],
+        )
         metric("model_version", "gauge", "Published model version.", [("", snap.version)])
         metric("iteration", "gauge", "Open iteration.", [("", snap.iteration)])
         metric(

@@ -44,6 +44,7 @@ from fedrank.core.iteration_policy import (
 )
 from fedrank.errors import ConfigError, FedrankError
 from fedrank.server.config import ServerConfig
+from fedrank.server.histogram import Histogram
 from fedrank.server.store import Row, Store
 from fedrank.server.workloads import EMPTY, Columns, Parsed, Workload, make_workload
 
@@ -263,6 +264,7 @@ class Engine:
         self.loop_rejected: Counter[str] = Counter()
         self.duplicates_total = 0
         self.commits_total = 0
+        self.commit_seconds = Histogram()  # duration of each group commit (the fsync)
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._resume()
         # The cyclic garbage collector scans every tracked container on a full collection,
@@ -532,9 +534,10 @@ class Engine:
         accepted = np.flatnonzero(status == 202)
         try:
             if accepted.size:
-                self.store.insert_group(
-                    self.iteration, time.time(), _group_json(msgs, accepted), int(accepted.size)
-                )
+                group = _group_json(msgs, accepted)
+                started = time.perf_counter()
+                self.store.insert_group(self.iteration, time.time(), group, int(accepted.size))
+                self.commit_seconds.observe(time.perf_counter() - started)
         except Exception as exc:  # storage failed: nothing was stored or counted
             log.exception("storing %d updates failed", accepted.size)
             detail = f"the update store failed ({exc}); nothing was stored, retry"
