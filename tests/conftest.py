@@ -1,4 +1,4 @@
-"""Shared fixtures: where the real datasets live.
+"""Shared fixtures: where the real datasets live; and the Hypothesis profile.
 
 Tests read real data from ``../shared/data`` relative to the repository root, or from the
 directory in ``FEDRANK_DATA_DIR``. Tests that need it are skipped, with the reason, only when
@@ -12,6 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import settings
+
+# Property tests draw the same examples on every run (a test run is reproducible, and CI
+# cannot go red on a draw no one can replay); HYPOTHESIS_PROFILE=explore draws fresh ones.
+settings.register_profile("default", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -130,3 +130,27 @@ def test_a_store_without_an_open_iteration_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no open iteration"):
         s.open_iteration()
     s.close()
+
+
+def test_the_wal_is_checkpointed_in_the_background_and_truncated_on_close(tmp_path: Path) -> None:
+    s = Store(tmp_path / "s")
+    s.check_identity({"workload": "fedavg", "dim": 3})
+    s.publish_first(np.zeros(3), {"type": "SGD"})
+    db_file = tmp_path / "s" / "fedrank.sqlite3"
+    wal = db_file.with_name(db_file.name + "-wal")
+    # automatic checkpoints are off: commits never wait for the database file's fsync
+    assert s.db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+    size_before = db_file.stat().st_size
+    blob = b'["m", 0, "treatment", "update", "' + b"x" * 4000 + b'", "{}", 1]'
+    for k in range(300):  # about 1.2 MB through the WAL
+        s.insert_group(0, time.time(), b"[" + blob.replace(b'"m"', f'"m{k}"'.encode()) + b"]", 1)
+    # the checkpointer (every 0.5 s) copies the WAL's pages into the database file
+    deadline = time.monotonic() + 10
+    while db_file.stat().st_size < size_before + 1_000_000 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert db_file.stat().st_size >= size_before + 1_000_000
+    s.close()
+    assert not wal.exists() or wal.stat().st_size == 0
+    reopened = Store(tmp_path / "s", read_only=True)
+    assert reopened.counts()[0] == 300
+    reopened.close()

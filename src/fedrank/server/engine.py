@@ -464,10 +464,7 @@ class Engine:
         except Exception:
             log.exception("the writer failed; rebuilding the state from the store")
             failure = Outcome(500, {"error": "internal", "detail": "server error; retry"})
-            answers: list[tuple[asyncio.Future[Any], Any]] = [
-                (j.future, failure if j.command else [failure] * len(j.items or ())) for j in jobs
-            ]
-            self._resolve_all(answers)
+            self._resolve_all([(j.future, self._failed(j, failure)) for j in jobs])
             try:
                 self._resume()
             except Exception:

@@ -1,0 +1,74 @@
+"""The writer's failure path, in-process (a failure cannot be provoked through the HTTP
+API: bad input is refused before it reaches the writer). When a writer step fails after
+the group commit, every request of the group is answered 500 (single messages and compact
+batches alike), the in-memory state is rebuilt from the store, and a client's retry of the
+same message is a duplicate: nothing acknowledged or stored is lost or counted twice."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from fedrank.server.engine import Engine, Incoming, Messages
+from tests.server.serverkit import offline_config
+
+TOML = '[server]\nworkload = "foltr-es"\n'
+
+
+def _message(engine: Engine, message_id: str, seed: int) -> Incoming:
+    payload = {"seed": seed, "metric": 0.5, "antithetic_metric": 0.25}
+    parsed = engine.workload.parse(payload)
+    text = orjson.dumps(payload).decode()
+    return Incoming(message_id, 0, "treatment", "update", text, {}, parsed=parsed)
+
+
+def test_a_failed_writer_step_answers_500_and_the_state_is_rebuilt(tmp_path: Path) -> None:
+    config = offline_config(TOML, tmp_path, store=str(tmp_path / "store"))
+
+    async def scenario() -> dict[str, Any]:
+        engine = Engine(config, asyncio.get_running_loop())
+        try:
+            ok = (await engine.submit([_message(engine, "before", 1)]))[0]
+            real_apply, calls = engine._apply, []
+
+            def failing_apply(msgs: Messages, accepted: np.ndarray) -> None:
+                calls.append(len(msgs))
+                raise RuntimeError("injected failure after the commit")
+
+            engine._apply = failing_apply  # type: ignore[method-assign]
+            single = engine.submit([_message(engine, "lost-answer", 2)])
+            columns = Messages.of(
+                [_message(engine, f"batch-{k}", 10 + k) for k in range(3)], engine.workload
+            )
+            batch = engine.submit_columns(columns)
+            single_answer, batch_answer = await single, await batch
+            engine._apply = real_apply  # type: ignore[method-assign]
+            retried = await engine.submit([_message(engine, "lost-answer", 2)])
+            fresh = await engine.submit([_message(engine, "after", 3)])
+            return {
+                "ok": ok,
+                "calls": calls,
+                "single": single_answer,
+                "batch": batch_answer,
+                "retried": retried[0],
+                "fresh": fresh[0],
+                "snapshot": engine.snapshot(),
+            }
+        finally:
+            engine.stop()
+
+    r = asyncio.run(scenario())
+    assert r["ok"].status == 202
+    assert r["calls"]  # the failure was injected
+    assert [o.status for o in r["single"]] == [500]
+    assert r["batch"].statuses.tolist() == [500, 500, 500]
+    assert all(body["error"] == "internal" for body in r["batch"].bodies.values())
+    # The failed group had been committed: after the rebuild its messages are counted
+    # (from the store), and the retry is a duplicate.
+    assert r["retried"].status == 200
+    assert r["fresh"].status == 202
+    assert r["snapshot"].updates_in_iteration == 1 + 1 + 3 + 1
