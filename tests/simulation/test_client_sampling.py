@@ -1,0 +1,52 @@
+"""Rounds visit every client once, in N/K steps (FedPS Algorithm 1, Sec. 3.4)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedrank.aggregators.hierarchy import Topology
+from fedrank.errors import ConfigError
+from fedrank.simulation.client_sampling import flat_schedule, proxy_schedule
+from fedrank.simulation.communication import RoundTime, flat_round_time, proxy_round_time
+
+
+def test_flat_round_visits_every_client_once() -> None:
+    steps = flat_schedule(1_003, 10, np.random.default_rng(0))
+    assert len(steps) == 101 and all(s.size == 10 for s in steps[:-1]) and steps[-1].size == 3
+    assert sorted(np.concatenate(steps).tolist()) == list(range(1_003))
+    again = flat_schedule(1_003, 10, np.random.default_rng(0))
+    assert all(np.array_equal(a, b) for a, b in zip(steps, again, strict=True))
+
+
+def test_proxy_round_samples_k_over_10_proxies_of_10_clients() -> None:
+    topology = Topology.build(1_000, np.random.default_rng(1), clients_per_proxy=100)
+    steps = proxy_schedule(topology, 30, np.random.default_rng(2))
+    assert sorted(np.concatenate(steps).tolist()) == list(range(1_000))
+    for step in steps:
+        # distinct proxies, 10 clients from each
+        per_proxy = np.bincount(topology.proxy_of[step])
+        assert set(per_proxy[per_proxy > 0].tolist()) == {10}
+    sizes = [s.size for s in steps]
+    assert sizes.count(30) >= 30 and len(steps) <= 40  # 100 chunks, 3 proxies per step
+    with pytest.raises(ConfigError, match="multiple of"):
+        proxy_schedule(topology, 25, np.random.default_rng(0))
+
+
+def test_round_time_model() -> None:
+    n = 2_000
+    topology = Topology.build(n, np.random.default_rng(0), clients_per_proxy=100)
+    straggler = np.zeros(n, dtype=bool)
+    straggler[:200] = True
+    flat = flat_round_time(flat_schedule(n, 100, np.random.default_rng(1)), straggler)
+    assert flat == RoundTime(2.0 * n, 200.0)  # the paper's 2NT + (stragglers) d
+    steps = proxy_schedule(topology, 100, np.random.default_rng(1))
+    proxy = proxy_round_time(steps, straggler, topology)
+    # one group server; per step 2 x (1 group server + 10 proxies + at most 10 clients)
+    assert proxy.d_units == 0 and proxy.t_units <= len(steps) * 2 * (1 + 10 + 10)
+    none = proxy_round_time(steps, np.zeros(n, dtype=bool), topology)
+    assert none.t_units == len(steps) * 2 * (1 + 10 + 10)
+    # stragglers offload to their proxy: their exchange is not counted
+    everyone = proxy_round_time(steps, np.ones(n, dtype=bool), topology)
+    assert everyone.t_units == len(steps) * 2 * (1 + 10) < none.t_units
+    assert str(flat) == "4000T + 200d"
