@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fedrank.aggregators.hierarchy import Topology, hierarchical_aggregate
+from fedrank.aggregators.hierarchy import ProxyRound, Topology, hierarchical_aggregate
 from fedrank.aggregators.mean import WeightedMean
+from fedrank.core.message import Message
 from fedrank.errors import ConfigError
 
 
@@ -57,3 +58,30 @@ def test_bad_inputs_are_refused() -> None:
         hierarchical_aggregate(agg, topology, np.array([10]), np.zeros((1, 2)), np.ones(1))
     with pytest.raises(ConfigError, match="clients_per_proxy"):
         Topology.build(10, np.random.default_rng(0), 0, 2)
+
+
+@given(st.integers(1, 40), st.integers(1, 7), st.integers(1, 4), st.integers(0, 2**31))
+def test_streaming_proxy_round_equals_batch_hierarchy(
+    n_sampled: int, per_proxy: int, per_group: int, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    topology = Topology.build(50, rng, clients_per_proxy=per_proxy, proxies_per_group=per_group)
+    clients = rng.choice(50, size=min(n_sampled, 50), replace=False)
+    updates = rng.normal(size=(clients.size, 4))
+    n = rng.integers(1, 50, size=clients.size)
+    agg = WeightedMean(4)
+    step = ProxyRound(agg, topology)
+    for c, u, w in zip(clients, updates, n, strict=True):
+        step.accumulate(int(c), Message(update=u, n=int(w)))
+    streamed = step.forward()
+    batch = hierarchical_aggregate(agg, topology, clients, updates, n.astype(float))
+    assert streamed.proxy_states.keys() == batch.proxy_states.keys()
+    assert streamed.group_states.keys() == batch.group_states.keys()
+    np.testing.assert_allclose(agg.finalize(streamed.state), agg.finalize(batch.state))
+    assert streamed.state.count == clients.size
+
+
+def test_proxy_round_refuses_unknown_clients() -> None:
+    step = ProxyRound(WeightedMean(2), Topology.build(5, np.random.default_rng(0), 2, 2))
+    with pytest.raises(ConfigError, match="client id"):
+        step.accumulate(5, Message(update=np.zeros(2)))

@@ -118,6 +118,14 @@ def hierarchical_aggregate(
         proxy_states[int(proxy)] = aggregator.accumulate_batch(
             aggregator.zero(), updates[rows], n[rows]
         )
+    return merge_upward(aggregator, topology, proxy_states)
+
+
+def merge_upward(
+    aggregator: Any, topology: Topology, proxy_states: dict[int, Any]
+) -> HierarchyResult[Any]:
+    """The levels above the proxies: each group server merges the states its proxies
+    forward, the central server merges the group servers' states."""
     group_states: dict[int, Any] = {}
     for proxy, state in proxy_states.items():
         group = int(topology.group_of_proxy[proxy])
@@ -126,3 +134,29 @@ def hierarchical_aggregate(
     for state in group_states.values():
         central = aggregator.merge(central, state)
     return HierarchyResult(central, proxy_states, group_states)
+
+
+class ProxyRound(Generic[State]):
+    """One training step through the hierarchy, message by message: each client's message
+    goes to its own proxy, which folds it into its state (``accumulate``); :meth:`forward`
+    sends the proxies' states up (:func:`merge_upward`). The streaming form of
+    :func:`hierarchical_aggregate`: no level ever holds more than its own merged state.
+    """
+
+    def __init__(self, aggregator: Any, topology: Topology) -> None:
+        self.aggregator = aggregator
+        self.topology = topology
+        self._proxy_states: dict[int, Any] = {}
+
+    def accumulate(self, client: int, message: Any) -> None:
+        """Client ``client`` sends ``message`` to its proxy."""
+        if not 0 <= client < self.topology.n_clients:
+            raise ConfigError(f"client id must lie in [0, {self.topology.n_clients}), got {client}")
+        proxy = int(self.topology.proxy_of[client])
+        state = self._proxy_states.get(proxy, self.aggregator.zero())
+        self._proxy_states[proxy] = self.aggregator.accumulate(state, message)
+
+    def forward(self) -> HierarchyResult[Any]:
+        """Proxies forward their merged states to their group servers, these to the central
+        server."""
+        return merge_upward(self.aggregator, self.topology, self._proxy_states)

@@ -9,6 +9,7 @@ import click
 
 from fedrank.cli._common import FedrankGroup, progress_bar, write_json
 from fedrank.cli.client import client
+from fedrank.cli.fedps import fedps
 from fedrank.cli.foltr import foltr
 from fedrank.cli.frecency import frecency
 from fedrank.cli.service import serve
@@ -24,6 +25,7 @@ main.add_command(frecency)
 main.add_command(foltr)
 main.add_command(serve)
 main.add_command(client)
+main.add_command(fedps)
 
 
 @main.command("demo")

@@ -1,0 +1,53 @@
+"""The FedPS central server (FedPS Algorithm 1, server side).
+
+The server holds the shared model ``M_t`` as a flat float32 vector and nothing else about
+users: it broadcasts ``M_t`` to the sampled clients, receives aggregated updates (a
+:class:`~fedrank.aggregators.mean.WeightedMeanState` merged from client messages, directly
+in FedPSFlat or through proxies and group servers in FedPSProxy) and applies
+``M_{t+1} = M_t + eta_s sum_j n_j dM_j / sum_j n_j``: Algorithm 1 is ``eta_s = 1``; a
+larger server step size (FedAvg with server learning rate, Reddi et al. 2021, "Adaptive
+Federated Optimization") compensates for averaging away the updates of words and
+parameters that only a few of the K clients touch. It never receives a client object, a log, a
+profile or personal parameters; its module imports nothing from the client side (tested).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedrank.aggregators.mean import WeightedMean, WeightedMeanState
+from fedrank.errors import ConfigError, DataFormatError
+
+
+class FedPSServer:
+    """The shared model and the FedAvg step.
+
+    Args:
+        initial_parameters: ``M_0``, the flat shared parameters (float32).
+        learning_rate: ``eta_s``, the server step size (1 = Algorithm 1).
+    """
+
+    def __init__(self, initial_parameters: np.ndarray, learning_rate: float = 1.0) -> None:
+        if not learning_rate > 0:
+            raise ConfigError(f"server learning_rate must be > 0, got {learning_rate}")
+        self.learning_rate = float(learning_rate)
+        params = np.asarray(initial_parameters, dtype=np.float32)
+        if params.ndim != 1 or params.size == 0:
+            raise DataFormatError(f"expected a non-empty flat parameter vector, got {params.shape}")
+        self._parameters = params.copy()
+        self.aggregator = WeightedMean(params.size)
+        self.version = 0
+        self.updates_applied = 0
+
+    def broadcast(self) -> np.ndarray:
+        """A copy of ``M_t`` for the sampled clients."""
+        return self._parameters.copy()
+
+    def apply(self, state: WeightedMeanState) -> None:
+        """FedAvg step with the merged updates of one step (Algorithm 1, line "server
+        aggregates"): add their ``n_j``-weighted mean. A step whose updates all arrived too
+        late (empty state) leaves the model unchanged but still counts as a step."""
+        step = self.learning_rate * self.aggregator.finalize(state)
+        self._parameters += step.astype(np.float32)
+        self.updates_applied += state.count
+        self.version += 1
