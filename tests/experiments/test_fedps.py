@@ -250,3 +250,17 @@ def test_cli_reproduce_writes_tables_and_resumes(aol_log: Path, tmp_path: Path) 
     assert second.exit_code == 0, second.output
     assert (tmp_path / "runs" / "flat.json").stat().st_mtime_ns == stamp  # reused
     assert (tmp_path / "tables.md").read_text() == text
+
+
+def test_server_side_logs_get_the_same_candidate_list_sizes(small: FedPSData) -> None:
+    """GroupUser and CoverQuery models are selected and tested on lists as long as the
+    real users' (train 5, valid and test 50 negatives)."""
+    from fedrank.experiments.fedps_baselines import group_user_logs
+
+    groups = np.arange(len(small.users)) // 4
+    rebuilt = fedps_module._rebuild(
+        small, group_user_logs(small.corpus.users, groups), fedps_module._seeds(0)
+    )
+    for split in ("train", "valid", "test"):
+        width = max(u.samples(split).candidates.shape[1] for u in small.users)
+        assert max(u.samples(split).candidates.shape[1] for u in rebuilt) == width

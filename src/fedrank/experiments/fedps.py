@@ -48,7 +48,7 @@ from fedrank.experiments.fedps_baselines import (
     cover_query_logs,
     group_user_logs,
 )
-from fedrank.experiments.fedps_data import FedPSData
+from fedrank.experiments.fedps_data import DEFAULT_NEGATIVES, FedPSData
 from fedrank.metrics.relevance import per_query_map_mrr_p1
 from fedrank.models.peps import PEPSConfig, PEPSRanker
 from fedrank.privacy import profile_kl as kl
@@ -391,11 +391,9 @@ def train_federated(
 # --------------------------------------------------------------------------- privacy
 
 
-def _seen_queries(log: UserLog) -> np.ndarray:
-    return log.queries[np.isin(log.split, (BACKGROUND, TRAIN))]
-
-
-def _training_words(users: Sequence[UserData], doc_tokens: np.ndarray, vocab_size: int):
+def _training_words(
+    users: Sequence[UserData], doc_tokens: np.ndarray, vocab_size: int
+) -> sparse.csr_matrix:
     """``(N, V)`` counts of the words of each client's training samples (queries and
     candidate texts): the global-embedding rows its local training changes."""
     rows = []
@@ -410,7 +408,9 @@ def _training_words(users: Sequence[UserData], doc_tokens: np.ndarray, vocab_siz
     return sparse.vstack(rows).tocsr()
 
 
-def _profile_counts(data: FedPSData, users: Sequence[UserData]):
+def _profile_counts(
+    data: FedPSData, users: Sequence[UserData]
+) -> tuple[sparse.csr_matrix, sparse.csr_matrix]:
     """Real profile parts per user: ``(query_counts, click_counts)`` (Sec. 4.1)."""
     v = data.vocab_size
 
@@ -500,7 +500,8 @@ def run_fedps(
     progress: Progress | None = None,
     observer: MessageObserver | None = None,
 ) -> FedPSResult:
-    """Run one mode on prepared data (see the module docstring)."""
+    """Run one mode on prepared data (see the module docstring). Sets torch to one thread
+    (the per-batch work is small; competing OpenMP threads only slow it down)."""
     start = time.perf_counter()
     torch.set_num_threads(1)
     mode = settings.mode
@@ -580,7 +581,9 @@ def _rebuild(data: FedPSData, logs: Sequence[UserLog], seeds: dict[str, int]) ->
     generator = BM25Candidates.from_pool(
         data.corpus.pool, rng=np.random.default_rng(seeds["clients"])
     )
-    return build_users(logs, data.corpus.pool, data.corpus.vocab, generator)
+    return build_users(
+        logs, data.corpus.pool, data.corpus.vocab, generator, negatives=DEFAULT_NEGATIVES
+    )
 
 
 def _communication(

@@ -47,7 +47,7 @@ from fedrank.data.aol import (
 )
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.experiments.fedps import FedPSResult, FedPSSettings, Progress, run_fedps
-from fedrank.experiments.fedps_data import FedPSData
+from fedrank.experiments.fedps_data import DEFAULT_NEGATIVES, FedPSData
 from fedrank.retrieval.candidates import BM25Candidates, build_users
 
 __all__ = [
@@ -304,7 +304,8 @@ def stage_data(
     Sec. 5.4): :func:`stage_split` of ``data.corpus.split``, the users' logs re-built from it
     with the same vocabulary and query length, and new ranking samples
     (:func:`~fedrank.retrieval.candidates.build_users`, BM25 candidates with random fill
-    drawn from ``np.random.default_rng(seed)``; ``negatives`` as there).
+    drawn from ``np.random.default_rng(seed)``; ``negatives`` as there, default
+    :data:`~fedrank.experiments.fedps_data.DEFAULT_NEGATIVES`).
 
     The vocabulary, segmenter, document pool, word vectors and document texts are
     ``data``'s. The users are exactly ``data.users``'s (``data.select(n)`` is respected), in
@@ -335,7 +336,9 @@ def stage_data(
         )
     logs = tuple(by_id[u.user_id] for u in corpus.users)
     generator = BM25Candidates.from_pool(corpus.pool, rng=np.random.default_rng(seed))
-    users = build_users(logs, corpus.pool, corpus.vocab, generator, negatives=negatives)
+    users = build_users(
+        logs, corpus.pool, corpus.vocab, generator, negatives=negatives or DEFAULT_NEGATIVES
+    )
     return FedPSData(
         replace(corpus, split=split, users=logs),
         users,

@@ -11,7 +11,8 @@ once). Then :func:`write_tables` assembles ``tables.md`` and ``results.json``:
   CoverQuery and GroupUser, have their own candidate lists and get no paired test) and the KL
   divergence of the privacy measure.
 * Table 4: FedPSProxy with K in {5, 10, 20, 30, 100}: the round of the best validation MAP,
-  steps to it, and its test MAP.
+  steps to it, and its test MAP. The sweeps use ten proxies (``users / 10`` clients per
+  proxy) so that every K is ``K/10`` proxies x 10 clients at any scale.
 * Table 5: the same for E in {1, 2, 3} (K = 10).
 * Table 6: the communication time of one round (:mod:`fedrank.simulation.communication`)
   for the paper's 118,067 users and for this log's users, K in {100, 1000}, delay ratios
@@ -115,20 +116,31 @@ class ReproduceConfig:
             raise ConfigError(f"jobs must be >= 1, got {self.jobs}")
 
 
+def _sweep_name(k: int, e: int) -> str:
+    """Run name of a Table 4-5 configuration (K = 10, E = 1 is shared by both tables)."""
+    return f"proxy_K{k}_E{e}"
+
+
 def planned_jobs(config: ReproduceConfig) -> dict[str, FedPSSettings]:
     """The trained configurations the requested tables need, by run name."""
     base = FedPSSettings(mode="central", rounds=config.rounds, seed=config.seed)
     jobs: dict[str, FedPSSettings] = {}
     if "3" in config.tables:
-        for mode in TABLE3_MODES:
+        # the longest and most important runs first
+        for mode in ("central", "flat", "proxy", "coverquery", "groupuser", "knrm"):
             jobs[mode] = replace(base, mode=mode)
-    sweep = replace(base, mode="proxy", rounds=config.sweep_rounds)
+        for mode in ("original", "pclick"):
+            jobs[mode] = replace(base, mode=mode)
+    # Ten proxies whatever the number of users, so that K = 100 is 10 proxies x 10 clients
+    # (the paper's 100 users per proxy on the full sample).
+    per_proxy = max(10, (config.users or 1000) // 10)
+    sweep = replace(base, mode="proxy", rounds=config.sweep_rounds, clients_per_proxy=per_proxy)
     if "4" in config.tables:
         for k in K_VALUES:
-            jobs[f"proxy_K{k}"] = replace(sweep, clients_per_step=k)
+            jobs[_sweep_name(k, 1)] = replace(sweep, clients_per_step=k)
     if "5" in config.tables:
         for e in E_VALUES:
-            jobs[f"proxy_E{e}"] = replace(sweep, local_epochs=e)
+            jobs[_sweep_name(10, e)] = replace(sweep, local_epochs=e)
     return jobs
 
 
@@ -203,6 +215,12 @@ def _paired_p(a: np.ndarray, b: np.ndarray) -> float:
     return float(stats.ttest_rel(a[ok], b[ok]).pvalue)
 
 
+def _p_text(p: float | None) -> str:
+    if p is None:
+        return "-"
+    return "< 1e-300" if p == 0.0 else f"{p:.2g}"
+
+
 def _pct(value: float, reference: float) -> str:
     return f"{100.0 * (value - reference) / reference:+.2f}%"
 
@@ -251,7 +269,7 @@ def write_tables(
             lines.append(
                 f"| {LABELS[mode]} | {r['MAP']:.4f} | {r['MRR']:.4f} | {r['P@1']:.4f} | "
                 f"{_pct(r['MAP'], ref['MAP']) if mode != 'central' else '-'} | "
-                f"{'-' if p is None else f'{p:.2g}'} | {r['kl_divergence']:.3f} | "
+                f"{_p_text(p)} | {r['kl_divergence']:.3f} | "
                 f"{r['best_round'] or '-'} | {PAPER_MAP.get(mode, '-')} |"
             )
         lines.append("")
@@ -266,7 +284,7 @@ def write_tables(
             "|---|---|---|---|---|",
         ]
         for v in values:
-            r = results[f"proxy_{key}{v}"]
+            r = results[_sweep_name(v, 1) if key == "K" else _sweep_name(10, v)]
             per_round = r["steps"] / r["rounds"]
             lines.append(
                 f"| {v} | {r['best_round']} / {r['rounds']} | {per_round * r['best_round']:.0f} "
