@@ -225,6 +225,21 @@ def _pct(value: float, reference: float) -> str:
     return f"{100.0 * (value - reference) / reference:+.2f}%"
 
 
+def command_line(config: ReproduceConfig) -> str:
+    """The ``fedrank fedps reproduce`` invocation that produces ``config``."""
+    parts = ["fedrank fedps reproduce", f"--tables {','.join(config.tables)}"]
+    if config.users:
+        parts.append(f"--users {config.users}")
+    if "3" in config.tables or "fig4" in config.tables:
+        parts.append(f"--rounds {config.rounds}")
+    if "4" in config.tables or "5" in config.tables:
+        parts.append(f"--sweep-rounds {config.sweep_rounds}")
+    if "fig4" in config.tables:
+        parts.append(f"--continuous-users {config.continuous_users or 0}")
+    parts.append(f"--seed {config.seed}")
+    return " ".join(parts)
+
+
 def write_tables(
     config: ReproduceConfig,
     results: dict[str, dict[str, Any]],
@@ -235,9 +250,7 @@ def write_tables(
     lines = [
         "# FedPS on the AOL log",
         "",
-        f"Command: `fedrank fedps reproduce --log {config.log.name}"
-        + (f" --users {config.users}" if config.users else "")
-        + f" --rounds {config.rounds} --seed {config.seed}`.",
+        f"Command: `{command_line(config)}`.",
         "",
     ]
     any_result = next(iter(results.values()), None)
