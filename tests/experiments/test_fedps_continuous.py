@@ -24,7 +24,7 @@ from fedrank.experiments.fedps_continuous import (
     stage_data,
     stage_split,
 )
-from fedrank.experiments.fedps_data import DEFAULT_NEGATIVES, FedPSData, prepare_aol
+from fedrank.experiments.fedps_data import FedPSData, prepare_aol
 from fedrank.retrieval.candidates import BM25Candidates, RankingSamples, build_users
 
 SPLITS = ("train", "valid", "test")
@@ -263,7 +263,7 @@ def test_later_events_do_not_leak_into_the_samples(data: FedPSData, stage2: FedP
     assert sum(f.n_events for f in full_logs) > sum(u.n_events for u in stage2.corpus.users)
     pool, vocab = data.corpus.pool, data.corpus.vocab
     gen = BM25Candidates.from_pool(pool, rng=np.random.default_rng(5))
-    rebuilt = build_users(full_logs, pool, vocab, gen, negatives=DEFAULT_NEGATIVES)
+    rebuilt = build_users(full_logs, pool, vocab, gen)
     for a, b in zip(stage2.users, rebuilt, strict=True):
         for part in SPLITS:
             _assert_samples_equal(a.samples(part), b.samples(part))

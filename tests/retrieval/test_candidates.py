@@ -176,7 +176,7 @@ def test_bm25_candidates_on_a_small_pool_are_masked() -> None:
 def test_a_split_without_events_gives_empty_samples() -> None:
     user = make_user_log([e for e in EVENTS if e[1] != VALID])
     gen = BM25Candidates.from_pool(POOL, rng=np.random.default_rng(1))
-    samples = build_samples(user, POOL, gen, "valid")
+    samples = build_samples(user, POOL, gen, "valid", n=5)
     assert samples.n_queries == 0
     assert samples.candidates.shape == (0, 5) and samples.features.shape == (0, 5, 5)
 

@@ -501,19 +501,20 @@ class QueryLog:
             source=self.source,
             user_ids=self.user_ids[idx],
             user_rows=self.user_rows[idx],
-            user_ptr=_ptr(sizes),
+            user_ptr=csr_offsets(sizes),
             event_user=user,
             time=time,
             query=query.astype(np.int32),
             queries=self.queries[queries_used],
-            click_ptr=_ptr(counts),
+            click_ptr=csr_offsets(counts),
             click_docs=docs.astype(np.int32),
             urls=self.urls[urls_used],
             session=assign_sessions(user, time),
         )
 
 
-def _ptr(sizes: np.ndarray) -> np.ndarray:
+def csr_offsets(sizes: np.ndarray) -> np.ndarray:
+    """``(n + 1,)`` int64 CSR offsets of rows with ``sizes`` items: ``[0, cumsum(sizes)]``."""
     ptr = np.zeros(sizes.size + 1, dtype=np.int64)
     np.cumsum(sizes, out=ptr[1:])
     return ptr
@@ -718,12 +719,12 @@ def load_aol(
         source=str(path),
         user_ids=user_ids.astype(np.int64),
         user_rows=user_rows.astype(np.int64),
-        user_ptr=_ptr(np.bincount(event_user, minlength=user_ids.size)),
+        user_ptr=csr_offsets(np.bincount(event_user, minlength=user_ids.size)),
         event_user=event_user,
         time=event_time,
         query=event_query,
         queries=queries,
-        click_ptr=_ptr(np.bincount(ce, minlength=n_events)),
+        click_ptr=csr_offsets(np.bincount(ce, minlength=n_events)),
         click_docs=cd.astype(np.int32),
         urls=urls,
         session=assign_sessions(event_user, event_time),

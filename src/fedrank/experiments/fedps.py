@@ -48,8 +48,8 @@ from fedrank.experiments.fedps_baselines import (
     cover_query_logs,
     group_user_logs,
 )
-from fedrank.experiments.fedps_data import DEFAULT_NEGATIVES, FedPSData
-from fedrank.metrics.relevance import per_query_map_mrr_p1
+from fedrank.experiments.fedps_data import FedPSData
+from fedrank.metrics.relevance import per_query_table
 from fedrank.models.peps import PEPSConfig, PEPSRanker
 from fedrank.privacy import profile_kl as kl
 from fedrank.privacy.cover_queries import CoverQueryGenerator
@@ -196,8 +196,7 @@ def _heuristic_per_query(users: Sequence[UserData], mode: str) -> np.ndarray:
         width = s.mask.shape[1]
         original = -np.arange(width, dtype=np.float64)[None, :]  # columns are in BM25 order
         score = original if mode == "original" else s.features[..., pclick] * width + original
-        values = per_query_map_mrr_p1(np.where(s.mask, score, -np.inf), s.labels, s.mask)
-        rows.append(np.stack([values["map"], values["mrr"], values["p@1"]], axis=1))
+        rows.append(per_query_table(np.where(s.mask, score, -np.inf), s.labels, s.mask))
     return np.concatenate(rows)
 
 
@@ -240,7 +239,8 @@ def _seeds(seed: int) -> dict[str, int]:
     return {n: int(c.generate_state(1)[0]) for n, c in zip(names, children, strict=True)}
 
 
-def _report(progress: Progress | None, stage: str, done: int, total: int) -> None:
+def report_progress(progress: Progress | None, stage: str, done: int, total: int) -> None:
+    """Call ``progress`` if there is one."""
     if progress is not None:
         progress(stage, done, total)
 
@@ -288,7 +288,7 @@ def train_central(
             w, batch = jobs[j]
             losses.append(train_step(model, batch, w.personal, [optimizer, *w.optimizers]))
             if done % 200 == 0 or done == len(jobs):
-                _report(progress, f"epoch {epoch}/{settings.rounds}", done, len(jobs))
+                report_progress(progress, f"epoch {epoch}/{settings.rounds}", done, len(jobs))
         steps += len(jobs)
         evaluator(epoch, float(np.mean(losses)), time.perf_counter() - start)
     return evaluator, steps
@@ -382,7 +382,7 @@ def train_federated(
                     state = server.aggregator.accumulate(state, message)
                 # else: arrived after T_max, dropped
             server.apply(hierarchy.forward().state if hierarchy is not None else state)
-            _report(progress, f"round {r}/{settings.rounds}", done, len(schedule))
+            report_progress(progress, f"round {r}/{settings.rounds}", done, len(schedule))
         steps += len(schedule)
         evaluator(r, float(np.nanmean(losses)), time.perf_counter() - start)
     return evaluator, steps, schedules, server.updates_applied
@@ -396,16 +396,15 @@ def _training_words(
 ) -> sparse.csr_matrix:
     """``(N, V)`` counts of the words of each client's training samples (queries and
     candidate texts): the global-embedding rows its local training changes."""
-    rows = []
-    for u in users:
-        s = u.train
-        texts = doc_tokens[s.candidates[s.mask]]
-        width = max(texts.shape[1], s.query.shape[1])
-        both = np.zeros((texts.shape[0] + s.query.shape[0], width), dtype=np.int64)
-        both[: texts.shape[0], : texts.shape[1]] = texts
-        both[texts.shape[0] :, : s.query.shape[1]] = s.query
-        rows.append(kl.term_counts(both.reshape(1, -1), vocab_size))
-    return sparse.vstack(rows).tocsr()
+    queries = [u.train.query for u in users]
+    texts = [doc_tokens[u.train.candidates[u.train.mask]] for u in users]
+    owner = np.repeat(np.arange(len(users)), [q.shape[0] for q in queries])
+    text_owner = np.repeat(np.arange(len(users)), [t.shape[0] for t in texts])
+    n = len(users)
+    return (
+        kl.term_counts(np.concatenate(queries), vocab_size, owner=owner, n_owners=n)
+        + kl.term_counts(np.concatenate(texts), vocab_size, owner=text_owner, n_owners=n)
+    ).tocsr()
 
 
 def _profile_counts(
@@ -428,11 +427,11 @@ def _cover_counts(
     data: FedPSData, logs: Sequence[UserLog], covers: Sequence[np.ndarray]
 ) -> sparse.csr_matrix:
     """``(N, V)`` counts of the covers of each user's background and training queries."""
-    rows = []
-    for log, c in zip(logs, covers, strict=True):
-        seen = c[np.isin(log.split, (BACKGROUND, TRAIN))]
-        rows.append(kl.term_counts(seen.reshape(1, -1), data.vocab_size))
-    return sparse.vstack(rows).tocsr()
+    seen = [c[np.isin(log.split, (BACKGROUND, TRAIN))] for log, c in zip(logs, covers, strict=True)]
+    owner = np.repeat(np.arange(len(seen)), [c.shape[0] for c in seen])
+    width = max(c.shape[2] for c in seen)
+    padded = np.concatenate([np.pad(c, ((0, 0), (0, 0), (0, width - c.shape[2]))) for c in seen])
+    return kl.term_counts(padded, data.vocab_size, owner=owner, n_owners=len(seen))
 
 
 def fit_cover_generator(data: FedPSData, settings: FedPSSettings) -> CoverQueryGenerator:
@@ -511,7 +510,7 @@ def run_fedps(
     upload = _upload_policy(data, settings)
     covers = None
     if mode in ("flat", "coverquery") and settings.cover_queries > 0:
-        _report(progress, "cover queries (LDA)", 0, 1)
+        report_progress(progress, "cover queries (LDA)", 0, 1)
         generator = fit_cover_generator(data, settings)
         covers = cover_queries_for(
             data.corpus.users,
@@ -519,7 +518,7 @@ def run_fedps(
             settings.cover_queries,
             np.random.default_rng(seeds["covers"]),
         )
-        _report(progress, "cover queries (LDA)", 1, 1)
+        report_progress(progress, "cover queries (LDA)", 1, 1)
     elif mode in ("flat", "coverquery"):
         covers = [
             np.zeros((log.n_events, 0, log.queries.shape[1]), np.int32) for log in data.corpus.users
@@ -581,9 +580,7 @@ def _rebuild(data: FedPSData, logs: Sequence[UserLog], seeds: dict[str, int]) ->
     generator = BM25Candidates.from_pool(
         data.corpus.pool, rng=np.random.default_rng(seeds["clients"])
     )
-    return build_users(
-        logs, data.corpus.pool, data.corpus.vocab, generator, negatives=DEFAULT_NEGATIVES
-    )
+    return build_users(logs, data.corpus.pool, data.corpus.vocab, generator)
 
 
 def _communication(

@@ -43,11 +43,18 @@ from fedrank.data.aol import (
     QueryLog,
     TimeSplit,
     assign_sessions,
+    csr_offsets,
     user_logs,
 )
 from fedrank.errors import ConfigError, DataFormatError
-from fedrank.experiments.fedps import FedPSResult, FedPSSettings, Progress, run_fedps
-from fedrank.experiments.fedps_data import DEFAULT_NEGATIVES, FedPSData
+from fedrank.experiments.fedps import (
+    FedPSResult,
+    FedPSSettings,
+    Progress,
+    report_progress,
+    run_fedps,
+)
+from fedrank.experiments.fedps_data import FedPSData
 from fedrank.retrieval.candidates import BM25Candidates, build_users
 
 __all__ = [
@@ -181,12 +188,6 @@ def stage_bounds(
     return StageBounds(k, t0, t0 + k * WEEK, test_end)
 
 
-def _ptr(sizes: np.ndarray) -> np.ndarray:
-    ptr = np.zeros(sizes.size + 1, dtype=np.int64)
-    np.cumsum(sizes, out=ptr[1:])
-    return ptr
-
-
 def _drop_events(log: QueryLog, keep: np.ndarray) -> QueryLog:
     """``log`` with only the events where ``keep`` is True. Users, the ``queries`` and
     ``urls`` tables (so query and document ids) and ``user_rows`` (rows of the file) stay;
@@ -201,12 +202,12 @@ def _drop_events(log: QueryLog, keep: np.ndarray) -> QueryLog:
         source=log.source,
         user_ids=log.user_ids,
         user_rows=log.user_rows,
-        user_ptr=_ptr(np.bincount(user, minlength=log.n_users)),
+        user_ptr=csr_offsets(np.bincount(user, minlength=log.n_users)),
         event_user=user,
         time=time_,
         query=log.query[keep],
         queries=log.queries,
-        click_ptr=_ptr(clicks[keep]),
+        click_ptr=csr_offsets(clicks[keep]),
         click_docs=log.click_docs[np.repeat(keep, clicks)],
         urls=log.urls,
         session=assign_sessions(user, time_),
@@ -223,7 +224,7 @@ def _train_valid(
     strictly later than every TRAIN event."""
     user = event_user.astype(np.int64)
     n = np.bincount(user, minlength=n_users)
-    first = _ptr(n)[:-1]
+    first = csr_offsets(n)[:-1]
     rank = np.arange(user.size) - first[user]
     n_train = np.floor(n * (1.0 - valid_fraction) + 0.5).astype(np.int64)
     code = np.where(rank < n_train[user], TRAIN, VALID).astype(np.int8)
@@ -304,8 +305,7 @@ def stage_data(
     Sec. 5.4): :func:`stage_split` of ``data.corpus.split``, the users' logs re-built from it
     with the same vocabulary and query length, and new ranking samples
     (:func:`~fedrank.retrieval.candidates.build_users`, BM25 candidates with random fill
-    drawn from ``np.random.default_rng(seed)``; ``negatives`` as there, default
-    :data:`~fedrank.experiments.fedps_data.DEFAULT_NEGATIVES`).
+    drawn from ``np.random.default_rng(seed)``; ``negatives`` as there).
 
     The vocabulary, segmenter, document pool, word vectors and document texts are
     ``data``'s. The users are exactly ``data.users``'s (``data.select(n)`` is respected), in
@@ -336,9 +336,7 @@ def stage_data(
         )
     logs = tuple(by_id[u.user_id] for u in corpus.users)
     generator = BM25Candidates.from_pool(corpus.pool, rng=np.random.default_rng(seed))
-    users = build_users(
-        logs, corpus.pool, corpus.vocab, generator, negatives=negatives or DEFAULT_NEGATIVES
-    )
+    users = build_users(logs, corpus.pool, corpus.vocab, generator, negatives=negatives)
     return FedPSData(
         replace(corpus, split=split, users=logs),
         users,
@@ -484,11 +482,6 @@ class ContinuousResult:
         return path
 
 
-def _report(progress: Progress | None, what: str, done: int, total: int) -> None:
-    if progress is not None:
-        progress(what, done, total)
-
-
 def _prefixed(progress: Progress | None, prefix: str) -> Progress | None:
     """``progress`` with ``prefix`` in front of every stage text."""
     if progress is None:
@@ -578,7 +571,7 @@ def run_continuous(
     bounds = [stage_bounds(k, start=start, n_stages=n_stages) for k in numbers]
     out = []
     for b in bounds:
-        _report(progress, f"stage {b.stage}: samples", 0, 1)
+        report_progress(progress, f"stage {b.stage}: samples", 0, 1)
         sd = stage_data(
             data,
             b.stage,
@@ -587,7 +580,7 @@ def run_continuous(
             n_stages=n_stages,
             valid_fraction=valid_fraction,
         )
-        _report(progress, f"stage {b.stage}: samples", 1, 1)
+        report_progress(progress, f"stage {b.stage}: samples", 1, 1)
         results = {
             mode: run_fedps(sd, s, progress=_prefixed(progress, f"stage {b.stage} {mode}: "))
             for mode, s in per_mode.items()

@@ -37,12 +37,6 @@ from fedrank.errors import ConfigError, DataFormatError
 from fedrank.models.word2vec import train_word2vec
 from fedrank.retrieval.candidates import BM25Candidates, CandidateGenerator, UserData, build_users
 
-#: Non-clicked candidates per query. Train and test follow the paper (5 and 50, Sec. 4.1);
-#: validation uses test-like lists of 50 (the paper: 5) because it selects the reported
-#: round: with 5 negatives the validation MAP kept rising while the test MAP (50
-#: negatives) fell, so it picked over-fitted models.
-DEFAULT_NEGATIVES: Mapping[str, int] = {"train": 5, "valid": 50, "test": 50}
-
 #: The shared AOL sample, relative to the data directory.
 AOL_SAMPLE = Path("AOL") / "aol_top1000_users_clicks.tsv.gz"
 
@@ -126,7 +120,8 @@ def prepare_aol(
         generator: the first-stage candidate generator; default BM25 over the URL words of
             the document pool (pass another to use e.g. document titles).
         negatives: non-clicked candidates per query of each split; default
-            :data:`DEFAULT_NEGATIVES` (train 5, valid 50, test 50).
+            :data:`fedrank.retrieval.candidates.DEFAULT_NEGATIVES` (train 5, valid 50,
+            test 50).
     """
     if users is not None and users < 2:
         raise ConfigError(f"users must be >= 2 (or None for all), got {users}")
@@ -152,9 +147,7 @@ def prepare_aol(
     t0 = time.perf_counter()
     if generator is None:
         generator = BM25Candidates.from_pool(corpus.pool, rng=np.random.default_rng(seeds[1]))
-    user_data = build_users(
-        corpus.users, corpus.pool, corpus.vocab, generator, negatives=negatives or DEFAULT_NEGATIVES
-    )
+    user_data = build_users(corpus.users, corpus.pool, corpus.vocab, generator, negatives=negatives)
     timings["samples"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     doc_tokens = corpus.pool.tokens.astype(np.int64)

@@ -76,6 +76,14 @@ def per_query_map_mrr_p1(
     return {"map": ap, "mrr": rr, "p@1": p1}
 
 
+def per_query_table(scores: np.ndarray, labels: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``(Q, 3)`` float64: the columns of :func:`per_query_map_mrr_p1` in
+    :data:`METRIC_NAMES` order (AP, RR, P@1; NaN rows for queries without a relevant
+    candidate)."""
+    values = per_query_map_mrr_p1(scores, labels, mask)
+    return np.stack([values[name] for name in METRIC_NAMES], axis=1)
+
+
 def map_mrr_p1(scores: np.ndarray, labels: np.ndarray, mask: np.ndarray) -> dict[str, float]:
     """Means of :func:`per_query_map_mrr_p1` over the queries with at least one relevant
     valid candidate: ``{"map", "mrr", "p@1"}`` (NaN if there is none) and ``"n_queries"``

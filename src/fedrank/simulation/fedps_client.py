@@ -38,7 +38,7 @@ import torch
 from fedrank.core.message import Message
 from fedrank.errors import ConfigError
 from fedrank.losses.lambdarank import lambdarank_loss
-from fedrank.metrics.relevance import per_query_map_mrr_p1
+from fedrank.metrics.relevance import per_query_table
 from fedrank.models.peps import PEPSRanker, PersonalEmbeddings
 from fedrank.retrieval.candidates import RankingSamples, UserData
 
@@ -249,8 +249,7 @@ class UserWorkspace:
         if tensors is None:
             raise ConfigError(f"split must be 'valid' or 'test', got {split!r}")
         scores = score_samples(model, tensors, self.personal)
-        values = per_query_map_mrr_p1(scores, tensors.labels.numpy(), tensors.mask.numpy())
-        return np.stack([values["map"], values["mrr"], values["p@1"]], axis=1)
+        return per_query_table(scores, tensors.labels.numpy(), tensors.mask.numpy())
 
 
 class FedPSClient:
