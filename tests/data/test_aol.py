@@ -391,9 +391,17 @@ def test_corpus_pool_and_user_logs(split30: TimeSplit) -> None:
     assert isinstance(pool, DocumentPool) and np.array_equal(pool.urls, lg.urls)
     assert pool.tokens.shape == (lg.urls.size, 12) and pool.tokens.dtype == np.int32
     assert np.array_equal(pool.lengths, (pool.tokens != PAD_ID).sum(axis=1))
-    assert np.all(pool.lengths >= 1)
+    # Texts are encoded with the past vocabulary; unknown words are dropped (never one
+    # shared id that would make two unknown words match).
+    assert not np.any(pool.tokens == OOV_ID)
+    for doc in (0, 17, lg.urls.size - 1):
+        known = [w for w in corpus.texts[doc] if w in vocab][:12]
+        assert [vocab.words[i] for i in pool.tokens[doc, : pool.lengths[doc]]] == known
+    assert np.mean(pool.lengths[corpus.past_docs] >= 1) > 0.9
     d = int(np.flatnonzero(lg.urls == "http://www.revengelady.com/")[0])
-    assert [vocab.words[i] for i in pool.tokens[d, : pool.lengths[d]]] == ["revenge", "lady"]
+    # URL words first, then words of background queries that led to it
+    assert [vocab.words[i] for i in pool.tokens[d, :2]] == ["revenge", "lady"]
+    assert corpus.texts[d][:2] == ("revenge", "lady") and len(corpus.texts[d]) > 2
     assert len(corpus.users) == lg.n_users
     # Test-period query words are not in the vocabulary unless seen elsewhere.
     seen = {w for q in lg.query[split30.split <= TRAIN] for w in tokenize(lg.queries[q])}
@@ -404,7 +412,7 @@ def test_corpus_pool_and_user_logs(split30: TimeSplit) -> None:
     assert u.user_id == lg.user_ids[3] and u.n_events == hi - lo
     assert u.queries.shape == (hi - lo, 10)
     q = lg.queries[lg.query[lo]]
-    expect = [vocab.id(w) for w in tokenize(q)][:10]
+    expect = [vocab.id(w) for w in tokenize(q) if w in vocab][:10]
     assert u.queries[0, : len(expect)].tolist() == expect
     assert np.array_equal(u.click_docs, lg.click_docs[lg.click_ptr[lo] : lg.click_ptr[hi]])
     assert np.array_equal(u.split, split30.split[lo:hi])

@@ -17,7 +17,8 @@ from fedrank.experiments.fedps_baselines import (
 )
 from fedrank.privacy.cover_queries import CoverQueryGenerator
 from fedrank.privacy.profile_kl import assign_groups
-from fedrank.retrieval.candidates import BM25Candidates, UserData, build_users
+from fedrank.retrieval.candidates import CandidateLists, UserData, build_lists, build_users
+from fedrank.retrieval.search_engine import SearchEngine
 
 SPLITS = ("train", "valid", "test")
 FIELDS = ("time", "split", "query_key", "queries", "click_ptr", "click_docs")
@@ -33,10 +34,25 @@ def corpus(data_dir: Path) -> AolCorpus:
 
 
 @pytest.fixture(scope="module")
-def original_users(corpus: AolCorpus) -> list[UserData]:
-    return build_users(
-        corpus.users, corpus.pool, corpus.vocab, BM25Candidates.from_pool(corpus.pool)
-    )
+def lists(corpus: AolCorpus) -> CandidateLists:
+    engine = SearchEngine(corpus.texts, corpus.indexed, corpus.past_docs)
+    return build_lists(corpus.split, engine, np.random.default_rng(0))
+
+
+@pytest.fixture(scope="module")
+def original_users(corpus: AolCorpus, lists: CandidateLists) -> list[UserData]:
+    return build_users(corpus.users, corpus.pool, corpus.vocab, lists)
+
+
+def by_event(users: list[UserData], split: str) -> dict[int, tuple]:
+    """Every sample's (candidates, labels, bm25) keyed by its event id in the log."""
+    out = {}
+    for u in users:
+        s = u.samples(split)
+        for i, e in enumerate(s.event_ids.tolist()):
+            m = s.mask[i]
+            out[e] = (s.candidates[i][m].tolist(), s.labels[i][m].tolist(), s.bm25[i][m].tolist())
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +78,7 @@ def make_log(
     docs = np.array([d for c in clicks for d in c], dtype=np.int32)
     return UserLog(
         user_id=user_id,
+        event_id=user_id * 100 + np.arange(e, dtype=np.int64),
         time=np.datetime64("2006-03-01T00:00:00", "s") + np.array(seconds, dtype="timedelta64[s]"),
         session=np.array(sessions, dtype=np.int64),
         split=np.full(e, 1, dtype=np.int8),
@@ -76,6 +93,7 @@ def event_rows(log: UserLog, i: int) -> tuple:
     """Everything about event ``i`` except its session id (queries without padding)."""
     q = log.queries[i]
     return (
+        int(log.event_id[i]),
         int(log.time[i].astype(np.int64)),
         int(log.split[i]),
         int(log.query_key[i]),
@@ -155,13 +173,17 @@ def test_singleton_groups_reproduce_the_logs(corpus: AolCorpus) -> None:
         assert same_partition(glog.session, log.session)
 
 
-def test_build_users_on_group_logs(corpus: AolCorpus, original_users: list[UserData]) -> None:
+def test_build_users_on_group_logs(
+    corpus: AolCorpus, lists: CandidateLists, original_users: list[UserData]
+) -> None:
     groups = assign_groups(len(corpus.users), 10, np.random.default_rng(2))
     merged = group_user_logs(corpus.users, groups)
-    grouped = build_users(merged, corpus.pool, corpus.vocab, BM25Candidates.from_pool(corpus.pool))
+    grouped = build_users(merged, corpus.pool, corpus.vocab, lists)
     assert len(grouped) == 3
     for split in SPLITS:
         assert n_samples(grouped, split) == n_samples(original_users, split)
+        # exactly the lists every other mode ranks, event by event
+        assert by_event(grouped, split) == by_event(original_users, split)
     # The group profile holds every member's words.
     for g, mem in zip(grouped, group_members(groups), strict=True):
         words = np.unique(np.concatenate([original_users[i].vocab_ids for i in mem]))
@@ -217,8 +239,9 @@ def test_cover_logs_interleave_covers(corpus: AolCorpus) -> None:
         assert cl.n_events == e * (1 + m)
         real = np.arange(e) * (1 + m)
         cov = np.setdiff1d(np.arange(cl.n_events), real)
-        for name in ("time", "session", "split", "query_key", "queries"):
+        for name in ("event_id", "time", "session", "split", "query_key", "queries"):
             np.testing.assert_array_equal(getattr(cl, name)[real], getattr(log, name))
+        assert np.all(cl.event_id[cov] == -1)
         np.testing.assert_array_equal(cl.clicks_per_event[real], log.clicks_per_event)
         np.testing.assert_array_equal(cl.click_docs, log.click_docs)
         assert np.all(cl.clicks_per_event[cov] == 0)
@@ -231,13 +254,16 @@ def test_cover_logs_interleave_covers(corpus: AolCorpus) -> None:
     assert not np.isin(cover_keys, real_keys).any()
 
 
-def test_build_users_on_cover_logs(corpus: AolCorpus, original_users: list[UserData]) -> None:
+def test_build_users_on_cover_logs(
+    corpus: AolCorpus, lists: CandidateLists, original_users: list[UserData]
+) -> None:
     m = 1
     covers = random_covers(corpus.users, m, len(corpus.vocab), seed=1)
     covered = cover_query_logs(corpus.users, covers)
-    users = build_users(covered, corpus.pool, corpus.vocab, BM25Candidates.from_pool(corpus.pool))
+    users = build_users(covered, corpus.pool, corpus.vocab, lists)
     for split in SPLITS:
         assert n_samples(users, split) == n_samples(original_users, split)
+        assert by_event(users, split) == by_event(original_users, split)
     for new, old in zip(users, original_users, strict=True):
         assert np.isin(old.vocab_ids, new.vocab_ids).all()
         for split in SPLITS:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedrank.data.aol import BACKGROUND, TEST, TRAIN, VALID, TimeSplit
+from fedrank.data.aol import BACKGROUND, TEST, TRAIN, VALID, TimeSplit, past_events, tokenize
 from fedrank.errors import ConfigError
 from fedrank.experiments.fedps import FedPSSettings, run_fedps
 from fedrank.experiments.fedps_continuous import (
@@ -25,7 +25,7 @@ from fedrank.experiments.fedps_continuous import (
     stage_split,
 )
 from fedrank.experiments.fedps_data import FedPSData, prepare_aol
-from fedrank.retrieval.candidates import BM25Candidates, RankingSamples, build_users
+from fedrank.retrieval.candidates import RankingSamples, build_users
 
 SPLITS = ("train", "valid", "test")
 TINY = FedPSSettings(mode="original", rounds=1, clients_per_step=5, cover_queries=0)
@@ -203,9 +203,9 @@ def test_stage_split_accepts_another_start(data: FedPSData) -> None:
 
 
 def _assert_samples_equal(a: RankingSamples, b: RankingSamples) -> None:
-    for name in ("events", "query", "candidates", "mask", "labels", "features", "bm25"):
+    for name in ("events", "query", "candidates", "mask", "labels", "features", "bm25", "ranks"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
-    assert a.n_without_click == b.n_without_click
+    assert a.n_without_click == b.n_without_click and a.n_unlisted == b.n_unlisted
 
 
 @pytest.fixture(scope="module")
@@ -218,17 +218,28 @@ def test_stage_data_invariants(data: FedPSData, stage2: FedPSData) -> None:
     assert len(sd.users) == len(sd.corpus.users) == len(data.users)
     assert [u.user_id for u in sd.users] == [u.user_id for u in data.users]
     assert [u.user_id for u in sd.corpus.users] == [u.user_id for u in data.corpus.users]
-    assert sd.corpus.vocab is data.corpus.vocab and sd.corpus.pool is data.corpus.pool
-    assert sd.word_vectors is data.word_vectors and sd.doc_tokens is data.doc_tokens
+    assert sd.word_vectors.shape == (len(sd.corpus.vocab), data.word_vectors.shape[1])
+    # Fitted on the stage's past only: every vocabulary word comes from a document clicked
+    # or a query issued before the stage's validation and test events.
+    lg = sd.corpus.split.log
+    past = past_events(sd.corpus.split)
+    past_docs = np.zeros(lg.urls.size, dtype=bool)
+    past_docs[lg.click_docs[past[lg.click_event]]] = True
+    assert np.array_equal(sd.corpus.past_docs, past_docs)
+    test_clicked = lg.click_docs[sd.corpus.split.split[lg.click_event] == TEST]
+    assert np.any(~past_docs[test_clicked])  # new documents in the test week: not past
+    words = {w for d in np.flatnonzero(past_docs) for w in sd.corpus.texts[d]}
+    words |= {w for q in lg.query[past] for w in tokenize(str(lg.queries[q]))}
+    assert set(sd.corpus.vocab.words[2:]) <= words
     for ul, ud, full in zip(sd.corpus.users, sd.users, data.corpus.users, strict=True):
         assert ul.queries.shape[1] == full.queries.shape[1]
         n = ul.n_events
-        np.testing.assert_array_equal(ul.queries, full.queries[:n])
+        np.testing.assert_array_equal(ul.time, full.time[:n])
         np.testing.assert_array_equal(ul.query_key, full.query_key[:n])
         for code, part in zip((TRAIN, VALID, TEST), SPLITS, strict=True):
             s = ud.samples(part)
             in_part = ul.split == code
-            assert s.n_queries + s.n_without_click == int(in_part.sum())
+            assert s.n_queries + s.n_without_click + s.n_unlisted == int(in_part.sum())
             assert np.all(ul.split[s.events] == code)
         assert np.all(ul.time[ud.test.events] >= b.test_start)
         assert np.all(ul.time[ud.test.events] < b.test_end)
@@ -257,13 +268,16 @@ def test_later_events_do_not_leak_into_the_samples(data: FedPSData, stage2: FedP
     present but in no split: features use only strictly earlier events."""
     full_logs = []
     for ul, full in zip(stage2.corpus.users, data.corpus.users, strict=True):
+        later = full.n_events - ul.n_events
         code = np.full(full.n_events, -1, dtype=np.int8)
         code[: ul.n_events] = ul.split
-        full_logs.append(replace(full, split=code))
+        queries = np.zeros_like(full.queries)  # later queries: no words, never sampled
+        queries[: ul.n_events] = ul.queries
+        event_id = np.concatenate([ul.event_id, np.full(later, -1, dtype=np.int64)])
+        full_logs.append(replace(full, split=code, queries=queries, event_id=event_id))
     assert sum(f.n_events for f in full_logs) > sum(u.n_events for u in stage2.corpus.users)
-    pool, vocab = data.corpus.pool, data.corpus.vocab
-    gen = BM25Candidates.from_pool(pool, rng=np.random.default_rng(5))
-    rebuilt = build_users(full_logs, pool, vocab, gen)
+    corpus = stage2.corpus
+    rebuilt = build_users(full_logs, corpus.pool, corpus.vocab, stage2.lists)
     for a, b in zip(stage2.users, rebuilt, strict=True):
         for part in SPLITS:
             _assert_samples_equal(a.samples(part), b.samples(part))

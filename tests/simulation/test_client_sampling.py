@@ -38,15 +38,22 @@ def test_round_time_model() -> None:
     topology = Topology.build(n, np.random.default_rng(0), clients_per_proxy=100)
     straggler = np.zeros(n, dtype=bool)
     straggler[:200] = True
-    flat = flat_round_time(flat_schedule(n, 100, np.random.default_rng(1)), straggler)
-    assert flat == RoundTime(2.0 * n, 200.0)  # the paper's 2NT + (stragglers) d
+
+    def late(steps: list[np.ndarray], slow: np.ndarray) -> list[np.ndarray]:
+        return [slow[s] for s in steps]
+
+    flat_steps = flat_schedule(n, 100, np.random.default_rng(1))
+    flat = flat_round_time(flat_steps, late(flat_steps, straggler))
+    assert flat == RoundTime(2.0 * n, 200.0)  # the paper's 2NT + (late responses) d
     steps = proxy_schedule(topology, 100, np.random.default_rng(1))
-    proxy = proxy_round_time(steps, straggler, topology)
+    proxy = proxy_round_time(steps, late(steps, straggler), topology)
     # one group server; per step 2 x (1 group server + 10 proxies + at most 10 clients)
     assert proxy.d_units == 0 and proxy.t_units <= len(steps) * 2 * (1 + 10 + 10)
-    none = proxy_round_time(steps, np.zeros(n, dtype=bool), topology)
+    none = proxy_round_time(steps, late(steps, np.zeros(n, dtype=bool)), topology)
     assert none.t_units == len(steps) * 2 * (1 + 10 + 10)
     # stragglers offload to their proxy: their exchange is not counted
-    everyone = proxy_round_time(steps, np.ones(n, dtype=bool), topology)
+    everyone = proxy_round_time(steps, late(steps, np.ones(n, dtype=bool)), topology)
     assert everyone.t_units == len(steps) * 2 * (1 + 10) < none.t_units
     assert str(flat) == "4000T + 200d"
+    with pytest.raises(ConfigError, match="one bool mask per step"):
+        flat_round_time(flat_steps, late(flat_steps, straggler)[:-1])

@@ -41,7 +41,14 @@ def test_local_update_is_the_change_of_the_shared_parameters(small: FedPSData) -
     np.testing.assert_allclose(start + message.update, model.get_flat_parameters(), atol=1e-6)
     assert message.n == small.users[0].train.n_queries == client.n_train
     assert message.model_version == 7
-    assert np.isfinite(message.metrics["train_loss"])
+    # By default the message is the update and its count, nothing about the client's data.
+    assert message.metrics == {}
+    again = FedPSClient(small.users[0], small.doc_tokens, small.word_vectors, seed=1)
+    reported = again.local_update(
+        _model(small), start, LocalTraining(epochs=2, batch_size=8, report_loss=True), 7
+    )
+    assert set(reported.metrics) == {"train_loss"} and np.isfinite(reported.metrics["train_loss"])
+    np.testing.assert_allclose(reported.update, message.update, atol=1e-6)
 
 
 def test_same_seed_same_update_and_the_model_is_only_a_workspace(small: FedPSData) -> None:
@@ -77,15 +84,9 @@ def test_a_client_without_training_queries_sends_an_empty_update(small: FedPSDat
     import dataclasses
 
     user = small.users[0]
+    rows = ("events", "event_ids", "query", "candidates", "mask", "labels", "features", "bm25")
     empty_train = dataclasses.replace(
-        user.train,
-        events=user.train.events[:0],
-        query=user.train.query[:0],
-        candidates=user.train.candidates[:0],
-        mask=user.train.mask[:0],
-        labels=user.train.labels[:0],
-        features=user.train.features[:0],
-        bm25=user.train.bm25[:0],
+        user.train, **{name: getattr(user.train, name)[:0] for name in (*rows, "ranks")}
     )
     client = FedPSClient(
         dataclasses.replace(user, train=empty_train), small.doc_tokens, small.word_vectors, seed=0

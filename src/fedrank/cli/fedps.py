@@ -36,27 +36,74 @@ def fedps() -> None:
     """FedPS: federated personalized search on the AOL log (Yao et al., FedPS)."""
 
 
+def _seed_list(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        seeds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(
+            f"--seeds must be comma-separated integers, got {text!r}"
+        ) from None
+    if not seeds:
+        raise click.BadParameter("--seeds needs at least one seed, e.g. --seeds 1,2,3")
+    return seeds
+
+
 @fedps.command("run")
 @click.option(
     "--mode",
     type=click.Choice(
-        ["original", "knrm", "pclick", "central", "flat", "proxy", "coverquery", "groupuser"]
+        [
+            "original",
+            "ascending",
+            "popularity",
+            "user_prior",
+            "pclick",
+            "rule",
+            "gbdt",
+            "knrm",
+            "central",
+            "flat",
+            "proxy",
+            "coverquery",
+            "groupuser",
+        ]  # fmt: skip
     ),
     required=True,
-    help="original (BM25), knrm, pclick, central (PEPS trained on the server), flat "
+    help="a rule (original = BM25 order, ascending, popularity, user_prior, pclick, rule), "
+    "gbdt (LightGBM on the hand features), knrm, central (PEPS trained on the server), flat "
     "(FedPSFlat), proxy (FedPSProxy), coverquery or groupuser (privacy baselines)",
 )
 @click.option("--log", type=click.Path(path_type=Path, dir_okay=False), help=_LOG_HELP)
 @click.option("--users", type=int, default=None, help="draw this many users (default: all)")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--rounds", type=int, default=None, help="R (epochs for central modes)")
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="data seed (user draw, lists, word2vec)"
+)
+@click.option(
+    "--seeds",
+    default=None,
+    help="training seeds, comma-separated (e.g. 1,2,3); default: the data seed",
+)
+@click.option("--rounds", type=int, default=None, help="R, most rounds (epochs for central)")
+@click.option("--evals-per-round", type=int, default=None, help="validation evaluations per round")
+@click.option("--patience", type=int, default=None, help="evaluations without gain before stop")
 @click.option("-k", "--clients-per-step", type=int, default=None, help="K")
+@click.option("--per-proxy", "clients_per_proxy_step", type=int, default=None,
+              help="clients sampled per proxy in a FedPSProxy step (paper: 10)")  # fmt: skip
+@click.option("--clients-per-proxy", type=int, default=None, help="clients under one proxy")
+@click.option("--proxies-per-group", type=int, default=None, help="proxies per group server")
 @click.option("--local-epochs", type=int, default=None, help="E")
 @click.option("--batch-size", type=int, default=None, help="B")
 @click.option("--lr", "learning_rate", type=float, default=None, help="eta (Adam)")
-@click.option("--server-lr", "server_learning_rate", type=float, default=None, help="eta_s")
-@click.option("--stragglers", "straggler_ratio", type=float, default=None, help="e.g. 0.1")
+@click.option("--server-lr", "server_learning_rate", type=float, default=None,
+              help="eta_s (Algorithm 1: 1)")  # fmt: skip
+@click.option("--stragglers", "straggler_ratio", type=float, default=None,
+              help="share of responses later than T_max (default 0.1)")  # fmt: skip
+@click.option("--t-max", type=float, default=None, help="T_max in seconds (default: calibrated)")
 @click.option("--upload", type=click.Choice(["all", "frequent", "frozen"]), default=None)
+@click.option("--client-metrics", is_flag=True, default=None,
+              help="clients also send their training loss")  # fmt: skip
 @click.option("--cover-queries", type=int, default=None, help="m cover queries per query")
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False))
 def run(
@@ -64,38 +111,91 @@ def run(
     log: Path | None,
     users: int | None,
     seed: int,
+    seeds: str | None,
     json_path: Path | None,
     **overrides: Any,
 ) -> None:
-    """Train and evaluate one FedPS mode; print MAP, MRR, P@1 and the KL divergence."""
-    from fedrank.experiments.fedps import FedPSSettings, run_fedps
+    """Train and evaluate one FedPS mode over one or more training seeds; print MAP, MRR,
+    P@1 (mean and spread over seeds) and the KL divergence."""
+    from fedrank.experiments.fedps import FedPSSettings, run_seeds
     from fedrank.experiments.fedps_data import prepare_aol
 
+    training_seeds = _seed_list(seeds) or [seed]
     given = {k: v for k, v in overrides.items() if v is not None}
-    settings = FedPSSettings(mode=mode, seed=seed, **given)
+    settings = FedPSSettings(mode=mode, seed=training_seeds[0], **given)
     path = _log_path(log)
     with progress_bar() as bar:
         task = bar.add_task("prepare AOL data", total=1)
         data = prepare_aol(path, users=users, seed=seed)
         bar.update(task, completed=1)
-        result = run_fedps(data, settings, progress=_Bar(bar))
-    out = result.to_json()
+        results = run_seeds(data, settings, training_seeds, progress=_Bar(bar))
+    summary = results.summary()
+    first = results.results[0].to_json()
+    spread = (
+        ""
+        if len(training_seeds) == 1
+        else " (mean over seeds; sd "
+        + ", ".join(f"{m} {summary[f'{m}_sd']:.4f}" for m in ("MAP", "MRR", "P@1"))
+        + ")"
+    )
     click.echo(
-        f"{mode}: MAP {out['MAP']:.4f}  MRR {out['MRR']:.4f}  P@1 {out['P@1']:.4f}  "
-        f"KL {out['kl_divergence']:.4f}  (best round {out['best_round']}/{out['rounds']}, "
-        f"{out['steps']} steps, {out['wall_seconds']:.0f} s, {out['data']['users']} users)"
+        f"{mode}: MAP {summary['MAP_mean']:.4f}  MRR {summary['MRR_mean']:.4f}  "
+        f"P@1 {summary['P@1_mean']:.4f}  KL {summary['kl_divergence']:.4f}{spread}  "
+        f"({len(training_seeds)} seed(s), best round {summary['best_round_per_seed']}, "
+        f"{first['data']['users']} users, {first['data']['test_queries']} test queries)"
     )
     if json_path is not None:
-        write_json(out, json_path)
+        write_json(
+            {
+                "mode": mode,
+                "data_seed": seed,
+                **summary,
+                "runs": [r.to_json() for r in results.results],
+            },
+            json_path,
+        )
         click.echo(f"wrote {json_path}")
+
+
+@fedps.command("lists")
+@click.option("--log", type=click.Path(path_type=Path, dir_okay=False), help=_LOG_HELP)
+@click.option("--users", type=int, default=None, help="draw this many users (default: all)")
+@click.option("--seed", type=int, default=0, show_default=True, help="data seed")
+@click.option(
+    "--split", type=click.Choice(["train", "valid", "test"]), default="test", show_default=True
+)
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True)
+def lists(log: Path | None, users: int | None, seed: int, split: str, out: Path) -> None:
+    """Write the candidate lists of one split as Parquet (one row per query and candidate:
+    user_id, query_id, doc_id, label, bm25, bm25_rank, user_prior_clicks,
+    global_prior_clicks) and print how relevant and irrelevant candidates compare."""
+    from fedrank.experiments.fedps_data import prepare_aol
+    from fedrank.experiments.fedps_lists import list_diagnostics, write_lists
+
+    data = prepare_aol(_log_path(log), users=users, seed=seed, word2vec_epochs=1)
+    table = write_lists(data, split, out)
+    d = list_diagnostics(data, split)
+    click.echo(
+        f"{split}: {d['queries']:,} queries ({d['listed_share']:.1%} of the clicked ones: "
+        f"{d['click_not_retrieved']:,} clicks not retrieved, {d['no_negative']:,} without a "
+        f"non-clicked document), {table.num_rows:,} rows"
+    )
+    for key in ("no_match_engine", "no_match_model", "popular", "user_clicked", "bm25_rank"):
+        click.echo(
+            f"  {key:16s} relevant {d[key]['relevant']:.3f}  irrelevant {d[key]['irrelevant']:.3f}"
+        )
+    click.echo(f"wrote {out}")
 
 
 @fedps.command("reproduce")
 @click.option("--log", type=click.Path(path_type=Path, dir_okay=False), help=_LOG_HELP)
 @click.option("--users", type=int, default=None, help="draw this many users (default: all)")
-@click.option("--rounds", type=int, default=4, show_default=True, help="R of every run")
+@click.option("--rounds", type=int, default=4, show_default=True, help="most rounds of every run")
 @click.option(
-    "--sweep-rounds", type=int, default=6, show_default=True, help="R of the K and E sweeps"
+    "--sweep-rounds", type=int, default=6, show_default=True, help="most rounds of the K, E sweeps"
+)
+@click.option(
+    "--sweep-users", type=int, default=300, show_default=True, help="users of the sweeps (0: all)"
 )
 @click.option(
     "--continuous-users",
@@ -104,12 +204,16 @@ def run(
     show_default=True,
     help="users of the Figure 4 simulation (0: all)",
 )
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="data seed")
+@click.option("--seeds", default="1,2,3", show_default=True, help="training seeds")
+@click.option(
+    "--lrs", default="3e-4,1e-3,3e-3", show_default=True, help="central learning rates to tune"
+)
 @click.option(
     "--tables",
-    default="3,4,5,6,fig4",
+    default="3,hierarchy,4,5,6,fig4",
     show_default=True,
-    help="comma-separated subset of 3 (Tables 2-3), 4, 5, 6, fig4",
+    help="comma-separated subset of 3 (Tables 2-3), hierarchy, 4, 5, 6, fig4",
 )
 @click.option("--jobs", type=int, default=2, show_default=True, help="worker processes")
 @click.option(
@@ -124,25 +228,36 @@ def reproduce(
     users: int | None,
     rounds: int,
     sweep_rounds: int,
+    sweep_users: int,
     continuous_users: int,
     seed: int,
+    seeds: str,
+    lrs: str,
     tables: str,
     jobs: int,
     out_dir: Path,
 ) -> None:
-    """Tables 2-6 and Figure 4 of the FedPS paper: writes tables.md, results.json,
-    figure4.png and one JSON per run (finished runs are reused when rerun)."""
+    """Tables 2-6, the hierarchy comparison and Figure 4 of the FedPS paper: writes
+    tables.md, results.json, figure4.png and one JSON per run (finished runs are reused when
+    rerun)."""
     from fedrank.experiments.fedps_reproduce import ReproduceConfig
     from fedrank.experiments.fedps_reproduce import reproduce as run_reproduce
 
+    try:
+        rates = tuple(float(x) for x in lrs.split(",") if x.strip())
+    except ValueError:
+        raise click.BadParameter(f"--lrs must be comma-separated numbers, got {lrs!r}") from None
     config = ReproduceConfig(
         log=_log_path(log),
         out_dir=out_dir,
         users=users,
         rounds=rounds,
         sweep_rounds=sweep_rounds,
+        sweep_users=sweep_users or None,
         continuous_users=continuous_users or None,
-        seed=seed,
+        data_seed=seed,
+        seeds=tuple(_seed_list(seeds) or ()),
+        learning_rates=rates,
         tables=tuple(t.strip() for t in tables.split(",") if t.strip()),
         jobs=jobs,
     )

@@ -15,14 +15,26 @@ per anonymous user id. This module does that and the preprocessing the paper des
    order, **6:1:1 into train / valid / test**, and drops users without enough data in some
    part (counted and explained in a :class:`FilterReport`, never silently); :class:`TimeSplit`.
 4. Text: :func:`tokenize` for queries; :func:`url_words` and the unigram
-   :class:`WordSegmenter` for documents, whose only text in this log is their URL (mostly a
-   bare host such as ``http://www.peabodylibrary.org/`` -> ``peabody library``). The paper
-   crawled titles for the clicked URLs; those pages are long gone, so the URL words stand in
-   for the title. A log with real titles plugs in by building the :class:`DocumentPool` from
-   the titles' words instead (:meth:`DocumentPool.build` takes any word lists).
-5. :class:`Vocabulary` (id 0 = padding, 1 = out-of-vocabulary), :class:`DocumentPool` (every
-   distinct clicked URL is a document; padded token-id matrix) and :class:`UserLog` (one
-   user's events with encoded queries), tied together by :func:`build_corpus`.
+   :class:`WordSegmenter` for documents, whose only own text in this log is their URL (mostly
+   a bare host such as ``http://www.peabodylibrary.org/`` -> ``peabody library``). The paper
+   crawled titles for the clicked URLs; those pages are long gone, so a document's text
+   (:func:`document_texts`) is its URL words followed by the words of the queries that led
+   to it in the **background** period (click-through text, the search engine's own log from
+   before the experiment). A log with real titles plugs in by building the
+   :class:`DocumentPool` from the titles' words instead (:meth:`DocumentPool.build` takes any
+   word lists).
+5. :class:`Vocabulary` (id 0 = padding, 1 = reserved for out-of-vocabulary),
+   :class:`DocumentPool` (every distinct clicked URL is a document; padded token-id matrix)
+   and :class:`UserLog` (one user's events with encoded queries), tied together by
+   :func:`build_corpus`.
+
+**Fit only on the past.** Everything learned from the log -- the segmenter's dictionary,
+the vocabulary -- comes from the *past*: background and training events
+(:func:`past_events`) and the documents clicked in them (:func:`past_documents`). A
+validation or test document never clicked before has the text a real system would give it
+(its URL words, segmented with the past segmenter) and words unknown to the past vocabulary
+are **dropped** when encoding (:meth:`Vocabulary.encode_batch` with ``drop_unknown``), so
+two different unknown words can never look identical to a model.
 
 Candidate generation (BM25) and the ranking samples are in :mod:`fedrank.retrieval`.
 
@@ -72,10 +84,15 @@ __all__ = [
     "assign_sessions",
     "build_corpus",
     "build_vocabulary",
+    "click_through_words",
     "default_segmenter",
+    "document_texts",
     "document_words",
+    "indexed_documents",
     "load_aol",
     "normalized_query_keys",
+    "past_documents",
+    "past_events",
     "segmenter_counts",
     "split_by_time",
     "tokenize",
@@ -989,22 +1006,30 @@ class Vocabulary:
         """The id of ``word`` (:data:`OOV_ID` if unknown)."""
         return self._index.get(word, OOV_ID)
 
-    def encode(self, tokens: Sequence[str]) -> np.ndarray:
-        """``(len(tokens),)`` int32 ids."""
-        get = self._index.get
-        return np.fromiter((get(w, OOV_ID) for w in tokens), dtype=np.int32, count=len(tokens))
+    def encode(self, tokens: Sequence[str], *, drop_unknown: bool = False) -> np.ndarray:
+        """``(n,)`` int32 ids; unknown words are :data:`OOV_ID`, or left out with
+        ``drop_unknown``."""
+        index = self._index
+        ids = [index.get(w, OOV_ID) for w in tokens if not drop_unknown or w in index]
+        return np.array(ids, dtype=np.int32)
 
     def encode_batch(
-        self, token_lists: Sequence[Sequence[str]], max_len: int
+        self, token_lists: Sequence[Sequence[str]], max_len: int, *, drop_unknown: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
         """Padded ids ``(n, max_len)`` int32 (longer lists are truncated) and the number of
-        ids kept per list ``(n,)`` int32."""
+        ids kept per list ``(n,)`` int32. Unknown words become :data:`OOV_ID`; with
+        ``drop_unknown`` they are left out before truncation (what the models use: an
+        out-of-vocabulary id shared by every unknown word would make any two unknown words
+        match)."""
         if max_len < 1:
             raise ConfigError(f"max_len must be >= 1, got {max_len}")
+        index = self._index
+        if drop_unknown:
+            token_lists = [[w for w in t if w in index] for t in token_lists]
         lengths = np.fromiter(
             (min(len(t), max_len) for t in token_lists), dtype=np.int32, count=len(token_lists)
         )
-        get = self._index.get
+        get = index.get
         flat = np.fromiter(
             (get(w, OOV_ID) for t in token_lists for w in t[:max_len]),
             dtype=np.int32,
@@ -1049,11 +1074,11 @@ class DocumentPool:
     def build(
         cls, urls: np.ndarray, words: Sequence[Sequence[str]], vocab: Vocabulary, max_len: int = 12
     ) -> DocumentPool:
-        """A pool from each document's words (URL words here; titles in a log that has
-        them), truncated to ``max_len`` ids."""
+        """A pool from each document's words (:func:`document_texts` here; titles in a log
+        that has them), unknown words dropped, truncated to ``max_len`` ids."""
         if len(words) != len(urls):
             raise DataFormatError(f"got {len(words)} word lists for {len(urls)} documents")
-        tokens, lengths = vocab.encode_batch(words, max_len)
+        tokens, lengths = vocab.encode_batch(words, max_len, drop_unknown=True)
         return cls(np.asarray(urls, dtype=str), tokens, lengths)
 
     @property
@@ -1065,29 +1090,100 @@ class DocumentPool:
         return int(self.tokens.shape[1])
 
 
+def past_events(split: TimeSplit) -> np.ndarray:
+    """``(n_events,)`` bool: the background and training events, the only part of the log
+    that anything learned from it (segmenter, vocabulary, word vectors, topic model, BM25
+    statistics) may be fitted on."""
+    return split.split <= TRAIN
+
+
+def past_documents(split: TimeSplit) -> np.ndarray:
+    """``(n_urls,)`` bool: the documents clicked in a background or training event."""
+    lg = split.log
+    past = np.zeros(lg.urls.size, dtype=bool)
+    past[lg.click_docs[past_events(split)[lg.click_event]]] = True
+    return past
+
+
+def indexed_documents(split: TimeSplit) -> np.ndarray:
+    """``(n_urls,)`` bool: the documents clicked in any event of ``split.log`` -- the search
+    engine's index (FedPS Sec. 4.1 ranks "all documents" of the log). A URL of the table
+    whose clicks were all removed (a later stage of the continuous simulation) is not in it."""
+    lg = split.log
+    indexed = np.zeros(lg.urls.size, dtype=bool)
+    indexed[lg.click_docs] = True
+    return indexed
+
+
 def default_segmenter(split: TimeSplit, **kwargs: int) -> WordSegmenter:
-    """:class:`WordSegmenter` over :func:`segmenter_counts` of the log's URLs and its
-    background-period queries (the data a deployment would have before training).
-    ``kwargs`` go to :func:`segmenter_counts` (``min_sites``, ``min_word_length``) and
+    """:class:`WordSegmenter` over :func:`segmenter_counts` of the URLs of the past documents
+    and the words of the past queries (:func:`past_documents`, :func:`past_events`: the
+    data a deployment has before the period it is tested on). ``kwargs`` go to
+    :func:`segmenter_counts` (``min_sites``, ``min_word_length``) and
     :class:`WordSegmenter` (``min_length``)."""
     seg_kw = {k: kwargs.pop(k) for k in ("min_length",) if k in kwargs}
     lg = split.log
     tokens = [tokenize(q) for q in lg.queries]
-    background = lg.query[split.split == BACKGROUND]
-    counts = segmenter_counts(lg.urls, (tokens[q] for q in background), **kwargs)
+    past = lg.query[past_events(split)]
+    counts = segmenter_counts(lg.urls[past_documents(split)], (tokens[q] for q in past), **kwargs)
     return WordSegmenter(counts, **seg_kw)
+
+
+def click_through_words(split: TimeSplit) -> list[Counter[str]]:
+    """For every document, how often each word occurred in the queries that led to a click
+    on it in the **background** period (each click counts its query's words once). This is
+    the search engine's click-through text from before the experiment; later clicks never
+    enter a document's text (they would carry the label of a training or test query into
+    the document it points to)."""
+    lg = split.log
+    words: list[Counter[str]] = [Counter() for _ in range(lg.urls.size)]
+    tokens: dict[int, list[str]] = {}
+    background = split.split[lg.click_event] == BACKGROUND
+    events = lg.click_event[background]
+    for event, doc in zip(events.tolist(), lg.click_docs[background].tolist(), strict=True):
+        q = int(lg.query[event])
+        if q not in tokens:
+            tokens[q] = tokenize(str(lg.queries[q]))
+        words[doc].update(tokens[q])
+    return words
+
+
+def document_texts(
+    split: TimeSplit, segmenter: WordSegmenter | None, max_len: int = 16
+) -> list[list[str]]:
+    """The text of every document of ``split.log.urls``: its URL words
+    (:func:`document_words`), then the words of its background click-through queries
+    (:func:`click_through_words`) that are not URL words, most frequent first (ties
+    alphabetically), cut to ``max_len`` words. A document first clicked after the
+    background period has its URL words only, as a search engine would have before anyone
+    searched for it."""
+    if max_len < 1:
+        raise ConfigError(f"max_len must be >= 1, got {max_len}")
+    texts = []
+    for url, extra in zip(split.log.urls, click_through_words(split), strict=True):
+        words = document_words(str(url), segmenter)[:max_len]
+        have = set(words)
+        ranked = sorted((w for w in extra if w not in have), key=lambda w: (-extra[w], w))
+        texts.append(words + ranked[: max_len - len(words)])
+    return texts
 
 
 def build_vocabulary(
     split: TimeSplit, doc_words: Sequence[Sequence[str]], min_count: int = 2
 ) -> Vocabulary:
-    """Vocabulary of the document words (each document once) and the words of the
-    background and training queries (each event once). Validation and test queries are left
-    out, so their unseen words are out-of-vocabulary as they would be in deployment."""
+    """Vocabulary of the past: the words of the past documents' texts (each document once;
+    ``doc_words`` has one word list per URL of ``split.log``) and of the background and
+    training queries (each event once). Words first seen in a validation or test query or
+    document are unknown, as they would be in deployment."""
     lg = split.log
+    if len(doc_words) != lg.urls.size:
+        raise DataFormatError(f"got {len(doc_words)} document texts for {lg.urls.size} URLs")
     tokens = [tokenize(q) for q in lg.queries]
-    seen = lg.query[split.split <= TRAIN]
-    return Vocabulary.build([*doc_words, *(tokens[q] for q in seen)], min_count=min_count)
+    seen = lg.query[past_events(split)]
+    past_docs = np.flatnonzero(past_documents(split))
+    return Vocabulary.build(
+        [*(doc_words[d] for d in past_docs), *(tokens[q] for q in seen)], min_count=min_count
+    )
 
 
 def normalized_query_keys(queries: np.ndarray) -> np.ndarray:
@@ -1113,6 +1209,10 @@ class UserLog:
 
     Events are in time order. Attributes (``E`` events):
         user_id: the AnonID.
+        event_id: ``(E,)`` int64 index of every event in the :class:`QueryLog` it came
+            from (``-1`` for events that are not in it, such as cover queries); candidate
+            lists are keyed by it, so a log rebuilt on the server (a group's, one with cover
+            queries) gets exactly the lists of the events it holds.
         time: ``(E,)`` ``datetime64[s]``.
         session: ``(E,)`` int64 session ids (increasing).
         split: ``(E,)`` int8 part (:data:`BACKGROUND` ... :data:`TEST`).
@@ -1123,6 +1223,7 @@ class UserLog:
     """
 
     user_id: int
+    event_id: np.ndarray
     time: np.ndarray
     session: np.ndarray
     split: np.ndarray
@@ -1133,7 +1234,7 @@ class UserLog:
 
     def __post_init__(self) -> None:
         e = self.time.shape[0]
-        for name in ("session", "split", "query_key"):
+        for name in ("event_id", "session", "split", "query_key"):
             if getattr(self, name).shape != (e,):
                 raise DataFormatError(f"UserLog {self.user_id}: {name} must have shape ({e},)")
         if self.queries.ndim != 2 or self.queries.shape[0] != e or self.queries.dtype != np.int32:
@@ -1163,10 +1264,11 @@ class UserLog:
 
 
 def user_logs(split: TimeSplit, vocab: Vocabulary, max_query_len: int = 12) -> list[UserLog]:
-    """One :class:`UserLog` per user of ``split.log``, queries encoded with ``vocab`` and
-    truncated to ``max_query_len`` words. Document ids are indices into ``split.log.urls``."""
+    """One :class:`UserLog` per user of ``split.log``, queries encoded with ``vocab``
+    (unknown words dropped) and truncated to ``max_query_len`` words. Document ids are
+    indices into ``split.log.urls``."""
     lg = split.log
-    enc, _ = vocab.encode_batch([tokenize(q) for q in lg.queries], max_query_len)
+    enc, _ = vocab.encode_batch([tokenize(q) for q in lg.queries], max_query_len, drop_unknown=True)
     keys = normalized_query_keys(lg.queries)
     out = []
     for u in range(lg.n_users):
@@ -1176,6 +1278,7 @@ def user_logs(split: TimeSplit, vocab: Vocabulary, max_query_len: int = 12) -> l
         out.append(
             UserLog(
                 user_id=int(lg.user_ids[u]),
+                event_id=np.arange(lo, hi, dtype=np.int64),
                 time=lg.time[lo:hi],
                 session=lg.session[lo:hi],
                 split=split.split[lo:hi],
@@ -1190,13 +1293,28 @@ def user_logs(split: TimeSplit, vocab: Vocabulary, max_query_len: int = 12) -> l
 
 @dataclass(frozen=True, eq=False)
 class AolCorpus:
-    """Everything :func:`build_corpus` derives from a :class:`TimeSplit`."""
+    """Everything :func:`build_corpus` derives from a :class:`TimeSplit`.
+
+    Attributes:
+        split: the log and its parts.
+        segmenter: the past segmenter (``None`` without segmentation).
+        texts: the word list of every document (:func:`document_texts`), what the search
+            engine indexes.
+        vocab: the past vocabulary (:func:`build_vocabulary`).
+        pool: the documents' texts encoded with ``vocab`` (unknown words dropped).
+        users: the per-user logs, queries encoded with ``vocab`` (unknown words dropped).
+        past_docs: ``(n_urls,)`` bool, :func:`past_documents`.
+        indexed: ``(n_urls,)`` bool, :func:`indexed_documents`.
+    """
 
     split: TimeSplit
     segmenter: WordSegmenter | None
+    texts: tuple[tuple[str, ...], ...]
     vocab: Vocabulary
     pool: DocumentPool
     users: tuple[UserLog, ...]
+    past_docs: np.ndarray
+    indexed: np.ndarray
 
 
 def build_corpus(
@@ -1204,15 +1322,24 @@ def build_corpus(
     *,
     segment: bool = True,
     vocab_min_count: int = 2,
-    doc_max_len: int = 12,
+    doc_max_len: int = 16,
     query_max_len: int = 12,
 ) -> AolCorpus:
-    """Segmenter (:func:`default_segmenter`, unless ``segment=False``), document words,
-    vocabulary (:func:`build_vocabulary`), :class:`DocumentPool` over ``split.log.urls`` and
-    the per-user logs."""
+    """Past segmenter (:func:`default_segmenter`, unless ``segment=False``), document texts
+    (:func:`document_texts`), past vocabulary (:func:`build_vocabulary`), the
+    :class:`DocumentPool` over ``split.log.urls`` and the per-user logs."""
     segmenter = default_segmenter(split) if segment else None
-    words = [document_words(u, segmenter) for u in split.log.urls]
-    vocab = build_vocabulary(split, words, min_count=vocab_min_count)
-    pool = DocumentPool.build(split.log.urls, words, vocab, max_len=doc_max_len)
+    texts = document_texts(split, segmenter, max_len=doc_max_len)
+    vocab = build_vocabulary(split, texts, min_count=vocab_min_count)
+    pool = DocumentPool.build(split.log.urls, texts, vocab, max_len=doc_max_len)
     users = tuple(user_logs(split, vocab, max_query_len=query_max_len))
-    return AolCorpus(split, segmenter, vocab, pool, users)
+    return AolCorpus(
+        split=split,
+        segmenter=segmenter,
+        texts=tuple(tuple(t) for t in texts),
+        vocab=vocab,
+        pool=pool,
+        users=users,
+        past_docs=past_documents(split),
+        indexed=indexed_documents(split),
+    )

@@ -160,6 +160,7 @@ def _merge(logs: Sequence[UserLog], user_id: int) -> UserLog:
     docs = np.concatenate([log.click_docs for log in logs])
     return UserLog(
         user_id=user_id,
+        event_id=np.concatenate([log.event_id for log in logs])[order],
         time=time[order],
         session=rank[inverse.reshape(-1)],
         split=np.concatenate([log.split for log in logs])[order],
@@ -300,7 +301,8 @@ def cover_query_logs(logs: Sequence[UserLog], covers: Sequence[np.ndarray]) -> l
     by its ``m`` cover queries, which the server records as queries of the same user.
 
     Each cover becomes an event right after its real event, with the same time, session and
-    split and no click. Its ``query_key`` is new and unique per cover event: all cover keys
+    split, no click and ``event_id`` -1 (it is not an event of the log, so it has no list).
+    Its ``query_key`` is new and unique per cover event: all cover keys
     lie above the largest ``query_key`` of any log, numbered in user, event, cover order.
     Covers are random words, so treating each as a distinct query is what the server would
     see in almost every case; as a consequence the samples that
@@ -346,6 +348,9 @@ def cover_query_logs(logs: Sequence[UserLog], covers: Sequence[np.ndarray]) -> l
         out.append(
             UserLog(
                 user_id=log.user_id,
+                event_id=np.where(
+                    np.arange(e * (1 + m)) % (1 + m) == 0, np.repeat(log.event_id, 1 + m), -1
+                ),
                 time=np.repeat(log.time, 1 + m),
                 session=np.repeat(log.session, 1 + m),
                 split=np.repeat(log.split, 1 + m),

@@ -44,7 +44,6 @@ from fedrank.data.aol import (
     TimeSplit,
     assign_sessions,
     csr_offsets,
-    user_logs,
 )
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.experiments.fedps import (
@@ -54,8 +53,7 @@ from fedrank.experiments.fedps import (
     report_progress,
     run_fedps,
 )
-from fedrank.experiments.fedps_data import FedPSData
-from fedrank.retrieval.candidates import BM25Candidates, build_users
+from fedrank.experiments.fedps_data import FedPSData, prepare_split
 
 __all__ = [
     "BASELINE_MODE",
@@ -261,7 +259,7 @@ def stage_split(
     Dropping (rather than giving later events a code no sample builder selects) keeps the
     :class:`~fedrank.data.aol.TimeSplit` contract of codes 0..3, which other code relies on
     (``TimeSplit.counts`` would count a negative code as the previous user's test events,
-    ``build_vocabulary`` selects ``split <= TRAIN``). Nothing else changes: the users (none
+    the past is ``split <= TRAIN``). Nothing else changes: the users (none
     is dropped, even without any event in a stage window), their order, the query and URL
     tables (so document ids and a :class:`~fedrank.data.aol.DocumentPool` built for
     ``split.log`` stay valid) and each user's event order; every user keeps a time-prefix of
@@ -299,23 +297,20 @@ def stage_data(
     start: np.datetime64 = DEFAULT_START,
     n_stages: int = N_STAGES,
     valid_fraction: float = DEFAULT_VALID_FRACTION,
-    negatives: Mapping[str, int] | None = None,
+    word2vec_epochs: int = 5,
 ) -> FedPSData:
     """The :class:`~fedrank.experiments.fedps_data.FedPSData` of stage ``stage`` (FedPS
-    Sec. 5.4): :func:`stage_split` of ``data.corpus.split``, the users' logs re-built from it
-    with the same vocabulary and query length, and new ranking samples
-    (:func:`~fedrank.retrieval.candidates.build_users`, BM25 candidates with random fill
-    drawn from ``np.random.default_rng(seed)``; ``negatives`` as there).
+    Sec. 5.4), built from scratch on :func:`stage_split` of ``data.corpus.split`` by
+    :func:`~fedrank.experiments.fedps_data.prepare_split` with the data seed ``seed``: the
+    segmenter, document texts, vocabulary, BM25 statistics and word vectors are fitted on
+    the stage's past only (events before ``start`` and the stage's training events), and
+    the search engine indexes the documents clicked up to the end of the test week. Nothing
+    after the stage's test week is used anywhere.
 
-    The vocabulary, segmenter, document pool, word vectors and document texts are
-    ``data``'s. The users are exactly ``data.users``'s (``data.select(n)`` is respected), in
-    the same order, each with the samples of the stage: a user without a test query in week
+    The users are exactly ``data.users``'s (``data.select(n)`` is respected), in the same
+    order, each with the samples of the stage: a user without a test query in week
     ``stage + 1`` still trains, and one without any event in weeks ``1..stage`` keeps 0
     training queries (FedAvg weight 0).
-
-    Note that ``data.corpus.vocab`` was built from the background and training queries of
-    the whole three months (:func:`~fedrank.data.aol.build_vocabulary`), so a word first
-    used after week ``stage`` can have its own id rather than being out-of-vocabulary.
 
     Raises:
         ConfigError: bad stage arguments (see :func:`stage_split`).
@@ -326,23 +321,22 @@ def stage_data(
     split = stage_split(
         corpus.split, stage, start=start, n_stages=n_stages, valid_fraction=valid_fraction
     )
-    width = int(corpus.users[0].queries.shape[1]) if corpus.users else 12
-    by_id = {ul.user_id: ul for ul in user_logs(split, corpus.vocab, max_query_len=width)}
-    missing = [u.user_id for u in corpus.users if u.user_id not in by_id]
+    built = prepare_split(
+        split, seed=seed, dim=int(data.word_vectors.shape[1]), word2vec_epochs=word2vec_epochs
+    )
+    index = {ul.user_id: i for i, ul in enumerate(built.corpus.users)}
+    missing = [u.user_id for u in corpus.users if u.user_id not in index]
     if missing:
         raise DataFormatError(
             f"users {missing[:5]} of the FedPSData are not in its corpus.split log; build the "
             "data with prepare_aol (or keep corpus.users a subset of corpus.split.log)"
         )
-    logs = tuple(by_id[u.user_id] for u in corpus.users)
-    generator = BM25Candidates.from_pool(corpus.pool, rng=np.random.default_rng(seed))
-    users = build_users(logs, corpus.pool, corpus.vocab, generator, negatives=negatives)
-    return FedPSData(
-        replace(corpus, split=split, users=logs),
-        users,
-        data.word_vectors,
-        data.doc_tokens,
-        {"stage": time.perf_counter() - start_time},
+    chosen = [index[u.user_id] for u in corpus.users]
+    return replace(
+        built,
+        corpus=replace(built.corpus, users=tuple(built.corpus.users[i] for i in chosen)),
+        users=[built.users[i] for i in chosen],
+        timings={**built.timings, "stage": time.perf_counter() - start_time},
     )
 
 
@@ -550,8 +544,8 @@ def run_continuous(
         settings: full settings for some modes (key = mode), overriding ``base``.
         stages: the stages to run; default all.
         start, n_stages, valid_fraction: the stage windows (:func:`stage_split`).
-        seed: seeds the candidates' random fill of every stage's samples (training is
-            seeded by each mode's ``settings.seed``).
+        seed: the data seed of every stage (training lists' negatives, word2vec; training
+            is seeded by each mode's ``settings.seed``).
         progress: ``progress(stage, done, total)`` as in ``run_fedps``; the stage text is
             prefixed with ``"stage k mode: "``.
 

@@ -126,3 +126,67 @@ def required_sample_size(
 
 def _sorted(curve: dict[int, float]) -> list[dict[str, float]]:
     return [{"n": n, "power": p} for n, p in sorted(curve.items())]
+
+
+def seed_user_test(a: np.ndarray, b: np.ndarray, users: np.ndarray) -> dict[str, float]:
+    """Is method ``a`` better than ``b`` beyond training randomness and user sampling?
+
+    ``a`` and ``b`` are ``(S, Q)`` per-query values (e.g. AP) of two methods on the same
+    ``Q`` queries, one row per training seed; seed ``s`` of ``a`` and of ``b`` share the
+    seed (paired). ``users`` is ``(Q,)``: the user of every query. Queries that are NaN in
+    either are left out. The difference of the means (over queries, as MAP) is
+    ``diff = mean_s mean_q (a - b)``, with two sources of noise added:
+
+    * **training randomness**: the variance over seeds of the per-seed difference,
+      divided by ``S`` (``S - 1`` degrees of freedom; not estimable with one seed, then 0
+      and reported as ``seed_se = nan``);
+    * **user sampling**: the user-clustered (sandwich) variance of the seed-averaged
+      differences -- queries of one user are correlated, so users, not queries, are the
+      independent units (``U - 1`` degrees of freedom).
+
+    ``se`` is the root of their sum, the degrees of freedom follow Welch-Satterthwaite,
+    ``p`` is the two-sided t-test of ``diff = 0`` and ``ci95`` its 95% interval. The two
+    parts count the query-level noise twice, so the test is slightly conservative.
+    """
+    a = np.atleast_2d(np.asarray(a, dtype=np.float64))
+    b = np.atleast_2d(np.asarray(b, dtype=np.float64))
+    u = np.asarray(users)
+    if a.shape != b.shape or u.shape != a.shape[1:]:
+        raise ConfigError(
+            f"a and b must be (seeds, queries) of one shape and users (queries,), got "
+            f"{a.shape}, {b.shape} and {u.shape}"
+        )
+    ok = np.isfinite(a).all(axis=0) & np.isfinite(b).all(axis=0)
+    d = (a - b)[:, ok]
+    if d.shape[1] < 2:
+        raise ConfigError("need at least two queries with values for both methods")
+    n_seeds = d.shape[0]
+    per_seed = d.mean(axis=1)
+    diff = float(per_seed.mean())
+    seed_var = float(per_seed.var(ddof=1) / n_seeds) if n_seeds > 1 else 0.0
+    _, user_index = np.unique(u[ok], return_inverse=True)
+    n_users = int(user_index.max()) + 1
+    per_user = np.bincount(user_index, weights=d.mean(axis=0) - diff, minlength=n_users)
+    n_q = d.shape[1]
+    user_var = float((per_user**2).sum() / n_q**2 * n_users / max(n_users - 1, 1))
+    se = float(np.sqrt(seed_var + user_var))
+    parts = [(user_var, n_users - 1)] + ([(seed_var, n_seeds - 1)] if n_seeds > 1 else [])
+    denominator = sum(v**2 / k for v, k in parts if k > 0 and v > 0)
+    df = (seed_var + user_var) ** 2 / denominator if denominator > 0 else float(n_users - 1)
+    t = diff / se if se > 0 else (0.0 if diff == 0 else np.inf * np.sign(diff))
+    p = float(2.0 * stats.t.sf(abs(t), df)) if np.isfinite(t) else 0.0
+    half = float(stats.t.ppf(0.975, df) * se)
+    return {
+        "diff": diff,
+        "se": se,
+        "seed_se": float(np.sqrt(seed_var)) if n_seeds > 1 else float("nan"),
+        "user_se": float(np.sqrt(user_var)),
+        "df": float(df),
+        "t": float(t),
+        "p": p,
+        "ci95_low": diff - half,
+        "ci95_high": diff + half,
+        "seeds": n_seeds,
+        "users": n_users,
+        "queries": int(n_q),
+    }

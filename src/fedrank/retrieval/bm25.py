@@ -11,7 +11,9 @@ each time) and a document ``d``::
 
 with ``N`` documents, ``n(t)`` of them containing ``t``, ``|d|`` the number of non-padding
 tokens of ``d`` and ``avgdl`` its mean. The ``1 +`` inside the logarithm (as in Lucene) keeps
-every idf positive, so a matching term never lowers a score.
+every idf positive, so a matching term never lowers a score. ``N``, ``n(t)`` and ``avgdl``
+can be taken from a subset of the documents (``stats_docs``): the ones known before the
+period a ranking is evaluated on, so that no collection statistic comes from the future.
 
 The per-(document, term) weights form a sparse matrix ``W``; scoring a batch of queries is
 one sparse product ``Q @ W.T`` with ``Q`` the query-term count matrix, and
@@ -88,6 +90,10 @@ def as_ragged(rows: RaggedLike, n_rows: int) -> Ragged:
     return out
 
 
+#: Distinct queries scored at once by :meth:`BM25Index.top_k` (bounds its memory).
+_TOP_K_BLOCK = 4096
+
+
 class TopK(NamedTuple):
     """Best documents per query, best first: ``docs (Q, k)`` int32 (``-1`` where a query has
     fewer than ``k`` documents left) and their ``scores (Q, k)`` float64 (``-inf`` there)."""
@@ -106,6 +112,10 @@ class BM25Index:
         pad_id: padding id; not a term and not counted in document lengths.
         skip_ids: ids that count in document lengths but are never matched (e.g. the
             out-of-vocabulary id, which stands for many different words).
+        stats_docs: ``(n_docs,)`` bool, the documents whose statistics (``N``, ``n(t)``,
+            ``avgdl``) define the idf and the length normalization; default all. Every
+            document is scored; a term that occurs only outside ``stats_docs`` has
+            ``n(t) = 0`` there (the largest idf).
 
     Attributes:
         idf: ``(n_terms,)`` float64 (0 for ids no document contains).
@@ -123,6 +133,7 @@ class BM25Index:
         b: float = 0.75,
         pad_id: int = 0,
         skip_ids: Sequence[int] = (),
+        stats_docs: np.ndarray | None = None,
     ) -> None:
         tokens = np.asarray(doc_tokens)
         if tokens.ndim != 2 or tokens.dtype.kind not in "iu":
@@ -144,9 +155,20 @@ class BM25Index:
         self.skip_ids = tuple(int(i) for i in skip_ids)
         self.n_docs, self.n_terms = int(tokens.shape[0]), n_terms
 
+        if stats_docs is None:
+            stats = np.ones(self.n_docs, dtype=bool)
+        else:
+            stats = np.asarray(stats_docs)
+            if stats.dtype != np.bool_ or stats.shape != (self.n_docs,):
+                raise DataFormatError(
+                    f"stats_docs must be a bool mask of shape ({self.n_docs},), got "
+                    f"{stats.dtype} {stats.shape}"
+                )
+            if not stats.any():
+                raise DataFormatError("stats_docs selects no document; BM25 needs at least one")
         real = tokens != pad_id
         self.doc_lengths = real.sum(axis=1).astype(np.float64)
-        self.avgdl = float(self.doc_lengths.mean())
+        self.avgdl = float(self.doc_lengths[stats].mean())
         terms = real & ~np.isin(tokens, self.skip_ids)
         rows = np.broadcast_to(np.arange(self.n_docs)[:, None], tokens.shape)[terms]
         tf = sp.csr_array(
@@ -154,17 +176,19 @@ class BM25Index:
             shape=(self.n_docs, n_terms),
         )
         tf.sum_duplicates()
-        df = np.bincount(tf.indices, minlength=n_terms)
-        idf = np.log1p((self.n_docs - df + 0.5) / (df + 0.5))
-        self.idf = np.where(df > 0, idf, 0.0)
+        n_stats = int(stats.sum())
+        doc_of_entry = np.repeat(np.arange(self.n_docs), np.diff(tf.indptr))
+        df = np.bincount(tf.indices[stats[doc_of_entry]], minlength=n_terms)
+        anywhere = np.bincount(tf.indices, minlength=n_terms) > 0
+        idf = np.log1p((n_stats - df + 0.5) / (df + 0.5))
+        self.idf = np.where(anywhere, idf, 0.0)
         norm = (
             k1 * (1.0 - b + b * self.doc_lengths / self.avgdl)
             if self.avgdl > 0
             else np.full(self.n_docs, k1)
         )
-        doc_of = np.repeat(np.arange(self.n_docs), np.diff(tf.indptr))
         f = tf.data
-        w = self.idf[tf.indices] * f * (k1 + 1.0) / (f + norm[doc_of])
+        w = self.idf[tf.indices] * f * (k1 + 1.0) / (f + norm[doc_of_entry])
         self.weights = sp.csr_array((w, tf.indices, tf.indptr), shape=tf.shape)
         self._weights_t = self.weights.T.tocsr()
 
@@ -263,7 +287,14 @@ class BM25Index:
 
         canon = np.sort(q, axis=1)
         uniq, inverse = np.unique(canon, axis=0, return_inverse=True)
-        docs_u, scores_u = self._top_sparse(uniq, wide, fill=not matched_only)
+        # Score the distinct queries in blocks: a block's sparse score matrix holds every
+        # (query, matching document) pair, which for common words is large.
+        parts = [
+            self._top_sparse(uniq[i : i + _TOP_K_BLOCK], wide, fill=not matched_only)
+            for i in range(0, uniq.shape[0], _TOP_K_BLOCK)
+        ]
+        docs_u = np.concatenate([p[0] for p in parts])
+        scores_u = np.concatenate([p[1] for p in parts])
         docs, scores = docs_u[inverse.reshape(-1)], scores_u[inverse.reshape(-1)]
         if ex is not None and ex.values.size:
             keys = ex.row_of * self.n_docs + ex.values

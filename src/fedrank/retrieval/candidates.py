@@ -1,28 +1,40 @@
-"""Candidate documents and ranking samples with click-history features (FedPS Sec. 4.1).
+"""Candidate lists and ranking samples with click-history features (FedPS Sec. 4.1).
 
 For every query event of a user, FedPS re-ranks a short list of candidates: "we rank all
 documents with BM25 and sample the top documents as the candidates. 50 documents are
 selected for each test query, while 5 candidates per training/validation query" (Sec. 4.1);
-the clicked documents are the relevant ones, the other candidates irrelevant. This module
-provides
+the clicked documents are the relevant ones, the other candidates irrelevant.
 
-* :class:`CandidateGenerator`, the replaceable first stage, and :class:`BM25Candidates`, its
-  BM25 implementation over the URL words of :class:`~fedrank.data.aol.DocumentPool`. A log
-  with real document titles plugs in by building the pool from the titles (same generator)
-  or by passing any other object with the two methods of the protocol;
-* :func:`build_samples`, which turns one user's events of one split into padded arrays
-  (:class:`RankingSamples`) with click-history features computed only from that user's
-  earlier events -- the user profile that FedPS keeps on the client (Sec. 3.1-3.2);
-* :class:`UserData` and :func:`build_users`: everything one simulated client holds.
+**One process for positives and negatives.** :func:`build_lists` asks the search engine
+(:class:`~fedrank.retrieval.search_engine.SearchEngine`, BM25 over the indexed documents)
+for the top ``depth`` (50) documents of every query event, over the whole index, the
+clicked documents included and *not* inserted. An event keeps its list only when a clicked
+document was retrieved and at least one retrieved document was not clicked; other events
+are counted (:attr:`CandidateLists.report`) and stay in the history. Validation and test
+lists are the retrieved lists; a training list is the retrieved clicked documents plus
+``train_negatives`` (5) of the retrieved non-clicked ones drawn uniformly at random, so a
+training list is a random sub-list of the list the model meets at test time. A clicked
+document the engine does not retrieve is never in a list, so relevant and irrelevant
+candidates match the query by the same rule (the bug this replaces: negatives were the top
+BM25 matches while the clicked document was inserted whether it matched or not, and
+"least matching first" beat every personalized signal).
 
-Everything is vectorized per user (one loop over users in :func:`build_users`).
+Lists are keyed by the event's index in the log (:attr:`UserLog.event_id`), so a log the
+server rebuilds (GroupUser's pooled logs, CoverQuery's logs with covers) gets exactly the
+lists every other mode uses. :func:`build_samples` turns one user's events of one split
+into padded arrays (:class:`RankingSamples`) with click-history features computed only from
+that user's earlier events -- the user profile that FedPS keeps on the client (Sec.
+3.1-3.2) -- and the document's background popularity; :class:`UserData` and
+:func:`build_users` hold everything one simulated client has.
+
+Everything is vectorized (one loop over users in :func:`build_users`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import ClassVar
 
 import numpy as np
 
@@ -36,27 +48,32 @@ from fedrank.data.aol import (
     TimeSplit,
     UserLog,
     Vocabulary,
-    user_logs,
+    tokenize,
 )
 from fedrank.errors import ConfigError, DataFormatError
-from fedrank.retrieval.bm25 import BM25Index, Ragged, RaggedLike, as_ragged
+from fedrank.retrieval.bm25 import Ragged
+from fedrank.retrieval.search_engine import SearchEngine
 
 __all__ = [
-    "DEFAULT_NEGATIVES",
+    "DEFAULT_DEPTH",
+    "DEFAULT_TRAIN_NEGATIVES",
     "FEATURE_NAMES",
-    "BM25Candidates",
-    "CandidateGenerator",
+    "SAMPLE_SPLITS",
+    "CandidateLists",
     "RankingSamples",
     "UserData",
+    "build_lists",
     "build_samples",
     "build_users",
 ]
 
-#: Non-clicked candidates per query event of each split. Train and test follow FedPS Sec.
-#: 4.1 (5 and 50); validation uses test-like lists of 50 (the paper: 5) because it selects
-#: the reported round: with 5 negatives the validation MAP kept rising while the test MAP
-#: (50 negatives) fell, so it picked over-fitted models.
-DEFAULT_NEGATIVES: Mapping[str, int] = {"train": 5, "valid": 50, "test": 50}
+#: Documents the search engine retrieves per query (FedPS Sec. 4.1: 50 per test query);
+#: validation lists are test-like (validation picks the reported model).
+DEFAULT_DEPTH = 50
+#: Non-clicked candidates of a training list, drawn from the retrieved ones (Sec. 4.1: 5).
+DEFAULT_TRAIN_NEGATIVES = 5
+#: The splits that have ranking samples.
+SAMPLE_SPLITS: tuple[str, ...] = ("train", "valid", "test")
 
 #: Columns of :attr:`RankingSamples.features`. Counts are ``log1p``-transformed; "earlier"
 #: means strictly earlier in time, among the same user's events (background included).
@@ -64,159 +81,167 @@ FEATURE_NAMES: tuple[str, ...] = (
     "log_pclick",  # earlier clicks on this document for the same (normalised) query
     "log_doc_clicks",  # earlier clicks on this document, any query
     "session_clicked",  # 1 if clicked earlier in the same session
-    "bm25",  # BM25 score of (query, document)
+    "bm25",  # the search engine's BM25 score of (query, document)
     "log_query_issues",  # earlier events with the same normalised query
+    "log_global_clicks",  # all users' clicks on the document in the background period
 )
 
 
-@runtime_checkable
-class CandidateGenerator(Protocol):
-    """The first-stage ranker that chooses the documents to re-rank.
+@dataclass(frozen=True, eq=False)
+class CandidateLists:
+    """The candidate list of every listed query event (see the module docstring).
 
-    ``queries`` are ``(Q, Lq)`` word ids (0 = padding); ``clicked`` gives each query's
-    clicked document ids (:data:`~fedrank.retrieval.bm25.RaggedLike`).
+    Attributes:
+        event_ids: ``(n,)`` int64 ascending event indices (into the log's events).
+        docs: ``(n, W)`` int32 document ids in the engine's order, ``-1`` = padding.
+        scores: ``(n, W)`` float32 BM25 scores (0 at padding).
+        ranks: ``(n, W)`` int32 1-based rank in the engine's retrieved list (a training
+            list is a sub-list, so its ranks can skip), 0 at padding.
+        labels: ``(n, W)`` bool, clicked.
+        background_clicks: ``(n_docs,)`` int64 clicks of all users on every document in the
+            background period (the engine's popularity, known before the experiment).
+        depth: documents retrieved per query.
+        train_negatives: non-clicked candidates kept in a training list.
+        report: per split (``train``, ``valid``, ``test``): ``clicked`` events with a click,
+            ``listed`` events with a list, ``click_not_retrieved`` (no clicked document in
+            the top ``depth``) and ``no_negative`` (every retrieved document was clicked).
     """
 
-    def candidates(self, queries: np.ndarray, clicked: RaggedLike, n: int) -> np.ndarray:
-        """``(Q, C)`` int32 document ids, padded with ``-1``: every clicked document of
-        the query plus up to ``n`` documents that were not clicked. Order is free:
-        :func:`build_samples` orders candidates by :meth:`score`."""
-        ...
+    event_ids: np.ndarray
+    docs: np.ndarray
+    scores: np.ndarray
+    ranks: np.ndarray
+    labels: np.ndarray
+    background_clicks: np.ndarray
+    depth: int
+    train_negatives: int
+    report: Mapping[str, Mapping[str, int]]
 
-    def score(self, queries: np.ndarray, docs: np.ndarray) -> np.ndarray:
-        """``(Q, C)`` first-stage score of ``docs[i, j]`` for query ``i`` (any value where
-        ``docs`` is ``-1``); the original ranking."""
-        ...
+    def __post_init__(self) -> None:
+        n, w = self.docs.shape
+        for name in ("scores", "ranks", "labels"):
+            if getattr(self, name).shape != (n, w):
+                raise DataFormatError(f"CandidateLists.{name} must have shape ({n}, {w})")
+        if self.event_ids.shape != (n,) or np.any(np.diff(self.event_ids) <= 0):
+            raise DataFormatError(f"CandidateLists.event_ids must be ({n},) strictly ascending")
 
+    @property
+    def n_lists(self) -> int:
+        return int(self.event_ids.size)
 
-class BM25Candidates:
-    """Clicked documents plus the top BM25 documents that were not clicked (FedPS Sec. 4.1).
+    @property
+    def n_docs(self) -> int:
+        return int(self.background_clicks.size)
 
-    Negatives are the documents with the highest BM25 score (ties: smaller id first) among
-    those sharing a word with the query. With URLs as the only document text many queries
-    match fewer than ``n`` documents; the shortfall is then drawn uniformly at random from
-    the remaining documents (not clicked, not matched) with ``rng``, or left empty (masked
-    in the samples) when ``rng`` is ``None``. Pass an ``rng`` to get the paper's fixed
-    candidate counts; filling with zero-score documents in id order instead (what
-    :meth:`BM25Index.top_k` would do) would give every short query the same few negatives.
-    On the AOL top-1000 log about 20% of the test and 8% of the training negatives are
-    random fill.
-
-    Args:
-        index: BM25 over the document pool.
-        rng: generator for the random fill, or ``None`` for no fill.
-    """
-
-    def __init__(self, index: BM25Index, *, rng: np.random.Generator | None = None) -> None:
-        if rng is not None and not isinstance(rng, np.random.Generator):
-            raise ConfigError(
-                f"rng must be a numpy.random.Generator (np.random.default_rng(seed)) or None, "
-                f"got {type(rng).__name__}"
-            )
-        self.index = index
-        self.rng = rng
-
-    @classmethod
-    def from_pool(
-        cls,
-        pool: DocumentPool,
-        *,
-        k1: float = 1.2,
-        b: float = 0.75,
-        rng: np.random.Generator | None = None,
-    ) -> BM25Candidates:
-        """BM25 over ``pool.tokens``; the out-of-vocabulary id counts in document lengths
-        but never matches."""
-        index = BM25Index(pool.tokens, k1=k1, b=b, pad_id=PAD_ID, skip_ids=(OOV_ID,))
-        return cls(index, rng=rng)
-
-    def __repr__(self) -> str:
-        return f"BM25Candidates({self.index!r}, random_fill={self.rng is not None})"
-
-    def score(self, queries: np.ndarray, docs: np.ndarray) -> np.ndarray:
-        return self.index.pair_scores(queries, docs)
-
-    def candidates(self, queries: np.ndarray, clicked: RaggedLike, n: int) -> np.ndarray:
-        if n < 0:
-            raise ConfigError(f"n (negatives per query) must be >= 0, got {n}")
-        q = np.asarray(queries)
-        n_q, n_docs = q.shape[0], self.index.n_docs
-        cl = _unique_rows(as_ragged(clicked, n_q))
-        if cl.values.size and (cl.values.min() < 0 or cl.values.max() >= n_docs):
-            raise DataFormatError(f"clicked document ids must be in 0..{n_docs - 1}")
-        neg = self.index.top_k(q, n, exclude=cl, matched_only=True).docs.astype(np.int64)
-        if self.rng is not None and n:
-            neg = self._fill(neg, cl, self.rng)
-        sizes = cl.sizes
-        width = (int(sizes.max()) if n_q else 0) + n
-        out = np.full((n_q, width), -1, dtype=np.int64)
-        out[cl.row_of, np.arange(cl.values.size) - cl.ptr[cl.row_of]] = cl.values
-        # Negatives go right after each row's clicked documents.
-        r, c = np.nonzero(neg >= 0)
-        out[r, sizes[r] + c] = neg[r, c]
-        return out.astype(np.int32)
-
-    def _fill(self, neg: np.ndarray, clicked: Ragged, rng: np.random.Generator) -> np.ndarray:
-        """Replace the ``-1`` of ``neg`` by random documents not in the row (not clicked,
-        not already a negative), by rejection sampling in rounds."""
-        n = neg.shape[1]
-        n_docs = self.index.n_docs
-        neg = neg.copy()
-        have = (neg >= 0).sum(axis=1)
-        # A row can never hold more than the documents left after its clicked ones.
-        target = np.minimum(n, n_docs - clicked.sizes)
-        rows = np.flatnonzero(have < target)
-        while rows.size:
-            taken_r = np.concatenate([clicked.row_of, np.nonzero(neg >= 0)[0]])
-            taken_d = np.concatenate([clicked.values, neg[neg >= 0]])
-            taken = np.unique(taken_r * n_docs + taken_d)
-            need = target[rows] - have[rows]
-            width = int(need.max()) * 2 + 8
-            draw = rng.integers(0, n_docs, size=(rows.size, width))
-            keys = rows[:, None] * n_docs + draw
-            ok = ~np.isin(keys, taken)
-            # Keep the first occurrence of a document within a row's draws.
-            order = np.argsort(keys, axis=1, kind="stable")
-            sk = np.take_along_axis(keys, order, axis=1)
-            first = np.ones_like(ok)
-            first[:, 1:] = sk[:, 1:] != sk[:, :-1]
-            dup = np.empty_like(ok)
-            np.put_along_axis(dup, order, ~first, axis=1)
-            ok &= ~dup
-            pick = ok & (np.cumsum(ok, axis=1) <= need[:, None])
-            rr, cc = np.nonzero(pick)
-            slot = have[rows][rr] + np.cumsum(pick, axis=1)[rr, cc] - 1
-            neg[rows[rr], slot] = draw[rr, cc]
-            have = (neg >= 0).sum(axis=1)
-            rows = np.flatnonzero(have < target)
-        return neg
+    def rows(self, event_ids: np.ndarray) -> np.ndarray:
+        """``(len(event_ids),)`` int64 row of every event's list, ``-1`` where it has none
+        (no click, click not retrieved, no negative, or not an event of the log)."""
+        ids = np.asarray(event_ids, dtype=np.int64)
+        if self.n_lists == 0:
+            return np.full(ids.shape, -1, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self.event_ids, ids), self.n_lists - 1)
+        return np.where(self.event_ids[pos] == ids, pos, -1).astype(np.int64)
 
 
-def _unique_rows(r: Ragged) -> Ragged:
-    """Each row's values sorted and without repeats."""
-    if not r.values.size:
-        return r
-    row = r.row_of
-    order = np.lexsort((r.values, row))
-    row, val = row[order], r.values[order]
-    keep = np.ones(val.size, dtype=bool)
-    keep[1:] = (row[1:] != row[:-1]) | (val[1:] != val[:-1])
-    ptr = np.zeros(r.n_rows + 1, dtype=np.int64)
-    np.cumsum(np.bincount(row[keep], minlength=r.n_rows), out=ptr[1:])
-    return Ragged(ptr, val[keep])
+def _clicked_keys(split: TimeSplit, events: np.ndarray, n_docs: int) -> np.ndarray:
+    """Sorted keys ``row * n_docs + doc`` of the clicked documents of ``events``."""
+    lg = split.log
+    clicked = _gather(lg.click_ptr, lg.click_docs, events)
+    return np.unique(clicked.row_of * n_docs + clicked.values)
+
+
+def build_lists(
+    split: TimeSplit,
+    engine: SearchEngine,
+    rng: np.random.Generator,
+    *,
+    depth: int = DEFAULT_DEPTH,
+    train_negatives: int = DEFAULT_TRAIN_NEGATIVES,
+) -> CandidateLists:
+    """The candidate lists of every train / valid / test event of ``split`` with a click
+    (see the module docstring). ``rng`` draws the training lists' negatives."""
+    if depth < 2:
+        raise ConfigError(f"depth must be >= 2 (a clicked and a non-clicked document), got {depth}")
+    if train_negatives < 1:
+        raise ConfigError(f"train_negatives must be >= 1, got {train_negatives}")
+    if not isinstance(rng, np.random.Generator):
+        raise ConfigError(
+            f"rng must be a numpy.random.Generator (np.random.default_rng(seed)), got "
+            f"{type(rng).__name__}"
+        )
+    lg = split.log
+    if engine.n_docs != lg.urls.size:
+        raise DataFormatError(
+            f"the search engine indexes {engine.n_docs} documents but the log has "
+            f"{lg.urls.size} URLs; build it from the same log's texts"
+        )
+    n_docs = engine.n_docs
+    events = np.flatnonzero((split.split >= TRAIN) & (lg.clicks_per_event > 0))
+    query_ids = engine.encode_queries([tokenize(str(q)) for q in lg.queries])
+    top = engine.top_k(query_ids[lg.query[events]], depth)
+    docs = top.docs.astype(np.int64)
+    retrieved = docs >= 0
+    rows = np.arange(events.size, dtype=np.int64)[:, None]
+    labels = retrieved & np.isin(rows * n_docs + docs, _clicked_keys(split, events, n_docs))
+    negative = retrieved & ~labels
+    keep = labels.any(axis=1) & negative.any(axis=1)
+
+    # Training lists: the clicked documents and a uniform draw of the retrieved others.
+    is_train = split.split[events] == TRAIN
+    key = rng.random(docs.shape)
+    key[~negative] = np.inf
+    drawn = np.zeros(docs.shape, dtype=bool)
+    np.put_along_axis(
+        drawn, np.argsort(key, axis=1, kind="stable")[:, :train_negatives], True, axis=1
+    )
+    column = np.where(is_train[:, None], labels | (drawn & negative), retrieved)
+    order = np.argsort(~column, axis=1, kind="stable")  # kept columns first, in engine order
+    column = np.take_along_axis(column, order, axis=1)
+    width = max(int(column.sum(axis=1).max(initial=0)), 1)
+    take = order[:, :width]
+    column = column[:, :width]
+    ranks = np.broadcast_to(np.arange(1, depth + 1, dtype=np.int32), docs.shape)
+
+    def pick(values: np.ndarray, fill: object) -> np.ndarray:
+        return np.where(column, np.take_along_axis(values, take, axis=1), fill)[keep]
+
+    report = {}
+    for name in SAMPLE_SPLITS:
+        in_split = split.split[events] == SPLIT_NAMES.index(name)
+        hit = labels.any(axis=1)
+        report[name] = {
+            "clicked": int(in_split.sum()),
+            "listed": int((in_split & keep).sum()),
+            "click_not_retrieved": int((in_split & ~hit).sum()),
+            "no_negative": int((in_split & hit & ~keep).sum()),
+        }
+    background = split.split[lg.click_event] == BACKGROUND
+    return CandidateLists(
+        event_ids=events[keep].astype(np.int64),
+        docs=pick(docs, -1).astype(np.int32),
+        scores=pick(np.where(retrieved, top.scores, 0.0), 0.0).astype(np.float32),
+        ranks=pick(ranks, 0).astype(np.int32),
+        labels=pick(labels, False).astype(bool),
+        background_clicks=np.bincount(lg.click_docs[background], minlength=n_docs).astype(np.int64),
+        depth=int(depth),
+        train_negatives=int(train_negatives),
+        report=report,
+    )
 
 
 @dataclass(frozen=True, eq=False)
 class RankingSamples:
     """The ranking samples of one user and one split (FedPS Sec. 4.1).
 
-    One row per query event of the split that has at least one click; candidates are ordered
-    by the first-stage score (descending, ties by document id), so column order is the
-    original (non-personalized) ranking.
+    One row per query event of the split that has a candidate list
+    (:class:`CandidateLists`); candidates are in the search engine's order (BM25 descending,
+    ties by document id), so column order is the original (non-personalized) ranking.
 
     Attributes:
         split: ``"train"``, ``"valid"`` or ``"test"``.
         events: ``(Q,)`` int64 event indices in the user's :class:`~fedrank.data.aol.UserLog`.
+        event_ids: ``(Q,)`` int64 the same events' indices in the log (their list keys; equal
+            across every mode's samples of the same query).
         query: ``(Q, Lq)`` int32 word ids (0 = padding).
         candidates: ``(Q, C)`` int32 document ids, ``-1`` where ``mask`` is False.
         mask: ``(Q, C)`` bool, True for real candidates.
@@ -224,18 +249,24 @@ class RankingSamples:
         features: ``(Q, C, F)`` float32 click-history features (:data:`FEATURE_NAMES`), 0 at
             padding.
         bm25: ``(Q, C)`` float32 first-stage score (0 at padding).
+        ranks: ``(Q, C)`` int32 1-based rank in the engine's retrieved list (0 at padding).
         n_without_click: events of the split skipped because nothing was clicked.
+        n_unlisted: clicked events of the split without a list (no clicked document
+            retrieved, or nothing else retrieved); they stay in the history.
     """
 
     split: str
     events: np.ndarray
+    event_ids: np.ndarray
     query: np.ndarray
     candidates: np.ndarray
     mask: np.ndarray
     labels: np.ndarray
     features: np.ndarray
     bm25: np.ndarray
+    ranks: np.ndarray
     n_without_click: int = 0
+    n_unlisted: int = 0
 
     feature_names: ClassVar[tuple[str, ...]] = FEATURE_NAMES
 
@@ -249,6 +280,7 @@ class RankingSamples:
             "labels": (np.float32, (q, c)),
             "features": (np.float32, (q, c, len(FEATURE_NAMES))),
             "bm25": (np.float32, (q, c)),
+            "ranks": (np.int32, (q, c)),
         }
         for name, (dtype, shape) in expect.items():
             a = getattr(self, name)
@@ -259,6 +291,8 @@ class RankingSamples:
                 )
         if self.query.ndim != 2 or self.query.shape[0] != q:
             raise DataFormatError(f"RankingSamples.query must have shape ({q}, Lq)")
+        if self.event_ids.shape != (q,):
+            raise DataFormatError(f"RankingSamples.event_ids must have shape ({q},)")
         if not np.array_equal(self.mask, self.candidates >= 0):
             raise DataFormatError("RankingSamples.mask must be candidates >= 0")
 
@@ -314,64 +348,41 @@ def _count_earlier(
 
 
 def build_samples(
-    user_log: UserLog,
-    pool: DocumentPool,
-    generator: CandidateGenerator,
-    split: str,
-    n: int | None = None,
+    user_log: UserLog, pool: DocumentPool, lists: CandidateLists, split: str
 ) -> RankingSamples:
-    """The :class:`RankingSamples` of ``user_log``'s events in ``split``.
-
-    Candidates: ``generator.candidates`` with ``n`` negatives (default
-    :data:`DEFAULT_NEGATIVES`: 5 for train, 50 for valid and test). Features (:data:`FEATURE_NAMES`)
-    use only this user's events that are strictly earlier in time than the event
-    (background and earlier train/valid/test events alike), never later ones and never other
-    users'. Events of the split without a click are skipped (counted in
-    ``n_without_click``); they still count as history (``log_query_issues``).
-    """
-    if split not in DEFAULT_NEGATIVES:
-        raise ConfigError(f"split must be one of {tuple(DEFAULT_NEGATIVES)}, got {split!r}")
-    n = DEFAULT_NEGATIVES[split] if n is None else n
-    code = SPLIT_NAMES.index(split)
-    clicks = user_log.clicks_per_event
-    in_split = user_log.split == code
-    sel = np.flatnonzero(in_split & (clicks > 0))
-    n_without = int(np.count_nonzero(in_split & (clicks == 0)))
+    """The :class:`RankingSamples` of ``user_log``'s events in ``split`` that have a list in
+    ``lists``. Features (:data:`FEATURE_NAMES`) use only this user's events that are strictly
+    earlier in time than the event (background and earlier train/valid/test events alike),
+    never later ones and never other users', and the background popularity of the document.
+    Events of the split without a click are counted in ``n_without_click``, clicked events
+    without a list in ``n_unlisted``; both still count as history."""
+    if split not in SAMPLE_SPLITS:
+        raise ConfigError(f"split must be one of {SAMPLE_SPLITS}, got {split!r}")
+    if lists.n_docs != pool.n_docs:
+        raise DataFormatError(
+            f"the candidate lists cover {lists.n_docs} documents but the pool has "
+            f"{pool.n_docs}; build both from the same log"
+        )
     if user_log.click_docs.size and int(user_log.click_docs.max()) >= pool.n_docs:
         raise DataFormatError(
             f"user {user_log.user_id} clicked document {int(user_log.click_docs.max())}, but "
             f"the pool has {pool.n_docs} documents; build the pool from the same log"
         )
-    queries = user_log.queries[sel]
-    clicked = _gather(user_log.click_ptr, user_log.click_docs, sel)
-    cand = np.asarray(generator.candidates(queries, clicked, n))
-    if cand.ndim != 2 or cand.shape[0] != sel.size:
-        raise DataFormatError(
-            f"{type(generator).__name__}.candidates returned shape {cand.shape}, expected "
-            f"({sel.size}, C)"
-        )
-    cand = cand.astype(np.int64)
-    if cand.size and (cand.min() < -1 or cand.max() >= pool.n_docs):
-        raise DataFormatError(
-            f"{type(generator).__name__}.candidates returned ids outside -1..{pool.n_docs - 1}"
-        )
+    code = SPLIT_NAMES.index(split)
+    clicks = user_log.clicks_per_event
+    in_split = user_log.split == code
+    row = lists.rows(user_log.event_id)
+    sel = np.flatnonzero(in_split & (row >= 0))
+    r = row[sel]
+    width = max(int((lists.docs[r] >= 0).sum(axis=1).max(initial=0)), 1)
+    cand = lists.docs[r, :width].astype(np.int64)
     mask = cand >= 0
-    score = np.where(mask, np.asarray(generator.score(queries, cand), dtype=np.float64), 0.0)
-    # Original ranking: score descending, then document id; padding last.
-    order = np.lexsort(
-        (np.where(mask, cand, np.iinfo(np.int64).max), -np.where(mask, score, -np.inf))
-    )
-    cand = np.take_along_axis(cand, order, axis=1)
-    score = np.take_along_axis(score, order, axis=1)
-    mask = cand >= 0
+    labels = lists.labels[r, :width].astype(np.float32)
+    score = lists.scores[r, :width]
 
     rows, cols = np.nonzero(mask)
     ev = sel[rows]
     doc = cand[rows, cols]
-    clicked_keys = clicked.row_of * pool.n_docs + clicked.values
-    labels = np.zeros(cand.shape, dtype=np.float32)
-    labels[rows, cols] = np.isin(rows * pool.n_docs + doc, clicked_keys)
-
     # Click history of this user: time rank (ties share a rank, so they are not "earlier").
     _, t_rank = np.unique(user_log.time, return_inverse=True)
     t_rank = t_rank.reshape(-1).astype(np.int64)
@@ -390,17 +401,21 @@ def build_samples(
     hk, tk = _compact((qk, qk[sel]))
     issues = _count_earlier(hk, t_rank, tk, t_rank[sel])
     f[rows, cols, 4] = np.log1p(issues[rows])
+    f[rows, cols, 5] = np.log1p(lists.background_clicks[doc])
 
     return RankingSamples(
         split=split,
         events=sel.astype(np.int64),
-        query=queries.astype(np.int32),
+        event_ids=user_log.event_id[sel].astype(np.int64),
+        query=user_log.queries[sel].astype(np.int32),
         candidates=cand.astype(np.int32),
         mask=mask,
         labels=labels,
         features=f,
-        bm25=score.astype(np.float32),
-        n_without_click=n_without,
+        bm25=np.where(mask, score, 0.0).astype(np.float32),
+        ranks=lists.ranks[r, :width].astype(np.int32),
+        n_without_click=int(np.count_nonzero(in_split & (clicks == 0))),
+        n_unlisted=int(np.count_nonzero(in_split & (clicks > 0) & (row < 0))),
     )
 
 
@@ -441,8 +456,8 @@ class UserData:
         )
 
     def samples(self, split: str) -> RankingSamples:
-        if split not in DEFAULT_NEGATIVES:
-            raise ConfigError(f"split must be one of {tuple(DEFAULT_NEGATIVES)}, got {split!r}")
+        if split not in SAMPLE_SPLITS:
+            raise ConfigError(f"split must be one of {SAMPLE_SPLITS}, got {split!r}")
         return getattr(self, split)
 
 
@@ -453,33 +468,11 @@ def _term_counts(ids: np.ndarray) -> np.ndarray:
 
 
 def build_users(
-    log: TimeSplit | Sequence[UserLog],
-    pool: DocumentPool,
-    vocab: Vocabulary,
-    generator: CandidateGenerator,
-    *,
-    max_query_len: int = 12,
-    negatives: Mapping[str, int] | None = None,
+    logs: Sequence[UserLog], pool: DocumentPool, vocab: Vocabulary, lists: CandidateLists
 ) -> list[UserData]:
-    """:class:`UserData` of every user: ``log`` is a :class:`~fedrank.data.aol.TimeSplit`
-    (its queries are encoded with ``vocab`` and ``max_query_len``) or already-built
-    :class:`~fedrank.data.aol.UserLog` objects. ``negatives`` overrides
-    :data:`DEFAULT_NEGATIVES` per split."""
-    neg = dict(DEFAULT_NEGATIVES)
-    if negatives is not None:
-        unknown = set(negatives) - set(neg)
-        if unknown:
-            raise ConfigError(f"negatives has unknown splits {sorted(unknown)}; use {tuple(neg)}")
-        neg.update(negatives)
-    if isinstance(log, TimeSplit):
-        if pool.n_docs != log.log.urls.size or not np.array_equal(pool.urls, log.log.urls):
-            raise DataFormatError(
-                "the document pool does not match the log's URLs; build it from the same "
-                "log (DocumentPool.build(split.log.urls, ...))"
-            )
-        logs: Sequence[UserLog] = user_logs(log, vocab, max_query_len=max_query_len)
-    else:
-        logs = log
+    """:class:`UserData` of every log (the users' own logs, or logs the server rebuilt):
+    samples from ``lists``, the words the user has used and the term counts of the
+    KL-divergence profile (background and training period)."""
     out = []
     for ul in logs:
         if ul.queries.size and int(ul.queries.max()) >= len(vocab):
@@ -487,9 +480,7 @@ def build_users(
                 f"user {ul.user_id}: word id {int(ul.queries.max())} is outside the vocabulary "
                 f"({len(vocab)} words)"
             )
-        parts = {
-            s: build_samples(ul, pool, generator, s, n=neg[s]) for s in ("train", "valid", "test")
-        }
+        parts = {s: build_samples(ul, pool, lists, s) for s in SAMPLE_SPLITS}
         seen = np.isin(ul.split, (BACKGROUND, TRAIN))
         seen_clicks = ul.click_docs[np.repeat(seen, ul.clicks_per_event)]
         q_ids = ul.queries[seen].reshape(-1)

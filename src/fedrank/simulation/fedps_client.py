@@ -6,7 +6,8 @@ click-history features of the user profile), the user's personal word embeddings
 optimizer state. They live in name-mangled attributes and no method returns them; the only
 thing that leaves the client is the :class:`~fedrank.core.message.Message` of
 :meth:`FedPSClient.local_update`: the change of the *shared* parameters and the number of
-training queries ``n_j`` (the FedAvg weight).
+training queries ``n_j`` (the FedAvg weight); the local training loss goes with it only when
+the user turns metrics on (:attr:`LocalTraining.report_loss`).
 
 Local training (Algorithm 1, ``ClientUpdate``): load the broadcast model ``M_t``, run ``E``
 epochs of minibatches of ``B`` training queries (shuffled with the client's own seeded
@@ -97,12 +98,16 @@ class LocalTraining:
         batch_size: ``B``, queries per minibatch.
         learning_rate: ``eta``, Adam's step size.
         upload: the :class:`UploadPolicy`.
+        report_loss: also send the local training loss (``metrics["train_loss"]``). Off by
+            default: it is information about the client's data beyond the update, sent only
+            when the user turns metrics on.
     """
 
     epochs: int = 1
     batch_size: int = 32
     learning_rate: float = 1e-3
     upload: UploadPolicy = UploadPolicy()
+    report_loss: bool = False
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 1:
@@ -302,8 +307,9 @@ class FedPSClient:
     ) -> Message:
         """Algorithm 1 ``ClientUpdate``: train the broadcast model on the local data and
         return the shared-parameter update (new minus broadcast, float32, masked by the
-        upload policy) with ``n`` = training queries. ``model`` is a workspace: its shared
-        parameters are overwritten with ``global_parameters``."""
+        upload policy) with ``n`` = training queries, and nothing else unless
+        ``training.report_loss`` (then also the mean training loss). ``model`` is a
+        workspace: its shared parameters are overwritten with ``global_parameters``."""
         user = self.__workspace
         model.set_flat_parameters(global_parameters)
         frozen = training.upload.case == "frozen"
@@ -323,10 +329,10 @@ class FedPSClient:
             delta[~mask] = 0.0
         if frozen:
             delta[model.global_embedding_slice()] = 0.0
-        loss = float(np.mean(losses)) if losses else float("nan")
-        return Message(
-            update=delta, n=self.n_train, model_version=version, metrics={"train_loss": loss}
-        )
+        metrics = {}
+        if training.report_loss:
+            metrics["train_loss"] = float(np.mean(losses)) if losses else float("nan")
+        return Message(update=delta, n=self.n_train, model_version=version, metrics=metrics)
 
     def evaluate(self, model: PEPSRanker, split: str) -> np.ndarray:
         """Per-query ``(Q, 3)`` AP, RR and P@1 of ``split`` under ``model`` with this

@@ -1,0 +1,56 @@
+"""A small hand-written AOL-style click log for tests that need to know every event: two
+users, a background period, and after it eight events each (six train, one valid, one
+test, by :func:`fedrank.data.aol.split_by_time`'s 6:1:1).
+
+The test event of user 1 ("quokka zoo") clicks ``http://www.quokka.net/zoo``, a document
+nobody clicked before, with a word ("quokka") that occurs nowhere earlier: what is fitted on
+the past must not know it, yet the search engine retrieves it (with the weather page, whose
+background click-through text has "zoo"). User 2's test query ("violin") matches no
+document, so its click cannot be retrieved and the event gets no list.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fedrank.data.aol import HEADER
+
+FUTURE_URL = "http://www.quokka.net/zoo"
+FUTURE_WORD = "quokka"
+
+# (AnonID, query, time, clicked URL)
+ROWS: list[tuple[int, str, str, str]] = [
+    # background (before 2006-04-05)
+    (1, "peabody library", "2006-03-02 10:00:00", "http://www.peabodylibrary.org/"),
+    (1, "red sox", "2006-03-03 10:00:00", "http://www.redsox.com/"),
+    (1, "boston library", "2006-03-04 10:00:00", "http://www.bostonlibrary.org/"),
+    (2, "library hours", "2006-03-05 11:00:00", "http://www.bostonlibrary.org/"),
+    (2, "sox tickets", "2006-03-06 11:00:00", "http://www.redsox.com/"),
+    (2, "weather boston", "2006-03-07 11:00:00", "http://www.weather.com/boston"),
+    (2, "zoo weather", "2006-03-08 11:00:00", "http://www.weather.com/boston"),
+    # user 1: six train, one valid, one test
+    (1, "red sox", "2006-04-10 10:00:00", "http://www.redsox.com/"),
+    (1, "sox schedule", "2006-04-11 10:00:00", "http://www.redsox.com/schedule"),
+    (1, "peabody library", "2006-04-12 10:00:00", "http://www.peabodylibrary.org/"),
+    (1, "library", "2006-04-13 10:00:00", "http://www.bostonlibrary.org/"),
+    (1, "boston weather", "2006-04-14 10:00:00", "http://www.weather.com/boston"),
+    (1, "red sox", "2006-04-15 10:00:00", "http://www.redsox.com/"),
+    (1, "library hours", "2006-04-20 10:00:00", "http://www.peabodylibrary.org/"),
+    (1, "quokka zoo", "2006-05-01 10:00:00", FUTURE_URL),
+    # user 2
+    (2, "sox tickets", "2006-04-10 11:00:00", "http://www.redsox.com/"),
+    (2, "weather", "2006-04-11 11:00:00", "http://www.weather.com/boston"),
+    (2, "library hours", "2006-04-12 11:00:00", "http://www.bostonlibrary.org/"),
+    (2, "sox schedule", "2006-04-13 11:00:00", "http://www.redsox.com/schedule"),
+    (2, "boston library", "2006-04-14 11:00:00", "http://www.bostonlibrary.org/"),
+    (2, "red sox", "2006-04-15 11:00:00", "http://www.redsox.com/"),
+    (2, "weather boston", "2006-04-20 11:00:00", "http://www.weather.com/boston"),
+    (2, "violin", "2006-05-01 11:00:00", "http://www.redsox.com/"),
+]
+
+
+def write_log(path: Path, rows: list[tuple[int, str, str, str]] = ROWS) -> Path:
+    """Write ``rows`` as an AOL click log (TSV with the header) to ``path``."""
+    lines = ["\t".join(HEADER)] + ["\t".join(map(str, r)) for r in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
