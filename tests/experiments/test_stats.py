@@ -2,7 +2,12 @@ import numpy as np
 import pytest
 
 from fedrank.errors import ConfigError
-from fedrank.experiments.stats import compare_branches, mwu_power, required_sample_size
+from fedrank.experiments.stats import (
+    compare_branches,
+    mwu_power,
+    required_sample_size,
+    seed_user_test,
+)
 
 
 def test_compare_branches_runs_six_tests_at_bonferroni_level() -> None:
@@ -62,3 +67,59 @@ def test_identical_distributions_are_never_detected_and_n_max_is_reported() -> N
     res = required_sample_size(ones, ones, n_max=64, repetitions=20, rng=rng)
     assert res == {"n": None, "power": 0.0, "curve": res["curve"], "reached": False}
     assert [c["n"] for c in res["curve"]] == [8, 16, 32, 64]
+
+
+# ------------------------------------------------------------------ seed_user_test
+
+
+def _queries(rng: np.random.Generator, n_users: int = 40, per_user: int = 10) -> np.ndarray:
+    return np.repeat(np.arange(n_users), per_user)
+
+
+def test_seed_user_test_identical_methods() -> None:
+    rng = np.random.default_rng(0)
+    users = _queries(rng)
+    a = rng.random((3, users.size))
+    out = seed_user_test(a, a.copy(), users)
+    assert out["diff"] == 0.0 and out["p"] == 1.0
+    assert out["seeds"] == 3 and out["users"] == 40 and out["queries"] == 400
+
+
+def test_seed_user_test_finds_a_real_shift() -> None:
+    rng = np.random.default_rng(1)
+    users = _queries(rng)
+    b = rng.random((3, users.size))
+    a = b + 0.05 + rng.normal(0, 0.01, size=b.shape)
+    out = seed_user_test(a, b, users)
+    assert out["p"] < 1e-6 and out["ci95_low"] < 0.05 < out["ci95_high"]
+
+
+def test_seed_user_test_covers_training_randomness() -> None:
+    """Each seed shifts every query of a model alike (a seed's model is better or worse
+    everywhere): a per-query test over pooled seeds calls that noise significant, this
+    test does not."""
+    rng = np.random.default_rng(2)
+    users = _queries(rng)
+    base = rng.random(users.size)
+    b = base + rng.normal(0, 0.002, size=(3, users.size))
+    a = base + np.array([0.04, -0.03, 0.01])[:, None] + rng.normal(0, 0.002, (3, users.size))
+    out = seed_user_test(a, b, users)
+    assert out["p"] > 0.3 and out["seed_se"] > out["user_se"]
+    from scipy import stats as sps
+
+    naive = sps.ttest_rel(a.ravel(), b.ravel()).pvalue  # queries x seeds as independent
+    assert naive < 1e-6
+
+
+def test_seed_user_test_clusters_by_user() -> None:
+    """Differences constant within a user: 40 users are 40 observations, not 400."""
+    rng = np.random.default_rng(3)
+    users = _queries(rng)
+    per_user = rng.normal(0.01, 0.05, size=40)
+    d = per_user[users]
+    b = np.zeros((1, users.size))
+    out = seed_user_test(b + d, b, users)
+    iid_se = d.std(ddof=1) / np.sqrt(d.size)
+    assert out["user_se"] > 2.5 * iid_se and np.isnan(out["seed_se"])
+    with pytest.raises(ConfigError, match="shape"):
+        seed_user_test(b, b[:, :10], users)
