@@ -123,3 +123,145 @@ def test_seed_user_test_clusters_by_user() -> None:
     assert out["user_se"] > 2.5 * iid_se and np.isnan(out["seed_se"])
     with pytest.raises(ConfigError, match="shape"):
         seed_user_test(b, b[:, :10], users)
+
+
+def test_seed_user_test_hand_computed() -> None:
+    """Two seeds, four queries of two users; every number by hand.
+
+    d = a - b: seed 0 [.1 .3 .2 .4] (mean .25), seed 1 [.3 .1 .0 .2] (mean .15): diff .2,
+    seed variance var([.25, .15]) / 2 = .0025. Seed-averaged d [.2 .2 .1 .3], residuals
+    [0 0 -.1 .1]; users [0 1 0 1] sum them to -.1 and .1: user variance
+    (.01 + .01) / 4**2 * 2 / 1 = .0025. se = sqrt(.005); Welch df = .005**2 / (2 * .0025**2)
+    = 2; t = .2 / sqrt(.005) = 2 sqrt(2); with 2 df, p = 1 - t / sqrt(t**2 + 2)."""
+    d = np.array([[0.1, 0.3, 0.2, 0.4], [0.3, 0.1, 0.0, 0.2]])
+    b = np.full_like(d, 0.5)
+    out = seed_user_test(b + d, b, np.array([0, 1, 0, 1]))
+    t = 0.2 / np.sqrt(0.005)
+    assert out["diff"] == pytest.approx(0.2)
+    assert out["seed_se"] == pytest.approx(0.05) and out["user_se"] == pytest.approx(0.05)
+    assert out["se"] == pytest.approx(np.sqrt(0.005))
+    assert out["df"] == pytest.approx(2.0)
+    assert out["t"] == pytest.approx(t)
+    assert out["p"] == pytest.approx(1 - t / np.sqrt(t**2 + 2))  # 0.10557
+    half = 4.302652729911275 * np.sqrt(0.005)  # t_{0.975, 2}
+    assert out["ci95_low"] == pytest.approx(0.2 - half)
+    assert out["ci95_high"] == pytest.approx(0.2 + half)
+    assert (out["seeds"], out["users"], out["queries"]) == (2, 2, 4)
+
+
+def test_seed_user_test_identical_is_symmetric_and_exactly_null() -> None:
+    rng = np.random.default_rng(10)
+    users = np.repeat(np.arange(40), 10)
+    a = rng.random((3, users.size))
+    out = seed_user_test(a, a.copy(), users)
+    assert (out["diff"], out["se"], out["t"], out["p"]) == (0.0, 0.0, 0.0, 1.0)
+    assert out["ci95_low"] == out["ci95_high"] == 0.0
+    b = rng.random((3, users.size))
+    ab, ba = seed_user_test(a, b, users), seed_user_test(b, a, users)
+    assert ab["diff"] == pytest.approx(-ba["diff"]) and ab["p"] == pytest.approx(ba["p"])
+    assert ab["ci95_low"] == pytest.approx(-ba["ci95_high"])
+
+
+def _experiment(
+    rng: np.random.Generator, shift: float, seeds: int = 3, users: int = 40, per_user: int = 10
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Two methods on the same queries: each seed moves every query of a method alike
+    (sd .03), users differ in how much ``a`` helps (sd .02), small per-query noise."""
+    u = np.repeat(np.arange(users), per_user)
+    base = rng.random(u.size)
+    user_effect = rng.normal(0.0, 0.02, users)[u]
+    b = base + rng.normal(0, 0.03, (seeds, 1)) + rng.normal(0, 0.01, (seeds, u.size))
+    a = base + shift + user_effect + rng.normal(0, 0.03, (seeds, 1))
+    a = a + rng.normal(0, 0.01, (seeds, u.size))
+    return a, b, u
+
+
+def test_seed_user_test_finds_a_shift_over_three_seeds() -> None:
+    rng = np.random.default_rng(12)
+    u = np.repeat(np.arange(40), 10)
+    b = rng.random((3, u.size))
+    a = b + 0.05 + rng.normal(0, 0.005, b.shape)
+    out = seed_user_test(a, b, u)
+    assert out["diff"] == pytest.approx(0.05, abs=0.002)
+    assert out["p"] < 1e-8
+    assert out["ci95_low"] < 0.05 < out["ci95_high"]
+    assert out["ci95_high"] - out["ci95_low"] < 0.01
+
+
+def test_seed_user_test_null_rate_with_random_seed_offsets() -> None:
+    """No true difference, training randomness per seed: the test rejects at about its
+    level; a paired t-test over (seed, query) pairs rejects almost always."""
+    rng = np.random.default_rng(7)
+    from scipy import stats as sps
+
+    ours, naive = [], []
+    for _ in range(300):
+        a, b, u = _experiment(rng, 0.0)
+        ours.append(seed_user_test(a, b, u)["p"] < 0.05)
+        naive.append(sps.ttest_rel(a.ravel(), b.ravel()).pvalue < 0.05)
+    assert np.mean(ours) < 0.1
+    assert np.mean(naive) > 0.8
+
+
+def test_seed_user_test_ci_covers_the_true_shift() -> None:
+    rng = np.random.default_rng(13)
+    covered = []
+    for _ in range(300):
+        a, b, u = _experiment(rng, 0.03)
+        out = seed_user_test(a, b, u)
+        covered.append(out["ci95_low"] <= 0.03 <= out["ci95_high"])
+    assert 0.9 <= np.mean(covered) <= 0.99
+
+
+def test_seed_user_test_user_clustered_ci_is_wider_than_the_iid_one() -> None:
+    rng = np.random.default_rng(14)
+    u = np.repeat(np.arange(40), 10)
+    d = rng.normal(0.02, 0.05, 40)[u]  # constant within a user
+    b = rng.random((2, u.size))
+    a = b + d + rng.normal(0, 1e-4, b.shape)
+    out = seed_user_test(a, b, u)
+    from scipy import stats as sps
+
+    dq = (a - b).mean(axis=0)
+    iid_half = sps.t.ppf(0.975, dq.size - 1) * dq.std(ddof=1) / np.sqrt(dq.size)
+    width = out["ci95_high"] - out["ci95_low"]
+    assert width > 2.5 * (2 * iid_half)
+    # the same differences spread over 400 distinct users: about the iid interval
+    alone = seed_user_test(a, b, np.arange(u.size))
+    assert alone["ci95_high"] - alone["ci95_low"] == pytest.approx(2 * iid_half, rel=0.05)
+
+
+def test_seed_user_test_drops_nan_queries_and_accepts_one_seed() -> None:
+    rng = np.random.default_rng(15)
+    u = np.repeat(np.arange(20), 5)
+    a, b = rng.random((3, u.size)), rng.random((3, u.size))
+    a_nan, b_nan = a.copy(), b.copy()
+    a_nan[1, 3] = np.nan  # one seed is enough to drop the query
+    b_nan[0, 50:55] = np.nan  # user 10 entirely
+    keep = np.ones(u.size, dtype=bool)
+    keep[3] = False
+    keep[50:55] = False
+    got = seed_user_test(a_nan, b_nan, u)
+    want = seed_user_test(a[:, keep], b[:, keep], u[keep])
+    assert got == pytest.approx(want)
+    assert got["queries"] == 94 and got["users"] == 19
+    one = seed_user_test(a[0], b[0], u)  # 1-D: one seed
+    assert one == pytest.approx(seed_user_test(a[:1], b[:1], u), nan_ok=True)
+    assert one["seeds"] == 1 and np.isnan(one["seed_se"]) and one["se"] == one["user_se"]
+
+
+def test_seed_user_test_rejects_bad_shapes() -> None:
+    u = np.repeat(np.arange(5), 4)
+    a = np.zeros((3, 20))
+    with pytest.raises(ConfigError, match="shape"):
+        seed_user_test(a, np.zeros((2, 20)), u)  # different seed counts
+    with pytest.raises(ConfigError, match="shape"):
+        seed_user_test(a, np.zeros((3, 19)), u)
+    with pytest.raises(ConfigError, match="shape"):
+        seed_user_test(a, a, u[:-1])  # users of the wrong length
+    with pytest.raises(ConfigError, match="shape"):
+        seed_user_test(a, a, u.reshape(4, 5))
+    nan = np.full((3, 20), np.nan)
+    nan[:, 0] = 1.0
+    with pytest.raises(ConfigError, match="at least two"):
+        seed_user_test(nan, a, u)

@@ -82,7 +82,9 @@ def test_setting_keys_and_grid() -> None:
         ({"observer": "engine"}, "observer"),
         ({"observer": "server", "revealed_weighting": "log"}, "revealed_weighting"),
         ({"observer": "server", "negatives": 1}, "negatives"),
+        ({"observer": "server", "negatives": "yes"}, "negatives"),
         ({"observer": "server", "smoothing": 0.0}, "smoothing"),
+        ({"observer": "server", "smoothing": -1e-3}, "smoothing"),
     ],
 )
 def test_bad_settings(kwargs: dict[str, object], match: str) -> None:
@@ -182,7 +184,7 @@ def test_grid_equals_settings_one_by_one_and_smoothing_scales() -> None:
     c = population()
     grid = kl_grid("proxy", c, proxies=GROUPS)
     assert list(grid) == [s.key() for s in default_grid()]
-    for s in default_grid()[::5]:
+    for s in default_grid():
         assert grid[s.key()] == pytest.approx(one("proxy", c, s, proxies=GROUPS))
     values = [grid[KLSetting("server", a).key()] for a in (1e-4, 1e-3, 1e-2)]
     assert values[0] > values[1] > values[2] > 0  # missing words weigh more at small alpha
@@ -218,7 +220,126 @@ def test_order_sensitivity() -> None:
     assert rows[1]["order"] == ["proxy", "groupuser", "flat"]
     assert rows[1]["reversals"] == [("flat", "proxy"), ("flat", "groupuser")]
     assert rows[1]["count"] == 2
-    with pytest.raises(DataFormatError, match="missing"):
+    with pytest.raises(DataFormatError, match="same settings"):
         order_sensitivity({"flat": {"s1": 1.0}, "proxy": {"s2": 1.0}})
     with pytest.raises(DataFormatError, match="at least one"):
         order_sensitivity({})
+
+
+# -- further cases: query words outside the training data, pooled rows, exact counts ------
+
+
+def no_query_training(received: np.ndarray | None = None) -> ProfileCounts:
+    """Like :func:`population`, but the clients train on their clicked and negative
+    documents only: their query words never reach the training server."""
+    base = population(received)
+    train_pos = block({u: {10 + u: 1.0} for u in range(N)})
+    train_all = block({u: {10 + u: 1.0, 20 + u: 3.0} for u in range(N)})
+    return ProfileCounts(
+        base.queries, base.clicks, base.covers, train_all, train_pos, base.received
+    )
+
+
+def test_server_misses_query_words_the_engine_sees() -> None:
+    c = no_query_training()
+    server = observed_profiles("flat", c, PAPER_SETTING)
+    engine = observed_profiles("flat", c, CURRENT_SETTING)
+    assert isinstance(engine, kl.ObservedProfiles)
+    # the training server holds no query word; the engine holds them with their counts
+    assert server[:, 2 : 2 + N].nnz == 0
+    np.testing.assert_array_equal(engine.user_counts()[:, 2 : 2 + N].toarray(), 2 * np.eye(N))
+    per_server = kl.profile_kl(c.real, server)
+    per_engine = kl.profile_kl(c.real, engine)
+    assert np.all(per_server > per_engine + 1.0)  # 2 of 3 real tokens missing: ln(1/alpha) scale
+
+
+def test_proxy_rows_pool_exactly_the_members_revealed_words() -> None:
+    received = np.array([True, True, False, True])
+    c = population(received)
+    server = observed_profiles("proxy", c, PAPER_SETTING, proxies=GROUPS)
+    engine = observed_profiles("proxy", c, CURRENT_SETTING, proxies=GROUPS)
+    assert isinstance(server, kl.ObservedProfiles) and isinstance(engine, kl.ObservedProfiles)
+    np.testing.assert_array_equal(server.source, GROUPS)
+    train = c.train_all.toarray()
+    # proxy 0 = users 0 and 1; proxy 1 = user 3 only, user 2's update never arrived
+    np.testing.assert_array_equal(server.counts.toarray(), [train[0] + train[1], train[3]])
+    queries = c.queries.toarray()
+    np.testing.assert_array_equal(
+        engine.counts.toarray(),
+        [train[0] + train[1] + queries[0] + queries[1], train[3] + queries[2] + queries[3]],
+    )
+
+
+def test_weighting_and_upload_case_2_exact_counts() -> None:
+    c = population()
+    presence = observed_profiles("flat", c, KLSetting("server", revealed_weighting="presence"))
+    np.testing.assert_array_equal(presence.toarray(), (c.train_all.toarray() > 0).astype(float))
+    # presence flattens the 3x-weighted negative word: KL differs from the counts reading
+    assert one("flat", c, KLSetting("server", revealed_weighting="presence")) != pytest.approx(
+        one("flat", c, PAPER_SETTING)
+    )
+    words = np.array([2, 3, 20])
+    some = observed_profiles("flat", c, PAPER_SETTING, upload_case=2, uploaded_words=words)
+    expected = np.zeros((N, V))
+    expected[:, words] = c.train_all.toarray()[:, words]
+    np.testing.assert_array_equal(some.toarray(), expected)
+    with pytest.raises(ConfigError, match="uploaded_words"):
+        observed_profiles("flat", c, PAPER_SETTING, upload_case=2)
+
+
+def test_missing_input_messages_name_what_is_needed() -> None:
+    c = population()
+    with pytest.raises(ConfigError, match=r"'groupuser' needs groups; none was given"):
+        observed_profiles("groupuser", c, PAPER_SETTING)
+    with pytest.raises(ConfigError, match=r"'proxy' needs proxies"):
+        observed_profiles("proxy", c, CURRENT_SETTING)
+    with pytest.raises(ConfigError, match="central, groupuser, coverquery, flat, proxy"):
+        observed_profiles("Flat", c, PAPER_SETTING)
+
+
+def unseen_user_kl(real: np.ndarray, alpha: float) -> float:
+    """KL of a real count row against an observed profile with no counts (uniform)."""
+    p = real[2:] + alpha
+    p = p / p.sum()
+    return float(np.sum(p * np.log(p * p.size)))
+
+
+def test_unreceived_user_kl_matches_hand_value_and_falls_with_smoothing() -> None:
+    c = population(np.array([True, False, True, True]))
+    real = c.real.toarray()[1]
+    values = []
+    for alpha in (1e-4, 1e-3, 1e-2):
+        setting = KLSetting("server", alpha)
+        per_user = kl.profile_kl(
+            c.real, observed_profiles("flat", c, setting), smoothing=setting.smoothing
+        )
+        assert per_user[1] == pytest.approx(unseen_user_kl(real, alpha), rel=1e-9)
+        values.append(per_user[1])
+    assert values[0] > values[1] > values[2]
+    # as alpha -> 0 the KL tends to ln(V') - H(real) = ln 28 - H(2/3, 1/3) ~ 2.696 nats
+    limit = np.log(V - 2) - (2 / 3 * np.log(3 / 2) + 1 / 3 * np.log(3))
+    assert values[1] == pytest.approx(2.6237, abs=1e-4) and values[0] < limit
+
+
+def test_reversals_ignore_methods_the_paper_lacks() -> None:
+    values = {"central": 100.0, "flat": 1.0, "proxy": 2.0, "coverquery": 3.0}
+    assert reversals(values) == [("flat", "proxy"), ("flat", "coverquery"), ("proxy", "coverquery")]
+    assert reversals({"flat": 1.0, "proxy": 1.0}) == []  # ties are not reversals
+    custom = {"a": 2.0, "b": 1.0}
+    assert reversals({"a": 0.0, "b": 5.0}, paper=custom) == [("a", "b")]
+
+
+def test_order_sensitivity_keeps_methods_outside_the_paper_in_the_order() -> None:
+    grids = {"central": {"k": 0.0}, "flat": {"k": 3.0}, "groupuser": {"k": 4.0}}
+    (row,) = order_sensitivity(grids)
+    assert row == {
+        "setting": "k",
+        "order": ["groupuser", "flat", "central"],
+        "reversals": [("flat", "groupuser")],
+        "count": 1,
+    }
+
+
+def test_order_sensitivity_refuses_extra_keys_in_a_later_method() -> None:
+    with pytest.raises(DataFormatError, match="same settings"):
+        order_sensitivity({"flat": {"s1": 1.0}, "proxy": {"s1": 2.0, "s2": 3.0}})

@@ -263,9 +263,16 @@ def order_sensitivity(
     if not methods:
         raise DataFormatError("order_sensitivity needs the KL grid of at least one method")
     keys = list(grid_by_method[methods[0]])
-    missing = {m: set(keys) - set(grid_by_method[m]) for m in methods}
-    if any(missing.values()):
-        raise DataFormatError(f"every method needs the same settings; missing: {missing}")
+    differ = {
+        m: sorted(set(keys) ^ set(grid_by_method[m]))
+        for m in methods
+        if set(keys) != set(grid_by_method[m])
+    }
+    if differ:
+        raise DataFormatError(
+            f"every method needs the same settings as {methods[0]!r}; settings that differ: "
+            f"{differ}"
+        )
     rows: list[dict[str, object]] = []
     for key in keys:
         values = {m: float(grid_by_method[m][key]) for m in methods}
