@@ -27,11 +27,12 @@ def one_search_gradient(repeats: int, seed: int) -> dict[str, float]:
     """Time the client computation for one search: 10 shown pages, 45 frecency evaluations."""
     rng = np.random.default_rng(seed)
     n, v = 10, 10
-    pages = PageHistories(
-        visit_age_days=np.floor(rng.exponential(25.0, size=(n, v))),
-        visit_type=rng.choice([1, 1, 1, 2, 3, 5], size=(n, v)).astype(np.int8),
-        visit_is_redirect_source=rng.random((n, v)) < 0.03,
-        visit_count=rng.integers(10, 40, size=n),
+    pages = PageHistories.build(
+        np.floor(rng.exponential(25.0, size=(n, v))),
+        rng.choice([1, 1, 1, 2, 3, 5], size=(n, v)).astype(np.int8),
+        rng.integers(10, 40, size=n),
+        visit_origin_type=np.full((n, v), 1, np.int8),
+        visit_redirect_target=np.where(rng.random((n, v)) < 0.03, 6, 0).astype(np.int8),
         bookmarked=rng.random(n) < 0.2,
         typed=rng.random(n) < 0.3,
     )

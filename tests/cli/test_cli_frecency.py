@@ -111,7 +111,7 @@ def test_score_classic(firefox_dir: Path, tmp_path: Path) -> None:
     result = _ok(
         ["frecency", "score", "--places", places, "--algorithm", "classic", "--json", str(out)]
     )
-    assert "64 pages scored with the classic algorithm" in result.output
+    assert "64 pages scored with Firefox 62-68's classic frecency" in result.output
     by_url = {p["url"]: p["frecency"] for p in _load(out)["pages"]}
     assert by_url["http://127.0.0.1:8765/apple.html"] == 1200
     assert by_url["http://127.0.0.1:8765/zucchini/nutrition.html"] == 140

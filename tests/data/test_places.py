@@ -14,11 +14,13 @@ files, and from the formulas in the docstrings of ``fedrank.models.frecency.mode
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import shutil
 import sqlite3
 from collections.abc import Iterable
 from contextlib import closing
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,6 @@ from fedrank.data.places import (
     score_places,
 )
 from fedrank.errors import ConfigError, DataFormatError, FedrankError, SchemaError
-from fedrank.models.frecency.classic import ClassicFrecency
 from fedrank.models.frecency.modern import HIGH, PADDING, ModernFrecency
 
 US_PER_DAY = 86_400_000_000
@@ -369,70 +370,123 @@ def test_modern_default_params_explicit_equal_implicit(
 
 
 # ----------------------------------------------------------------------------------------
-# Classic algorithm on the real file
+# Classic algorithm: Firefox 62-68's C++ and SQL, transcribed, run on the files themselves
 # ----------------------------------------------------------------------------------------
 
-# Firefox's default classic bonuses (MDN "Frecency algorithm").
-_CLASSIC_BONUS = {1: 100, 2: 2000, 3: 75, 4: 0, 5: 0, 6: 0, 7: 0, 8: 0, 9: 0}
+#: Firefox 62-68's sampling statement (SQLFunctions.cpp, CalculateFrecencyFunction), with
+#: strftime('%s','now','localtime','utc') bound as :now_s.
+_FIREFOX68_VISITS_SQL = (
+    "SELECT IFNULL(origin.visit_type, v.visit_type) AS visit_type, "
+    "target.visit_type AS target_visit_type, "
+    "ROUND((:now_s - v.visit_date/1000000)/86400) AS age_in_days "
+    "FROM moz_historyvisits v "
+    "LEFT JOIN moz_historyvisits origin ON origin.id = v.from_visit "
+    "AND v.visit_type BETWEEN 5 AND 6 "
+    "LEFT JOIN moz_historyvisits target ON v.id = target.from_visit "
+    "AND target.visit_type BETWEEN 5 AND 6 "
+    "WHERE v.place_id = :page_id ORDER BY v.visit_date DESC LIMIT :max_visits"
+)
+#: nsNavHistory.h, GetFrecencyTransitionBonus(type, aVisited = true), default prefs.
+_VISITED_BONUS = {8: 0, 4: 0, 1: 100, 2: 2000, 3: 75, 7: 0, 5: 0, 6: 0, 9: 0}
+_DEFAULT_VISIT_BONUS, _REDIRECT_SOURCE_BONUS = 0, 25
+_UNVISITED_BOOKMARK_BONUS, _UNVISITED_TYPED_BONUS = 140, 200
 
 
-def _classic_expected_same_day(path: Path) -> dict[int, int]:
-    """Classic frecency of every page whose sampled visits are all 0 days old, computed with
-    SQL and the documented rule: first bucket (weight 100), bonus per visit type (or 25 for a
-    redirect source), plus 75 per visit for bookmarked pages; ``ceil(visit_count * points /
-    n)``, -1 if the points are 0; unvisited pages: 140 if bookmarked + 200 if typed, else 0."""
-    now = max(
-        _query(path, "SELECT max(visit_date) FROM moz_historyvisits")[0][0],
-        _query(path, "SELECT max(dateAdded) FROM moz_bookmarks")[0][0],
-        _query(path, "SELECT max(created_at) * 1000 FROM moz_places_metadata")[0][0],
-    )
-    sources = {
-        f
-        for (f,) in _query(
-            path, "SELECT from_visit FROM moz_historyvisits WHERE visit_type IN (5, 6)"
-        )
-    }
-    bookmarked = {fk for (fk,) in _query(path, "SELECT fk FROM moz_bookmarks WHERE fk IS NOT NULL")}
+def _aged_weight(age: int) -> int:
+    """nsNavHistory::GetFrecencyAgedWeight with the default cutoffs and weights."""
+    for cutoff, weight in ((4, 100), (14, 70), (31, 50), (90, 30)):
+        if age <= cutoff:
+            return weight
+    return 10
+
+
+def firefox68_classic(path: Path, now_us: int) -> dict[int, int]:
+    """Every page's frecency as CalculateFrecencyFunction::OnFunctionCall computes it (with
+    ``mostRecentVisitBonus = eUnknown``, a recalculation): the page query, the sampling
+    statement above on the file, and the C++ loop in its float32 arithmetic."""
+    f32 = np.float32
     out: dict[int, int] = {}
-    for pid, visit_count, typed in _query(path, "SELECT id, visit_count, typed FROM moz_places"):
-        visits = _query(
-            path,
-            "SELECT id, visit_type, visit_date FROM moz_historyvisits WHERE place_id = ? "
-            "ORDER BY visit_date DESC LIMIT 10",
-            (pid,),
-        )
-        if not visits:
-            out[pid] = (140 if pid in bookmarked else 0) + (200 if typed else 0)
-            continue
-        assert all((now - date) // US_PER_DAY == 0 for _, _, date in visits)
-        bonus = sum(
-            (25 if vid in sources else _CLASSIC_BONUS[vtype]) + (75 if pid in bookmarked else 0)
-            for vid, vtype, _ in visits
-        )
-        points = 100 * bonus / 100  # first-bucket weight 100
-        out[pid] = -1 if points == 0 else math.ceil(visit_count * points / len(visits))
+    with closing(_connect_ro(path)) as conn:
+        pages = conn.execute(
+            "SELECT id, typed, visit_count, foreign_count, (substr(url, 0, 7) = 'place:') "
+            "FROM moz_places ORDER BY id"
+        ).fetchall()
+        for page_id, typed, visit_count, foreign_count, is_query in pages:
+            has_bookmark = foreign_count > 0
+            points, n_sampled, bonus = f32(0.0), 0, 0
+            if visit_count > 0:
+                rows = conn.execute(
+                    _FIREFOX68_VISITS_SQL,
+                    {"now_s": now_us // 1_000_000, "page_id": page_id, "max_visits": 10},
+                ).fetchall()
+                for visit_type, target_type, age in rows:
+                    target = target_type or 0
+                    redirect = target == 5 or (target == 6 and visit_type != 2)
+                    if redirect:
+                        bonus = _REDIRECT_SOURCE_BONUS
+                    else:
+                        bonus = _VISITED_BONUS.get(visit_type, _DEFAULT_VISIT_BONUS)
+                    if has_bookmark:
+                        bonus += _VISITED_BONUS[3]
+                    if bonus:
+                        points = f32(points + f32(_aged_weight(int(age)) * (bonus / 100.0)))
+                    n_sampled += 1
+            if n_sampled:
+                if not points:
+                    out[page_id] = -1
+                else:
+                    out[page_id] = int(
+                        np.ceil(f32(f32(visit_count) * np.ceil(points)) / f32(n_sampled))
+                    )
+                continue
+            if not has_bookmark or is_query:
+                out[page_id] = 0
+                continue
+            bonus = _UNVISITED_BOOKMARK_BONUS + (_UNVISITED_TYPED_BONUS if typed else 0)
+            points = f32(f32(100) * (f32(bonus) / f32(100.0)))
+            out[page_id] = int(np.ceil(f32(1) * np.ceil(points)))
     return out
 
 
-def test_classic_on_the_real_file_follows_the_classic_rules(places_path: Path) -> None:
-    result = score_places(places_path, "classic")
-    assert result["algorithm"] == "classic"
-    pages = result["pages"]
-    assert len(pages) == N_PAGES
-    assert all(isinstance(p["frecency"], int) for p in pages)
-    expected = _classic_expected_same_day(places_path)
-    assert {p["place_id"]: p["frecency"] for p in pages} == expected
+def _newest_visit_or_bookmark(path: Path) -> int:
+    return max(
+        _query(path, "SELECT max(visit_date) FROM moz_historyvisits")[0][0] or 0,
+        _query(path, "SELECT max(dateAdded) FROM moz_bookmarks")[0][0] or 0,
+    )
 
-    by_url = _pages_by_url(result)
-    # Unvisited bookmarks: ceil(firstBucketWeight * unvisitedBookmarkBonus / 100) = 140.
+
+@pytest.mark.parametrize("name", ["places.sqlite", "places-aged.sqlite"])
+def test_classic_equals_firefox68_on_every_page_of_both_real_profiles(
+    firefox_dir: Path, name: str
+) -> None:
+    path = firefox_dir / name
+    result = score_places(path, "classic")
+    now = _newest_visit_or_bookmark(path)
+    assert result["algorithm"] == "classic" and result["now_us"] == now
+    got = {p["place_id"]: p["frecency"] for p in result["pages"]}
+    assert len(got) == N_PAGES
+    assert got == firefox68_classic(path, now)
+    # the same at other times: a week, a month and a year later
+    for days in (7, 31, 365):
+        later = now + days * US_PER_DAY + 12_345_678
+        again = score_places(path, "classic", now_us=later)
+        assert again["now_us"] == later
+        assert {p["place_id"]: p["frecency"] for p in again["pages"]} == firefox68_classic(
+            path, later
+        ), days
+
+
+def test_classic_on_the_real_file_by_rule(places_path: Path) -> None:
+    """Pages of the real profile that exercise each C++ rule, at its own "now"."""
+    by_url = _pages_by_url(score_places(places_path, "classic"))
+    # Unvisited bookmarks (foreign_count 1, visit_count 0): ceilf(100 * 140 / 100) = 140.
     for url in (*DEFAULT_BOOKMARK_URLS, UNVISITED_BOOKMARK_URL):
         assert by_url[url]["frecency"] == 140
-    # 12 LINK visits today, 10 sampled: ceil(12 * 10 * 100 / 10) = 1200.
+    # 12 LINK visits today, 10 sampled: ceilf(12 * ceilf(10 * 100) / 10) = 1200.
     assert by_url[f"{BASE}/apple.html"]["frecency"] == 1200
-    # Visited, but only with 0-bonus visits (FRAMED_LINK, REDIRECT_TEMPORARY): -1.
-    assert by_url[f"{BASE}/frame-target1.html"]["frecency"] == -1
-    assert by_url[f"{BASE}/news-today.html"]["frecency"] == -1
-    # A redirect source scores redirectSourceVisitBonus (25) instead of its LINK bonus.
+    # visit_count = 0 (only FRAMED_LINK visits, a hidden page): not sampled, not bookmarked: 0.
+    assert by_url[f"{BASE}/frame-target1.html"]["frecency"] == 0
+    # A visit that led to a 301 scores redirectSourceVisitBonus (25) instead of LINK's 100.
     assert by_url[f"{BASE}/r301/mango"]["frecency"] == math.ceil(4 * 4 * 25 / 4)
     # orange.html: LINK x2 + RELOAD (bonus 0, not counted in visit_count 2): ceil(2*200/3).
     assert by_url[f"{BASE}/orange.html"]["frecency"] == 134
@@ -447,21 +501,79 @@ def test_classic_histories_of_the_real_file(data: PlacesData) -> None:
     assert pages.n_sampled[row[UNVISITED_BOOKMARK_URL]] == 0
     assert bool(pages.bookmarked[row[UNVISITED_BOOKMARK_URL]])
     assert not pages.bookmarked[row[f"{BASE}/apple.html"]]
+    # visit_count = 0: Firefox does not sample, so neither do we.
+    assert pages.n_sampled[row[f"{BASE}/frame-target1.html"]] == 0
+    # every visit of /r302/kiwi led to a 302 (target type 6)
     i = row[f"{BASE}/r302/kiwi"]
-    assert pages.visit_is_redirect_source[i][pages.visit_mask[i]].all()
-    # The whole session is "today" with the default now (the newest timestamp).
+    assert (pages.visit_redirect_target[i][pages.visit_mask[i]] == 6).all()
+    # redirect targets carry the type of the visit they came from (origin)
+    redirects = np.isin(pages.visit_type, (5, 6))
+    assert redirects.any() and (pages.visit_origin_type[redirects] > 0).all()
+    # ages are whole days; the whole session is "today" at the default now
     assert float(pages.visit_age_days[pages.visit_mask].max()) == 0.0
-    scores = ClassicFrecency().score(ClassicFrecency.defaults(), pages)
-    np.testing.assert_array_equal(scores, np.round(scores))
+    np.testing.assert_array_equal(pages.visit_age_days, np.round(pages.visit_age_days))
 
 
-def test_classic_now_us_ages_the_visits(places_path: Path, data: PlacesData) -> None:
-    later = data.latest_timestamp_us() + 10 * US_PER_DAY
-    by_url = _pages_by_url(score_places(places_path, "classic", now_us=later))
-    # 10 days old: second bucket (weight 70): ceil(12 * 10 * 70 * 100 / 100 / 10) = 840.
-    assert by_url[f"{BASE}/apple.html"]["frecency"] == 840
+def test_classic_ages_are_firefox_whole_days(places_path: Path, data: PlacesData) -> None:
+    """ROUND((now_s - visit_date / 1000000) / 86400) in integer arithmetic: whole seconds
+    first (both truncated), then whole days (truncated)."""
+    apple = list(data.url).index(f"{BASE}/apple.html")
+    newest = int(data.visit_date[data.visit_place_id == data.place_id[apple]].max())
+    second = newest // 1_000_000 * 1_000_000  # the start of the visit's second
+    assert newest > second  # the visit has a fractional second, which Firefox drops
+    # One microsecond before 5 days after the visit's second: 4 whole days, first bucket
+    before = second + 5 * US_PER_DAY - 1
+    assert classic_histories(data, before).visit_age_days[apple, 0] == 4.0
+    score_before = _pages_by_url(score_places(places_path, "classic", now_us=before))
+    # At 5 days after the visit's *second* -- less than 5 days after the visit in
+    # microseconds -- Firefox already counts 5 days: second bucket, 12 * 70 = 840
+    at = second + 5 * US_PER_DAY
+    assert at - newest < 5 * US_PER_DAY
+    assert classic_histories(data, at).visit_age_days[apple, 0] == 5.0
+    by_url = _pages_by_url(score_places(places_path, "classic", now_us=at))
+    # the newest visit moved from the first bucket (weight 100) to the second (70)
+    assert by_url[f"{BASE}/apple.html"]["frecency"] < score_before[f"{BASE}/apple.html"]["frecency"]
+    for now in (before, at):
+        scores = {p["place_id"]: p["frecency"] for p in score_places(
+            places_path, "classic", now_us=now)["pages"]}  # fmt: skip
+        assert scores == firefox68_classic(places_path, now)
     # Unvisited bookmarks do not depend on time.
     assert by_url[UNVISITED_BOOKMARK_URL]["frecency"] == 140
+
+
+def test_classic_cli_writes_every_page(places_path: Path, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from fedrank.cli import main
+
+    out = tmp_path / "classic.json"
+    args = ["frecency", "score", "--places", str(places_path), "--algorithm", "classic"]
+    result = CliRunner().invoke(main, [*args, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    written = json.loads(out.read_text())
+    now = _newest_visit_or_bookmark(places_path)
+    assert written["now_us"] == now
+    assert [sorted(p) for p in written["pages"]] == [
+        ["firefox_frecency", "frecency", "place_id", "url"]
+    ] * N_PAGES
+    assert {p["place_id"]: p["frecency"] for p in written["pages"]} == firefox68_classic(
+        places_path, now
+    )
+    stored = dict(_query(places_path, "SELECT id, frecency FROM moz_places"))
+    assert {p["place_id"]: p["firefox_frecency"] for p in written["pages"]} == stored
+    # --now as microseconds and as an ISO date/time give the same scores
+    later = now + 40 * US_PER_DAY
+    iso = datetime.fromtimestamp(later / 1e6, tz=UTC).isoformat()
+    a = CliRunner().invoke(main, [*args, "--now", str(later), "--json", str(tmp_path / "a")])
+    b = CliRunner().invoke(main, [*args, "--now", iso, "--json", str(tmp_path / "b")])
+    assert a.exit_code == 0 and b.exit_code == 0, (a.output, b.output)
+    assert json.loads((tmp_path / "a").read_text()) == json.loads((tmp_path / "b").read_text())
+    bad = CliRunner().invoke(main, [*args, "--now", "next tuesday"])
+    assert bad.exit_code == 2 and "ISO 8601" in bad.output
+    modern = CliRunner().invoke(
+        main, ["frecency", "score", "--places", str(places_path), "--now", str(now)]
+    )
+    assert modern.exit_code == 2 and "classic" in modern.output
 
 
 # ----------------------------------------------------------------------------------------
@@ -520,6 +632,10 @@ def test_missing_column_in_hand_built_db_raises_schema_error(tmp_path: Path) -> 
         "typed INTEGER, hidden INTEGER, frecency INTEGER)",
         "CREATE TABLE moz_historyvisits (id INTEGER PRIMARY KEY, from_visit INTEGER, "
         "place_id INTEGER, visit_date INTEGER, visit_type INTEGER, source INTEGER)",
+        # Firefox's indexes: the sampling query walks (place_id, visit_date) backwards, so
+        # equal dates come in descending id, and a visit's redirect targets in ascending id
+        "CREATE INDEX moz_historyvisits_placedateindex ON moz_historyvisits (place_id, visit_date)",
+        "CREATE INDEX moz_historyvisits_fromindex ON moz_historyvisits (from_visit)",
         "CREATE TABLE moz_bookmarks (id INTEGER PRIMARY KEY, fk INTEGER, dateAdded INTEGER)",
         "CREATE TABLE moz_places_metadata (id INTEGER PRIMARY KEY, place_id INTEGER, "
         "created_at INTEGER, total_view_time INTEGER, key_presses INTEGER)",
@@ -669,17 +785,30 @@ def _build_places(path: Path) -> dict[str, dict[str, Any]]:
     _exec(
         path,
         "CREATE TABLE moz_places (id INTEGER PRIMARY KEY, url TEXT, title TEXT, "
-        "visit_count INTEGER, typed INTEGER, hidden INTEGER, frecency INTEGER)",
+        "visit_count INTEGER, typed INTEGER, hidden INTEGER, frecency INTEGER, "
+        "foreign_count INTEGER NOT NULL DEFAULT 0)",
         "CREATE TABLE moz_historyvisits (id INTEGER PRIMARY KEY, from_visit INTEGER, "
         "place_id INTEGER, visit_date INTEGER, visit_type INTEGER, source INTEGER)",
+        # Firefox's indexes: the sampling query walks (place_id, visit_date) backwards, so
+        # equal dates come in descending id, and a visit's redirect targets in ascending id
+        "CREATE INDEX moz_historyvisits_placedateindex ON moz_historyvisits (place_id, visit_date)",
+        "CREATE INDEX moz_historyvisits_fromindex ON moz_historyvisits (from_visit)",
         "CREATE TABLE moz_bookmarks (id INTEGER PRIMARY KEY, fk INTEGER, dateAdded INTEGER)",
         "CREATE TABLE moz_places_metadata (id INTEGER PRIMARY KEY, place_id INTEGER, "
         "created_at INTEGER, total_view_time INTEGER, key_presses INTEGER)",
     )
     with closing(sqlite3.connect(path)) as conn:
-        conn.executemany("INSERT INTO moz_places VALUES (?, ?, NULL, ?, ?, 0, -1)", places)
+        conn.executemany(
+            "INSERT INTO moz_places (id, url, title, visit_count, typed, hidden, frecency) "
+            "VALUES (?, ?, NULL, ?, ?, 0, -1)",
+            places,
+        )
         conn.executemany("INSERT INTO moz_historyvisits VALUES (?, ?, ?, ?, ?, ?)", visits)
         conn.executemany("INSERT INTO moz_bookmarks (fk, dateAdded) VALUES (?, ?)", bookmarks)
+        conn.execute(  # Firefox keeps foreign_count = the page's bookmarks (and keywords)
+            "UPDATE moz_places SET foreign_count = "
+            "(SELECT count(*) FROM moz_bookmarks b WHERE b.fk = moz_places.id)"
+        )
         conn.executemany(
             "INSERT INTO moz_places_metadata (place_id, created_at, total_view_time, "
             "key_presses) VALUES (?, ?, ?, ?)",
@@ -816,37 +945,104 @@ def test_latest_timestamp_counts_interactions_in_milliseconds(tmp_path: Path) ->
     data = read_places(path)
     assert int(data.visit_date.max()) < newest_ms * 1000
     assert data.latest_timestamp_us() == newest_ms * 1000
-    # Classic ages are relative to it: the TYPED visit of b.test (DAY - 10) is 12 days old,
-    # still bucket 2: 1400; the LINK visit of c.test (DAY) is 2 days old, bucket 1: 500.
+    # Classic frecency's "now" ignores interactions (study-era Firefox had none): the newest
+    # visit or bookmark, so a.test's visits are 0 and 30 days old: ceil(2 * (100 + 50) / 2).
+    assert data.latest_visit_or_bookmark_us() == int(data.visit_date.max())
     by_url = _pages_by_url(score_places(path, "classic"))
-    assert by_url["http://b.test/typed"]["frecency"] == 1400
-    assert by_url["http://c.test/count"]["frecency"] == 500
-    # a.test: ages 2 and 32 days: buckets 1 (100) and 4 (30): ceil(2 * 130 / 2).
-    assert by_url["http://a.test/two-links"]["frecency"] == 130
+    assert by_url["http://a.test/two-links"]["frecency"] == 150
 
 
 def test_hand_built_classic_frecency(hand_built: tuple[Path, dict[str, dict[str, Any]]]) -> None:
+    """Firefox 62-68's rules on the hand-built file, each against the transcribed C++ and
+    SQL (:func:`firefox68_classic`) and by hand."""
     path, _ = hand_built
     now = _prtime(DAY)  # the newest visit
     result = score_places(path, "classic", now_us=now)
     got = {p["url"]: p["frecency"] for p in result["pages"]}
+    by_id = {p["place_id"]: p["frecency"] for p in result["pages"]}
+    assert by_id == firefox68_classic(path, now)
     # Ages 0 and 30 days: buckets 1 (100) and 3 (50); LINK 100: points 150; ceil(2*150/2).
     assert got["http://a.test/two-links"] == 150
     # TYPED, 10 days: bucket 2 (70) * 2000 / 100 = 1400.
     assert got["http://b.test/typed"] == 1400
     # visit_count 5, one sampled LINK today: ceil(5 * 100 / 1).
     assert got["http://c.test/count"] == 500
-    # Unvisited: bookmarked 140, typed 200, neither 0.
+    # Unvisited: bookmarked 140; typed only or neither: 0 (only bookmarks get a score).
     assert got["http://d.test/bookmark-only"] == 140
-    assert got["http://k.test/typed-unvisited"] == 200
+    assert got["http://k.test/typed-unvisited"] == 0
     assert got["http://e.test/nothing"] == 0
-    # Redirect source: 25; redirect target (permRedirectVisitBonus 0): -1.
+    # The source of a 301: redirectSourceVisitBonus 25. The 301's target visit is scored
+    # with its origin's type (LINK, 100), not permRedirectVisitBonus (0).
     assert got["http://g.test/r301"] == 25
-    assert got["http://g.test/target"] == -1
-    # RELOAD-only: visited, 0 points: -1.
-    assert got["http://i.test/reload-only"] == -1
-    # The default "now" is the newest timestamp in the file (the newest visit here).
+    assert got["http://g.test/target"] == 100
+    # RELOAD-only with visit_count 0: not sampled, not bookmarked: 0.
+    assert got["http://i.test/reload-only"] == 0
+    # 12 LINK visits on 12 days, 10 sampled (ages 0..9): 5 x 100 + 5 x 70 = 850; 12 visits
+    assert got["http://j.test/twelve"] == math.ceil(12 * 850 / 10)
+    # place: query with a visit: scored like any visited page
+    assert got["place:sort=8&maxResults=10"] == 100
+    # The default "now" is the newest visit or bookmark in the file (the newest visit here).
     assert score_places(path, "classic")["pages"] == result["pages"]
+
+
+def test_hand_built_redirect_chains_ties_and_multiple_targets(tmp_path: Path) -> None:
+    """Rows of the sampling join: a visit that redirected twice is two rows (both counted in
+    numSampledVisits and the LIMIT); equal visit dates; a typed 302 chain. Every page is
+    checked against Firefox's SQL and C++ transcribed."""
+    path = tmp_path / "places.sqlite"
+    _build_places(path)
+    day = _prtime(DAY)
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute(
+            "INSERT INTO moz_places (id, url, visit_count, typed, hidden, frecency) "
+            "VALUES (100, 'http://m.test/', 11, 1, 0, 0)"
+        )
+        conn.execute(
+            "INSERT INTO moz_places (id, url, visit_count, typed, hidden, frecency) "
+            "VALUES (101, 'http://n.test/', 2, 0, 0, 0)"
+        )
+        conn.execute(
+            "INSERT INTO moz_places (id, url, visit_count, typed, hidden, frecency) "
+            "VALUES (102, 'http://o.test/', 1, 0, 0, 0)"
+        )
+        conn.execute(
+            "INSERT INTO moz_places (id, url, visit_count, typed, hidden, frecency) "
+            "VALUES (103, 'http://p.test/', 11, 1, 0, 0)"
+        )
+        visits = [
+            # m.test: a TYPED visit that redirected to two targets (302 and 301), 10 more
+            # LINK visits, two of them at the very same time as the typed one
+            (1000, 0, 100, day, 2),
+            (1001, 0, 100, day, 1),
+            (1002, 0, 100, day, 1),
+            *[(1003 + k, 0, 100, day - (k + 1) * US_PER_DAY, 1) for k in range(8)],
+            (1020, 1000, 101, day + 10, 6),  # typed -> 302: TYPED bonus on both sides
+            (1021, 1000, 102, day + 20, 5),  # typed -> 301: the source gets 25
+            (1022, 1020, 101, day + 30, 6),  # 302 -> 302 chain: origin type is 6 itself
+            # p.test: 11 visits at one instant, the first one typed: which 10 the LIMIT
+            # keeps depends on the order of equal dates (SQLite: descending id)
+            (1030, 0, 103, day - US_PER_DAY, 2),
+            *[(1031 + k, 0, 103, day - US_PER_DAY, 1) for k in range(10)],
+        ]
+        conn.executemany(
+            "INSERT INTO moz_historyvisits (id, from_visit, place_id, visit_date, visit_type, "
+            "source) VALUES (?, ?, ?, ?, ?, 0)",
+            visits,
+        )
+        conn.commit()
+    now = day + 3 * US_PER_DAY
+    result = score_places(path, "classic", now_us=now)
+    assert {p["place_id"]: p["frecency"] for p in result["pages"]} == firefox68_classic(path, now)
+    data = read_places(path)
+    pages = classic_histories(data, now)
+    m = list(data.place_id).index(100)
+    # 11 visits give 12 rows (the typed one twice); the LIMIT keeps 10 rows
+    assert pages.n_sampled[m] == 10
+    assert sorted(pages.visit_redirect_target[m][:4].tolist()) == [0, 0, 5, 6]
+    # p.test: the typed visit (smallest id) is the 11th row, cut by the LIMIT: 11 * 100
+    p = list(data.place_id).index(103)
+    assert (pages.visit_type[p][pages.visit_mask[p]] == 1).all()
+    assert {r["place_id"]: r["frecency"] for r in result["pages"]}[103] == 1100
 
 
 def test_empty_database_scores_no_page(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from fedrank.data.synthetic_history import (
     population_from_titles,
 )
 from fedrank.errors import ConfigError, DataFormatError
-from fedrank.models.frecency.history import NUM_SAMPLED_VISITS, VisitType
+from fedrank.models.frecency.history import NOT_COUNTED_TYPES, NUM_SAMPLED_VISITS, VisitType
 
 
 @pytest.fixture(scope="module")
@@ -49,22 +49,34 @@ def test_visits_are_the_most_recent_newest_first(population: Population) -> None
     n_sampled = pages.n_sampled
     # real visits first in each row, then padding
     assert (mask == (np.arange(NUM_SAMPLED_VISITS)[None, :] < n_sampled[:, None])).all()
-    assert (n_sampled == np.minimum(pages.visit_count, NUM_SAMPLED_VISITS)).all()
-    assert (pages.visit_count >= n_sampled).all()
+    # visit_count counts what Firefox counts: every type but EMBED, DOWNLOAD, FRAMED_LINK,
+    # RELOAD, sampled or not
+    counted = (mask & ~np.isin(pages.visit_type, NOT_COUNTED_TYPES)).sum(axis=1)
+    assert (pages.visit_count >= counted).all()
+    assert (pages.visit_count[n_sampled < NUM_SAMPLED_VISITS] == counted[
+        n_sampled < NUM_SAMPLED_VISITS
+    ]).all()  # fmt: skip
     ages = np.where(mask, pages.visit_age_days, 1e9)
     assert (np.diff(ages, axis=1)[mask[:, 1:]] >= 0).all()  # newest first
     real = pages.visit_age_days[mask]
     assert real.min() >= 0 and real.max() <= 365
+    np.testing.assert_array_equal(real, np.floor(real))  # whole days, as Firefox stores them
     assert set(np.unique(pages.visit_type[mask])) <= {int(t) for t in VisitType}
-    assert not pages.visit_is_redirect_source[~mask].any()
+    assert not pages.visit_redirect_target[~mask].any()
+    assert set(np.unique(pages.visit_redirect_target)) <= {0, 5, 6}
+    # an origin type only on redirect visits, never itself a redirect
+    redirect = np.isin(pages.visit_type, (5, 6))
+    assert not pages.visit_origin_type[~redirect].any()
+    assert (pages.visit_origin_type[redirect] > 0).all()
+    assert not np.isin(pages.visit_origin_type, (5, 6)).any()
     assert (pages.visit_type[~mask] == 0).all()
 
 
 def test_distributions_match_config(population: Population) -> None:
     pages = population.pages
-    visited = pages.visit_count > 0
-    # 1 + floor(Exp(scale 7)) has mean 1 + 1 / (exp(1/7) - 1)
-    expected_mean = 1 + 1 / np.expm1(1 / 7)
+    visited = pages.n_sampled > 0
+    # 1 + floor(Exp(scale 7)) visits, of which the counted types (all but 4, 7, 8, 9: 93%)
+    expected_mean = (1 + 1 / np.expm1(1 / 7)) * 0.93
     assert abs(pages.visit_count[visited].mean() - expected_mean) < 0.15
     assert abs((~visited).mean() - 0.02) < 0.005
     assert (pages.bookmarked[~visited]).all()  # unvisited pages are bookmarks
@@ -74,7 +86,7 @@ def test_distributions_match_config(population: Population) -> None:
     cfg = HistoryConfig()
     for visit_type, share in cfg.visit_type_shares:
         assert abs((types == visit_type).mean() - share) < 0.01, visit_type
-    assert abs(pages.visit_is_redirect_source[mask].mean() - 0.03) < 0.005
+    assert abs((pages.visit_redirect_target[mask] > 0).mean() - 0.03) < 0.005
     # a page with a typed sampled visit is typed; unvisited pages are not
     assert pages.typed[(pages.visit_type == VisitType.TYPED).any(axis=1)].all()
     assert not pages.typed[~visited].any()
@@ -87,9 +99,9 @@ def test_visit_ages_are_order_statistics_of_exponentials() -> None:
     """Pages with one visit: the age is Exp(mean 25); the Renyi draw is exact."""
     cfg = HistoryConfig(visit_count_scale=1e-9, unvisited_bookmark_share=0.0)
     pop = generate_population(500, np.random.default_rng(3), cfg)
-    assert (pop.pages.visit_count == 1).all()
-    ages = pop.pages.visit_age_days[:, 0]
-    assert abs(ages.mean() - 25) < 1.0
+    assert (pop.pages.n_sampled == 1).all()
+    ages = pop.pages.visit_age_days[:, 0]  # floor(Exp(mean 25)): mean 1 / (exp(1/25) - 1)
+    assert abs(ages.mean() - 1 / np.expm1(1 / 25)) < 1.0
     assert abs(np.mean(ages < 4) - (1 - np.exp(-4 / 25))) < 0.01
 
 
@@ -147,7 +159,9 @@ def test_same_seed_same_population() -> None:
     for name in (
         "visit_age_days",
         "visit_type",
-        "visit_is_redirect_source",
+        "visit_origin_type",
+        "visit_redirect_target",
+        "bookmark_age_days",
         "visit_count",
         "bookmarked",
         "typed",

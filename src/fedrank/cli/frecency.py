@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -29,26 +30,62 @@ def frecency() -> None:
     "--algorithm", type=click.Choice(["classic", "modern"]), default="modern", show_default=True
 )
 @click.option(
+    "--now",
+    "now",
+    default=None,
+    help="Classic only: score as of this time, PRTime microseconds or an ISO 8601 date/time "
+    "(UTC unless it names a zone); default: the newest visit or bookmark in the file.",
+)
+@click.option(
     "--json",
     "json_path",
     type=click.Path(path_type=Path),
     default=None,
-    help="Write {'pages': [{url, frecency, firefox_frecency}, ...]} here.",
+    help="Write {'pages': [{place_id, url, frecency, firefox_frecency}, ...]} here.",
 )
-def frecency_score(places: Path, algorithm: str, json_path: Path | None) -> None:
-    """Score every page of a places.sqlite with fedrank's frecency."""
+def frecency_score(places: Path, algorithm: str, now: str | None, json_path: Path | None) -> None:
+    """Score every page of a places.sqlite with fedrank's frecency: classic = what Firefox
+    62-68 (the Mozilla study's) computes for the file, modern = Firefox 128+."""
     from fedrank.data.places import score_places
 
-    result = score_places(places, algorithm)
+    if now is not None and algorithm != "classic":
+        raise click.BadParameter("--now applies to the classic algorithm only", param_hint="--now")
+    result = score_places(places, algorithm, now_us=None if now is None else _parse_now(now))
     pages = result["pages"]
     same = sum(p["frecency"] == p["firefox_frecency"] for p in pages)
-    click.echo(
-        f"{len(pages)} pages scored with the {algorithm} algorithm; "
-        f"{same} equal Firefox's stored frecency"
-    )
+    if algorithm == "classic":
+        click.echo(
+            f"{len(pages)} pages scored with Firefox 62-68's classic frecency at now = "
+            f"{result['now_us']} us (the file stores the frecency of the Firefox that wrote it)"
+        )
+    else:
+        click.echo(
+            f"{len(pages)} pages scored with the {algorithm} algorithm; "
+            f"{same} equal Firefox's stored frecency"
+        )
     if json_path:
         write_json(result, json_path)
         click.echo(f"wrote {json_path}")
+
+
+def _parse_now(text: str) -> int:
+    """``--now``: PRTime microseconds, or an ISO 8601 date/time (UTC if no zone)."""
+    from datetime import datetime
+
+    value = text.strip()
+    if value.lstrip("-").isdigit():
+        return int(value)
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError as err:
+        raise click.BadParameter(
+            f"{text!r} is neither microseconds since 1970 (PRTime, e.g. 1764000000000000) nor "
+            "an ISO 8601 date/time (e.g. 2026-11-25T12:00:00)",
+            param_hint="--now",
+        ) from err
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp()) * 1_000_000 + moment.microsecond
 
 
 def _study_options(func: Any) -> Any:

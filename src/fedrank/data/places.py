@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from fedrank.errors import ConfigError, DataFormatError, SchemaError
-from fedrank.models.frecency.classic import ClassicFrecency
+from fedrank.models.frecency.classic import ClassicFrecency, firefox_age_days
 from fedrank.models.frecency.history import NUM_SAMPLED_VISITS, PageHistories
 from fedrank.models.frecency.modern import (
     HIGH,
@@ -40,14 +40,18 @@ from fedrank.models.frecency.modern import (
 )
 
 #: Tables and columns fedrank reads (``moz_historyvisits.source`` is optional: only the
-#: modern algorithm needs it, and old profiles lack it).
+#: modern algorithm needs it, and old profiles lack it; ``moz_places.foreign_count``, the
+#: number of bookmarks and keywords of a page, is what Firefox's classic frecency tests).
 REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "moz_places": ("id", "url", "title", "visit_count", "typed", "hidden", "frecency"),
     "moz_historyvisits": ("id", "from_visit", "place_id", "visit_date", "visit_type"),
     "moz_bookmarks": ("fk", "dateAdded"),
     "moz_places_metadata": ("place_id", "created_at", "total_view_time", "key_presses"),
 }
-OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {"moz_historyvisits": ("source",)}
+OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {
+    "moz_historyvisits": ("source",),
+    "moz_places": ("foreign_count",),
+}
 
 #: Scoring algorithms of :func:`score_places`.
 ALGORITHMS: tuple[str, ...] = ("classic", "modern")
@@ -64,7 +68,8 @@ class PlacesData:
 
     ``moz_places`` columns (one entry per row, ordered by ``id``): ``place_id``, ``url``,
     ``title`` (object arrays; a NULL title is ``None``), ``visit_count``, ``typed``,
-    ``hidden``, ``frecency`` (NULL integers read as 0).
+    ``hidden``, ``frecency`` (NULL integers read as 0), ``foreign_count`` (``None`` when the
+    column does not exist).
     ``moz_historyvisits`` (ordered by ``id``): ``visit_id``, ``visit_from``,
     ``visit_place_id``, ``visit_date`` (PRTime, microseconds), ``visit_type``,
     ``visit_source`` (``None`` when the column does not exist).
@@ -81,6 +86,7 @@ class PlacesData:
     typed: np.ndarray
     hidden: np.ndarray
     frecency: np.ndarray
+    foreign_count: np.ndarray | None
     visit_id: np.ndarray
     visit_from: np.ndarray
     visit_place_id: np.ndarray
@@ -117,6 +123,14 @@ class PlacesData:
             return np.full(ids.shape, -1, dtype=np.int64)
         pos = np.clip(np.searchsorted(self.place_id, ids), 0, self.n_places - 1)
         return np.where(self.place_id[pos] == ids, pos, -1)
+
+    def latest_visit_or_bookmark_us(self) -> int:
+        """The newest ``visit_date`` or bookmark ``dateAdded``, in microseconds (0 if there
+        is none): classic frecency's default "now" (study-era Firefox had no page
+        interactions)."""
+        return max(
+            [0] + [int(a.max()) for a in (self.visit_date, self.bookmark_date_added) if a.size]
+        )
 
     def latest_timestamp_us(self) -> int:
         """The largest timestamp in the database, in microseconds: the newest visit,
@@ -178,9 +192,11 @@ def read_places(path: str | Path) -> PlacesData:
         with closing(sqlite3.connect(uri, uri=True)) as conn:
             optional = _check_schema(conn, path)
             has_source = "moz_historyvisits.source" in optional
+            has_foreign = "moz_places.foreign_count" in optional
             places = conn.execute(
-                "SELECT id, url, title, visit_count, typed, hidden, frecency "
-                "FROM moz_places ORDER BY id"
+                "SELECT id, url, title, visit_count, typed, hidden, frecency"
+                + (", foreign_count" if has_foreign else "")
+                + " FROM moz_places ORDER BY id"
             ).fetchall()
             visits = conn.execute(
                 "SELECT id, from_visit, place_id, visit_date, visit_type"
@@ -209,6 +225,7 @@ def read_places(path: str | Path) -> PlacesData:
         typed=column(places, 4) != 0,
         hidden=column(places, 5) != 0,
         frecency=column(places, 6),
+        foreign_count=column(places, 7) if has_foreign else None,
         visit_id=column(visits, 0),
         visit_from=column(visits, 1),
         visit_place_id=column(visits, 2),
@@ -313,42 +330,98 @@ def classic_histories(
     now_us: int | None = None,
     num_sampled_visits: int = NUM_SAMPLED_VISITS,
 ) -> PageHistories:
-    """The :class:`PageHistories` of every ``moz_places`` row (same order as ``data``).
+    """The :class:`PageHistories` of every ``moz_places`` row (same order as ``data``), as
+    Firefox 62-68's ``CalculateFrecencyFunction`` samples them (``SQLFunctions.cpp``)::
 
-    Each page keeps its ``num_sampled_visits`` most recent visits of every type, newest
-    first (Firefox's classic ``CalculateFrecency`` sampled ``places.frecency.numVisits`` =
-    10). A visit's age is ``floor((now_us - visit_date) / 86_400_000_000)`` days, clipped at
-    0; it is a redirect source when some visit of type 5 or 6 has it as ``from_visit``.
-    ``visit_count`` and ``typed`` come from ``moz_places``; a page is bookmarked when it is
-    the ``fk`` of some bookmark. ``now_us`` defaults to the database's newest timestamp
-    (:meth:`PlacesData.latest_timestamp_us`).
+        SELECT IFNULL(origin.visit_type, v.visit_type), target.visit_type,
+               ROUND((strftime('%s','now') - v.visit_date/1000000)/86400)
+        FROM moz_historyvisits v
+        LEFT JOIN moz_historyvisits origin ON origin.id = v.from_visit
+                                          AND v.visit_type BETWEEN 5 AND 6
+        LEFT JOIN moz_historyvisits target ON v.id = target.from_visit
+                                          AND target.visit_type BETWEEN 5 AND 6
+        WHERE v.place_id = :page_id ORDER BY v.visit_date DESC LIMIT :max_visits
+
+    One row per (visit, redirect target) -- a visit that redirected twice gives two rows,
+    and the ``LIMIT`` counts rows -- newest first; equal dates in descending visit id (the
+    order of SQLite's backward scan of the ``(place_id, visit_date)`` index), the targets
+    of one visit in ascending id. Ages are whole days (:func:`~fedrank.models.frecency.
+    classic.firefox_age_days`) at ``now_us`` (default: the newest visit or bookmark,
+    :meth:`PlacesData.latest_visit_or_bookmark_us`). ``bookmarked`` is ``foreign_count > 0``
+    when the column exists (bookmarks and keywords), else "is the ``fk`` of a bookmark";
+    ``bookmark_age_days`` is the age of the newest bookmark of the page.
     """
-    now = data.latest_timestamp_us() if now_us is None else int(now_us)
+    now = data.latest_visit_or_bookmark_us() if now_us is None else int(now_us)
     n = data.n_places
     place = data.place_index(data.visit_place_id)
-    known = place >= 0
-    redirect_from = data.visit_from[np.isin(data.visit_type, _REDIRECTS)]
-    is_source = np.isin(data.visit_id, redirect_from)
+    is_redirect = np.isin(data.visit_type, _REDIRECTS)
+    # origin: the visit a redirect came from (LEFT JOIN: 0 when missing).
+    origin = _lookup(data.visit_from, data.visit_id, data.visit_type, missing=0)
+    origin = np.where(is_redirect, origin, 0)
+    # target: redirect visits whose from_visit is this visit; one row per match.
+    t_idx = np.flatnonzero(is_redirect)
+    t_idx = t_idx[np.lexsort((data.visit_id[t_idx], data.visit_from[t_idx]))]
+    t_from = data.visit_from[t_idx]
+    first = np.searchsorted(t_from, data.visit_id, side="left")
+    n_targets = np.searchsorted(t_from, data.visit_id, side="right") - first
+    repeat = np.maximum(n_targets, 1)
+    row_visit = np.repeat(np.arange(data.n_visits), repeat)
+    within = np.arange(row_visit.size) - np.repeat(np.cumsum(repeat) - repeat, repeat)
+    has_target = np.repeat(n_targets > 0, repeat)
+    target_pos = np.repeat(first, repeat) + within
+    row_target = np.zeros(row_visit.size, dtype=np.int64)
+    row_target[has_target] = data.visit_type[t_idx[target_pos[has_target]]]
 
-    idx = np.flatnonzero(known)
-    idx = idx[_newest_per_group(place[idx], data.visit_date[idx], num_sampled_visits)]
-    grp = place[idx]
-    age = np.maximum((now - data.visit_date[idx]) // US_PER_DAY, 0)
-    vtype, vage, vsrc = _pad_rows(
-        grp,
-        [data.visit_type[idx], age, is_source[idx].astype(np.int64)],
+    keep = place[row_visit] >= 0
+    keep &= data.visit_count[np.maximum(place[row_visit], 0)] > 0  # visit_count = 0: no sample
+    rows = np.flatnonzero(keep)
+    v = row_visit[rows]
+    order = np.lexsort((within[rows], -data.visit_id[v], -data.visit_date[v], place[v]))
+    rows, v = rows[order], v[order]
+    rows = rows[_rank_within(place[v]) < num_sampled_visits]
+    v = row_visit[rows]
+    vtype, vage, vorigin, vtarget = _pad_rows(
+        place[v],
+        [
+            data.visit_type[v],
+            firefox_age_days(now, data.visit_date[v]),
+            origin[v],
+            row_target[rows],
+        ],
         n,
-        [0, 0, 0],
+        [0, 0, 0, 0],
         min_width=num_sampled_visits,
+    )
+    b_place = data.place_index(data.bookmark_fk)
+    b_ok = b_place >= 0
+    newest_bookmark = np.full(n, now, dtype=np.int64)
+    if b_ok.any():
+        latest = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(latest, b_place[b_ok], data.bookmark_date_added[b_ok])
+        newest_bookmark = np.where(latest > np.iinfo(np.int64).min, latest, now)
+    bookmarked = (
+        data.foreign_count > 0
+        if data.foreign_count is not None
+        else np.isin(data.place_id, data.bookmark_fk)
     )
     return PageHistories(
         visit_age_days=vage.astype(np.float64),
         visit_type=vtype.astype(np.int8),
-        visit_is_redirect_source=vsrc.astype(bool),
+        visit_origin_type=vorigin.astype(np.int8),
+        visit_redirect_target=vtarget.astype(np.int8),
         visit_count=data.visit_count.copy(),
-        bookmarked=np.isin(data.place_id, data.bookmark_fk),
+        bookmarked=bookmarked,
         typed=data.typed.copy(),
+        is_place_query=_is_place_query(data.url),
+        bookmark_age_days=np.where(bookmarked, firefox_age_days(now, newest_bookmark), 0).astype(
+            np.float64
+        ),
     )
+
+
+def _is_place_query(urls: np.ndarray) -> np.ndarray:
+    """bool: ``place:`` URLs (saved queries; Firefox's ``substr(url, 0, 7) = 'place:'``)."""
+    return np.array([str(u).startswith("place:") for u in urls], dtype=bool)
 
 
 # ----------------------------------------------------------------------------------------
@@ -483,7 +556,7 @@ def modern_samples(data: PlacesData, prefs: ModernPrefs | None = None) -> Modern
         sample_day=day,
         sample_class=klass.astype(np.int8),
         visit_count=data.visit_count.copy(),
-        is_place_query=np.array([u.startswith("place:") for u in data.url], dtype=bool),
+        is_place_query=_is_place_query(data.url),
     )
 
 
@@ -502,33 +575,38 @@ def score_places(
 
     Args:
         path: the ``places.sqlite`` file.
-        algorithm: ``"classic"`` (22 weights, :class:`ClassicFrecency`; ages relative to
-            ``now_us``) or ``"modern"`` (5 parameters, :class:`ModernFrecency`, Firefox 128+;
-            ``now_us`` is not used: modern frecency is an absolute day number).
+        algorithm: ``"classic"`` (22 integer weights: what Firefox 62-68's C++ computes for
+            the file at ``now_us``, float32 arithmetic included, :class:`ClassicFrecency`)
+            or ``"modern"`` (5 parameters, :class:`ModernFrecency`, Firefox 128+; ``now_us``
+            is not used: modern frecency is an absolute day number).
         params: the parameter vector (default: Firefox's defaults).
         now_us: "now" in microseconds for the classic algorithm (default: the newest
-            timestamp in the file).
+            ``visit_date`` or bookmark ``dateAdded`` in the file).
 
     Returns:
-        ``{"algorithm", "path", "pages": [{"place_id", "url", "frecency",
-        "firefox_frecency"}, ...]}`` with one page per ``moz_places`` row, ordered by id.
+        ``{"algorithm", "path", "now_us" (classic only), "pages": [{"place_id", "url",
+        "frecency", "firefox_frecency"}, ...]}`` with one page per ``moz_places`` row,
+        ordered by id; ``firefox_frecency`` is the value stored in the file.
     """
     if algorithm not in ALGORITHMS:
         raise ConfigError(
             f"unknown frecency algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}"
         )
     data = read_places(path)
+    result: dict[str, Any] = {"algorithm": algorithm, "path": str(path)}
     if algorithm == "classic":
-        classic = ClassicFrecency()
+        classic = ClassicFrecency(float32=True)
         theta = classic.defaults() if params is None else np.asarray(params, dtype=np.float64)
-        scores = classic.score(theta, classic_histories(data, now_us))
+        now = data.latest_visit_or_bookmark_us() if now_us is None else int(now_us)
+        result["now_us"] = now
+        scores = classic.score(theta, classic_histories(data, now))
     else:
         modern = ModernFrecency()
         theta = modern.defaults() if params is None else np.asarray(params, dtype=np.float64)
         scores = modern.score(theta, modern_samples(data))
     if scores.ndim != 1:
         raise ConfigError(f"params must be one parameter vector, got shape {theta.shape}")
-    pages = [
+    result["pages"] = [
         {
             "place_id": int(pid),
             "url": str(url),
@@ -539,4 +617,4 @@ def score_places(
             data.place_id, data.url, scores, data.frecency, strict=True
         )
     ]
-    return {"algorithm": algorithm, "path": str(path), "pages": pages}
+    return result

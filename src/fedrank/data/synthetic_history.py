@@ -32,7 +32,13 @@ from typing import NamedTuple
 import numpy as np
 
 from fedrank.errors import ConfigError, DataFormatError
-from fedrank.models.frecency.history import NUM_SAMPLED_VISITS, PageHistories, VisitType
+from fedrank.models.frecency.history import (
+    NOT_COUNTED_TYPES,
+    NUM_SAMPLED_VISITS,
+    REDIRECT_TYPES,
+    PageHistories,
+    VisitType,
+)
 
 #: Relative frequencies of the letters a..z in English text (percent). Random words use
 #: them so that words share prefixes about as often as real ones do, which is what makes
@@ -415,43 +421,75 @@ def generate_population(
 
 
 def _draw_histories(n: int, rng: np.random.Generator, cfg: HistoryConfig) -> PageHistories:
-    """Visit histories of ``n`` pages (type, recency and frequency independent)."""
+    """Visit histories of ``n`` pages (type, recency and frequency independent), in the
+    form Firefox stores them (:class:`PageHistories`): whole-day ages, redirect visits with
+    the type of the visit they came from, visits that led to a redirect with the redirect's
+    type, and ``visit_count`` counting only the types Firefox counts."""
     width = NUM_SAMPLED_VISITS
     unvisited = rng.random(n) < cfg.unvisited_bookmark_share
-    visit_count = 1 + np.floor(rng.exponential(cfg.visit_count_scale, size=n)).astype(np.int64)
-    visit_count[unvisited] = 0
+    n_visits = 1 + np.floor(rng.exponential(cfg.visit_count_scale, size=n)).astype(np.int64)
+    n_visits[unvisited] = 0
     bookmarked = unvisited | (rng.random(n) < cfg.bookmarked_share)
 
-    n_sampled = np.minimum(visit_count, width)
+    n_sampled = np.minimum(n_visits, width)
     mask = np.arange(width)[None, :] < n_sampled[:, None]
     # Renyi: the i-th smallest of n i.i.d. Exp(mean) ages is mean * sum_{j<=i} E_j / (n-j+1).
-    remaining = np.maximum(visit_count[:, None] - np.arange(width)[None, :], 1)
+    remaining = np.maximum(n_visits[:, None] - np.arange(width)[None, :], 1)
     spacings = rng.standard_exponential((n, width)) / remaining
     ages = np.minimum(cfg.age_mean_days * np.cumsum(spacings, axis=1), cfg.max_age_days)
-    ages[~mask] = 0.0
+    ages = np.where(mask, np.floor(ages), 0.0)  # Firefox's ages are whole days
 
     type_values = np.array([int(t) for t, _ in cfg.visit_type_shares], dtype=np.int8)
-    type_cdf = np.cumsum([s for _, s in cfg.visit_type_shares])
-    type_cdf /= type_cdf[-1]
-    pick = np.searchsorted(type_cdf, rng.random((n, width)), side="right")
-    visit_type = type_values[np.minimum(pick, type_values.size - 1)]
+    type_p = np.array([s for _, s in cfg.visit_type_shares], dtype=np.float64)
+    visit_type = _draw_types(rng, (n, width), type_values, type_p)
     visit_type[~mask] = 0
-    redirect = (rng.random((n, width)) < cfg.redirect_source_share) & mask
+    # A redirect visit came from a visit of a non-redirect type (IFNULL(origin.visit_type)).
+    redirect = np.isin(type_values, REDIRECT_TYPES)
+    origin = np.zeros((n, width), dtype=np.int8)
+    if (~redirect).any() and type_p[~redirect].sum() > 0:
+        origin = _draw_types(rng, (n, width), type_values[~redirect], type_p[~redirect])
+    origin[~np.isin(visit_type, REDIRECT_TYPES)] = 0
+    # A visit that led to a redirect: the redirect's type, in the types' proportions.
+    leads = (rng.random((n, width)) < cfg.redirect_source_share) & mask
+    target = np.zeros((n, width), dtype=np.int8)
+    if redirect.any() and type_p[redirect].sum() > 0:
+        target = _draw_types(rng, (n, width), type_values[redirect], type_p[redirect])
+    else:
+        target[:] = VisitType.REDIRECT_TEMPORARY
+    target[~leads] = 0
 
-    # moz_places.typed: some visit was typed, sampled or not (unsampled ones drawn at once).
+    # moz_places.visit_count counts visits of every type but EMBED, DOWNLOAD, FRAMED_LINK
+    # and RELOAD; the unsampled (older) visits are drawn at once.
+    counted_p = float(type_p[~np.isin(type_values, NOT_COUNTED_TYPES)].sum())
+    unsampled = n_visits - n_sampled
+    counted = (mask & ~np.isin(visit_type, NOT_COUNTED_TYPES)).sum(axis=1)
+    visit_count = counted + rng.binomial(unsampled, min(max(counted_p, 0.0), 1.0))
+    # moz_places.typed: some visit was typed, sampled or not.
     p_typed = sum(s for t, s in cfg.visit_type_shares if t == VisitType.TYPED)
-    unsampled = visit_count - n_sampled
     typed = (visit_type == VisitType.TYPED).any(axis=1) | (
         rng.random(n) < 1.0 - (1.0 - p_typed) ** unsampled
     )
-    return PageHistories(
-        visit_age_days=ages,
-        visit_type=visit_type,
-        visit_is_redirect_source=redirect,
-        visit_count=visit_count,
+    bookmark_age = np.where(bookmarked, np.floor(rng.uniform(0.0, 1.0, n) * cfg.max_age_days), 0.0)
+    return PageHistories.build(
+        ages,
+        visit_type,
+        visit_count.astype(np.int64),
+        visit_origin_type=origin,
+        visit_redirect_target=target,
         bookmarked=bookmarked,
         typed=typed,
+        bookmark_age_days=bookmark_age,
     )
+
+
+def _draw_types(
+    rng: np.random.Generator, shape: tuple[int, int], values: np.ndarray, shares: np.ndarray
+) -> np.ndarray:
+    """int8 visit types drawn i.i.d. with probabilities ``shares / shares.sum()``."""
+    cdf = np.cumsum(shares)
+    cdf /= cdf[-1]
+    pick = np.searchsorted(cdf, rng.random(shape), side="right")
+    return values[np.minimum(pick, values.size - 1)].astype(np.int8)
 
 
 def _draw_titles(n: int, rng: np.random.Generator, cfg: HistoryConfig) -> np.ndarray:
@@ -507,13 +545,8 @@ def population_from_titles(
     if pages is None:
         visit_type = np.zeros((n, NUM_SAMPLED_VISITS), dtype=np.int8)
         visit_type[:, 0] = VisitType.LINK
-        pages = PageHistories(
-            visit_age_days=np.zeros((n, NUM_SAMPLED_VISITS)),
-            visit_type=visit_type,
-            visit_is_redirect_source=np.zeros((n, NUM_SAMPLED_VISITS), dtype=bool),
-            visit_count=np.ones(n, dtype=np.int64),
-            bookmarked=np.zeros(n, dtype=bool),
-            typed=np.zeros(n, dtype=bool),
+        pages = PageHistories.build(
+            np.zeros((n, NUM_SAMPLED_VISITS)), visit_type, np.ones(n, dtype=np.int64)
         )
     elif pages.n_pages != n:
         raise DataFormatError(f"pages has {pages.n_pages} pages but {n} titles were given")

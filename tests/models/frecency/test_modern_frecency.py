@@ -175,42 +175,52 @@ def test_samples_validation() -> None:
 
 
 def test_samples_from_histories() -> None:
+    """Firefox 128+'s classes (SQLFunctions.cpp, CalculateFrecency): effective type = the
+    origin's for a redirect visit; ``t`` = the visit led to a redirect; high = BOOKMARK, or
+    source bookmark, or (TYPED and not t); medium = not t and not EMBED; else low."""
     width = 12
+    T5, T6 = VisitType.REDIRECT_PERMANENT, VisitType.REDIRECT_TEMPORARY
     visits = [
-        # (age, type, redirect source)
+        # (age, type, redirect target it led to, origin type)
         [
-            (0.4, VisitType.LINK, False),
-            (1.0, VisitType.DOWNLOAD, False),
-            (2.0, VisitType.TYPED, False),
-            (3.0, VisitType.TYPED, True),
-            (4.0, VisitType.BOOKMARK, True),
-            (5.0, VisitType.EMBED, False),
-            (6.0, VisitType.RELOAD, False),
-            (7.0, VisitType.REDIRECT_TEMPORARY, False),
-            (8.0, VisitType.FRAMED_LINK, False),
-            (9.5, VisitType.REDIRECT_PERMANENT, False),
-            (10.0, VisitType.LINK, False),
-            (11.0, VisitType.LINK, False),
+            (0.4, VisitType.LINK, 0, 0),
+            (1.0, VisitType.DOWNLOAD, 0, 0),
+            (2.0, VisitType.TYPED, 0, 0),
+            (3.0, VisitType.TYPED, T6, 0),  # typed, led to a redirect: low
+            (4.0, VisitType.BOOKMARK, T5, 0),  # bookmark visit: high even when t
+            (5.0, VisitType.EMBED, 0, 0),
+            (6.0, VisitType.RELOAD, 0, 0),
+            (7.0, T6, 0, 0),  # redirect visit without origin: its own type, medium
+            (8.0, VisitType.FRAMED_LINK, 0, 0),
+            (9.5, T5, 0, VisitType.TYPED),  # redirect target of a typed visit: high
+            (10.0, VisitType.LINK, 0, 0),
+            (11.0, VisitType.LINK, 0, 0),
         ],
         [],
-        [(3.0, VisitType.RELOAD, False)],
+        [(3.0, VisitType.RELOAD, 0, 0)],
         [],
     ]
     n = len(visits)
     age = np.zeros((n, width))
     vtype = np.zeros((n, width), np.int8)
-    source = np.zeros((n, width), bool)
+    target = np.zeros((n, width), np.int8)
+    origin = np.zeros((n, width), np.int8)
     for i, page in enumerate(visits):
-        for j, (a, t, s) in enumerate(page):
-            age[i, j], vtype[i, j], source[i, j] = a, t, s
-    pages = PageHistories(
-        age,
-        vtype,
-        source,
-        np.array([40, 0, 1, 0]),
-        np.array([False, True, True, False]),
-        np.zeros(n, bool),
-    )
+        for j, (a, t, tt, o) in enumerate(page):
+            age[i, j], vtype[i, j], target[i, j], origin[i, j] = a, t, tt, o
+
+    def histories(bookmarked: list[bool]) -> PageHistories:
+        return PageHistories.build(
+            age,
+            vtype,
+            np.array([40, 0, 1, 0]),
+            visit_origin_type=origin,
+            visit_redirect_target=target,
+            bookmarked=np.array(bookmarked),
+            bookmark_age_days=np.array([0.0, 0.0, 6.0, 0.0]),
+        )
+
+    pages = histories([False, True, True, False])
     samples = modern_samples_from_histories(pages, DAY)
     assert samples.sample_class.shape == (4, 10)
     # Page 0: 12 visits, 3 excluded (DOWNLOAD, RELOAD, FRAMED_LINK); the 9 others kept.
@@ -221,7 +231,7 @@ def test_samples_from_histories() -> None:
         HIGH,
         LOW,
         MEDIUM,
-        MEDIUM,
+        HIGH,
         MEDIUM,
         MEDIUM,
         PADDING,
@@ -237,25 +247,20 @@ def test_samples_from_histories() -> None:
         DAY - 10,
         DAY - 11,
     ]
-    # Bookmarked pages without sampled visits: one high sample today.
+    # Bookmarked pages without sampled visits: one high sample on the bookmark's day.
     assert samples.sample_class[1].tolist() == [HIGH] + [PADDING] * 9
     assert samples.sample_class[2].tolist() == [HIGH] + [PADDING] * 9
-    assert samples.sample_day[2, 0] == DAY
+    assert samples.sample_day[1, 0] == DAY and samples.sample_day[2, 0] == DAY - 6
     assert (samples.sample_class[3] == PADDING).all()
     np.testing.assert_array_equal(samples.visit_count, [40, 0, 1, 0])
     assert not samples.is_place_query.any()
     scores = ModernFrecency().score(ModernFrecency.defaults(), samples)
     assert scores[3] == 0 and scores[1] == DAY + 199
 
-    high = modern_samples_from_histories(pages, DAY, bookmarked_visits_high=True)
-    np.testing.assert_array_equal(high.sample_class[0], samples.sample_class[0])
-    pages_bm = PageHistories(
-        age,
-        vtype,
-        source,
-        np.array([40, 0, 1, 0]),
-        np.array([True, True, True, False]),
-        np.zeros(n, bool),
-    )
-    high = modern_samples_from_histories(pages_bm, DAY, bookmarked_visits_high=True)
+    # Visits to a bookmarked page carry source = bookmark (default): all high; the old
+    # reading (source = organic) keeps the type rules.
+    pages_bm = histories([True, True, True, False])
+    organic = modern_samples_from_histories(pages_bm, DAY, bookmarked_visits_high=False)
+    np.testing.assert_array_equal(organic.sample_class[0], samples.sample_class[0])
+    high = modern_samples_from_histories(pages_bm, DAY)
     assert high.sample_class[0].tolist() == [HIGH] * 9 + [PADDING]

@@ -19,13 +19,11 @@ def make_pages(pages: list[dict[str, object]], width: int = 10) -> PageHistories
     for i, page in enumerate(pages):
         for j, (a, t) in enumerate(page.get("visits", [])):  # type: ignore[arg-type]
             age[i, j], vtype[i, j] = a, t
-    return PageHistories(
-        visit_age_days=age,
-        visit_type=vtype,
-        visit_is_redirect_source=np.zeros((n, width), dtype=bool),
-        visit_count=np.array([p.get("visit_count", 1) for p in pages], dtype=np.int64),
+    return PageHistories.build(
+        age,
+        vtype,
+        np.array([p.get("visit_count", 1) for p in pages], dtype=np.int64),
         bookmarked=np.array([bool(p.get("bookmarked", False)) for p in pages]),
-        typed=np.zeros(n, dtype=bool),
     )
 
 
@@ -108,13 +106,11 @@ def test_rows_equal_row_by_row_and_reference(n_pages: int) -> None:
     width = 10
     k = rng.integers(0, width + 1, n_pages)
     mask = np.arange(width)[None, :] < k[:, None]
-    pages = PageHistories(
-        visit_age_days=np.where(mask, np.sort(rng.exponential(30, (n_pages, width)), 1), 0),
-        visit_type=np.where(mask, rng.integers(1, 10, (n_pages, width)), 0).astype(np.int8),
-        visit_is_redirect_source=np.zeros((n_pages, width), dtype=bool),
-        visit_count=k + rng.integers(0, 9, n_pages),
+    pages = PageHistories.build(
+        np.where(mask, np.sort(rng.exponential(30, (n_pages, width)), 1), 0),
+        np.where(mask, rng.integers(1, 10, (n_pages, width)), 0).astype(np.int8),
+        k + rng.integers(0, 9, n_pages),
         bookmarked=rng.random(n_pages) < 0.3,
-        typed=np.zeros(n_pages, dtype=bool),
     )
     model = SimplifiedFrecency()
     rows = FiniteDifferenceEstimator().parameter_rows(model.defaults())

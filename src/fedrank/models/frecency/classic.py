@@ -1,45 +1,49 @@
-"""Classic Firefox frecency (pre-2024 ``CalculateFrecency``) with its 22 tunable weights.
+"""Classic Firefox frecency with its 22 tunable weights, exactly as Firefox 62-68 computed it.
 
-This is the scorer the Mozilla study optimized (paper Section 4, "Search in the Firefox URL
-bar"; MDN "Frecency algorithm"; Firefox ``toolkit/components/places/SQLFunctions.cpp``,
-``CalculateFrecencyFunction`` before the 2024 rewrite). For one page ``x``:
+This is the scorer the Mozilla study optimized (paper Section 4). The truth is Firefox's
+C++: ``CalculateFrecencyFunction::OnFunctionCall`` in
+``toolkit/components/places/SQLFunctions.cpp`` and ``nsNavHistory::GetFrecencyAgedWeight``
+/ ``GetFrecencyTransitionBonus`` in ``nsNavHistory.h`` (Firefox 62-68, the study's era), not
+the MDN prose. For one page (its sampled rows: :class:`~fedrank.models.frecency.history.
+PageHistories`):
 
-* **Visited page** (at least one sampled visit ``v`` among its ``|T_x| <= 10`` most recent):
+* **Sampling** runs only when ``moz_places.visit_count > 0``: the page's visit rows, newest
+  first, ``LIMIT places.frecency.numVisits`` (10).
+* **Bonus of a row** (``GetFrecencyTransitionBonus(visitType, true, useRedirectBonus)``):
+  the *effective* type is the origin visit's type for a redirect visit
+  (``IFNULL(origin.visit_type, v.visit_type)``); the row gets ``redirectSourceVisitBonus``
+  when the visit led to a PERMANENT redirect, or to a TEMPORARY redirect and its effective
+  type is not TYPED (``useRedirectBonus``); otherwise the bonus of its effective type (LINK
+  ``linkVisitBonus``, TYPED ``typedVisitBonus``, BOOKMARK ``bookmarkVisitBonus``, EMBED,
+  REDIRECT_PERMANENT, REDIRECT_TEMPORARY, DOWNLOAD, FRAMED_LINK, RELOAD their own, anything
+  else ``defaultVisitBonus``). A bookmarked page (``foreign_count > 0``) adds
+  ``bookmarkVisitBonus`` to every row.
+* **Weight of a row** (``GetFrecencyAgedWeight(ageInDays)``): ``age <= firstBucketCutoff``
+  gives ``firstBucketWeight``, else ``<= secondBucketCutoff`` ``secondBucketWeight``, ... ,
+  else ``defaultBucketWeight``. ``ageInDays`` is a whole number: the SQL computes
+  ``(now_seconds - visit_date / 1000000) / 86400`` in integer arithmetic
+  (:func:`firefox_age_days`), so the first bucket holds visits under 5 days old.
+* ``points = sum over rows with a non-zero bonus of weight * bonus / 100`` (a float32 sum)
+  and ``frecency = ceilf(visit_count * ceilf(points) / numSampledVisits)``; ``-1`` if
+  ``points == 0`` (the page has visits, so it still shows in the UI).
+* **No sampled row** (never visited, or ``visit_count = 0``, e.g. hidden framed-link
+  targets): ``0`` unless the page is bookmarked and not a ``place:`` query; then ``bonus =
+  unvisitedBookmarkBonus (+ unvisitedTypedBonus if typed)`` and ``frecency =
+  ceilf(ceilf(firstBucketWeight * bonus / 100))``.
 
-  - ``bonus(v)`` is ``redirectSourceVisitBonus`` when ``v`` redirected to another page,
-    otherwise the bonus of its visit type: LINK ``linkVisitBonus``, TYPED
-    ``typedVisitBonus``, BOOKMARK ``bookmarkVisitBonus``, EMBED ``embedVisitBonus``,
-    REDIRECT_PERMANENT ``permRedirectVisitBonus``, REDIRECT_TEMPORARY
-    ``tempRedirectVisitBonus``, DOWNLOAD ``downloadVisitBonus``, FRAMED_LINK
-    ``framedLinkVisitBonus``, RELOAD ``reloadVisitBonus``, any other type
-    ``defaultVisitBonus``. If the page is bookmarked, ``bookmarkVisitBonus`` is *added* to
-    the bonus of every visit.
-  - ``weight(v)`` is the bucket weight of the visit's age in days: ``age <=
-    firstBucketCutoff`` gives ``firstBucketWeight``, else ``<= secondBucketCutoff`` gives
-    ``secondBucketWeight``, else ``<= thirdBucketCutoff`` ``thirdBucketWeight``, else ``<=
-    fourthBucketCutoff`` ``fourthBucketWeight``, else ``defaultBucketWeight`` (an ``if /
-    elif`` chain, so unordered cutoffs behave exactly like Firefox's comparisons).
-  - ``points = sum_v weight(v) * bonus(v) / 100`` and
-    ``frecency = ceil(visit_count * points / |T_x|)`` -- the paper's
-    ``|S_x| / |T_x| * sum_{v in T_x} visit(v)``. If ``points == 0`` the frecency is ``-1``
-    (Firefox: the page has past visits, so "it will still appear in the UI").
+Firefox's preferences are integers; with integer weights every ``weight * bonus`` is an
+integer and this module computes ``100 * points`` exactly in float64, which equals the
+C++'s float32 result except where float32 rounding of a sum of hundredths lands just above
+an integer. ``ClassicFrecency(float32=True)`` reproduces the C++ arithmetic bit for bit
+(row by row, in float32; integer weights only). With ``rounding=False`` both ``ceil`` are
+dropped (``visit_count * points / numSampledVisits``, a piecewise-linear score for analysis).
 
-* **Unvisited page** (no sampled visit): bookmarked and/or typed pages get
-  ``bonus = unvisitedBookmarkBonus [if bookmarked] + unvisitedTypedBonus [if typed]`` and
-  ``frecency = ceil(firstBucketWeight * bonus / 100)`` (Firefox assumes "now", i.e. the first
-  bucket). Other unvisited pages score 0.
-
-With ``rounding=False`` the two ``ceil`` are dropped (a piecewise-linear score, handy for
-analysis). Firefox's C++ additionally rounds the points up before averaging
-(``ceilf(visit_count * ceilf(points) / n)``); ``ceil_points=True`` reproduces that, the
-default follows the documented formula above.
-
-Firefox caches frecency and, once a day (idle-daily), multiplies every positive cached value
-by ``places.frecency.decayRate`` = 0.975 (``ROUND(frecency * 0.975) WHERE frecency > 0``):
-see :meth:`ClassicFrecency.decayed_score`.
+Firefox caches frecency and, once a day (idle-daily), runs ``UPDATE moz_places SET
+frecency = ROUND(frecency * :decay_rate) WHERE frecency > 0`` with ``decay_rate`` the float
+pref ``places.frecency.decayRate`` = 0.975: see :meth:`ClassicFrecency.decayed_score`.
 
 Everything is vectorized: the points are linear in the products ``bucket weight x bonus``, so
-``points = sum_{b, t} H[page, b, t] * W[b] * Bonus[t]`` where ``H`` counts the visits of each
+``points = sum_{b, t} H[page, b, t] * W[b] * Bonus[t]`` where ``H`` counts the rows of each
 page per (age bucket, bonus slot). ``H`` depends on the parameters only through the four
 cutoffs, so parameter rows are grouped by their cutoff vector (a finite-difference batch of
 45 rows has 9 distinct ones) and each group is one matrix product.
@@ -337,21 +341,47 @@ def round_half_away(x: np.ndarray) -> np.ndarray:
     return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
 
+def firefox_age_days(now_us: int, visit_date_us: np.ndarray) -> np.ndarray:
+    """int64 ages in whole days as Firefox 62-68's sampling SQL computes them:
+    ``ROUND((strftime('%s', 'now') - v.visit_date / 1000000) / 86400)`` -- integer seconds,
+    then integer division by a day, both truncating toward zero (SQLite integer arithmetic;
+    ``ROUND`` of an integer is the integer)."""
+    now_s = int(now_us) // 1_000_000
+    date_s = _trunc_div(np.asarray(visit_date_us, dtype=np.int64), 1_000_000)
+    return _trunc_div(now_s - date_s, 86_400)
+
+
+def _trunc_div(values: np.ndarray, divisor: int) -> np.ndarray:
+    """Integer division truncating toward zero (C and SQLite), not floor."""
+    q = np.abs(values) // divisor
+    return np.where(values < 0, -q, q)
+
+
+def _check_integer_rows(rows: np.ndarray) -> None:
+    if not np.array_equal(rows, np.round(rows)) or np.abs(rows).max(initial=0) >= 2**31:
+        raise ConfigError(
+            "float32=True reproduces Firefox's C++, whose places.frecency.* preferences are "
+            "32-bit integers: round the weights first (published models are integers)"
+        )
+
+
 class ClassicFrecency:
     """Firefox's classic frecency as a vectorized scorer of 22 weights (see module doc).
 
     Args:
-        rounding: return Firefox's integer (``ceil``) result (default); ``False`` returns
-            the un-rounded value.
-        ceil_points: also round the points sum up before averaging, like Firefox's C++
-            (``ceilf(visit_count * ceilf(points) / n)``); only used when ``rounding``.
+        rounding: return Firefox's integer result ``ceilf(visit_count * ceilf(points) /
+            n)`` (default); ``False`` returns ``visit_count * points / n`` unrounded.
+        float32: reproduce the C++'s float32 arithmetic row by row (integer weights only;
+            slower: for scoring a profile, not for finite differences).
     """
 
     names: tuple[str, ...] = CLASSIC_WEIGHT_NAMES
 
-    def __init__(self, rounding: bool = True, ceil_points: bool = False) -> None:
+    def __init__(self, rounding: bool = True, float32: bool = False) -> None:
         self.rounding = bool(rounding)
-        self.ceil_points = bool(ceil_points)
+        self.float32 = bool(float32)
+        if self.float32 and not self.rounding:
+            raise ConfigError("float32=True reproduces Firefox's integer result: keep rounding")
 
     @staticmethod
     def defaults() -> np.ndarray:
@@ -359,14 +389,25 @@ class ClassicFrecency:
         return classic_defaults()
 
     @staticmethod
-    def visit_slots(pages: PageHistories) -> VisitSlots:
-        """The visits in bonus slots: each sampled visit's type bonus (or
-        ``redirectSourceVisitBonus``), plus ``bookmarkVisitBonus`` as the extra contribution
-        of bookmarked pages."""
-        slot = type_slots(pages.visit_type, _CLASSIC_SLOT_TABLE)
-        np.copyto(
-            slot, _REDIRECT_SOURCE_SLOT, where=pages.visit_is_redirect_source & pages.visit_mask
+    def redirect_bonus_rows(pages: PageHistories) -> np.ndarray:
+        """bool ``(n, V)``: rows scored with ``redirectSourceVisitBonus`` (the C++'s
+        ``useRedirectBonus``): the visit led to a PERMANENT redirect, or to a TEMPORARY one
+        and its effective type is not TYPED."""
+        target = pages.visit_redirect_target
+        return pages.visit_mask & (
+            (target == VisitType.REDIRECT_PERMANENT)
+            | ((target == VisitType.REDIRECT_TEMPORARY) & (pages.effective_type != VisitType.TYPED))
         )
+
+    @classmethod
+    def visit_slots(cls, pages: PageHistories) -> VisitSlots:
+        """The rows in bonus slots: each sampled row's effective-type bonus (or
+        ``redirectSourceVisitBonus``), plus ``bookmarkVisitBonus`` as the extra contribution
+        of bookmarked pages. Pages with ``visit_count = 0`` are not sampled (no slot)."""
+        slot = type_slots(pages.effective_type, _CLASSIC_SLOT_TABLE)
+        np.copyto(slot, _REDIRECT_SOURCE_SLOT, where=cls.redirect_bonus_rows(pages))
+        slot[pages.visit_count <= 0] = N_BONUS_SLOTS
+        slot[~pages.visit_mask] = N_BONUS_SLOTS
         return VisitSlots(
             age=np.asarray(pages.visit_age_days, dtype=np.float64),
             slot=slot,
@@ -376,7 +417,7 @@ class ClassicFrecency:
         )
 
     def points100(self, rows: np.ndarray, pages: PageHistories) -> np.ndarray:
-        """``(P, n)``: ``100 * points`` (sum of bucket weight x bonus over sampled visits)."""
+        """``(P, n)``: ``100 * points`` (sum of bucket weight x bonus over sampled rows)."""
         return bucketed_points(
             rows[:, CUTOFF_SLICE],
             rows[:, BUCKET_WEIGHT_SLICE],
@@ -384,39 +425,71 @@ class ClassicFrecency:
             self.visit_slots(pages),
         )
 
+    def _float32_points(self, rows: np.ndarray, pages: PageHistories) -> np.ndarray:
+        """``(P, n)`` float32 ``points`` summed row by row in the C++'s order and precision:
+        ``points += (float)(weight * (bonus / 100.0))`` for rows with ``bonus != 0``."""
+        visits = self.visit_slots(pages)
+        real = visits.slot != N_BONUS_SLOTS
+        eff = effective_cutoffs(rows[:, CUTOFF_SLICE])
+        out = np.zeros((rows.shape[0], pages.n_pages), dtype=np.float32)
+        for r in range(rows.shape[0]):
+            bucket = np.zeros(visits.age.shape, dtype=np.intp)
+            for c in eff[r]:
+                bucket += visits.age > c
+            weight = rows[r, BUCKET_WEIGHT_SLICE][bucket]
+            bonus = _padded(rows[r : r + 1, VISIT_BONUS_SLICE])[0][visits.slot]
+            bonus = bonus + np.where(
+                real & visits.extra[:, None], rows[r, VISIT_BONUS_SLICE][_BOOKMARK_SLOT], 0.0
+            )
+            term = (weight * (bonus / 100.0)).astype(np.float32)
+            term[~real | (bonus == 0)] = 0.0
+            points = np.zeros(pages.n_pages, dtype=np.float32)
+            for j in range(term.shape[1]):  # the C++ loop order (a handful of rows)
+                points += term[:, j]
+            out[r] = points
+        return out
+
     def score(self, params: np.ndarray, pages: PageHistories) -> np.ndarray:
         """Frecency of every page: ``(n,)`` for a ``(22,)`` vector, ``(P, n)`` for ``(P, 22)``
         rows (float64; integral values when ``rounding``)."""
         rows, single = as_param_rows(params, N_CLASSIC_WEIGHTS, "classic frecency")
-        pts100 = self.points100(rows, pages)
-        n_sampled = pages.n_sampled
+        sampled = np.asarray(pages.n_sampled * (pages.visit_count > 0), dtype=np.int64)
+        n = np.maximum(sampled, 1)
         visit_count = pages.visit_count.astype(np.float64)
-        denom = 100.0 * np.maximum(n_sampled, 1)
-        # frecency = visit_count * (100 points) / (100 n): visit_count * 100 points is exact
-        # for integer weights, so one division and one ceil give the exact integer result.
-        if self.rounding and self.ceil_points:
-            out = np.ceil(pts100 / 100.0)
-            out *= visit_count
-            out /= np.maximum(n_sampled, 1)
+        if self.float32:
+            _check_integer_rows(rows)
+            points = self._float32_points(rows, pages)
+            zero = points == 0
+            # ceilf(visitCount * ceilf(points) / numSampledVisits), every step in float32
+            out = np.ceil(
+                visit_count.astype(np.float32) * np.ceil(points) / n.astype(np.float32)
+            ).astype(np.float64)
         else:
-            out = pts100 * visit_count
-            out /= denom
-        if self.rounding:
-            np.ceil(out, out=out)
-        out[pts100 == 0.0] = -1.0
+            pts100 = self.points100(rows, pages)
+            zero = pts100 == 0.0
+            if self.rounding:
+                # visit_count * ceil(points) is exact in float64 for integer weights.
+                out = np.ceil(np.ceil(pts100 / 100.0) * visit_count / n)
+            else:
+                out = pts100 * visit_count / (100.0 * n)
+        out[zero] = -1.0
 
-        unvisited = np.flatnonzero(n_sampled == 0)
-        if unvisited.size:
-            bookmarked = pages.bookmarked[unvisited]
-            typed = pages.typed[unvisited]
+        unsampled = np.flatnonzero(sampled == 0)
+        if unsampled.size:
+            scored = pages.bookmarked[unsampled] & ~pages.is_place_query[unsampled]
             bonus = (
-                bookmarked * rows[:, _I_UNVISITED_BOOKMARK, None]
-                + typed * rows[:, _I_UNVISITED_TYPED, None]
+                rows[:, _I_UNVISITED_BOOKMARK, None]
+                + pages.typed[unsampled] * rows[:, _I_UNVISITED_TYPED, None]
             )
-            value = rows[:, _I_FIRST_WEIGHT, None] * bonus / 100.0
+            if self.float32:
+                value = rows[:, _I_FIRST_WEIGHT, None].astype(np.float32) * (
+                    bonus.astype(np.float32) / np.float32(100.0)
+                )
+            else:
+                value = rows[:, _I_FIRST_WEIGHT, None] * bonus / 100.0
             if self.rounding:
                 value = np.ceil(value)
-            out[:, unvisited] = np.where(bookmarked | typed, value, 0.0)
+            out[:, unsampled] = np.where(scored, value, 0.0)
         return out[0] if single else out
 
     def decayed_score(
@@ -428,23 +501,41 @@ class ClassicFrecency:
         """The cached, daily-decayed frecency Firefox shows (paper Sec. 4: "once a day, all
         scores are decreased by a few percentage"; control branch of Sec. 6.2).
 
-        Model: Firefox recomputes a page's frecency when it is visited, caches it, and its
-        idle-daily job multiplies every positive cached value by ``decay_rate``
-        (``places.frecency.decayRate``, default 0.975: half-life of ~28 days). So the
-        cached value is the score as of the page's newest sampled visit (``pages`` aged by
-        ``-newest_age``) times ``decay_rate ** floor(newest_age)``, rounded to the nearest
-        integer (halves away from zero, SQLite ``ROUND``) when ``rounding``. Non-positive
-        scores (``-1``, ``0``) are not decayed (Firefox's ``WHERE frecency > 0``), nor are
-        unvisited pages (their score does not depend on time). Firefox rounds after every
-        daily step; this model rounds once (the two differ by less than
-        ``0.5 / (1 - decay_rate)`` points, 20 at 0.975, and usually by 0 or 1).
+        Firefox recomputes a page's frecency when it is visited (or bookmarked) and caches
+        it; its idle-daily job then runs ``ROUND(frecency * decay_rate) WHERE frecency > 0``
+        (``decay_rate`` is the float pref ``places.frecency.decayRate``, 0.975: half-life of
+        ~28 days). So a visited page shows the score as of its newest sampled visit
+        (``pages`` aged by ``-newest_age``), an unvisited bookmark the score as of its newest
+        bookmark, decayed once per whole day since, with SQLite's rounding (halves away from
+        zero) after *every* day -- which is why values of 20 or less never decay further.
+        Non-positive scores (``-1``, ``0``) are never decayed. With ``rounding=False`` the
+        decay is the plain factor ``decay_rate ** days``.
         """
         if not (np.isfinite(decay_rate) and 0.0 < decay_rate <= 1.0):
             raise ConfigError(f"decay_rate must be in (0, 1], got {decay_rate}")
-        newest = newest_visit_age(pages)
-        fresh = self.score(params, pages.aged(-newest))
-        factor = decay_rate ** np.floor(np.maximum(newest, 0.0))
-        decayed = fresh * factor
-        if self.rounding:
-            decayed = round_half_away(decayed)
-        return np.where(fresh > 0, decayed, fresh)
+        sampled = (pages.n_sampled > 0) & (pages.visit_count > 0)
+        since = np.where(sampled, newest_visit_age(pages), pages.bookmark_age_days)
+        since = np.maximum(np.floor(since), 0.0)
+        fresh = self.score(params, pages.aged(-since))
+        if not self.rounding:
+            return np.where(fresh > 0, fresh * decay_rate**since, fresh)
+        rate = float(np.float32(decay_rate))  # the float pref, bound as a double
+        return daily_decay(fresh, since.astype(np.int64), rate)
+
+
+def daily_decay(values: np.ndarray, days: np.ndarray, rate: float) -> np.ndarray:
+    """``values`` (``(n,)`` or ``(P, n)``) after ``days[i]`` runs of Firefox's idle-daily
+    ``ROUND(frecency * rate) WHERE frecency > 0`` on page ``i``: one vectorized step per
+    day over the pages still decaying (values that no longer change drop out)."""
+    out = np.array(values, dtype=np.float64, copy=True)
+    flat = out.reshape(-1, out.shape[-1])
+    remaining = np.broadcast_to(days, flat.shape).copy()
+    active = np.flatnonzero((flat > 0) & (remaining > 0))
+    while active.size:
+        v = flat.flat[active]
+        new = round_half_away(v * rate)
+        flat.flat[active] = new
+        left = remaining.flat[active] - 1
+        remaining.flat[active] = left
+        active = active[(left > 0) & (new != v) & (new > 0)]
+    return out
