@@ -6,9 +6,12 @@ visits of place ``id`` were moved back by ``(id * 7) % 60`` days before Firefox 
 frecency. The others build tiny databases by hand with ``sqlite3``, where the expected
 frecency can be computed from the documented formulas.
 
-Expected values are derived independently of the code under test: from SQL queries on the
-files, and from the formulas in the docstrings of ``fedrank.models.frecency.modern`` and
-``fedrank.models.frecency.classic``.
+Expected values are derived independently of the code under test. Classic frecency: from
+Firefox 62-68's own sampling SQL run on the files and its ``CalculateFrecencyFunction`` loop
+transcribed line by line in float32 (:func:`firefox68_classic`; the truth is the C++ in
+``toolkit/components/places/SQLFunctions.cpp`` and ``nsNavHistory.h``, not MDN's prose).
+Modern frecency: from SQL queries on the files and the formula of
+``fedrank.models.frecency.modern``.
 """
 
 from __future__ import annotations

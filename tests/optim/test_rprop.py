@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import doctest
+import json
 
 import numpy as np
 import pytest
@@ -147,3 +148,54 @@ def test_defaults_are_the_documented_ones() -> None:
         3.0,
     )
     assert "eta_plus=1.2" in repr(opt)
+
+
+def test_replays_the_deployed_scala_server_rule() -> None:
+    """Six iterations of FederatedLearningRPropOptimizer.scala (mozilla/telemetry-streaming)
+    worked out by hand from its rule, for three weights:
+
+        lr = min(lr * 2.0, 3.0) if g * prev_g > 0; max(lr * 0.6, 1.0) if < 0; else lr
+        (prev_g = None on the first iteration: lr stays at StartingLearningRate = 2)
+        weight = weight + lr * signum(g)
+
+    where g is the mean client update, i.e. minus the gradient; fedrank's Rprop gets -g.
+    ``3.0 * 0.6`` is written out because in doubles it is 1.7999999999999998, not 1.8."""
+    opt = Rprop(eta_plus=2.0, eta_minus=0.6, step_init=2.0, step_min=1.0, step_max=3.0)
+    mean_updates = [
+        [0.5, -1.0, 0.0],  # first iteration: no previous gradient
+        [3.0, 1.0, 0.0],
+        [-1.0, -1.0, 2.0],
+        [0.0, 1.0, 5.0],
+        [-2.0, 1.0, -3.0],
+        [-0.25, 1.0, 0.0],
+    ]
+    d = 3.0 * 0.6  # a step of 3 shrunk once
+    expected_rates = [
+        [2.0, 2.0, 2.0],
+        [3.0, 2.0 * 0.6, 2.0],  # a: 2*2 clipped to 3; b: flip, 1.2; c: 0 * 0, kept
+        [d, 1.0, 2.0],  # a: flip; b: flip, 0.72 clipped to 1; c: 2 * 0 = 0, kept
+        [d, 1.0, 3.0],  # a: zero, kept; b: flip, 0.6 clipped to 1; c: 4 clipped to 3
+        [d, 2.0, d],  # a: -2 * 0 = 0, kept; b: same sign, 2; c: flip
+        [3.0, 3.0, d],  # a: 3.6 clipped to 3; b: 4 clipped to 3; c: zero, kept
+    ]
+    expected_moves = [
+        [2.0, -2.0, 0.0],
+        [3.0, 2.0 * 0.6, 0.0],
+        [-d, -1.0, 2.0],
+        [0.0, 1.0, 3.0],  # a zero gradient does not move the weight
+        [-d, 2.0, -d],  # the move uses the new sign right after a flip (no backtracking)
+        [-3.0, 3.0, 0.0],
+    ]
+    params = np.array([10.0, 10.0, 10.0])
+    expected_params = params.copy()
+    state = opt.init(params)
+    for t, g in enumerate(mean_updates):
+        step, state = opt.update(-np.array(g), state, params)
+        params = params + step
+        expected_params = expected_params + np.array(expected_moves[t])
+        np.testing.assert_array_equal(state.step_size, expected_rates[t], err_msg=f"t={t}")
+        np.testing.assert_array_equal(step, expected_moves[t], err_msg=f"t={t}")
+        if t == 2:  # a restart from the JSON checkpoint continues identically
+            state = opt.state_from_json(json.loads(json.dumps(opt.state_to_json(state))))
+    np.testing.assert_array_equal(params, expected_params)
+    np.testing.assert_allclose(params, [10 + 2 + 3 - 1.8 - 1.8 - 3, 14.2, 13.2], rtol=1e-15)

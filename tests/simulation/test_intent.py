@@ -6,14 +6,42 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedrank.data.synthetic_history import generate_population, population_from_titles
+from fedrank.data.browsing import Pages, Vocabulary
+from fedrank.data.synthetic_history import generate_world
 from fedrank.errors import ConfigError, DataFormatError
-from fedrank.simulation.intent import sample_intents, sample_targets
+from fedrank.simulation.intent import sample_targets, typed_words
 
 
-def _population(pages_per_user: list[int]):
-    return population_from_titles(
-        [[f"page{u}x{j}" for j in range(n)] for u, n in enumerate(pages_per_user)]
+def pages_from_words(users: list[list[list[str]]]) -> Pages:
+    """Pages of users from their words (the first word of a page: its host's name; a host
+    per distinct first word of a user; the first page of a host is its root)."""
+    vocab_words = sorted({w for user in users for page in user for w in page})
+    index = {w: i for i, w in enumerate(vocab_words)}
+    flat = [page for user in users for page in user]
+    width = max(len(p) for p in flat)
+    words = np.full((len(flat), width), -1, dtype=np.int32)
+    host, is_root, seen = [], [], {}
+    for i, page in enumerate(flat):
+        words[i, : len(page)] = [index[w] for w in page]
+    owner = [u for u, user in enumerate(users) for _ in user]
+    for u, page in zip(owner, flat, strict=True):
+        key = (u, page[0])
+        is_root.append(key not in seen)
+        seen.setdefault(key, len(seen))
+        host.append(seen[key])
+    return Pages(
+        user_offsets=np.concatenate([[0], np.cumsum([len(u) for u in users])]),
+        host=np.array(host, dtype=np.int64),
+        is_root=np.array(is_root),
+        words=words,
+        n_url_words=np.ones(len(flat), dtype=np.int64),
+        vocabulary=Vocabulary.from_words(vocab_words),
+    )
+
+
+def _population(pages_per_user: list[int]) -> Pages:
+    return pages_from_words(
+        [[[f"site{u}x{j}", "title"] for j in range(n)] for u, n in enumerate(pages_per_user)]
     )
 
 
@@ -22,10 +50,10 @@ def test_frequencies_proportional_to_scores_chi_square() -> None:
     scores = np.array([100.0, 200.0, 300.0, 400.0, 10.0, 30.0, 1.0, 2.0, 3.0, 4.0, 0.0])
     rng = np.random.default_rng(2024)
     for user in range(3):
-        pages = pop.pages_of(user)
+        pages = np.arange(pop.user_offsets[user], pop.user_offsets[user + 1])
         users = np.full(60_000, user)
         targets = sample_targets(pop, users, scores, rng, noise_var=0.0)
-        assert (pop.page_user[targets] == user).all()
+        assert (pop.owner[targets] == user).all()
         observed = np.bincount(targets - pages[0], minlength=pages.size)
         p = scores[pages] / scores[pages].sum()
         positive = p > 0
@@ -67,15 +95,15 @@ def test_all_nonpositive_is_uniform() -> None:
 
 
 def test_mixed_users_vectorized_and_deterministic() -> None:
-    pop = generate_population(300, np.random.default_rng(0))
-    scores = pop.pages.visit_count * 50.0
+    pop = generate_world(300, np.random.default_rng(0)).pages
+    scores = np.random.default_rng(1).exponential(100.0, pop.n_pages)
     rng_users = np.random.default_rng(9)
     users = rng_users.integers(0, 300, size=5000)
     a = sample_targets(pop, users, scores, np.random.default_rng(4))
     b = sample_targets(pop, users, scores, np.random.default_rng(4))
     assert np.array_equal(a, b)
     assert a.dtype == np.int64 and a.shape == (5000,)
-    assert (pop.page_user[a] == users).all()
+    assert (pop.owner[a] == users).all()
     # frecent pages are wanted more often
     assert scores[a].mean() > scores.mean() * 1.5
 
@@ -96,71 +124,40 @@ def test_bad_input() -> None:
         sample_targets(pop, users, np.array([1.0, np.nan, 1.0, 1.0]), rng)
     with pytest.raises(ConfigError, match="noise_var"):
         sample_targets(pop, users, np.ones(4), rng, noise_var=-1.0)
-    with pytest.raises(DataFormatError, match="outside"):
+    with pytest.raises(DataFormatError, match="user ids"):
         sample_targets(pop, np.array([2]), np.ones(4), rng)
+    with pytest.raises(DataFormatError, match="no page that can be wanted"):
+        sample_targets(pop, users, np.ones(4), rng, eligible=np.array([True, True, False, False]))
 
 
-# --- sample_intents: the paper's selection rule applied to what the URL bar matches ---------
+def test_eligible_pages_only() -> None:
+    pop = _population([4])
+    eligible = np.array([False, True, False, True])
+    targets = sample_targets(
+        pop, np.zeros(2000, dtype=np.int64), np.ones(4), np.random.default_rng(7),
+        eligible=eligible,
+    )  # fmt: skip
+    assert set(np.unique(targets).tolist()) == {1, 3}
 
 
-def test_first_letter_wants_the_best_page_of_the_cue_letter() -> None:
-    # One user; letters: a-pages and b-pages. Whatever the cue, the wanted page is the best
-    # page (by true score) with a word of that first letter.
-    pop = population_from_titles([["apple", "avocado bread", "banana", "berry"]])
-    scores = np.array([50.0, 10.0, 40.0, 5.0])
-    rng = np.random.default_rng(3)
-    users = np.zeros(2000, dtype=np.int64)
-    targets, first_slot = sample_intents(pop, users, scores, rng, noise_var=0.0)
-    # Cue "a" (apple, avocado) -> apple; cue "b" (bread, banana, berry) -> banana.
-    assert set(np.unique(targets)) == {0, 2}
-    words = pop.vocabulary.words
-    typed_first = [words[pop.title_words[t, s]] for t, s in zip(targets, first_slot, strict=True)]
-    assert {w[0] for w in typed_first} <= {"a", "b"}
-    assert all(w in ("apple", "banana") for w in typed_first)
-    # Cue letters come from cue pages drawn proportionally to the scores (105 total):
-    # "a" from apple (50) and avocado's first word (10 * 1/2); "b" otherwise.
-    share_a = np.mean(targets == 0)
-    assert abs(share_a - 55 / 105) < 0.04
-
-
-def test_topic_wants_the_best_page_with_the_cue_word_and_types_it_first() -> None:
-    pop = population_from_titles([["rust docs", "rust book", "python docs"]])
-    scores = np.array([10.0, 30.0, 20.0])
-    targets, first_slot = sample_intents(
-        pop, np.zeros(3000, dtype=np.int64), scores, np.random.default_rng(4), 0.0, "topic"
-    )
-    words = pop.vocabulary.words
-    for t, s in zip(targets, first_slot, strict=True):
-        assert words[pop.title_words[t, s]] in ("rust", "docs", "book", "python")
-    # "docs" -> python docs (20 > 10); "rust" or "book" -> rust book; "python" -> python docs.
-    assert set(np.unique(targets)) == {1, 2}
-    assert (targets != 0).all()
-
-
-def test_proportional_is_sample_targets_with_first_word_first() -> None:
-    pop = population_from_titles([["a b", "c d"], ["e"]])
-    scores = np.array([1.0, 2.0, 3.0])
-    users = np.array([0, 1, 0, 0])
-    t1, slot = sample_intents(pop, users, scores, np.random.default_rng(5), model="proportional")
-    t2 = sample_targets(pop, users, scores, np.random.default_rng(5))
-    assert np.array_equal(t1, t2) and (slot == 0).all()
-
-
-@pytest.mark.parametrize("model", ["first-letter", "topic"])
-def test_intents_are_own_pages_reproducible_and_typed_word_qualifies(model: str) -> None:
-    pop = generate_population(40, np.random.default_rng(0))
-    scores = np.random.default_rng(1).gamma(2.0, 100.0, size=pop.n_pages)
-    users = np.random.default_rng(2).integers(0, 40, size=500)
-    a = sample_intents(pop, users, scores, np.random.default_rng(9), model=model)
-    b = sample_intents(pop, users, scores, np.random.default_rng(9), model=model)
-    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
-    targets, first_slot = a
-    assert (pop.page_user[targets] == users).all()
-    n_words = (pop.title_words[targets] >= 0).sum(axis=1)
-    assert ((first_slot >= 0) & (first_slot < n_words)).all()
-
-
-def test_unknown_intent_model_is_refused() -> None:
-    pop = population_from_titles([["a"]])
-    with pytest.raises(ConfigError, match="intent model"):
-        sample_intents(pop, np.array([0]), np.ones(1), np.random.default_rng(0), model="psychic")
+def test_typed_words_site_name_first_then_the_page_in_order() -> None:
+    pop = pages_from_words([[["ebay", "motors", "cheap", "cars"], ["ebay"]]])
+    v = pop.vocabulary.words
+    rng = np.random.default_rng(0)
+    typed = typed_words(pop, np.zeros(4000, dtype=np.int64), rng, host_share=0.7, max_words=3)
+    first = np.array([v[w] for w in typed[:, 0]])
+    # the site's name with probability 0.7 + 0.3 * 0 (another word is drawn otherwise)
+    assert np.mean(first == "ebay") == pytest.approx(0.7, abs=0.03)
+    for row in typed[:50]:
+        words = [v[w] for w in row]
+        if words[0] == "ebay":
+            assert words == ["ebay", "motors", "cheap"]
+        else:
+            rest = [w for w in ["ebay", "motors", "cheap", "cars"] if w != words[0]]
+            assert words == [words[0], *rest[:2]]
+    # a one-word page is typed as its name, padded
+    one = typed_words(pop, np.array([1, 1]), rng, host_share=0.0, max_words=3)
+    assert [[v[w] for w in row if w >= 0] for row in one] == [["ebay"], ["ebay"]]
+    assert (one[:, 1:] == -1).all()
+    with pytest.raises(ConfigError):
+        typed_words(pop, np.array([0]), rng, host_share=1.5)

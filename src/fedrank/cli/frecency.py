@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -91,12 +90,17 @@ def _parse_now(text: str) -> int:
 def _study_options(func: Any) -> Any:
     """Options of ``frecency simulate``; their defaults are FrecencyStudyConfig's."""
     from fedrank.experiments.frecency_presets import PRESETS
-    from fedrank.experiments.frecency_study import FrecencyStudyConfig
+    from fedrank.experiments.frecency_study import (
+        RPROP_SETTINGS,
+        SETTINGS,
+        WORLDS,
+        FrecencyStudyConfig,
+    )
     from fedrank.losses.pointwise_svm import SCORE_SCALES
     from fedrank.simulation.frecency_world import MODELS, PAGE_SCORERS
-    from fedrank.simulation.intent import INTENT_MODELS
 
     d = FrecencyStudyConfig()
+    r = d.resolved()
 
     def per_model(setting: str) -> str:
         values = {
@@ -104,6 +108,9 @@ def _study_options(func: Any) -> Any:
             for name, scorer in PAGE_SCORERS.items()
         }
         return "the model's: " + ", ".join(f"{name} {value}" for name, value in values.items())
+
+    def per_setting(name: str) -> str:
+        return "the setting's: " + ", ".join(f"{s} {v[name]:g}" for s, v in RPROP_SETTINGS.items())
 
     options = [
         click.option(
@@ -115,11 +122,28 @@ def _study_options(func: Any) -> Any:
             "(Firefox 128+: 4 class weights and halfLifeDays).",
         ),
         click.option(
+            "--world",
+            type=click.Choice(WORLDS),
+            default=d.world,
+            show_default=True,
+            help="The users: synthetic (calibrated to real browsing) or aol (the real AOL "
+            "click log; its revisits are the searches).",
+        ),
+        click.option(
+            "--setting",
+            type=click.Choice(SETTINGS),
+            default=d.setting,
+            show_default=True,
+            help="Optimizer and safeguards: the paper's text, or what the study's deployed "
+            "server did (Rprop 2.0/0.6, steps 1-3, shifted non-negativity, integer weights).",
+        ),
+        click.option(
             "--preset",
             type=click.Choice(PRESETS),
             default=d.preset,
             show_default=True,
-            help="Hidden preference of the simulated users.",
+            help="The simulated users' hidden preference (synthetic world), not a model "
+            "setting: what the learner should discover.",
         ),
         click.option("--users", "n_users", type=int, default=d.n_users, show_default=True),
         click.option("--iterations", type=int, default=d.iterations, show_default=True),
@@ -137,12 +161,22 @@ def _study_options(func: Any) -> Any:
             default=d.optimizer,
             show_default=True,
         ),
+        click.option("--eta-plus", type=float, default=None, show_default=per_setting("eta_plus")),
+        click.option(
+            "--eta-minus", type=float, default=None, show_default=per_setting("eta_minus")
+        ),
+        click.option(
+            "--step-init", type=float, default=None, show_default=per_setting("step_init")
+        ),
+        click.option("--step-min", type=float, default=None, show_default=per_setting("step_min")),
+        click.option("--step-max", type=float, default=None, show_default=per_setting("step_max")),
         click.option(
             "--delta",
             type=float,
             default=d.delta,
             show_default=per_model("delta"),
-            help="SVM margin Delta (on the --score-scale; raw modern scores are days).",
+            help="SVM margin Delta (on the --score-scale; raw modern scores are days). The "
+            "paper's loss (raw, Delta 0) is always reported beside it.",
         ),
         click.option(
             "--score-scale",
@@ -154,33 +188,33 @@ def _study_options(func: Any) -> Any:
         click.option(
             "--significance-z",
             type=float,
-            default=d.significance_z,
-            show_default=True,
-            help="Per-weight significance gate of the aggregate (0: the paper's plain mean).",
+            default=None,
+            show_default="2 under --setting paper, 0 (the plain mean) under mozilla-deployed",
+            help="Per-weight significance gate of the aggregate.",
         ),
         click.option(
             "--eps", type=float, default=d.eps, show_default=True, help="Finite-difference epsilon."
         ),
         click.option(
-            "--intent",
-            type=click.Choice(INTENT_MODELS),
-            default=d.intent,
-            show_default=True,
-            help="How a search's wanted page is chosen.",
+            "--blind-chars",
+            type=float,
+            default=None,
+            show_default=f"calibrated: {r.blind_chars:g}",
+            help="Mean characters typed (after the first) before looking at the suggestions.",
         ),
         click.option(
-            "--attention-depth",
-            type=int,
-            default=d.attention_depth,
-            show_default=True,
-            help="Suggestions a user scans after each keystroke.",
+            "--scan-continue",
+            type=float,
+            default=None,
+            show_default=f"calibrated: {r.scan_continue:g}",
+            help="Probability of reading one more suggestion.",
         ),
         click.option(
             "--searches-per-iteration",
             type=float,
             default=d.searches_per_iteration,
             show_default=True,
-            help="Mean (Poisson) searches per user per iteration.",
+            help="Mean (Poisson) searches per user per iteration (synthetic world).",
         ),
         click.option(
             "--eval-searches",
@@ -188,7 +222,20 @@ def _study_options(func: Any) -> Any:
             type=int,
             default=d.eval_searches_per_user,
             show_default=True,
-            help="Searches per user in the evaluation phase.",
+            help="Searches per user in the evaluation phase (synthetic world).",
+        ),
+        click.option(
+            "--history-days",
+            type=float,
+            default=d.history_days,
+            show_default=True,
+            help="Days of synthetic history before the study.",
+        ),
+        click.option(
+            "--aol-log",
+            type=click.Path(exists=True, dir_okay=False),
+            default=None,
+            help="The AOL click log (--world aol; default: the shared 1,000-user sample).",
         ),
         click.option("--json", "json_path", type=click.Path(path_type=Path), default=None),
         click.option(
@@ -196,7 +243,7 @@ def _study_options(func: Any) -> Any:
             "out_dir",
             type=click.Path(path_type=Path),
             default=None,
-            help="Directory for the PNG plots.",
+            help="Directory for the PNG plots and the markdown report.",
         ),
     ]
     for option in reversed(options):
@@ -213,6 +260,7 @@ def _run_study(config: Any) -> Any:
 
 
 def _summarize(result: Any) -> None:
+    from fedrank.experiments.frecency_study import PAPER_EVAL
     from fedrank.experiments.report import loss_reduction
 
     click.echo(
@@ -220,19 +268,28 @@ def _summarize(result: Any) -> None:
         f"{100 * loss_reduction(result):.1f}%; constraints held: {result.constraints_held}"
     )
     for name, ev in result.eval.items():
+        paper = PAPER_EVAL[name]
         click.echo(
-            f"  {name:17s} chars typed {ev['chars_typed_mean']:.3f}  "
-            f"rank {ev['selected_rank_mean']:.3f}  (n={ev['n']})"
+            f"  {name:17s} chars typed {ev['chars_typed_mean']:.3f} (paper "
+            f"{paper['chars_typed_mean']:.2f})  rank {ev['selected_rank_mean']:.3f} (paper "
+            f"{paper['selected_rank_mean']:.3f})  ({ev['n_users']} users, {ev['n']} searches)"
         )
-    ev = result.oracle
-    click.echo(
-        f"  {'(hidden weights)':17s} chars typed {ev['chars_typed_mean']:.3f}  "
-        f"rank {ev['selected_rank_mean']:.3f}  (n={ev['n']}; the best any model can do)"
-    )
+    if result.oracle:
+        ev = result.oracle
+        click.echo(
+            f"  {'(hidden weights)':17s} chars typed {ev['chars_typed_mean']:.3f}  "
+            f"rank {ev['selected_rank_mean']:.3f}  (treatment users' searches ranked by the "
+            "hidden weights: the best any model can do)"
+        )
     for key, test in result.tests.items():
         p = test["pvalue"]
-        shown = f"{p:.3g}" if p > 0 else "< 1e-300 (below float range)"
-        click.echo(f"  {key}: p = {shown} (alpha {result.bonferroni_alpha:.5f})")
+        shown = f"{p:.3g}" if p > 0 else "< 1e-300"
+        low, high = test["diff_ci95"]
+        click.echo(
+            f"  {key}: diff {test['diff']:+.3f} [{low:+.3f}, {high:+.3f}], p = {shown} "
+            f"(per-user means, {test['n_users_a']} vs {test['n_users_b']} users; alpha "
+            f"{result.bonferroni_alpha:.5f}; pooled searches p = {test['pooled_pvalue']:.3g})"
+        )
 
 
 @frecency.command("simulate")
@@ -254,6 +311,14 @@ def frecency_simulate(
     config = FrecencyStudyConfig(track_stability=stability, **settings)
     result = _run_study(config)
     _summarize(result)
+    if stability:
+        few = [r["n_reports"] for r in result.stability if r["n_reports"] < 10_000]
+        if few:
+            click.echo(
+                f"note: {len(few)} of {len(result.stability)} iterations had fewer than 10,000 "
+                f"reports (as few as {min(few)}); the paper's Figure 7 iterations had about "
+                "15,000: raise --users (about 17,000 at one search per user and iteration)"
+            )
     if json_path:
         write_json(result.to_json(), json_path)
         click.echo(f"wrote {json_path}")
@@ -313,31 +378,40 @@ def frecency_messages(
 
 @frecency.command("power")
 @click.option(
+    "--part",
+    type=click.Choice(["effect", "training", "both"]),
+    default="both",
+    show_default=True,
+    help="effect: users per branch to detect the effect on the selected rank (MWU on "
+    "per-user means, users resampled); training: users needed to train (whole studies).",
+)
+@click.option(
     "--preset",
     type=click.Choice(["paper", "shifted"]),
     default="shifted",
     show_default=True,
-    help="Hidden preference of the simulated users.",
+    help="The simulated users' hidden preference.",
 )
 @click.option(
     "--weights",
     "weights_path",
     type=click.Path(exists=True, path_type=Path),
     default=None,
-    help="Treatment model: final_weights of a `simulate --json` file "
+    help="Treatment model for the effect: final_weights of a `simulate --json` file "
     "(default: the preset's hidden weights, the largest effect a model can have).",
 )
 @click.option(
     "--effect",
     type=float,
     default=None,
-    help="Instead of a model: a location shift of the control distribution.",
+    help="Instead of a model: a shift of every control user's mean.",
 )
 @click.option(
     "--metric",
-    type=click.Choice(["chars_typed", "selected_rank"]),
-    default="chars_typed",
+    type=click.Choice(["selected_rank", "chars_typed"]),
+    default="selected_rank",
     show_default=True,
+    help="The paper analysed the rank (no prior data on characters typed).",
 )
 @click.option("--power", "target_power", type=float, default=0.8, show_default=True)
 @click.option("--alpha", type=float, default=0.05 / 6, show_default=True)
@@ -346,14 +420,23 @@ def frecency_messages(
     "--users",
     "n_users",
     type=int,
-    default=4000,
+    default=2000,
     show_default=True,
-    help="Users simulated to obtain the two distributions (half per model).",
+    help="Users of the effect pilot (half per model).",
 )
-@click.option("--searches-per-user", type=int, default=10, show_default=True)
+@click.option("--iterations", type=int, default=40, show_default=True)
+@click.option(
+    "--target-reduction",
+    type=float,
+    default=0.2,
+    show_default=True,
+    help="Training: the treatment loss must fall by this share.",
+)
+@click.option("--studies", type=int, default=5, show_default=True, help="Training: studies per n.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
 def frecency_power(
+    part: str,
     preset: str,
     weights_path: Path | None,
     effect: float | None,
@@ -362,68 +445,103 @@ def frecency_power(
     alpha: float,
     repetitions: int,
     n_users: int,
-    searches_per_user: int,
+    iterations: int,
+    target_reduction: float,
+    studies: int,
     seed: int,
     json_path: Path | None,
 ) -> None:
-    """How many searches (and users) a Mann-Whitney U test needs to tell a model from
-    Firefox's defaults (control branch), by simulation (paper Sec. 6.2)."""
+    """Power analysis of the study (paper Sec. 6.2), at the level of users: how many users
+    train a model, and how many per branch show its effect."""
+    from fedrank.experiments.frecency_power import effect_power, training_power
     from fedrank.experiments.frecency_presets import hidden_weights
-    from fedrank.experiments.stats import required_sample_size
+    from fedrank.experiments.frecency_study import FrecencyStudyConfig
     from fedrank.models.frecency.weights import weights_from_dict
-    from fedrank.simulation.frecency_world import CONTROL, TREATMENT, FrecencyWorld
 
-    rng = np.random.default_rng(seed)
-    hidden = hidden_weights(preset)
-    if weights_path is not None:
-        data = read_json(weights_path)
-        if not isinstance(data.get("final_weights"), dict):
-            raise click.BadParameter(
-                f"{weights_path} has no 'final_weights' object: pass the JSON that "
-                "`fedrank frecency simulate --json FILE` writes"
-            )
-        theta = weights_from_dict(data["final_weights"])
-    else:
-        theta = hidden
-    world = FrecencyWorld(n_users, hidden, rng, shares=(0.5, 0.5, 0.0))
-    users = np.repeat(np.arange(n_users), searches_per_user)
-    batch, _ = world.search(users, theta, rng)
-    values = getattr(batch, metric).astype(float)
-    branch = world.branch[batch.user]
-    control = values[branch == CONTROL]
-    treatment = control + effect if effect is not None else values[branch == TREATMENT]
-    res = required_sample_size(
-        control, treatment, alpha=alpha, power=target_power, repetitions=repetitions, rng=rng
-    )
-    res.update(
-        metric=metric,
-        preset=preset,
-        alpha=alpha,
-        target_power=target_power,
-        control_mean=float(control.mean()),
-        treatment_mean=float(treatment.mean()),
-        treatment=(
-            f"control shifted by {effect:g}"
-            if effect is not None
+    out: dict[str, Any] = {}
+    base = FrecencyStudyConfig(preset=preset, n_users=n_users, iterations=iterations, seed=seed)
+    if part in ("effect", "both"):
+        if weights_path is not None:
+            data = read_json(weights_path)
+            if not isinstance(data.get("final_weights"), dict):
+                raise click.BadParameter(
+                    f"{weights_path} has no 'final_weights' object: pass the JSON that "
+                    "`fedrank frecency simulate --json FILE` writes"
+                )
+            theta = weights_from_dict(data["final_weights"])
+        else:
+            theta = hidden_weights(preset)
+        res = effect_power(
+            base, theta, metric=metric, alpha=alpha, power=target_power,
+            repetitions=repetitions, effect=effect, rng=np.random.default_rng(seed),
+        )  # fmt: skip
+        res["treatment"] = (
+            f"control users shifted by {effect:g}" if effect is not None
             else str(weights_path or f"hidden weights of {preset}")
-        ),
-        searches_per_user=searches_per_user,
-    )
-    click.echo(
-        f"{metric}: control {control.mean():.4f}, treatment {treatment.mean():.4f} "
-        f"({res['treatment']})"
-    )
-    if res["n"] is not None:
-        res["users_per_group"] = math.ceil(res["n"] / searches_per_user)
+        )  # fmt: skip
+        out["effect"] = res
         click.echo(
-            f"{res['n']} searches per group (~{res['users_per_group']} users at "
-            f"{searches_per_user} searches each) reach power {res['power']:.2f} "
-            f"at alpha {alpha:.5f}"
+            f"{metric}: control {res['control_mean']:.4f}, treatment {res['treatment_mean']:.4f}"
+            f" ({res['treatment']}; per-user means of {res['pilot_users']} pilot users)"
         )
-    else:
-        click.echo(f"power {target_power} not reached within the search limit")
+        if res["n"] is not None:
+            click.echo(
+                f"{res['n']} users per branch reach power {res['power']:.2f} at alpha {alpha:.5f}"
+            )
+        else:
+            click.echo(f"power {target_power} not reached within the user limit")
+    if part in ("training", "both"):
+        with progress_bar() as bar:
+            task = bar.add_task("studies", total=None)
+            res = training_power(
+                base, target_reduction=target_reduction, probability=target_power,
+                repetitions=studies,
+                progress=lambda n, share: bar.update(task, description=f"n={n}: {share:.2f}"),
+            )  # fmt: skip
+        out["training"] = res
+        if res["n"] is not None:
+            click.echo(
+                f"{res['n']} users (60% treatment) cut the treatment loss by "
+                f"{target_reduction:.0%} in {iterations} iterations in "
+                f"{res['power']:.0%} of {studies} studies"
+            )
+        else:
+            click.echo("the training target was not reached within the user limit")
     if json_path:
-        write_json(res, json_path)
+        write_json(out, json_path)
+        click.echo(f"wrote {json_path}")
+
+
+@frecency.command("calibrate")
+@click.option("--users", "n_users", type=int, default=1500, show_default=True)
+@click.option("--iterations", type=int, default=40, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--max-evaluations", type=int, default=30, show_default=True)
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+def frecency_calibrate(
+    n_users: int, iterations: int, seed: int, max_evaluations: int, json_path: Path | None
+) -> None:
+    """Fit the typing model (blind characters, reading depth) so that the control branch of
+    the default synthetic world types and selects like the paper's (4.26 characters, rank
+    0.354); the study then holds it fixed for every branch."""
+    from fedrank.experiments.frecency_study import FrecencyStudyConfig
+    from fedrank.simulation.calibration import calibrate_typing
+
+    config = FrecencyStudyConfig(n_users=n_users, iterations=iterations, seed=seed)
+    with progress_bar() as bar:
+        task = bar.add_task("candidate typing models", total=None)
+        res = calibrate_typing(
+            config,
+            max_evaluations=max_evaluations,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )
+    click.echo(
+        f"blind_chars {res.typing.blind_chars:.3f}, scan_continue {res.typing.scan_continue:.3f}:"
+        f" control types {res.chars_typed:.3f} (paper {res.target[0]}) and selects rank "
+        f"{res.selected_rank:.3f} (paper {res.target[1]})"
+    )
+    if json_path:
+        write_json(res.to_json(), json_path)
         click.echo(f"wrote {json_path}")
 
 

@@ -1,570 +1,437 @@
-"""Synthetic browsing histories: the mock data set of the Mozilla simulation (paper Sec. 6.1).
+"""Synthetic browsing worlds calibrated to real users (Mozilla paper, Sec. 6.1).
 
-The paper's simulation could not use real user data, so it generated histories "designed
-to resemble the data we expected users to generate":
+The paper's simulation had no real data: "how recently websites were visited" followed "a
+made-up distribution", visits per page "an exponential distribution with lambda = 7", and
+"recency, type, and frequency were assumed to be independent". fedrank's first generator
+did the same (about 7.5 visits per page); its users then found anything after one typed
+character. This generator instead draws a *click stream* whose shapes are calibrated to a
+real one, the AOL click log of ``../shared/data/AOL`` (:func:`fedrank.data.browsing.
+browsing_shapes` measures both; ``docs/frecency.md`` shows them side by side):
 
-* how recently pages were visited follows "a made-up distribution that was skewed towards
-  more recent visits";
-* the share of bookmarked pages comes from "existing statistics";
-* the number of visits per page is "modeled using an exponential distribution with
-  lambda = 7" (many pages visited a few times, a few pages visited a lot);
-* "recency, type, and frequency were assumed to be independent of each other".
+* **how much**: every user clicks at a rate drawn from a log-normal fitted to the AOL
+  users' clicks per day (median 4.2, log-sd 0.46) over ``history_days``;
+* **which host**: a Pitman-Yor process over the user's hosts -- a click goes to a new host
+  with probability ``(theta + d * K) / (theta + k)`` after ``k`` clicks on ``K`` hosts,
+  otherwise it revisits a host in proportion to ``n_h - d``: heavy-tailed revisits (most
+  hosts are clicked once, a few hosts take a third of the clicks). A revisit copies a
+  recent click (one of the last ``recent_window``) with probability ``recent_share``:
+  revisits come in bursts, as in the log;
+* **when**: clicks come in sessions (``clicks_per_session`` on average, gaps of
+  ``session_gap_minutes``), sessions at uniform times: bursty timing;
+* **which page**: several pages per host: the root page (``root_share`` of the clicks), or
+  one of the host's deeper pages (a Zipf choice among up to ``max_subpages``);
+* **how** (transition type): TYPED with the share of AOL clicks whose query was the host's
+  name (``typed_share``), BOOKMARK for some visits to bookmarked hosts, RELOAD / FRAMED_LINK
+  / DOWNLOAD / EMBED at small rates, LINK otherwise. Some hosts are reached through a
+  redirect (``http://host`` -> ``https://www.host/``): the visit goes to the redirect's
+  source page and a 301 visit on the root comes from it (``from_visit``), as Firefox stores
+  it;
+* **bookmarks**: the root pages of often-visited hosts, and a few imported bookmarks never
+  visited.
 
-This module draws such a population for many users at once (fully vectorized: no Python
-loop over users, pages or visits), and gives every page a title made of words from a random
-vocabulary so that the URL bar (:mod:`fedrank.simulation.urlbar`, paper Sec. 4) can match
-typed text against it.
-
-Every page's sampled visits are the ``NUM_SAMPLED_VISITS`` (10) most recent ones, newest
-first, as Firefox's classic frecency samples them. They are drawn exactly without drawing
-the older visits: the ages of a page's ``n`` visits are i.i.d. exponential, so their order
-statistics follow the Renyi representation ``age_(i) = mean * sum_{j<=i} E_j / (n - j + 1)``
-with i.i.d. standard exponential ``E_j``.
+Everything is vectorized over users; the Pitman-Yor draw is sequential in the click index
+(one vectorized step per click, for all users at once). The same generator state gives the
+identical world.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
-from typing import NamedTuple
 
 import numpy as np
 
-from fedrank.errors import ConfigError, DataFormatError
-from fedrank.models.frecency.history import (
-    NOT_COUNTED_TYPES,
-    NUM_SAMPLED_VISITS,
-    REDIRECT_TYPES,
-    PageHistories,
-    VisitType,
+from fedrank.data.browsing import (
+    ENGLISH_LETTER_FREQUENCIES,
+    BrowsingWorld,
+    Pages,
+    VisitStream,
+    Vocabulary,
+    browsing_shapes,
 )
+from fedrank.errors import ConfigError
+from fedrank.models.frecency.history import VisitType
 
-#: Relative frequencies of the letters a..z in English text (percent). Random words use
-#: them so that words share prefixes about as often as real ones do, which is what makes
-#: the URL bar's prefix matching return more than one page.
-ENGLISH_LETTER_FREQUENCIES: tuple[float, ...] = (
-    8.2, 1.5, 2.8, 4.3, 12.7, 2.2, 2.0, 6.1, 7.0, 0.15, 0.77, 4.0, 2.4,
-    6.7, 7.5, 1.9, 0.095, 6.0, 6.3, 9.1, 2.8, 0.98, 2.4, 0.15, 2.0, 0.074,
-)  # fmt: skip
+__all__ = ["ENGLISH_LETTER_FREQUENCIES", "BrowsingConfig", "Vocabulary", "generate_world"]
 
-#: Default shares of the visit types among all visits (see :class:`HistoryConfig`).
-DEFAULT_VISIT_TYPE_SHARES: tuple[tuple[VisitType, float], ...] = (
-    (VisitType.LINK, 0.70),
-    (VisitType.TYPED, 0.12),
-    (VisitType.BOOKMARK, 0.05),
-    (VisitType.REDIRECT_PERMANENT, 0.02),
-    (VisitType.REDIRECT_TEMPORARY, 0.03),
-    (VisitType.DOWNLOAD, 0.02),
-    (VisitType.RELOAD, 0.03),
-    (VisitType.FRAMED_LINK, 0.01),
-    (VisitType.EMBED, 0.02),
-)
+MINUTES_PER_DAY = 24.0 * 60.0
 
 
 @dataclass(frozen=True)
-class HistoryConfig:
-    """Parameters of the synthetic histories (paper Sec. 6.1), with the reason for each default.
+class BrowsingConfig:
+    """Parameters of the synthetic world, with where each default comes from.
 
     Attributes:
-        mean_extra_pages: pages per user are ``1 + Poisson(mean_extra_pages)`` (default 60):
-            every user has at least one page, and a URL bar search typically ranks among a
-            few dozen to a hundred history entries per user, which keeps one iteration of
-            10,000 users cheap while leaving enough competitors for ranking to matter.
-        visit_count_scale: visits per visited page are ``1 + floor(Exponential(scale))``
-            (default 7). The paper says "an exponential distribution with lambda = 7"; read
-            as a *rate* that would mean 1/7 visit per page on average, so 7 is read as the
-            mean (scale). The mean visit count is ``1 + 1 / (exp(1/7) - 1) ~ 7.5``.
-        age_mean_days: every visit's age in days is ``Exponential(age_mean_days)`` (default
-            25), the paper's "made-up distribution skewed towards more recent visits": about
-            15% of visits fall within 4 days, 43% within 14 days, 71% within 31 days and 97%
-            within 90 days, so all of frecency's recency buckets are populated.
-        max_age_days: ages are capped at this many days (default 365, roughly how long
-            Firefox keeps history on an average profile).
-        bookmarked_share: probability that a visited page is bookmarked (default 0.15). The
-            paper took this share from "existing statistics" it does not quote; 0.15 is an
-            assumption of the same order, to be replaced when better numbers are known.
-        unvisited_bookmark_share: share of all pages that are bookmarks never visited
-            (``visit_count == 0``, default 0.02): imported or synced bookmarks.
-        visit_type_shares: ``(VisitType, share)`` pairs, the probability of each transition
-            type for every visit (defaults: LINK 0.70, TYPED 0.12, BOOKMARK 0.05,
-            REDIRECT_PERMANENT 0.02, REDIRECT_TEMPORARY 0.03, DOWNLOAD 0.02, RELOAD 0.03,
-            FRAMED_LINK 0.01, EMBED 0.02): most navigation follows links, a good part is
-            typed, the rest is small. Shares must sum to 1. Types are independent of recency
-            and frequency (paper).
-        redirect_source_share: probability that a visit redirected to another page
-            (default 0.03), independent of its type.
-        n_words: vocabulary size of the page titles (default 3000).
-        min_word_length, max_word_length: word lengths are uniform in this range (3..10).
-        title_length_shares: probability of a title having 1, 2, ... words (default
-            0.15/0.35/0.30/0.20 for 1..4 words: titles like "news", "rust docs", ...).
-        word_zipf_exponent: title words are drawn with probability ``~ 1 / (r + 1 +
-            word_zipf_offset) ** s`` for the word of rank ``r`` (default ``s = 1``, Zipf's
-            law), so titles share common words and typed prefixes match several pages.
-        word_zipf_offset: Zipf-Mandelbrot offset (default 10) that flattens the head of the
-            distribution: without it the most common word would be in ~10% of all titles,
-            and a one-word title made of it could never be told apart from the other pages
-            by typing (real titles carry rarer words too, e.g. the site's name).
+        history_days: days of history before the study (30).
+        future_days: days of browsing drawn beyond the study's start (the study replays
+            them as time passes: users keep browsing while they search).
+        rate_log_mean, rate_log_sd: clicks per day per user are log-normal with these
+            parameters (AOL users: log-mean 1.41, log-sd 0.46).
+        new_host_theta, new_host_discount, recent_share, recent_window: the Pitman-Yor
+            concentration and discount of the host process, and the share of revisits that
+            copy one of the last ``recent_window`` clicks (else any earlier click): fitted
+            by grid search to the AOL log's first 31 days (hosts per click, share of hosts
+            clicked once, top-10 share, revisits within a day; ``docs/frecency.md``).
+        clicks_per_session, session_gap_minutes: mean clicks per session and mean gap
+            between clicks of a session.
+        extra_views: mean extra page views per click (a click opens the site; the visitor
+            then reads ``Poisson(extra_views)`` more of its pages, ``view_gap_minutes``
+            apart): the AOL log records only the clicks, Firefox every page view.
+        root_share: share of clicks that land on the site's root page.
+        max_subpages, subpage_zipf: deeper pages per host and the Zipf exponent of their
+            popularity.
+        typed_share: share of clicks typed (AOL: 18.9% of clicks follow a query that is
+            the host's name).
+        redirect_host_share, redirect_visit_share: hosts reached through a redirect, and
+            the share of their root visits that go through it.
+        reload_share, framed_share, download_share, embed_share: rare transition types.
+        bookmark_share: probability that a host clicked at least 3 times is bookmarked
+            (its root page); ``imported_bookmarks``: mean imported, never-visited bookmarks
+            per user; ``bookmark_visit_share``: share of visits to a bookmarked root made
+            from the bookmark (BOOKMARK).
+        n_words, min_word_length, max_word_length, word_zipf_exponent, word_zipf_offset:
+            the vocabulary of host names, paths and titles (random words with English
+            letter frequencies, Zipf-Mandelbrot use).
+        title_words_mean: mean title length in words (1 + Poisson; real titles run to
+            several words); ``max_path_words``: a deeper page's URL has 1 to this many path
+            words; ``site_in_title``: a root page's title starts with the site's name with
+            this probability.
     """
 
-    mean_extra_pages: float = 60.0
-    visit_count_scale: float = 7.0
-    age_mean_days: float = 25.0
-    max_age_days: float = 365.0
-    bookmarked_share: float = 0.15
-    unvisited_bookmark_share: float = 0.02
-    visit_type_shares: tuple[tuple[VisitType, float], ...] = DEFAULT_VISIT_TYPE_SHARES
-    redirect_source_share: float = 0.03
+    history_days: float = 30.0
+    future_days: float = 0.0
+    rate_log_mean: float = 1.41
+    rate_log_sd: float = 0.46
+    new_host_theta: float = 10.0
+    new_host_discount: float = 0.75
+    recent_share: float = 0.6
+    recent_window: int = 5
+    clicks_per_session: float = 2.6
+    session_gap_minutes: float = 7.0
+    extra_views: float = 1.0
+    view_gap_minutes: float = 1.0
+    root_share: float = 0.5
+    max_subpages: int = 20
+    subpage_zipf: float = 1.2
+    typed_share: float = 0.189
+    redirect_host_share: float = 0.3
+    redirect_visit_share: float = 0.5
+    reload_share: float = 0.03
+    framed_share: float = 0.01
+    download_share: float = 0.01
+    embed_share: float = 0.01
+    bookmark_share: float = 0.15
+    imported_bookmarks: float = 2.0
+    bookmark_visit_share: float = 0.3
     n_words: int = 3000
     min_word_length: int = 3
     max_word_length: int = 10
-    title_length_shares: tuple[float, ...] = (0.15, 0.35, 0.30, 0.20)
     word_zipf_exponent: float = 1.0
     word_zipf_offset: float = 10.0
+    title_words_mean: float = 8.0
+    max_path_words: int = 3
+    site_in_title: float = 0.7
 
     def __post_init__(self) -> None:
-        positive = ("visit_count_scale", "age_mean_days", "max_age_days")
-        for name in positive:
+        for name in (
+            "history_days", "rate_log_sd", "new_host_theta", "clicks_per_session",
+            "session_gap_minutes", "subpage_zipf", "view_gap_minutes",
+        ):  # fmt: skip
             value = getattr(self, name)
-            if not np.isfinite(value) or value <= 0:
-                raise ConfigError(f"HistoryConfig.{name} must be a positive number, got {value}")
-        if not np.isfinite(self.mean_extra_pages) or self.mean_extra_pages < 0:
+            if not (np.isfinite(value) and value > 0):
+                raise ConfigError(f"BrowsingConfig.{name} must be a positive number, got {value}")
+        if not 0.0 <= self.new_host_discount < 1.0:
             raise ConfigError(
-                f"HistoryConfig.mean_extra_pages must be >= 0, got {self.mean_extra_pages}"
+                f"BrowsingConfig.new_host_discount must be in [0, 1), got {self.new_host_discount}"
             )
-        for name in ("bookmarked_share", "redirect_source_share"):
+        shares = (
+            "recent_share", "root_share", "typed_share", "redirect_host_share",
+            "redirect_visit_share", "reload_share", "framed_share", "download_share",
+            "embed_share", "bookmark_share", "bookmark_visit_share", "site_in_title",
+        )  # fmt: skip
+        for name in shares:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
-                raise ConfigError(f"HistoryConfig.{name} must be in [0, 1], got {value}")
-        if not 0.0 <= self.unvisited_bookmark_share < 1.0:
-            raise ConfigError(
-                "HistoryConfig.unvisited_bookmark_share must be in [0, 1) (some pages must be "
-                f"visited), got {self.unvisited_bookmark_share}"
-            )
-        _check_shares("visit_type_shares", [s for _, s in self.visit_type_shares])
-        types = [t for t, _ in self.visit_type_shares]
-        valid = {int(t) for t in VisitType}
-        bad = [t for t in types if int(t) not in valid]
-        if bad:
-            raise ConfigError(
-                f"HistoryConfig.visit_type_shares has unknown visit types {bad}; use "
-                "fedrank.models.frecency.history.VisitType values"
-            )
-        if len(set(int(t) for t in types)) != len(types):
-            raise ConfigError(f"HistoryConfig.visit_type_shares lists a type twice: {types}")
+                raise ConfigError(f"BrowsingConfig.{name} must be in [0, 1], got {value}")
+        rare = self.reload_share + self.framed_share + self.download_share + self.embed_share
+        if rare + self.typed_share > 1.0:
+            raise ConfigError("typed and rare transition shares must sum to at most 1")
+        if self.clicks_per_session < 1.0:
+            raise ConfigError("clicks_per_session must be >= 1")
+        for name in ("recent_window", "max_subpages", "n_words", "max_path_words"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"BrowsingConfig.{name} must be >= 1, got {getattr(self, name)}")
         if not 1 <= self.min_word_length <= self.max_word_length <= 100:
-            raise ConfigError(
-                "HistoryConfig word lengths need 1 <= min_word_length <= max_word_length <= "
-                f"100, got {self.min_word_length}..{self.max_word_length}"
-            )
-        if self.n_words < 1:
-            raise ConfigError(f"HistoryConfig.n_words must be >= 1, got {self.n_words}")
+            raise ConfigError("need 1 <= min_word_length <= max_word_length <= 100")
         capacity = sum(26**n for n in range(self.min_word_length, self.max_word_length + 1))
         if self.n_words > capacity // 4:
-            raise ConfigError(
-                f"HistoryConfig.n_words = {self.n_words} is too many distinct words of length "
-                f"{self.min_word_length}..{self.max_word_length}; allow longer words"
-            )
-        _check_shares("title_length_shares", self.title_length_shares)
-        if self.word_zipf_exponent < 0 or self.word_zipf_offset < 0:
-            raise ConfigError(
-                "HistoryConfig.word_zipf_exponent and word_zipf_offset must be >= 0, got "
-                f"{self.word_zipf_exponent} and {self.word_zipf_offset}"
-            )
+            raise ConfigError(f"n_words = {self.n_words} is too many words of that length")
+        if self.imported_bookmarks < 0 or self.title_words_mean < 0 or self.extra_views < 0:
+            raise ConfigError("imported_bookmarks, title_words_mean, extra_views must be >= 0")
 
 
-def _check_shares(name: str, shares: Sequence[float]) -> None:
-    values = np.asarray(shares, dtype=np.float64)
-    if values.size == 0 or np.any(values < 0) or not np.isclose(values.sum(), 1.0):
-        raise ConfigError(
-            f"HistoryConfig.{name} must be non-negative shares summing to 1, got "
-            f"{list(shares)} (sum {values.sum():.6g})"
-        )
-
-
-def _lcp_matrix(chars: np.ndarray) -> np.ndarray:
-    """int8 ``(V, V)``: longest common prefix length of every pair of 0-padded words.
-
-    One vectorized pass per character position: ``still[a, b]`` says the words agree on
-    every position so far, and each position where they still agree adds one."""
-    n, width = chars.shape
-    lcp = np.zeros((n, n), dtype=np.int8)
-    still = np.ones((n, n), dtype=bool)
-    for pos in range(width):
-        col = chars[:, pos]
-        same = col[:, None] == col[None, :]
-        same &= (col != 0)[:, None]
-        still &= same
-        if not still.any():
-            break
-        lcp += still
-    return lcp
-
-
-@dataclass(frozen=True)
-class Vocabulary:
-    """The words page titles are made of, with all pairwise common-prefix lengths.
-
-    Attributes:
-        chars: uint8 ``(V, Lmax)``: ASCII codes of each word, padded with 0.
-        lengths: int64 ``(V,)``: word lengths.
-        lcp: int8 ``(V, V)``: ``lcp[a, b]`` is the length of the longest common prefix of
-            words ``a`` and ``b`` (``lcp[a, a] == lengths[a]``). The URL bar uses it: a typed
-            prefix of ``p`` characters of word ``a`` is a prefix of word ``b`` iff
-            ``lcp[a, b] >= p``.
-
-    Word ids are frequency ranks in :func:`generate_population` (word 0 is the most common).
-    """
-
-    chars: np.ndarray
-    lengths: np.ndarray
-    lcp: np.ndarray
-
-    def __post_init__(self) -> None:
-        n = self.chars.shape[0] if self.chars.ndim == 2 else -1
-        if n < 0 or self.lengths.shape != (n,) or self.lcp.shape != (n, n):
-            raise DataFormatError(
-                f"Vocabulary needs chars (V, L), lengths (V,), lcp (V, V); got "
-                f"{self.chars.shape}, {self.lengths.shape}, {self.lcp.shape}"
-            )
-
-    @property
-    def n_words(self) -> int:
-        return int(self.chars.shape[0])
-
-    @cached_property
-    def lcp_padded(self) -> np.ndarray:
-        """int8 ``(V + 1, V + 1)``: :attr:`lcp` with a zero last row and column, so that the
-        padding word id ``-1`` indexes a zero (also in ``ravel()`` order: flat index
-        ``a * (V + 1) - 1`` is the last column of row ``a - 1``, or the corner for
-        ``a = 0``)."""
-        n = self.n_words
-        out = np.zeros((n + 1, n + 1), dtype=np.int8)
-        out[:n, :n] = self.lcp
-        return out
-
-    @cached_property
-    def words(self) -> tuple[str, ...]:
-        """The words as Python strings (for inspection and tests)."""
-        return tuple(
-            bytes(row[: int(n)]).decode("ascii")
-            for row, n in zip(self.chars, self.lengths, strict=True)
-        )
-
-    @classmethod
-    def from_words(cls, words: Sequence[str]) -> Vocabulary:
-        """A vocabulary of the given distinct, non-empty, lowercase ASCII words (in order)."""
-        words = list(words)
-        if len(set(words)) != len(words):
-            raise DataFormatError("vocabulary words must be distinct")
-        for word in words:
-            if not word or not word.isascii() or " " in word or len(word) > 127:
-                raise DataFormatError(
-                    f"vocabulary word {word!r} must be 1..127 ASCII characters without spaces"
-                )
-        width = max((len(w) for w in words), default=1)
-        chars = np.zeros((len(words), width), dtype=np.uint8)
-        for i, word in enumerate(words):
-            chars[i, : len(word)] = np.frombuffer(word.encode("ascii"), dtype=np.uint8)
-        lengths = np.array([len(w) for w in words], dtype=np.int64)
-        return cls(chars=chars, lengths=lengths, lcp=_lcp_matrix(chars))
-
-    @classmethod
-    def random(
-        cls, n_words: int, rng: np.random.Generator, min_length: int = 3, max_length: int = 10
-    ) -> Vocabulary:
-        """``n_words`` distinct random lowercase words of length ``min_length..max_length``
-        with English letter frequencies."""
-        letters = np.asarray(ENGLISH_LETTER_FREQUENCIES)
-        letters = letters / letters.sum()
-        chars = np.zeros((0, max_length), dtype=np.uint8)
-        while chars.shape[0] < n_words:  # a few rounds at most: drop duplicates, redraw
-            need = int((n_words - chars.shape[0]) * 1.2) + 16
-            lengths = rng.integers(min_length, max_length + 1, size=need)
-            new = (rng.choice(26, size=(need, max_length), p=letters) + ord("a")).astype(np.uint8)
-            new[np.arange(max_length)[None, :] >= lengths[:, None]] = 0
-            both = np.concatenate([chars, new])
-            _, first = np.unique(both, axis=0, return_index=True)
-            chars = both[np.sort(first)][:n_words]
-        lengths = (chars != 0).sum(axis=1).astype(np.int64)
-        return cls(chars=chars, lengths=lengths, lcp=_lcp_matrix(chars))
-
-
-class UserPages(NamedTuple):
-    """The pages of several users, flattened (see :meth:`Population.pages_of_users`)."""
-
-    owner: np.ndarray  # int64 (T,): index into the ``users`` argument
-    page: np.ndarray  # int64 (T,): global page id
-    start: np.ndarray  # int64 (S,): where each entry's pages start in the flat arrays
-    count: np.ndarray  # int64 (S,): number of pages of each entry
-
-
-@dataclass(frozen=True)
-class Population:
-    """All users' pages (paper Sec. 6.1): histories, owners and titles.
-
-    Attributes:
-        pages: the histories of all pages, users' pages concatenated in user order. Sampled
-            visits are the 10 most recent, newest first; ``visit_count`` >= sampled visits.
-        user_offsets: int64 ``(U + 1,)``: user ``u`` owns pages
-            ``user_offsets[u]:user_offsets[u + 1]``.
-        page_user: int64 ``(N,)``: the owner of every page.
-        title_words: int32 ``(N, Wmax)``: word ids of every page's title, left-aligned,
-            padded with -1 (at least one word per title).
-        vocabulary: the words of the titles.
-    """
-
-    pages: PageHistories
-    user_offsets: np.ndarray
-    page_user: np.ndarray
-    title_words: np.ndarray
-    vocabulary: Vocabulary
-
-    def __post_init__(self) -> None:
-        n = self.pages.n_pages
-        off = self.user_offsets
-        if off.ndim != 1 or off.size < 1 or off[0] != 0 or off[-1] != n:
-            raise DataFormatError(
-                f"user_offsets must be 1-D, start at 0 and end at the page count {n}"
-            )
-        if np.any(np.diff(off) < 0):
-            raise DataFormatError("user_offsets must be non-decreasing")
-        if self.page_user.shape != (n,):
-            raise DataFormatError(f"page_user has shape {self.page_user.shape}, expected ({n},)")
-        if self.title_words.ndim != 2 or self.title_words.shape[0] != n:
-            raise DataFormatError(
-                f"title_words has shape {self.title_words.shape}, expected ({n}, Wmax)"
-            )
-        if n and (self.title_words[:, 0] < 0).any():
-            raise DataFormatError("every page title needs at least one word")
-
-    @property
-    def n_users(self) -> int:
-        return int(self.user_offsets.size - 1)
-
-    @property
-    def n_pages(self) -> int:
-        return self.pages.n_pages
-
-    @property
-    def pages_per_user(self) -> np.ndarray:
-        """int64 ``(U,)``: number of pages of every user."""
-        return np.diff(self.user_offsets)
-
-    def pages_of(self, user: int) -> np.ndarray:
-        """Global ids of the pages of ``user``."""
-        if not 0 <= user < self.n_users:
-            raise DataFormatError(f"user {user} out of range 0..{self.n_users - 1}")
-        return np.arange(self.user_offsets[user], self.user_offsets[user + 1], dtype=np.int64)
-
-    def title(self, page: int) -> str:
-        """The title of a page as typed in the URL bar: its words joined by single spaces."""
-        words = self.vocabulary.words
-        return " ".join(words[w] for w in self.title_words[page] if w >= 0)
-
-    def check_users(self, users: np.ndarray, name: str = "users") -> np.ndarray:
-        """``users`` as a 1-D int64 array, after checking every id is a user."""
-        arr = np.asarray(users)
-        if arr.ndim != 1 or not (arr.size == 0 or np.issubdtype(arr.dtype, np.integer)):
-            raise DataFormatError(
-                f"{name} must be a 1-D integer array, got {arr.dtype} {arr.shape}"
-            )
-        arr = arr.astype(np.int64, copy=False)
-        if arr.size and (arr.min() < 0 or arr.max() >= self.n_users):
-            raise DataFormatError(
-                f"{name} holds ids outside 0..{self.n_users - 1}: {arr.min()}..{arr.max()}"
-            )
-        return arr
-
-    def pages_of_users(self, users: np.ndarray) -> UserPages:
-        """The pages of every entry of ``users`` (repeats allowed), flattened: entry ``s`` owns
-        flat positions ``start[s]:start[s] + count[s]``, in ascending page id."""
-        users = self.check_users(users)
-        first = self.user_offsets[users]
-        count = self.user_offsets[users + 1] - first
-        end = np.cumsum(count)
-        start = end - count
-        total = int(end[-1]) if end.size else 0
-        owner = np.repeat(np.arange(users.size, dtype=np.int64), count)
-        page = np.arange(total, dtype=np.int64) + np.repeat(first - start, count)
-        return UserPages(owner=owner, page=page, start=start, count=count)
-
-
-def generate_population(
-    n_users: int, rng: np.random.Generator, config: HistoryConfig | None = None
-) -> Population:
-    """Draw ``n_users`` synthetic histories (paper Sec. 6.1); see :class:`HistoryConfig`.
-
-    The vocabulary is drawn first, so it does not depend on ``n_users``. The same generator
-    state gives the identical population.
-    """
-    cfg = config if config is not None else HistoryConfig()
+def generate_world(
+    n_users: int, rng: np.random.Generator, config: BrowsingConfig | None = None
+) -> BrowsingWorld:
+    """Draw ``n_users`` users' browsing before the study (see the module docstring)."""
+    cfg = config if config is not None else BrowsingConfig()
     if int(n_users) != n_users or n_users < 1:
         raise ConfigError(f"n_users must be a positive integer, got {n_users}")
     if not isinstance(rng, np.random.Generator):
         raise ConfigError("rng must be a numpy.random.Generator (np.random.default_rng(seed))")
+    n_users = int(n_users)
     vocab = Vocabulary.random(cfg.n_words, rng, cfg.min_word_length, cfg.max_word_length)
+    rate = np.exp(rng.normal(cfg.rate_log_mean, cfg.rate_log_sd, n_users))
+    span = cfg.history_days + cfg.future_days
+    n_clicks = np.maximum(rng.poisson(rate * span), 1)
+    click_user = np.repeat(np.arange(n_users, dtype=np.int64), n_clicks)
+    local_host = _pitman_yor_hosts(n_clicks, rng, cfg)
+    times = _session_times(n_clicks, rng, cfg)
 
-    counts = 1 + rng.poisson(cfg.mean_extra_pages, size=int(n_users))
-    user_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    n = int(user_offsets[-1])
-    page_user = np.repeat(np.arange(n_users, dtype=np.int64), counts)
-    pages = _draw_histories(n, rng, cfg)
-    titles = _draw_titles(n, rng, cfg)
-    return Population(
-        pages=pages,
-        user_offsets=user_offsets,
-        page_user=page_user,
-        title_words=titles,
+    # Hosts and pages: (user, local host) -> host id; (host, slot) -> page id, slot 0 the
+    # root, 1.. deeper pages, -1 the redirect source (http://host).
+    host_key = click_user * int(n_clicks.max() + 1) + local_host
+    host_ids, click_host = np.unique(host_key, return_inverse=True)
+    host_of_click = click_host.copy()  # the clicks (not page views), for their shapes
+    user_of_click, time_of_click = click_user.copy(), times.copy()
+    n_hosts = host_ids.size
+    host_user = host_ids // int(n_clicks.max() + 1)
+    host_clicks = np.bincount(click_host, minlength=n_hosts)
+    n_sub = rng.integers(0, cfg.max_subpages + 1, n_hosts)
+    redirect_host = rng.random(n_hosts) < cfg.redirect_host_share
+
+    # Every click opens the site: 1 + Poisson(extra_views) page views, the first on the
+    # root (root_share) or a deeper page, the next ones on deeper pages, a minute or so
+    # apart. The AOL log records only the clicks; these are the visits Firefox stores.
+    views = 1 + rng.poisson(cfg.extra_views, click_host.size)
+    entry = np.repeat(np.arange(click_host.size), views)
+    k = np.arange(entry.size) - np.repeat(np.cumsum(views) - views, views)
+    click_user, click_host, times = click_user[entry], click_host[entry], times[entry]
+    step = rng.exponential(cfg.view_gap_minutes / MINUTES_PER_DAY, entry.size) * (k > 0)
+    offset = np.cumsum(step) - np.repeat((np.cumsum(step) - step)[k == 0], views)
+    times = np.minimum(times + offset, np.nextafter(span, 0))
+    order = np.lexsort((times, click_user))
+    click_user, click_host, times, k = click_user[order], click_host[order], times[order], k[order]
+    slot = np.zeros(click_host.size, dtype=np.int64)
+    deep = ((k > 0) | (rng.random(click_host.size) >= cfg.root_share)) & (n_sub[click_host] > 0)
+    slot[deep] = 1 + _zipf_index(n_sub[click_host[deep]], cfg.subpage_zipf, rng)
+
+    # Transition types of the clicks.
+    u = rng.random(click_host.size)
+    vtype = np.full(click_host.size, int(VisitType.LINK), dtype=np.int8)
+    edges = np.cumsum([cfg.typed_share, cfg.reload_share, cfg.framed_share,
+                       cfg.download_share, cfg.embed_share])  # fmt: skip
+    kinds = (VisitType.TYPED, VisitType.RELOAD, VisitType.FRAMED_LINK,
+             VisitType.DOWNLOAD, VisitType.EMBED)  # fmt: skip
+    for lo, hi, kind in zip(np.r_[0.0, edges[:-1]], edges, kinds, strict=True):
+        vtype[(u >= lo) & (u < hi) & (k == 0)] = int(kind)
+    # A reload reloads the page of the user's last click that was not a reload; framed
+    # links, downloads and embeds go to a page of their own (never a host's root).
+    first_click = np.r_[True, click_user[1:] != click_user[:-1]]
+    vtype[(vtype == VisitType.RELOAD) & first_click] = int(VisitType.LINK)
+    reload = vtype == VisitType.RELOAD
+    source = np.maximum.accumulate(np.where(reload, 0, np.arange(click_host.size)))
+    click_host, slot = click_host[source], slot[source]
+    odd = np.isin(vtype, (VisitType.FRAMED_LINK, VisitType.DOWNLOAD, VisitType.EMBED))
+    slot[odd] = np.where(slot[odd] == 0, 1 + n_sub[click_host[odd]], slot[odd])
+
+    # Bookmarks: roots of hosts clicked >= 3 times, from their first click on.
+    first_time = np.full(n_hosts, np.inf)
+    np.minimum.at(first_time, click_host, times)
+    # (bookmarked in the history period, when first visited)
+    bookmarked_host = (host_clicks >= 3) & (rng.random(n_hosts) < cfg.bookmark_share)
+    bookmarked_host &= first_time < cfg.history_days
+    later_root = bookmarked_host[click_host] & (slot == 0) & (times > first_time[click_host])
+    from_bookmark = later_root & (vtype == VisitType.LINK)
+    from_bookmark &= rng.random(click_host.size) < cfg.bookmark_visit_share
+    vtype[from_bookmark] = int(VisitType.BOOKMARK)
+
+    # Redirects: some root visits of redirecting hosts go through the source page (slot
+    # -1); a 301 visit on the root follows, with from_visit = the source visit.
+    via = (slot == 0) & redirect_host[click_host] & (vtype != VisitType.RELOAD)
+    via &= rng.random(click_host.size) < cfg.redirect_visit_share
+    src = np.flatnonzero(via)
+    v_host = np.concatenate([click_host, click_host[src]])
+    v_slot = np.concatenate([np.where(via, -1, slot), np.zeros(src.size, dtype=np.int64)])
+    v_time = np.concatenate([times, times[src]])  # same instant, after its source
+    v_type = np.concatenate([vtype, np.full(src.size, int(VisitType.REDIRECT_PERMANENT), np.int8)])
+    v_from = np.concatenate([np.full(click_host.size, -1), src])
+
+    # Imported bookmarks: never-visited root pages of hosts of their own. Host ids are then
+    # renumbered in user order, so that every user's pages are contiguous.
+    n_imported = rng.poisson(cfg.imported_bookmarks, n_users)
+    imp_user = np.repeat(np.arange(n_users, dtype=np.int64), n_imported)
+    all_host_user = np.concatenate([host_user, imp_user])
+    renumber = np.empty(all_host_user.size, dtype=np.int64)
+    renumber[np.argsort(all_host_user, kind="stable")] = np.arange(all_host_user.size)
+    all_host_user = np.sort(all_host_user, kind="stable")
+    v_host = renumber[v_host]
+    b_host = renumber[np.concatenate([np.flatnonzero(bookmarked_host),
+                                      n_hosts + np.arange(imp_user.size)])]  # fmt: skip
+    b_time = np.concatenate([first_time[bookmarked_host], np.zeros(imp_user.size)])
+
+    # Pages: the distinct (host, slot) visited, plus every bookmarked root, in (user,
+    # host, slot) order.
+    width = cfg.max_subpages + 3
+    v_key = v_host * width + (v_slot + 1)
+    keys = np.unique(np.concatenate([v_key, b_host * width + 1]))
+    p_host, p_slot = keys // width, keys % width - 1
+    visit_page = np.searchsorted(keys, v_key)
+    p_user = all_host_user[p_host]
+    user_offsets = np.concatenate([[0], np.cumsum(np.bincount(p_user, minlength=n_users))])
+
+    words, n_url = _page_words(p_host, p_slot, all_host_user.size, vocab, rng, cfg)
+    pages = Pages(
+        user_offsets=user_offsets.astype(np.int64),
+        host=p_host.astype(np.int64),
+        is_root=p_slot == 0,
+        words=words,
+        n_url_words=n_url,
         vocabulary=vocab,
     )
 
-
-def _draw_histories(n: int, rng: np.random.Generator, cfg: HistoryConfig) -> PageHistories:
-    """Visit histories of ``n`` pages (type, recency and frequency independent), in the
-    form Firefox stores them (:class:`PageHistories`): whole-day ages, redirect visits with
-    the type of the visit they came from, visits that led to a redirect with the redirect's
-    type, and ``visit_count`` counting only the types Firefox counts."""
-    width = NUM_SAMPLED_VISITS
-    unvisited = rng.random(n) < cfg.unvisited_bookmark_share
-    n_visits = 1 + np.floor(rng.exponential(cfg.visit_count_scale, size=n)).astype(np.int64)
-    n_visits[unvisited] = 0
-    bookmarked = unvisited | (rng.random(n) < cfg.bookmarked_share)
-
-    n_sampled = np.minimum(n_visits, width)
-    mask = np.arange(width)[None, :] < n_sampled[:, None]
-    # Renyi: the i-th smallest of n i.i.d. Exp(mean) ages is mean * sum_{j<=i} E_j / (n-j+1).
-    remaining = np.maximum(n_visits[:, None] - np.arange(width)[None, :], 1)
-    spacings = rng.standard_exponential((n, width)) / remaining
-    ages = np.minimum(cfg.age_mean_days * np.cumsum(spacings, axis=1), cfg.max_age_days)
-    ages = np.where(mask, np.floor(ages), 0.0)  # Firefox's ages are whole days
-
-    type_values = np.array([int(t) for t, _ in cfg.visit_type_shares], dtype=np.int8)
-    type_p = np.array([s for _, s in cfg.visit_type_shares], dtype=np.float64)
-    visit_type = _draw_types(rng, (n, width), type_values, type_p)
-    visit_type[~mask] = 0
-    # A redirect visit came from a visit of a non-redirect type (IFNULL(origin.visit_type)).
-    redirect = np.isin(type_values, REDIRECT_TYPES)
-    origin = np.zeros((n, width), dtype=np.int8)
-    if (~redirect).any() and type_p[~redirect].sum() > 0:
-        origin = _draw_types(rng, (n, width), type_values[~redirect], type_p[~redirect])
-    origin[~np.isin(visit_type, REDIRECT_TYPES)] = 0
-    # A visit that led to a redirect: the redirect's type, in the types' proportions.
-    leads = (rng.random((n, width)) < cfg.redirect_source_share) & mask
-    target = np.zeros((n, width), dtype=np.int8)
-    if redirect.any() and type_p[redirect].sum() > 0:
-        target = _draw_types(rng, (n, width), type_values[redirect], type_p[redirect])
-    else:
-        target[:] = VisitType.REDIRECT_TEMPORARY
-    target[~leads] = 0
-
-    # moz_places.visit_count counts visits of every type but EMBED, DOWNLOAD, FRAMED_LINK
-    # and RELOAD; the unsampled (older) visits are drawn at once.
-    counted_p = float(type_p[~np.isin(type_values, NOT_COUNTED_TYPES)].sum())
-    unsampled = n_visits - n_sampled
-    counted = (mask & ~np.isin(visit_type, NOT_COUNTED_TYPES)).sum(axis=1)
-    visit_count = counted + rng.binomial(unsampled, min(max(counted_p, 0.0), 1.0))
-    # moz_places.typed: some visit was typed, sampled or not.
-    p_typed = sum(s for t, s in cfg.visit_type_shares if t == VisitType.TYPED)
-    typed = (visit_type == VisitType.TYPED).any(axis=1) | (
-        rng.random(n) < 1.0 - (1.0 - p_typed) ** unsampled
+    # Visits in time order, from_visit re-indexed; before the study start: the history,
+    # after it: the browsing the study replays.
+    order_t = np.argsort(v_time, kind="stable")
+    position = np.empty(order_t.size, dtype=np.int64)
+    position[order_t] = np.arange(order_t.size)
+    from_v = v_from[order_t]
+    visits = VisitStream(
+        page=visit_page[order_t].astype(np.int64),
+        time=v_time[order_t] - cfg.history_days,
+        visit_type=v_type[order_t],
+        from_visit=np.where(from_v >= 0, position[np.maximum(from_v, 0)], -1),
     )
-    bookmark_age = np.where(bookmarked, np.floor(rng.uniform(0.0, 1.0, n) * cfg.max_age_days), 0.0)
-    return PageHistories.build(
-        ages,
-        visit_type,
-        visit_count.astype(np.int64),
-        visit_origin_type=origin,
-        visit_redirect_target=target,
-        bookmarked=bookmarked,
-        typed=typed,
-        bookmark_age_days=bookmark_age,
+    past = visits.time < 0
+    history, future = visits.select(past), visits.select(~past)
+    past_clicks = time_of_click < cfg.history_days
+    stats = browsing_shapes(
+        user_of_click[past_clicks],
+        host_of_click[past_clicks],
+        time_of_click[past_clicks],
+        n_users=n_users,
+    )
+    return BrowsingWorld(
+        name="synthetic",
+        pages=pages,
+        history=history,
+        bookmark_page=pages.root_of_host[b_host],
+        bookmark_time=b_time - cfg.history_days,
+        future=future,
+        future_search=np.zeros(future.n_visits, dtype=bool),
+        future_typed=np.full((future.n_visits, 1), -1, dtype=np.int32),
+        stats=stats,
     )
 
 
-def _draw_types(
-    rng: np.random.Generator, shape: tuple[int, int], values: np.ndarray, shares: np.ndarray
+def _pitman_yor_hosts(
+    n_clicks: np.ndarray, rng: np.random.Generator, cfg: BrowsingConfig
 ) -> np.ndarray:
-    """int8 visit types drawn i.i.d. with probabilities ``shares / shares.sum()``."""
-    cdf = np.cumsum(shares)
-    cdf /= cdf[-1]
-    pick = np.searchsorted(cdf, rng.random(shape), side="right")
-    return values[np.minimum(pick, values.size - 1)].astype(np.int8)
+    """int64 local host index (0, 1, ... per user) of every click, users concatenated: the
+    Pitman-Yor draw with recent copying, one vectorized step per click index."""
+    n_users = n_clicks.size
+    width = int(n_clicks.max())
+    hosts = np.zeros((n_users, width), dtype=np.int64)
+    counts = np.zeros((n_users, width), dtype=np.int64)  # clicks per local host
+    n_hosts = np.zeros(n_users, dtype=np.int64)
+    theta, d = cfg.new_host_theta, cfg.new_host_discount
+    for k in range(width):
+        users = np.flatnonzero(n_clicks > k)
+        if k == 0:
+            new = np.ones(users.size, dtype=bool)
+            chosen = np.zeros(users.size, dtype=np.int64)
+        else:
+            new = rng.random(users.size) < theta / (theta + k)
+            recent = rng.random(users.size) < cfg.recent_share
+            span = np.where(recent, min(cfg.recent_window, k), k)
+            back = (rng.random(users.size) * span).astype(np.int64)
+            copied = np.where(recent, k - 1 - back, back)
+            chosen = hosts[users, copied]
+            n = counts[users, chosen]
+            new |= rng.random(users.size) < d / np.maximum(n, 1)
+        chosen = np.where(new, n_hosts[users], chosen)
+        n_hosts[users] += new
+        hosts[users, k] = chosen
+        counts[users, chosen] += 1
+    mask = np.arange(width)[None, :] < n_clicks[:, None]
+    return hosts[mask]
 
 
-def _draw_titles(n: int, rng: np.random.Generator, cfg: HistoryConfig) -> np.ndarray:
-    """int32 ``(n, Wmax)`` titles: Zipf-Mandelbrot words, distinct within a title."""
-    w_max = len(cfg.title_length_shares)
-    n_words = cfg.n_words
-    length_cdf = np.cumsum(cfg.title_length_shares)
-    n_title = 1 + np.searchsorted(length_cdf / length_cdf[-1], rng.random(n), side="right")
-    n_title = np.minimum(n_title, w_max)
-    word_p = 1.0 / (np.arange(n_words) + 1.0 + cfg.word_zipf_offset) ** cfg.word_zipf_exponent
-    word_cdf = np.cumsum(word_p / word_p.sum())
-
-    def draw(size: int | tuple[int, int]) -> np.ndarray:
-        ids = np.searchsorted(word_cdf, rng.random(size), side="right")
-        return np.minimum(ids, n_words - 1).astype(np.int32)
-
-    slots = np.arange(w_max)[None, :] < n_title[:, None]
-    words = np.where(slots, draw((n, w_max)), -1).astype(np.int32)
-    if n_words >= w_max:  # redraw repeated words until titles have distinct words
-        for _ in range(1000):
-            dup = np.zeros_like(slots)
-            for a in range(1, w_max):
-                for b in range(a):
-                    dup[:, a] |= (words[:, a] == words[:, b]) & slots[:, a]
-            n_dup = int(dup.sum())
-            if n_dup == 0:
-                break
-            words[dup] = draw(n_dup)
-    return words
-
-
-def population_from_titles(
-    titles: Sequence[Sequence[str]], pages: PageHistories | None = None
-) -> Population:
-    """A small population with the given page titles, one list of titles per user (for tests
-    and examples). Titles are split at spaces; the vocabulary is their distinct words in
-    order of first appearance. ``pages`` defaults to one link visit today per page."""
-    flat = [t for user in titles for t in user]
-    split = [t.split() for t in flat]
-    if any(not words for words in split):
-        raise DataFormatError("every title needs at least one word")
-    vocab_words: dict[str, int] = {}
-    for words in split:
-        for w in words:
-            vocab_words.setdefault(w, len(vocab_words))
-    vocab = Vocabulary.from_words(list(vocab_words))
-    w_max = max((len(w) for w in split), default=1)
-    title_words = np.full((len(flat), w_max), -1, dtype=np.int32)
-    for i, words in enumerate(split):
-        title_words[i, : len(words)] = [vocab_words[w] for w in words]
-    counts = np.array([len(u) for u in titles], dtype=np.int64)
-    n = len(flat)
-    if pages is None:
-        visit_type = np.zeros((n, NUM_SAMPLED_VISITS), dtype=np.int8)
-        visit_type[:, 0] = VisitType.LINK
-        pages = PageHistories.build(
-            np.zeros((n, NUM_SAMPLED_VISITS)), visit_type, np.ones(n, dtype=np.int64)
-        )
-    elif pages.n_pages != n:
-        raise DataFormatError(f"pages has {pages.n_pages} pages but {n} titles were given")
-    return Population(
-        pages=pages,
-        user_offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-        page_user=np.repeat(np.arange(counts.size, dtype=np.int64), counts),
-        title_words=title_words,
-        vocabulary=vocab,
+def _session_times(
+    n_clicks: np.ndarray, rng: np.random.Generator, cfg: BrowsingConfig
+) -> np.ndarray:
+    """float64 click times in days in ``[0, history_days + future_days)``, sorted within
+    each user:
+    sessions of geometric length at uniform times, exponential gaps inside a session."""
+    total = int(n_clicks.sum())
+    user = np.repeat(np.arange(n_clicks.size), n_clicks)
+    starts_session = rng.random(total) < 1.0 / cfg.clicks_per_session
+    starts_session[np.r_[0, np.cumsum(n_clicks)[:-1]]] = True
+    session = np.cumsum(starts_session) - 1
+    span = cfg.history_days + cfg.future_days
+    session_start = rng.random(int(session[-1]) + 1) * span
+    gap = rng.exponential(cfg.session_gap_minutes / MINUTES_PER_DAY, total)
+    gap[starts_session] = 0.0
+    within = np.cumsum(gap) - np.repeat(
+        np.cumsum(gap)[starts_session] - gap[starts_session], np.bincount(session)
     )
+    t = np.minimum(session_start[session] + within, np.nextafter(span, 0))
+    order = np.lexsort((t, user))
+    return t[order]
 
 
-__all__ = [
-    "DEFAULT_VISIT_TYPE_SHARES",
-    "HistoryConfig",
-    "Population",
-    "UserPages",
-    "Vocabulary",
-    "generate_population",
-    "population_from_titles",
-]
+def _zipf_index(n: np.ndarray, exponent: float, rng: np.random.Generator) -> np.ndarray:
+    """int64 index in ``[0, n_i)`` with probability proportional to ``(j + 1) ** -exponent``
+    for every entry (vectorized inverse-CDF over a shared table)."""
+    top = int(n.max(initial=1))
+    w = (np.arange(1, top + 1, dtype=np.float64)) ** -exponent
+    cdf = np.cumsum(w)
+    target = rng.random(n.size) * cdf[np.maximum(n, 1) - 1]
+    return np.minimum(np.searchsorted(cdf, target, side="right"), np.maximum(n, 1) - 1)
+
+
+def _page_words(
+    page_host: np.ndarray,
+    page_slot: np.ndarray,
+    n_hosts: int,
+    vocab: Vocabulary,
+    rng: np.random.Generator,
+    cfg: BrowsingConfig,
+) -> tuple[np.ndarray, np.ndarray]:
+    """int32 ``(N, W)`` words (host name, path words, title words) and the URL word count.
+
+    A host's name is a Zipf-drawn vocabulary word (popular names recur across users); a
+    deeper page has one or two path words; a title has ``1 + Poisson(title_words_mean -
+    1)`` Zipf words, a root page's title often starts with the site's name. Words are
+    distinct within a page."""
+    n = page_host.size
+    zipf = 1.0 / (np.arange(vocab.n_words) + 1.0 + cfg.word_zipf_offset) ** cfg.word_zipf_exponent
+    cdf = np.cumsum(zipf / zipf.sum())
+
+    def draw(size: int | tuple[int, ...]) -> np.ndarray:
+        return np.minimum(np.searchsorted(cdf, rng.random(size), "right"), vocab.n_words - 1)
+
+    host_name = draw(n_hosts).astype(np.int32)
+    deep = page_slot != 0
+    n_path = np.where(deep, 1 + (rng.random(n) * cfg.max_path_words).astype(np.int64), 0)
+    n_title = 1 + rng.poisson(max(cfg.title_words_mean - 1.0, 0.0), n)
+    site = (page_slot == 0) & (rng.random(n) < cfg.site_in_title)
+    n_p = cfg.max_path_words
+    width = 1 + n_p + int(n_title.max(initial=1))
+    words = np.full((n, width), -1, dtype=np.int32)
+    words[:, 0] = host_name[page_host]
+    words[:, 1 : 1 + n_p] = np.where(np.arange(n_p)[None, :] < n_path[:, None], draw((n, n_p)), -1)
+    title = np.where(
+        np.arange(width - 1 - n_p)[None, :] < n_title[:, None], draw((n, width - 1 - n_p)), -1
+    )
+    title[site, 0] = host_name[page_host[site]]
+    words[:, 1 + n_p :] = title
+    # distinct words within a page (a repeated word adds nothing to matching), left-packed
+    # in order, so the URL words stay first
+    for a in range(1, width):
+        for b in range(a):
+            words[:, a] = np.where(words[:, a] == words[:, b], -1, words[:, a])
+    n_url = (words[:, : 1 + n_p] >= 0).sum(axis=1).astype(np.int64)
+    order = np.argsort(words < 0, axis=1, kind="stable")
+    words = np.take_along_axis(words, order, axis=1)
+    keep = (words >= 0).any(axis=0)
+    return words[:, keep], n_url

@@ -1,35 +1,51 @@
 """The federated frecency study, simulated end to end (Mozilla paper, Sections 5-6).
 
 The tuned model is Firefox's classic frecency (22 weights, as in the paper; default) or
-today's modern frecency (5 parameters): ``FrecencyStudyConfig.model``.
+today's modern frecency (5 parameters): ``FrecencyStudyConfig.model``. The users come from a
+world (``world``): the synthetic one calibrated to real browsing (default), or the real AOL
+click log (:mod:`fedrank.simulation.frecency_world`).
 
 Users are split into treatment / control / control-no-decay (60/20/20). In the optimization
-phase, every iteration ("30 minutes") each user performs a Poisson number of URL-bar
-searches; treatment users search with the current model and send a finite-difference
-gradient of the SVM loss (full precision, or signs only); the server aggregates the reports
-(weighted mean, or sign-majority vote), steps with Rprop and applies the safeguards; every
-branch reports its loss. Then an evaluation phase measures, on fresh searches, the
-characters typed and the rank selected per branch, compared with two-sided Mann-Whitney U
-tests at a Bonferroni-corrected level of 0.05/6.
+phase, every iteration each user performs URL-bar searches (synthetic: a Poisson number;
+AOL: the revisits of the log in the iteration's time window); treatment users search with
+the current model and send a finite-difference gradient of the SVM loss (full precision, or
+signs only); the server aggregates the reports, steps with Rprop and applies the
+safeguards of the chosen ``setting`` -- the paper's text, or what the study's deployed
+server did -- and publishes the next model (integers for the deployed server). What the
+searches select enters the history (TYPED visits, adaptive history) and time passes. Every
+branch reports its loss, on the study's loss and on the paper's own (raw frecency, margin
+0, the deployed add-on's). Then an evaluation phase with the final model measures
+characters typed and rank selected per branch, tested at the level of users (searches of
+one user are correlated): two-sided Mann-Whitney U tests on per-user means at the
+Bonferroni level 0.05/6, bootstrap intervals of the differences over users, and the pooled
+per-search p-value as a secondary figure.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from fedrank.aggregators.gated_mean import GatedMean
 from fedrank.aggregators.sign_vote import SignVote
+from fedrank.data.browsing import BrowsingWorld
 from fedrank.errors import ConfigError
 from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
 from fedrank.experiments.frecency_presets import hidden_weights
 from fedrank.experiments.stability import subsample_l1_distances
-from fedrank.experiments.stats import compare_branches
+from fedrank.experiments.stats import compare_branches_by_user, intra_user_correlation
 from fedrank.losses.pointwise_svm import SCORE_SCALES
 from fedrank.optim.adam import Adam
+from fedrank.optim.constraints import (
+    ConstraintChain,
+    deployed_frecency_safeguards,
+    publish_integers,
+)
 from fedrank.optim.rprop import Rprop
 from fedrank.optim.sgd import SGD
 from fedrank.privacy.sign import SignCompressor
@@ -38,12 +54,40 @@ from fedrank.simulation.frecency_world import (
     MODELS,
     TREATMENT,
     FrecencyWorld,
+    Searches,
     page_scorer,
 )
-from fedrank.simulation.intent import INTENT_MODELS
+from fedrank.simulation.urlbar import SearchBatch, TypingModel, UrlbarConfig
 
 MessageKind = Literal["full", "sign"]
 OptimizerKind = Literal["rprop", "sgd", "adam"]
+WORLDS: tuple[str, ...] = ("synthetic", "aol")
+SETTINGS: tuple[str, ...] = ("paper", "mozilla-deployed")
+
+#: The paper's evaluation phase (Sec. 6.3, Figure 5): mean characters typed and mean rank
+#: selected per branch.
+PAPER_EVAL: dict[str, dict[str, float]] = {
+    "treatment": {"chars_typed_mean": 3.6747, "selected_rank_mean": 0.37435},
+    "control": {"chars_typed_mean": 4.26239, "selected_rank_mean": 0.35350},
+    "control-no-decay": {"chars_typed_mean": 4.24125, "selected_rank_mean": 0.35771},
+}
+#: History searches per user per day in the paper's evaluation phase: 3,674,063 pings from
+#: 306,200 users in 10 days.
+PAPER_SEARCHES_PER_DAY = 3_674_063 / 306_200 / 10
+
+#: Rprop hyperparameters of each setting: the paper's text (Sec. 5.3, Igel & Huesken's
+#: usual factors, steps bounded by the safeguards' 3 points) and the deployed server's
+#: (telemetry-streaming: eta+ 2.0, eta- 0.6, steps in [1, 3] starting at 2).
+RPROP_SETTINGS: dict[str, dict[str, float]] = {
+    "paper": {"eta_plus": 1.2, "eta_minus": 0.5, "step_init": 1.0, "step_min": 1e-3,
+              "step_max": 3.0},
+    "mozilla-deployed": {"eta_plus": 2.0, "eta_minus": 0.6, "step_init": 2.0, "step_min": 1.0,
+                         "step_max": 3.0},
+}  # fmt: skip
+
+#: The typing model fitted to the paper's control branch in the default synthetic world
+#: (``fedrank frecency calibrate``; docs/frecency.md).
+CALIBRATED_TYPING = TypingModel()
 
 
 @dataclass(frozen=True)
@@ -51,78 +95,82 @@ class FrecencyStudyConfig:
     """Every knob of the study, with the paper's names and defaults where it has them.
 
     Attributes:
-        model: the frecency model tuned: ``classic`` (the paper's 22 weights, default) or
-            ``modern`` (Firefox 128+: four class weights and ``halfLifeDays``); see
-            :mod:`fedrank.simulation.frecency_world`.
-        preset: hidden preference of the users (``paper`` or ``shifted``), see
-            :func:`fedrank.experiments.frecency_presets.hidden_weights`.
-        n_users: users enrolled (split 60/20/20).
+        preset: the simulated users' hidden preference in the synthetic world (``paper``:
+            Firefox's defaults; ``shifted``: another weighting), see
+            :func:`fedrank.experiments.frecency_presets.hidden_weights`. Not a model
+            setting: what the learner should discover.
+        model: the frecency model tuned: ``classic`` (default) or ``modern``.
+        world: ``synthetic`` (calibrated to real browsing) or ``aol`` (the real log).
+        setting: ``paper`` (Rprop and safeguards as the paper describes them) or
+            ``mozilla-deployed`` (the study's server: Rprop eta+ 2.0, eta- 0.6, steps in
+            [1, 3] from 2; non-negativity by shifting every weight; only the cutoffs
+            ordered; plain mean of full-precision updates; integer weights published).
+        n_users: users enrolled (split 60/20/20); the AOL world takes this many of its
+            users (``None``: all).
         iterations: optimization iterations (paper: 137 of 30 minutes; 40 shown to suffice).
         seed: seed of every random choice in the study.
-        searches_per_iteration: mean (Poisson) URL-bar searches per user per iteration.
-        eval_searches_per_user: searches per user in the evaluation phase (20; the paper's
-            evaluation phase ran 10 days).
-        k: suggestions shown by the URL bar.
-        delta: SVM margin ``Delta`` (Sec. 5.2), on the ``score_scale`` (a log-ratio for
-            ``log``; for ``raw``, frecency points for classic, days for modern). ``None``
-            (default): the model's default for the scale, 0.1 for classic, 6.0 days for
-            modern on its ``raw`` scale (a smaller margin rewards shortening
-            ``halfLifeDays`` without improving the ranking; see
-            :class:`~fedrank.simulation.frecency_world.ModernScorer`).
-        score_scale: ``log`` or ``raw``; ``None`` (default): the model's default. Classic
-            uses ``log`` (scale-free; the paper's ``raw`` loss on classic frecency has a
-            minimizer that shrinks every weight: see ``docs/frecency.md``). Modern uses
-            ``raw``: a modern score is a day number plus ``ln(s) / lambda``, so a common
-            factor on the class weights only shifts every score and the raw loss is already
-            free of their scale (``log1p`` of ~20,000 would squash the differences).
-            :meth:`resolved` fills both in; ``StudyResult.to_json`` shows resolved values.
-        attention_depth: suggestions the simulated user scans after each keystroke (3).
-        intent: how a search's wanted page is chosen: ``first-letter`` (the paper's mock
-            selection rule, default), ``topic`` or ``proportional``; see
-            :func:`fedrank.simulation.intent.sample_intents`.
-        eps: finite-difference ``epsilon`` (Sec. 5.4), in weight units.
-        scheme: ``central`` (paper) or ``forward`` differences.
-        message: ``full`` float vectors with a weighted mean, or ``sign`` (2 bits per weight)
-            with a sign-majority vote (Sec. 5.3).
+        searches_per_iteration: mean (Poisson) URL-bar searches per user per iteration
+            (synthetic world).
+        searches_per_day: history searches per user per day, which sets the simulated time
+            of an iteration (``searches_per_iteration / searches_per_day`` days; the paper's
+            evaluation phase: 1.2).
+        eval_searches_per_user: mean searches per user in the evaluation phase.
+        history_days: days of synthetic history before the study.
+        aol_log: the AOL click log (``None``: the shared sample); ``aol_study_start``: the
+            cut between history and study; ``aol_study_days``: days replayed, the last
+            ``aol_eval_days`` of them for evaluation.
+        delta, score_scale: the study's loss (``None``: the model's defaults); the paper's
+            loss (raw, margin 0) is always reported beside it.
+        blind_chars, scan_continue: the typing model (``None``: the calibrated values).
+        host_share: how often a synthetic user types the site's name first.
+        search_suggestions: rows of search suggestions in the URL bar (4; 0: none).
+        eps, scheme: finite differences (Sec. 5.4).
+        message: ``full`` float vectors or ``sign`` (2 bits per weight, Sec. 5.3).
         optimizer: ``rprop`` (paper), ``sgd`` or ``adam``.
         significance_z: the aggregator's per-weight significance gate in standard errors
-            (2; 0 = the paper's plain mean / majority vote): a weight whose aggregate is not
-            significantly non-zero is not moved (see :mod:`fedrank.aggregators.gated_mean`).
-        eta_plus, eta_minus, step_init, step_min, step_max: Rprop (Eq. 2).
+            (``None``: 2 under ``paper``, 0 -- the plain mean -- under ``mozilla-deployed``).
+        eta_plus, eta_minus, step_init, step_min, step_max: Rprop (``None``: the setting's).
         learning_rate: SGD / Adam learning rate.
-        max_change: safeguard bound on the change of any weight per iteration (3).
-        decay_rate: Firefox's daily frecency decay in the control branch (0.975; classic
-            only: modern frecency has no decay job, and both its control branches use the
-            default parameters).
+        max_change: safeguard bound on a weight's change per iteration (``paper`` setting).
+        decay_rate: Firefox's daily frecency decay (0.975).
         noise_var: variance of the noise on the users' preference (paper: 30).
-        track_stability: also run the Fig. 7 analysis every iteration.
-        stability_sample, stability_draws: subsample size (2,000) and draws (50) of Fig. 7;
-            an iteration with fewer than twice ``stability_sample`` reports draws half of
-            them (the sample size used is recorded per iteration).
+        track_stability, stability_sample, stability_draws: Figure 7 (plain mean, 2,000
+            reports, 50 draws; the paper's iterations had about 15,000 reports, so a
+            faithful Figure 7 needs at least 10,000 per iteration: ``n_users`` of about
+            17,000 at one search per user and iteration).
     """
 
     preset: str = "shifted"
     model: str = "classic"
-    n_users: int = 3000
+    world: str = "synthetic"
+    setting: str = "paper"
+    n_users: int | None = 3000
     iterations: int = 40
     seed: int = 0
     searches_per_iteration: float = 1.0
+    searches_per_day: float = PAPER_SEARCHES_PER_DAY
     eval_searches_per_user: int = 20
-    k: int = 10
+    history_days: float = 30.0
+    aol_log: str | None = None
+    aol_study_start: str = "2006-05-01"
+    aol_study_days: float = 31.0
+    aol_eval_days: float = 10.0
     delta: float | None = None
     score_scale: Literal["log", "raw"] | None = None
-    attention_depth: int = 3
-    intent: str = "first-letter"
+    blind_chars: float | None = None
+    scan_continue: float | None = None
+    host_share: float = 0.7
+    search_suggestions: int = 4
     eps: float = 1.0
     scheme: Literal["central", "forward"] = "central"
     message: MessageKind = "full"
     optimizer: OptimizerKind = "rprop"
-    significance_z: float = 2.0
-    eta_plus: float = 1.2
-    eta_minus: float = 0.5
-    step_init: float = 1.0
-    step_min: float = 1e-3
-    step_max: float = 3.0
+    significance_z: float | None = None
+    eta_plus: float | None = None
+    eta_minus: float | None = None
+    step_init: float | None = None
+    step_min: float | None = None
+    step_max: float | None = None
     learning_rate: float = 1.0
     max_change: float = 3.0
     decay_rate: float = 0.975
@@ -132,14 +180,23 @@ class FrecencyStudyConfig:
     stability_draws: int = 50
 
     def __post_init__(self) -> None:
-        if self.n_users < 3:
+        if self.world not in WORLDS:
+            raise ConfigError(f"world must be one of {', '.join(WORLDS)}, got {self.world!r}")
+        if self.setting not in SETTINGS:
+            raise ConfigError(f"setting must be one of {', '.join(SETTINGS)}, got {self.setting!r}")
+        if self.n_users is not None and self.n_users < 3:
             raise ConfigError(f"n_users must be >= 3 (one per branch), got {self.n_users}")
+        if self.world == "synthetic" and self.n_users is None:
+            raise ConfigError("the synthetic world needs n_users")
         if self.iterations < 1:
             raise ConfigError(f"iterations must be >= 1, got {self.iterations}")
-        if self.searches_per_iteration <= 0:
-            raise ConfigError("searches_per_iteration must be > 0")
+        for name in ("searches_per_iteration", "searches_per_day", "history_days"):
+            if not (np.isfinite(getattr(self, name)) and getattr(self, name) > 0):
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.eval_searches_per_user < 1:
             raise ConfigError("eval_searches_per_user must be >= 1")
+        if not 0 < self.aol_eval_days < self.aol_study_days:
+            raise ConfigError("need 0 < aol_eval_days < aol_study_days")
         if self.message not in ("full", "sign"):
             raise ConfigError(f"message must be 'full' or 'sign', got {self.message!r}")
         if self.optimizer not in ("rprop", "sgd", "adam"):
@@ -149,59 +206,132 @@ class FrecencyStudyConfig:
                 f"model must be one of {', '.join(MODELS)} (the frecency algorithm tuned), "
                 f"got {self.model!r}"
             )
+        if self.setting == "mozilla-deployed" and self.model != "classic":
+            raise ConfigError("the deployed server tuned classic frecency: use --model classic")
         hidden_weights(self.preset, self.model)  # validates the preset name
-        if self.intent not in INTENT_MODELS:
-            raise ConfigError(
-                f"intent must be one of {', '.join(INTENT_MODELS)}, got {self.intent!r}"
-            )
         if self.score_scale is not None and self.score_scale not in SCORE_SCALES:
             raise ConfigError(
                 f"score_scale must be one of {', '.join(SCORE_SCALES)}, got {self.score_scale!r}"
             )
-        if not 1 <= self.attention_depth <= self.k:
-            raise ConfigError(
-                f"attention_depth must be in 1..k={self.k}, got {self.attention_depth}"
-            )
-        if not (np.isfinite(self.significance_z) and self.significance_z >= 0):
-            raise ConfigError(f"significance_z must be finite and >= 0, got {self.significance_z}")
+        z = self.significance_z
+        if z is not None and not (np.isfinite(z) and z >= 0):
+            raise ConfigError(f"significance_z must be finite and >= 0, got {z}")
         if self.delta is not None and not (np.isfinite(self.delta) and self.delta >= 0):
             raise ConfigError(
                 f"delta (the SVM margin) must be a finite number >= 0, got {self.delta}"
             )
+        if not 0 <= self.search_suggestions <= 8:
+            raise ConfigError(f"search_suggestions must be in 0..8, got {self.search_suggestions}")
 
     def resolved(self) -> FrecencyStudyConfig:
-        """This configuration with ``score_scale`` and ``delta`` set: ``None`` becomes the
-        model's default (classic: ``log``, 0.1; modern: ``raw``, 6.0 days; an explicit
-        scale gets the model's margin for that scale). The one place where those defaults
-        are applied."""
+        """This configuration with every ``None`` default filled in: the model's loss
+        scale and margin, the setting's Rprop hyperparameters and gate, the calibrated
+        typing model. The one place where those defaults are applied."""
         scorer = page_scorer(self.model)
         scale = scorer.default_score_scale if self.score_scale is None else self.score_scale
         delta = scorer.default_delta(scale) if self.delta is None else float(self.delta)
-        return replace(self, score_scale=scale, delta=delta)
+        rprop = {k: v if getattr(self, k) is None else getattr(self, k)
+                 for k, v in RPROP_SETTINGS[self.setting].items()}  # fmt: skip
+        z = self.significance_z
+        if z is None:
+            z = 2.0 if self.setting == "paper" else 0.0
+        return replace(
+            self,
+            score_scale=scale,
+            delta=delta,
+            significance_z=z,
+            blind_chars=CALIBRATED_TYPING.blind_chars if self.blind_chars is None
+            else self.blind_chars,
+            scan_continue=CALIBRATED_TYPING.scan_continue if self.scan_continue is None
+            else self.scan_continue,
+            **rprop,
+        )  # fmt: skip
+
+    @property
+    def days_per_iteration(self) -> float:
+        """Simulated days per optimization iteration."""
+        if self.world == "aol":
+            return (self.aol_study_days - self.aol_eval_days) / self.iterations
+        return self.searches_per_iteration / self.searches_per_day
 
 
 def build_optimizer(config: FrecencyStudyConfig) -> Rprop | SGD | Adam:
-    """The server's optimizer for ``config``."""
-    if config.optimizer == "rprop":
+    """The server's optimizer for ``config`` (resolved)."""
+    c = config.resolved()
+    if c.optimizer == "rprop":
         return Rprop(
-            eta_plus=config.eta_plus,
-            eta_minus=config.eta_minus,
-            step_init=config.step_init,
-            step_min=config.step_min,
-            step_max=config.step_max,
+            eta_plus=float(c.eta_plus),  # type: ignore[arg-type]
+            eta_minus=float(c.eta_minus),  # type: ignore[arg-type]
+            step_init=float(c.step_init),  # type: ignore[arg-type]
+            step_min=float(c.step_min),  # type: ignore[arg-type]
+            step_max=float(c.step_max),  # type: ignore[arg-type]
         )
-    if config.optimizer == "sgd":
-        return SGD(learning_rate=config.learning_rate)
-    return Adam(learning_rate=config.learning_rate)
+    if c.optimizer == "sgd":
+        return SGD(learning_rate=c.learning_rate)
+    return Adam(learning_rate=c.learning_rate)
 
 
 def build_aggregator(config: FrecencyStudyConfig, dim: int) -> GatedMean | SignVote:
     """The server's aggregator: the (gated) weighted mean of full-precision updates, or the
-    (gated) sign-majority vote of sign-only ones; ``significance_z = 0`` gives the paper's
-    plain mean / majority."""
-    if config.message == "full":
-        return GatedMean(dim, z=config.significance_z)
-    return SignVote(dim, z=config.significance_z)
+    (gated) sign-majority vote of sign-only ones; a gate of 0 is the plain mean / vote."""
+    z = float(config.resolved().significance_z)  # type: ignore[arg-type]
+    return GatedMean(dim, z=z) if config.message == "full" else SignVote(dim, z=z)
+
+
+def build_safeguards(config: FrecencyStudyConfig) -> ConstraintChain:
+    """The constraints after every step: the paper's (Sec. 5.6) or the deployed server's."""
+    if config.setting == "mozilla-deployed":
+        return deployed_frecency_safeguards()
+    return page_scorer(config.model).safeguards(max_change=config.max_change)
+
+
+def build_world(config: FrecencyStudyConfig, rng: np.random.Generator) -> FrecencyWorld:
+    """The study's users: the browsing world, branches and URL bar of ``config``."""
+    c = config.resolved()
+    browsing = _browsing(c, rng)
+    hidden = hidden_weights(c.preset, c.model) if c.world == "synthetic" else None
+    return FrecencyWorld(
+        browsing,
+        hidden,
+        rng,
+        noise_var=c.noise_var,
+        decay_rate=c.decay_rate,
+        delta=c.delta,
+        score_scale=c.score_scale,
+        typing=TypingModel(float(c.blind_chars), float(c.scan_continue)),  # type: ignore[arg-type]
+        urlbar=UrlbarConfig(search_suggestions=c.search_suggestions),
+        host_share=c.host_share,
+        model=c.model,
+    )
+
+
+def _browsing(config: FrecencyStudyConfig, rng: np.random.Generator) -> BrowsingWorld:
+    if config.world == "synthetic":
+        from fedrank.data.synthetic_history import BrowsingConfig, generate_world
+
+        assert config.n_users is not None
+        study_days = config.iterations * config.days_per_iteration + (
+            config.eval_searches_per_user / config.searches_per_day
+        )
+        return generate_world(
+            config.n_users,
+            rng,
+            BrowsingConfig(history_days=config.history_days, future_days=study_days + 1.0),
+        )
+    from fedrank.data.aol_browsing import aol_world
+    from fedrank.experiments.fedps_data import default_log_path
+
+    path = Path(config.aol_log) if config.aol_log else default_log_path()
+    if not path.is_file():
+        raise ConfigError(
+            f"AOL log {path} not found: pass aol_log (--aol-log) or set FEDRANK_DATA_DIR"
+        )
+    return aol_world(
+        path,
+        study_start=np.datetime64(config.aol_study_start),
+        users=config.n_users,
+        rng=rng if config.n_users is not None else None,
+    )
 
 
 @dataclass
@@ -211,14 +341,18 @@ class StudyResult:
     config: FrecencyStudyConfig
     loss_per_iteration: list[float] = field(default_factory=list)
     branch_loss_per_iteration: dict[str, list[float]] = field(default_factory=dict)
+    paper_loss_per_iteration: dict[str, list[float]] = field(default_factory=dict)
     weights_per_iteration: list[dict[str, float]] = field(default_factory=list)
     final_weights: dict[str, float] = field(default_factory=dict)
+    published_weights: dict[str, float] = field(default_factory=dict)
     reports_per_iteration: list[int] = field(default_factory=list)
     constraints_held: bool = True
+    world_stats: dict[str, float] = field(default_factory=dict)
     eval: dict[str, dict[str, float]] = field(default_factory=dict)
     oracle: dict[str, float] = field(default_factory=dict)
-    tests: dict[str, dict[str, float]] = field(default_factory=dict)
+    tests: dict[str, dict[str, Any]] = field(default_factory=dict)
     all_tests: list[dict[str, Any]] = field(default_factory=list)
+    intra_user_correlation: dict[str, float] = field(default_factory=dict)
     bonferroni_alpha: float = 0.05 / 6
     stability: list[dict[str, float]] = field(default_factory=list)
     eval_samples: dict[str, dict[str, np.ndarray]] = field(default_factory=dict, repr=False)
@@ -235,14 +369,19 @@ class StudyResult:
             "config": asdict(self.config.resolved()),
             "loss_per_iteration": self.loss_per_iteration,
             "branch_loss_per_iteration": self.branch_loss_per_iteration,
+            "paper_loss_per_iteration": self.paper_loss_per_iteration,
             "weights_per_iteration": self.weights_per_iteration,
             "final_weights": self.final_weights,
+            "published_weights": self.published_weights,
             "reports_per_iteration": self.reports_per_iteration,
             "constraints_held": self.constraints_held,
+            "world_stats": self.world_stats,
             "eval": self.eval,
+            "paper_eval": PAPER_EVAL,
             "oracle": self.oracle,
             "tests": self.tests,
             "all_tests": self.all_tests,
+            "intra_user_correlation": self.intra_user_correlation,
             "bonferroni_alpha": self.bonferroni_alpha,
             "stability": self.stability,
         }
@@ -253,6 +392,20 @@ def _nanmean(values: np.ndarray) -> float:
     return float(finite.mean()) if finite.size else float("nan")
 
 
+def iteration_searches(
+    world: FrecencyWorld, config: FrecencyStudyConfig, rate: float, days: float,
+    rng: np.random.Generator,
+) -> Searches:  # fmt: skip
+    """The searches of one iteration: Poisson(``rate``) per user drawn from the hidden
+    preference (synthetic), or the log's revisits of the next ``days`` days (AOL); either
+    way the window's plain visits enter the history first."""
+    replayed = world.due_searches(days)  # the users' own browsing in this window
+    if config.world == "aol":
+        return replayed
+    counts = rng.poisson(rate, size=world.n_users)
+    return world.draw_searches(np.repeat(np.arange(world.n_users), counts), rng)
+
+
 def run_study(
     config: FrecencyStudyConfig,
     progress: Callable[[int, int], None] | None = None,
@@ -260,67 +413,64 @@ def run_study(
     """Run the optimization and evaluation phases; ``progress(done, total)`` is called after
     every iteration."""
     # Independent streams: the world (population, branches), the optimization phase, and
-    # the evaluation phase. Runs that differ only in how they learn (message kind,
-    # optimizer, ...) share the world and the evaluation searches' intents (paired).
+    # the evaluation phase. Runs that differ only in how they learn share the world and
+    # the evaluation searches' intents (paired).
     world_seed, train_seed, eval_seed = np.random.SeedSequence(config.seed).spawn(3)
     rng = np.random.default_rng(world_seed)
-    loss = config.resolved()
-    scorer = page_scorer(config.model)
-    world = FrecencyWorld(
-        config.n_users,
-        hidden_weights(config.preset, config.model),
-        rng,
-        k=config.k,
-        noise_var=config.noise_var,
-        decay_rate=config.decay_rate,
-        delta=loss.delta,
-        score_scale=loss.score_scale,
-        attention_depth=config.attention_depth,
-        intent=config.intent,
-        model=scorer,
-    )
-    estimator = FiniteDifferenceEstimator(eps=config.eps, scheme=config.scheme)
+    c = config.resolved()
+    scorer = page_scorer(c.model)
+    world = build_world(c, rng)
+    estimator = FiniteDifferenceEstimator(eps=c.eps, scheme=c.scheme)
     dim = len(scorer.names)
-    aggregator = build_aggregator(config, dim)
-    compressor = SignCompressor(with_zero=True) if config.message == "sign" else None
-    optimizer = build_optimizer(config)
-    safeguards = scorer.safeguards(max_change=config.max_change)
+    aggregator = build_aggregator(c, dim)
+    plain = build_aggregator(replace(c, significance_z=0.0), dim)
+    compressor = SignCompressor(with_zero=True) if c.message == "sign" else None
+    optimizer = build_optimizer(c)
+    safeguards = build_safeguards(c)
+    deployed = c.setting == "mozilla-deployed"
 
     theta = scorer.defaults()  # safeguard: start from Firefox's weights (Sec. 5.6)
     opt_state = optimizer.init(theta)
     rng = np.random.default_rng(train_seed)
-    result = StudyResult(config=config)
+    result = StudyResult(config=config, world_stats=dict(world.browsing.stats))
     result.branch_loss_per_iteration = {name: [] for name in BRANCHES}
+    result.paper_loss_per_iteration = {name: [] for name in BRANCHES}
+    days = c.days_per_iteration
 
-    for iteration in range(config.iterations):
-        counts = rng.poisson(config.searches_per_iteration, size=world.n_users)
-        users = np.repeat(np.arange(world.n_users), counts)
-        batch, scores = world.search(users, theta, rng)
-        losses = world.branch_losses(batch, scores)
+    for iteration in range(c.iterations):
+        published = publish_integers(theta) if deployed else theta
+        searches = iteration_searches(world, c, c.searches_per_iteration, days, rng)
+        batch = world.search(searches, published, rng)
+        losses = world.branch_losses(batch, published)
+        paper = world.branch_losses(batch, published, scale="raw", delta=0.0)
         branch_of_search = world.branch[batch.user]
         for b, name in enumerate(BRANCHES):
-            result.branch_loss_per_iteration[name].append(_nanmean(losses[branch_of_search == b]))
+            mask = branch_of_search == b
+            result.branch_loss_per_iteration[name].append(_nanmean(losses[mask]))
+            result.paper_loss_per_iteration[name].append(_nanmean(paper[mask]))
 
-        reports = world.client_reports(batch, theta, estimator, TREATMENT)
+        reports = world.client_reports(batch, published, estimator, TREATMENT)
         updates = reports.updates
         if compressor is not None:
             updates = compressor.privatize_batch(updates, rng)
         state = aggregator.accumulate_batch(aggregator.zero(), updates, reports.n)
         update = aggregator.finalize(state)
-        if config.track_stability:
+        if c.track_stability:
+            # Figure 7 compares plain means (no gate): the update of all reports vs of
+            # 2,000 sampled ones; an iteration with fewer than twice that many reports
+            # samples half of them (recorded as "sample").
+            plain_state = plain.accumulate_batch(plain.zero(), updates, reports.n)
             result.stability.append(
                 subsample_l1_distances(
-                    aggregator,
+                    plain,
                     updates,
                     reports.n,
-                    update,
-                    # Fig. 7 draws 2,000 of many more reports; a smaller study draws half.
-                    sample=min(config.stability_sample, max(1, updates.shape[0] // 2)),
-                    draws=config.stability_draws,
+                    plain.finalize(plain_state),
+                    sample=min(c.stability_sample, max(1, updates.shape[0] // 2)),
+                    draws=c.stability_draws,
                     rng=rng,
                 )
             )
-
         result.weights_per_iteration.append(scorer.to_dict(theta))
         result.loss_per_iteration.append(
             float(np.sum(reports.loss * reports.n) / max(reports.n.sum(), 1))
@@ -328,69 +478,120 @@ def run_study(
         result.reports_per_iteration.append(int(reports.users.size))
 
         step, opt_state = optimizer.update(update, opt_state, theta)
-        proposal = theta + step
-        new_theta = safeguards.project(proposal, theta)
-        held = safeguards.holds(new_theta, theta)
-        result.constraints_held = result.constraints_held and held
+        new_theta = safeguards.project(theta + step, theta)
+        result.constraints_held = result.constraints_held and safeguards.holds(new_theta, theta)
         theta = new_theta
+        world.record(batch)
+        world.advance(days)
         if progress is not None:
-            progress(iteration + 1, config.iterations)
+            progress(iteration + 1, c.iterations)
 
     result.final_weights = scorer.to_dict(theta)
-    _evaluate(world, theta, config, eval_seed, result)
+    final = publish_integers(theta) if deployed else theta
+    result.published_weights = scorer.to_dict(final)
+    evaluate_phase(world, final, c, eval_seed, result)
     return result
 
 
-def _evaluate(
+def evaluate_phase(
     world: FrecencyWorld,
     theta: np.ndarray,
     config: FrecencyStudyConfig,
     seed: np.random.SeedSequence,
     result: StudyResult,
+    *,
+    compare: bool = True,
 ) -> None:
-    """Evaluation phase (Sec. 6.3): fresh searches by every user with the final models.
-
-    ``oracle`` (not a branch, not tested) is the treatment users' searches ranked by
-    the hidden weights themselves, drawn with the same seed: the best any model could do.
-    """
-    users = np.repeat(np.arange(world.n_users), config.eval_searches_per_user)
-    batch, scores = world.search(users, theta, np.random.default_rng(seed))
-    oracle, _ = world.search(users, world.hidden, np.random.default_rng(seed))
-    losses = world.branch_losses(batch, scores)
-    branch_of_search = world.branch[batch.user]
+    """Evaluation phase (Sec. 6.3): the final model, no more updates. Synthetic world: every
+    user searches ``eval_searches_per_user`` times on average over the phase; AOL: the log's
+    revisits of the last ``aol_eval_days`` days. ``oracle`` (synthetic only; not a branch,
+    not tested) ranks the treatment users' same searches by the hidden weights: the best
+    any model could do. ``compare=False`` skips the oracle and the tests (calibration)."""
+    rng = np.random.default_rng(seed)
+    if config.world == "aol":
+        n_iter, rate = max(1, round(config.aol_eval_days)), 0.0
+        days = config.aol_eval_days / n_iter
+    else:
+        n_iter = max(1, math.ceil(config.eval_searches_per_user / config.searches_per_iteration))
+        rate = config.eval_searches_per_user / n_iter
+        days = rate / config.searches_per_day
+    batches: list[SearchBatch] = []
+    oracles: list[SearchBatch] = []
+    loss_parts: list[np.ndarray] = []
+    paper_parts: list[np.ndarray] = []
+    for _ in range(n_iter):
+        searches = iteration_searches(world, config, rate, days, rng)
+        attention = int(rng.integers(2**63))
+        batch = world.search(searches, theta, np.random.default_rng(attention))
+        if compare and world.hidden is not None:
+            oracles.append(world.search(searches, world.hidden, np.random.default_rng(attention)))
+        batches.append(batch)
+        loss_parts.append(world.branch_losses(batch, theta))
+        paper_parts.append(world.branch_losses(batch, theta, scale="raw", delta=0.0))
+        world.record(batch)
+        world.advance(days)
+    user = np.concatenate([b.user for b in batches])
+    found = np.concatenate([b.found for b in batches])
+    chars = np.concatenate([b.chars_typed for b in batches]).astype(np.float64)
+    rank = np.concatenate([b.selected_rank for b in batches]).astype(np.float64)
+    losses = np.concatenate(loss_parts)
+    paper = np.concatenate(paper_parts)
+    branch = world.branch[user]
     samples: dict[str, dict[str, np.ndarray]] = {}
     for b, name in enumerate(BRANCHES):
-        mask = branch_of_search == b
-        chars = batch.chars_typed[mask].astype(np.float64)
-        rank = batch.selected_rank[mask].astype(np.float64)
-        samples[name] = {"chars_typed": chars, "selected_rank": rank}
+        mask = (branch == b) & found
+        samples[name] = {
+            "user": user[mask],
+            "chars_typed": chars[mask],
+            "selected_rank": rank[mask],
+        }
         result.eval[name] = {
-            "chars_typed_mean": float(chars.mean()) if chars.size else float("nan"),
-            "selected_rank_mean": float(rank.mean()) if rank.size else float("nan"),
+            "chars_typed_mean": float(chars[mask].mean()) if mask.any() else float("nan"),
+            "selected_rank_mean": float(rank[mask].mean()) if mask.any() else float("nan"),
             "loss_mean": _nanmean(losses[mask]),
+            "paper_loss_mean": _nanmean(paper[mask]),
             "n": int(mask.sum()),
+            "n_users": int(np.unique(user[mask]).size),
+            "searches_without_history_selection": int(((branch == b) & ~found).sum()),
         }
     result.eval_samples = samples
-    treated = world.branch[oracle.user] == TREATMENT
-    result.oracle = {
-        "chars_typed_mean": float(oracle.chars_typed[treated].mean())
-        if treated.any()
-        else float("nan"),
-        "selected_rank_mean": float(oracle.selected_rank[treated].mean())
-        if treated.any()
-        else float("nan"),
-        "n": int(treated.sum()),
-    }
-    table = compare_branches(samples, alpha=0.05)
+    if oracles:
+        o_user = np.concatenate([o.user for o in oracles])
+        o_found = np.concatenate([o.found for o in oracles])
+        treated = (world.branch[o_user] == TREATMENT) & o_found
+        o_chars = np.concatenate([o.chars_typed for o in oracles])[treated]
+        o_rank = np.concatenate([o.selected_rank for o in oracles])[treated]
+        result.oracle = {
+            "chars_typed_mean": float(o_chars.mean()) if o_chars.size else float("nan"),
+            "selected_rank_mean": float(o_rank.mean()) if o_rank.size else float("nan"),
+            "n": int(treated.sum()),
+        }
+    table = compare_branches_by_user(
+        samples, alpha=0.05, rng=np.random.default_rng(seed.spawn(1)[0])
+    )
     result.all_tests = table
     result.bonferroni_alpha = 0.05 / len(table)
+    result.intra_user_correlation = {
+        metric: intra_user_correlation(
+            np.concatenate([s[metric] for s in samples.values()]),
+            np.concatenate([s["user"] for s in samples.values()]),
+        )
+        for metric in ("chars_typed", "selected_rank")
+    }
     for row in table:
-        if row["metric"] == "chars_typed" and row["a"] == "treatment":
-            key = f"treatment_vs_{row['b'].replace('-', '_')}"
+        if row["a"] == "treatment":
+            suffix = "" if row["metric"] == "chars_typed" else "_rank"
+            key = f"treatment_vs_{row['b'].replace('-', '_')}{suffix}"
             result.tests[key] = {
                 "pvalue": row["pvalue"],
                 "statistic": row["statistic"],
+                "unit": row["unit"],
                 "significant": row["significant"],
+                "diff": row["diff"],
+                "diff_ci95": row["diff_ci95"],
+                "n_users_a": row["n_users_a"],
+                "n_users_b": row["n_users_b"],
+                "pooled_pvalue": row["pooled_pvalue"],
             }
 
 
@@ -403,10 +604,9 @@ def compare_messages(
 
     For every seed the study runs twice, identical but for the message kind (same users,
     same evaluation searches' intents). The *final loss* of a run is the mean SVM loss of
-    the treatment users' evaluation-phase searches under the final model (held-out data,
-    ``eval_searches_per_user`` per user); the last-5-iterations training loss is reported
-    too. ``ratio`` is the sign-only final loss over the full-precision one, for the mean
-    over seeds and per seed.
+    the treatment users' evaluation-phase searches under the final model (held-out data);
+    the last-5-iterations training loss is reported too. ``ratio`` is the sign-only final
+    loss over the full-precision one, for the mean over seeds and per seed.
     """
     if not seeds:
         raise ConfigError("compare_messages needs at least one seed")

@@ -12,7 +12,9 @@ Three policies, compared on the same simulated report stream:
 
 :func:`compare_policies` runs each policy on a simulated stream whose arrival rate follows
 a daily cycle and reports how many reports (and hours) each needed to bring the loss on a
-fixed validation set of searches below a common target.
+fixed validation set of searches below a common target. The users' histories are held
+fixed while the stream runs (the policies are compared on the same searches, not on how
+the history evolves).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from fedrank.core.iteration_policy import (
     OpenIteration,
     SignStable,
 )
+from fedrank.data.synthetic_history import generate_world
 from fedrank.errors import ConfigError
 from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
 from fedrank.experiments.frecency_presets import hidden_weights
@@ -72,8 +75,8 @@ def _validation_loss(
     world: FrecencyWorld, users: np.ndarray, targets_rng_seed: int, theta: np.ndarray
 ) -> float:
     rng = np.random.default_rng(targets_rng_seed)  # the same intents every time
-    batch, scores = world.search(users, theta, rng)
-    return float(np.nanmean(world.branch_losses(batch, scores)))
+    batch = world.search(world.draw_searches(users, rng), theta, rng)
+    return float(np.nanmean(world.branch_losses(batch, theta)))
 
 
 def run_policy(policy: IterationPolicy, config: StreamConfig, seed: int) -> dict[str, Any]:
@@ -82,7 +85,7 @@ def run_policy(policy: IterationPolicy, config: StreamConfig, seed: int) -> dict
         raise ConfigError(f"target_fraction must lie in (0, 1), got {config.target_fraction}")
     rng = np.random.default_rng(seed)
     world = FrecencyWorld(
-        config.n_users,
+        generate_world(config.n_users, rng),
         hidden_weights(config.preset),
         rng,
         shares=(1.0, 0.0, 0.0),
@@ -112,7 +115,7 @@ def run_policy(policy: IterationPolicy, config: StreamConfig, seed: int) -> dict
         total_minutes += config.tick_minutes
         if arrivals:
             users = rng.integers(0, world.n_users, size=arrivals)
-            batch, _ = world.search(users, theta, rng)
+            batch = world.search(world.draw_searches(users, rng), theta, rng)
             reports = world.client_reports(batch, theta, estimator, TREATMENT)
             keep = reports.n > 0
             state = aggregator.accumulate_batch(state, reports.updates[keep], reports.n[keep])

@@ -38,6 +38,7 @@ from fedrank.client.sdk import Client, SendResult, ServedModel
 from fedrank.errors import FedrankError
 from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
 from fedrank.experiments.frecency_presets import hidden_weights
+from fedrank.experiments.frecency_study import FrecencyStudyConfig, build_world
 from fedrank.experiments.stats import compare_branches
 from fedrank.server.process import ServerProcess
 from fedrank.simulation.frecency_world import BRANCHES, TREATMENT, FrecencyWorld
@@ -104,7 +105,16 @@ def run_service_demo(
     rng = np.random.default_rng(config.seed)
     token = rng.bytes(16).hex()
     toml = _server_toml(out_dir / "server.toml", token)
-    world = FrecencyWorld(config.users, hidden_weights(config.preset), rng)
+    study = FrecencyStudyConfig(
+        n_users=config.users,
+        preset=config.preset,
+        iterations=config.iterations,
+        searches_per_iteration=config.searches_per_iteration,
+        eval_searches_per_user=config.eval_searches,
+        seed=config.seed,
+    )
+    world = build_world(study, rng)
+    days = study.days_per_iteration
     estimator = FiniteDifferenceEstimator()
     total_steps = config.iterations + 2
     with (
@@ -120,7 +130,6 @@ def run_service_demo(
         models: list[ServedModel] = list(pool.map(Client.fetch_model, clients))
         index = {name: i for i, name in enumerate(BRANCHES)}
         world.branch = np.array([index[m.branch] for m in models])  # the server decides
-        world.page_branch = world.branch[world.population.page_user]
         if progress:
             progress(1, total_steps)
         requests = config.users
@@ -131,14 +140,19 @@ def run_service_demo(
             version = models[0].version
             counts = rng.poisson(config.searches_per_iteration, size=config.users)
             searchers = np.repeat(np.arange(config.users), counts)
-            batch, scores = world.search(searchers, theta, rng)
-            losses = world.branch_losses(batch, scores)
+            world.due_searches(days)  # the users' own browsing meanwhile
+            batch = world.search(world.draw_searches(searchers, rng), theta, rng)
+            losses = world.branch_losses(batch, theta)
             reports = world.client_reports(batch, theta, estimator, TREATMENT)
             payload = {int(u): (reports.updates[i], int(reports.n[i]))
                        for i, u in enumerate(reports.users) if reports.n[i] > 0}  # fmt: skip
             metric = {
                 "loss": _per_user(losses, batch.user, config.users),
-                "chars_typed": _per_user(batch.chars_typed.astype(float), batch.user, config.users),
+                "chars_typed": _per_user(
+                    np.where(batch.found, batch.chars_typed, np.nan).astype(float),
+                    batch.user,
+                    config.users,
+                ),
                 "selected_rank": _per_user(
                     np.where(batch.found, batch.selected_rank, np.nan).astype(float),
                     batch.user,
@@ -163,6 +177,8 @@ def run_service_demo(
             closed = http.post(f"{server.url}/v1/admin/close", headers=admin)
             if closed.status_code != 200:
                 raise FedrankError(f"closing iteration {iteration} failed: {closed.text}")
+            world.record(batch)
+            world.advance(days)
             if progress:
                 progress(iteration + 2, total_steps)
 
@@ -170,11 +186,14 @@ def run_service_demo(
         models = list(pool.map(Client.fetch_model, clients))
         theta = next(m.params for m in models if m.served == "trained")
         searchers = np.repeat(np.arange(config.users), config.eval_searches)
-        batch, scores = world.search(searchers, theta, rng)
-        losses = world.branch_losses(batch, scores)
+        world.due_searches(config.eval_searches / study.searches_per_day)
+        batch = world.search(world.draw_searches(searchers, rng), theta, rng)
+        losses = world.branch_losses(batch, theta)
+        found_rank = np.where(batch.found, batch.selected_rank, np.nan).astype(float)
+        found_chars = np.where(batch.found, batch.chars_typed, np.nan).astype(float)
         eval_metrics = {
-            "chars_typed": _per_user(batch.chars_typed.astype(float), batch.user, config.users),
-            "selected_rank": _per_user(batch.selected_rank.astype(float), batch.user, config.users),
+            "chars_typed": _per_user(found_chars, batch.user, config.users),
+            "selected_rank": _per_user(found_rank, batch.user, config.users),
             "loss": _per_user(losses, batch.user, config.users),
         }
         eval_version = models[0].version

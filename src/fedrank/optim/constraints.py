@@ -10,6 +10,11 @@ and it must keep the meaning of its weights:
 * the bucket cutoffs (in days) must stay ordered with at least a day between them, or the
   buckets would be empty or swapped: :class:`StrictlyIncreasing`.
 
+The study's deployed server (Scala, ``mozilla/telemetry-streaming``) differs from that text;
+:func:`deployed_frecency_safeguards` reproduces it (:class:`ShiftNonNegative`,
+:class:`IncreasingByRaising`) and :func:`publish_integers` rounds the published model the
+way it did.
+
 Every constraint has ``project(params, previous) -> params`` (a feasible point near
 ``params``; ``previous`` are the parameters before the step) and ``holds(params, previous)``
 (checked with the absolute tolerance :data:`TOLERANCE`). ``project`` leaves points for which
@@ -29,6 +34,7 @@ realistic size (|previous| + max_change below about 1e6).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -42,7 +48,8 @@ from fedrank.models.frecency.weights import (
 )
 from fedrank.optim.serialization import check_hyperparameter
 
-#: Absolute tolerance of every ``holds`` check.
+#: Absolute tolerance of the ``holds`` checks (the deployed server's rules, which have no
+#: tolerance, check exactly what their ``project`` enforces).
 TOLERANCE = 1e-9
 
 #: Parameter order of the modern ("interaction-based") frecency weights.
@@ -311,6 +318,171 @@ class StrictlyIncreasing:
         return z
 
 
+#: The deployed server's Rprop step and safeguards (``mozilla/telemetry-streaming``, commit
+#: 460154e).
+SCALA_OPTIMIZER = (
+    "src/main/scala/com/mozilla/telemetry/learning/federated/FederatedLearningRPropOptimizer.scala"
+)
+#: The deployed server's sink: state, iteration and publication of the model.
+SCALA_SINK = (
+    "src/main/scala/com/mozilla/telemetry/learning/federated/"
+    "FederatedLearningSearchOptimizerS3Sink.scala"
+)
+
+#: The largest and smallest value of a Scala/Java ``Int``.
+_INT_MAX = 2**31 - 1
+_INT_MIN = -(2**31)
+
+
+def _java_max(a: float, b: float) -> float:
+    """Java's ``Math.max`` on two non-NaN doubles: the larger one, and ``+0.0`` for
+    ``max(-0.0, +0.0)`` (Python's ``max`` would return its first argument)."""
+    if a == b == 0.0:
+        return a + b  # -0.0 only if both are -0.0
+    return a if a > b else b
+
+
+class ShiftNonNegative:
+    """All weights in ``indices`` shifted up together until the smallest is 0.
+
+    The deployed server's non-negativity rule, instead of the clipping of
+    :class:`NonNegative` (``applyConstraints`` in ``FederatedLearningRPropOptimizer.scala``
+    of ``mozilla/telemetry-streaming``, revisions 5c9abf3 and 460154e)::
+
+        val nonNegativeWeights = (weights.min match {
+          case min if min < 0 => weights.map(_ - min)
+          case _ => weights
+        }).toBuffer
+
+    If the smallest value ``m`` over ``indices`` (all 22 weights on the server) is negative,
+    ``project`` subtracts ``m`` from every value in ``indices``, not only from the negative
+    one; otherwise it returns the values unchanged. In floating point this is bit for bit the
+    Scala result, and the smallest value becomes exactly ``0.0``.
+
+    ``holds`` is exact (every value ``>= 0``, no :data:`TOLERANCE`): the server shifts for
+    any negative value, however small, so a tolerance would let ``project`` move points that
+    ``holds`` calls feasible. Projected points satisfy it exactly.
+
+    Raises :class:`DataFormatError` when the shift overflows float64 (values apart by more
+    than about 1.8e308), where the Scala code would produce infinities.
+    """
+
+    def __init__(self, indices: Indices = None) -> None:
+        self.indices = _store_indices(indices, ordered=False)
+
+    def __repr__(self) -> str:
+        return f"ShiftNonNegative(indices={_indices_repr(self.indices)})"
+
+    def project(self, params: np.ndarray, previous: np.ndarray) -> np.ndarray:
+        p, _ = _check_pair(params, previous)
+        idx = _resolve(self.indices, p.size)
+        out = p.copy()
+        if idx.size == 0:
+            return out
+        low = p[idx].min()
+        if low < 0:
+            with np.errstate(over="ignore"):
+                shifted = p[idx] - low
+            if not np.all(np.isfinite(shifted)):
+                raise DataFormatError(
+                    f"shifting the weights up by {-low!r} to make them non-negative overflows "
+                    "float64; weights this large mean the optimization diverged, restart it "
+                    "from a saved model"
+                )
+            out[idx] = shifted
+        return out
+
+    def holds(self, params: np.ndarray, previous: np.ndarray) -> bool:
+        p, _ = _check_pair(params, previous)
+        return bool(np.all(p[_resolve(self.indices, p.size)] >= 0.0))
+
+
+class IncreasingByRaising:
+    """``params[indices]`` increasing with gaps ``>= min_gap`` (and the first ``>= lower``),
+    enforced by raising values in one forward pass.
+
+    The deployed server's ordering of the four bucket cutoffs (``applyConstraints`` in
+    ``FederatedLearningRPropOptimizer.scala`` of ``mozilla/telemetry-streaming``, revision
+    460154e; revision 5c9abf3 lacks the first line, i.e. ``lower=None``)::
+
+        nonNegativeWeights(0) = math.max(nonNegativeWeights(0), 1)
+        nonNegativeWeights(1) = math.max(nonNegativeWeights(1), nonNegativeWeights(0) + 1)
+        nonNegativeWeights(2) = math.max(nonNegativeWeights(2), nonNegativeWeights(1) + 1)
+        nonNegativeWeights(3) = math.max(nonNegativeWeights(3), nonNegativeWeights(2) + 1)
+
+    So ``x_0 <- max(x_0, lower)`` and then ``x_k <- max(x_k, x_{k-1} + min_gap)`` in index
+    order, each using the already raised predecessor: values are only ever raised, never
+    lowered, and colliding values are pushed apart upward (``[7, 7, 7, 7]`` becomes ``[7, 8,
+    9, 10]``; ``[5, 3, 4, 10]`` becomes ``[5, 6, 7, 10]``). This is not the Euclidean
+    projection of :class:`StrictlyIncreasing` (which would lower the first values too).
+
+    The result is bit for bit the Scala one, except where ``x_{k-1} + min_gap`` rounds to a
+    gap more than :data:`TOLERANCE` short of ``min_gap`` (magnitudes above about 1e7, where
+    the float spacing exceeds it; the Scala code would leave the short gap): there the value
+    is raised by a few ulps more, so the gap really is ``min_gap``. ``holds`` is true exactly
+    when ``project`` would return the values unchanged, and it implies gaps of at least
+    ``min_gap - TOLERANCE``. Raises :class:`DataFormatError` when the values would pass the
+    largest float.
+
+    Args:
+        indices: the ordered weights (at least 2), in increasing order.
+        min_gap: the smallest gap, in (0, 1e12] (default 1, one day between cutoffs).
+        lower: the smallest first value, in [-1e12, 1e12], or ``None`` for no bound (default).
+    """
+
+    def __init__(self, indices: Indices, min_gap: float = 1.0, lower: float | None = None) -> None:
+        if indices is None:
+            raise ConfigError("IncreasingByRaising needs the indices of the ordered weights")
+        self.indices = _store_indices(indices, ordered=True)
+        self.min_gap = check_hyperparameter("min_gap", min_gap, low=0.0, high=1e12)
+        self.lower = (
+            None
+            if lower is None
+            else check_hyperparameter("lower", lower, low=-1e12, high=1e12, low_inclusive=True)
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"IncreasingByRaising(indices={_indices_repr(self.indices)}, "
+            f"min_gap={self.min_gap}, lower={self.lower})"
+        )
+
+    def _need(self, before: float) -> float:
+        """The smallest value allowed after ``before``: ``before + min_gap`` as Scala
+        computes it, nudged up by ulps only where rounding made the gap too short."""
+        need = before + self.min_gap
+        if need - before < self.min_gap - TOLERANCE:
+            while need - before < self.min_gap:
+                need = math.nextafter(need, math.inf)
+        return need
+
+    def project(self, params: np.ndarray, previous: np.ndarray) -> np.ndarray:
+        p, _ = _check_pair(params, previous)
+        idx = _resolve(self.indices, p.size)
+        z = p[idx].tolist()
+        if self.lower is not None:
+            z[0] = _java_max(z[0], self.lower)
+        for k in range(1, len(z)):
+            need = self._need(z[k - 1])
+            if not math.isfinite(need):
+                raise DataFormatError(
+                    f"ordering the weights at positions {idx.tolist()} with gaps of "
+                    f"{self.min_gap} would exceed the largest float; the weights diverged, "
+                    "restart from a saved model"
+                )
+            z[k] = _java_max(z[k], need)
+        out = p.copy()
+        out[idx] = z
+        return out
+
+    def holds(self, params: np.ndarray, previous: np.ndarray) -> bool:
+        p, _ = _check_pair(params, previous)
+        z = p[_resolve(self.indices, p.size)].tolist()
+        if self.lower is not None and not z[0] >= self.lower:
+            return False
+        return all(z[k] >= self._need(z[k - 1]) for k in range(1, len(z)))
+
+
 class ConstraintChain:
     """Applies constraints in order; ``holds`` when every one of them holds.
 
@@ -401,3 +573,67 @@ def modern_frecency_safeguards(max_change: float = 3.0) -> ConstraintChain:
         StepBound(max_change),
         dim=len(MODERN_WEIGHT_NAMES),
     )
+
+
+def deployed_frecency_safeguards(first_cutoff_lower: float | None = 1.0) -> ConstraintChain:
+    """The safeguards of the study's deployed server for the 22 classic frecency weights
+    (:mod:`fedrank.models.frecency.weights` order), applied after every Rprop step.
+
+    ``applyConstraints`` in ``FederatedLearningRPropOptimizer.scala`` of
+    ``mozilla/telemetry-streaming`` (revision 460154e), in its order:
+
+    1. :class:`ShiftNonNegative` over all 22 weights: if any weight is negative, every
+       weight is raised by minus the smallest one (a shift, not clipping);
+    2. :class:`IncreasingByRaising` on the four bucket cutoffs, *after* the shift: first
+       cutoff ``>= first_cutoff_lower`` (1 day; ``None`` reproduces the earlier revision
+       5c9abf3, which had no such line), then each cutoff raised to at least the previous one
+       plus 1 day. Values are only raised, so the shift's non-negativity is kept.
+
+    Unlike the paper's Section 5.6 (:func:`frecency_safeguards`) there is no ordering of the
+    bucket weights and no bound on the change per iteration: the Rprop step (at most 3) is
+    bounded, but the shift and the cutoff ordering can then move weights further. The server
+    keeps these doubles as its state and publishes them rounded (:func:`publish_integers`).
+    """
+    return ConstraintChain(
+        ShiftNonNegative(),
+        IncreasingByRaising(CUTOFF_SLICE, min_gap=1.0, lower=first_cutoff_lower),
+        dim=N_CLASSIC_WEIGHTS,
+    )
+
+
+def publish_integers(params: np.ndarray) -> np.ndarray:
+    """The model as the deployed server published it: each weight rounded to an integer.
+
+    ``FederatedLearningSearchOptimizerS3Sink.scala`` (``mozilla/telemetry-streaming``)
+    writes ``newWeights.map(math.round(_).toInt)`` to ``latest.json`` while its state keeps
+    the unrounded doubles. Scala's ``math.round(Double)`` is Java's ``Math.round``: the
+    nearest integer with ties rounded up, towards positive infinity (``0.5 -> 1``, ``2.5 ->
+    3``, ``-0.5 -> 0``, ``-2.5 -> -2``), not numpy's ties-to-even ``rint``; computed exactly
+    (``0.49999999999999994 -> 0``, as in Java 7 and later).
+
+    Returns float64 integers of the shape of ``params`` (``-0.0`` written as ``0.0``, since an
+    ``Int`` has no sign of zero); the input is not modified.
+
+    Raises:
+        DataFormatError: if a value is not finite, or rounds outside Scala's ``Int`` range
+            ``[-2**31, 2**31 - 1]`` (where ``.toInt`` would silently wrap around).
+    """
+    x = np.asarray(params)
+    if x.dtype.kind not in "fiub":
+        raise DataFormatError(f"params must be numeric, got dtype {x.dtype}")
+    x = x.astype(np.float64)
+    if not np.all(np.isfinite(x)):
+        raise DataFormatError(
+            "params must be finite to be published; a NaN or infinite weight means the "
+            "optimization diverged"
+        )
+    nearest = np.rint(x)  # exact; ties go to even
+    # x - nearest is exact (|x - nearest| <= 0.5); a tie rounded down must go up instead.
+    rounded = np.where(x - nearest == 0.5, nearest + 1.0, nearest) + 0.0
+    if rounded.size and (rounded.max() > _INT_MAX or rounded.min() < _INT_MIN):
+        raise DataFormatError(
+            f"a weight rounds to {rounded.max() if rounded.max() > _INT_MAX else rounded.min()}, "
+            f"outside the Int range [{_INT_MIN}, {_INT_MAX}] of the published model; "
+            "the weights diverged"
+        )
+    return rounded

@@ -18,6 +18,17 @@ so a zero gradient leaves both the weight and its step size unchanged. Step size
 and are never rounded: rounding ``1 * 1.2`` back to ``1`` would stop them from ever growing
 and rounding ``1 * 0.5`` to ``0`` would freeze the weight.
 
+This is the variant the study's deployed server ran (``FederatedLearningRPropOptimizer.scala``
+in ``mozilla/telemetry-streaming``), Rprop without weight-backtracking ("Rprop-" in Igel and
+Huesken 2003): on a sign change the step size shrinks and the weight still moves, with the
+new sign; a zero keeps the step size, does not move, and leaves the next step size unchanged
+too; the first update keeps ``step_init``. Its hyperparameters were
+``Rprop(eta_plus=2.0, eta_minus=0.6, step_init=2.0, step_min=1.0, step_max=3.0)``. Its
+clients sent ``(E(theta - eps) - E(theta + eps)) / (2 eps)``, the *negative* gradient, and the
+server added ``eta * sign(mean)``: pass the negated mean here. (The Scala code compares the
+product of the raw mean updates with the previous ones, which would underflow to 0, i.e.
+"no change", only for products below about 5e-324; this class compares signs.)
+
 Because only signs are used, the ``update`` can just as well be the output of a sign-majority
 vote (:class:`fedrank.aggregators.sign_vote.SignVote`, end of Section 5.3).
 """

@@ -1,22 +1,33 @@
-"""The simulated world of the frecency study (Mozilla paper, Sections 6.1-6.2).
+"""The simulated world of the frecency study (Mozilla paper, Sections 6.1-6.3).
 
-A :class:`FrecencyWorld` holds the users (their synthetic histories and hidden
-preferences), their study branch, and the URL bar. It turns a model's weights into searches
-(what each user typed, saw and chose) and turns the treatment users' searches into client
-messages with the finite-difference estimator. Everything is vectorized over users and
-searches: one call simulates every search of an iteration.
+A :class:`FrecencyWorld` holds the users -- a :class:`~fedrank.data.browsing.BrowsingWorld`
+(the calibrated synthetic one, or the real AOL log), the history Firefox keeps for them
+(:class:`~fedrank.simulation.history_store.VisitStore`, adaptive history), their study
+branch -- and a clock. It turns a model's weights into URL-bar searches (what each user
+typed, saw and chose), records what the searches change (the selected page gets a TYPED
+visit: Firefox marks a page picked in the URL bar as typed; adaptive history learns the
+input), lets time pass, and turns the treatment users' searches into finite-difference
+messages. Everything is vectorized over users and searches.
 
-The frecency model is either Firefox's *classic* frecency (22 weights, the one the paper
-tuned) or today's *modern* frecency (5 parameters, Firefox 128+); a :class:`PageScorer`
-hides the difference: it scores the population's pages under any parameters and knows the
-model's parameter names, defaults, safeguards, default loss settings and control branch.
+The frecency model is Firefox's *classic* frecency (22 weights, the one the paper tuned) or
+today's *modern* frecency (5 parameters, Firefox 128+); a :class:`PageScorer` hides the
+difference.
 
-Branches (paper Sec. 6.2): ``treatment`` uses the model being trained, recomputed every
-iteration; ``control`` uses Firefox's default weights with the cached, daily-decayed scores;
-``control-no-decay`` uses the default weights recomputed without decay. Modern frecency has
-no daily decay job (the decay is in its formula: the stored value is the day on which the
-decayed score falls to 1), so for ``modern`` both control branches use the default
-parameters' scores and ``control-no-decay`` is a second control group.
+Branches (Sec. 6.2, and the study add-on): ``treatment`` recomputes every page's frecency
+with the current model whenever a model arrives; ``control`` keeps Firefox's stored
+frecency -- computed with the default weights when a page is visited or bookmarked, then
+multiplied by 0.975 once a day; ``control-no-decay`` recomputes with the default weights
+like treatment (no decay). The loss of a search is computed as the add-on did, on the
+*fresh* frecency of the shown rows under the branch's weights.
+
+What a search is for:
+
+* synthetic world: the paper's mock selection -- the user's hidden preference is frecency
+  under ``hidden`` weights plus noise (:func:`fedrank.simulation.intent.sample_targets`),
+  and the user types the site's name or another word of the page;
+* AOL world: the log's own revisits in the study period, typed as the user queried
+  (:mod:`fedrank.data.aol_browsing`); the other clicks of the period add plain visits as
+  the clock passes them.
 """
 
 from __future__ import annotations
@@ -28,12 +39,12 @@ from typing import ClassVar
 
 import numpy as np
 
-from fedrank.data.synthetic_history import HistoryConfig, Population, generate_population
+from fedrank.data.browsing import BrowsingWorld, VisitStream
 from fedrank.errors import ConfigError
 from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
 from fedrank.losses.pointwise_svm import pointwise_svm_loss, scaled_scores
 from fedrank.models.frecency.classic import ClassicFrecency
-from fedrank.models.frecency.history import PageHistories
+from fedrank.models.frecency.history import PageHistories, VisitType
 from fedrank.models.frecency.modern import (
     MODERN_WEIGHT_NAMES,
     ModernFrecency,
@@ -45,15 +56,22 @@ from fedrank.optim.constraints import (
     frecency_safeguards,
     modern_frecency_safeguards,
 )
-from fedrank.simulation.intent import sample_intents
-from fedrank.simulation.urlbar import SearchBatch, simulate_searches
+from fedrank.simulation.history_store import VisitStore
+from fedrank.simulation.input_history import InputHistory
+from fedrank.simulation.intent import sample_targets, typed_words
+from fedrank.simulation.urlbar import (
+    SearchBatch,
+    TypingModel,
+    UrlbarConfig,
+    UrlbarState,
+    simulate_searches,
+)
 
 BRANCHES: tuple[str, ...] = ("treatment", "control", "control-no-decay")
 TREATMENT, CONTROL, CONTROL_NO_DECAY = range(3)
 
-#: The simulated "today" of modern frecency, as a day number (days since 1970-01-01;
-#: 20,000 is 2024-10-04). A visit ``a`` days old happened on day ``NOW_DAY - floor(a)``.
-#: Rankings do not depend on it: it shifts every modern score by the same amount.
+#: The simulated study's first day for modern frecency, as a day number (days since
+#: 1970-01-01; 20,000 is 2024-10-04). Rankings do not depend on it.
 NOW_DAY = 20_000
 
 #: Smallest ``halfLifeDays`` the modern scorer evaluates (see :class:`ModernScorer`).
@@ -62,14 +80,13 @@ _HALF_LIFE = MODERN_WEIGHT_NAMES.index("halfLifeDays")
 
 
 class PageScorer(ABC):
-    """The page scorer of a frecency model: the scores of a population's pages under any
+    """The page scorer of a frecency model: scores of pages' histories under any
     parameters, with what the study needs to know about the model.
 
-    Class attributes (usable without pages): ``model`` (its name), ``names`` (parameter
-    names in vector order), ``default_score_scale`` and ``default_deltas`` (the loss
-    settings the study uses unless told otherwise: the scale, and the margin on each
-    scale); class methods :meth:`default_delta`, :meth:`defaults`, :meth:`safeguards` and
-    :meth:`to_dict`.
+    Class attributes: ``model`` (its name), ``names`` (parameter names in vector order),
+    ``default_score_scale`` and ``default_deltas`` (the loss settings the study uses unless
+    told otherwise: the scale, and the margin on each scale); class methods
+    :meth:`default_delta`, :meth:`defaults`, :meth:`safeguards` and :meth:`to_dict`.
     """
 
     model: ClassVar[str]
@@ -109,31 +126,31 @@ class PageScorer(ABC):
         return {name: float(v) for name, v in zip(cls.names, vec, strict=True)}
 
     @abstractmethod
-    def score(self, params: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
-        """Scores of every page (``index=None``) or of the pages at ``index`` (flattened):
-        ``(m,)`` for one parameter vector, ``(P, m)`` for ``(P, d)`` rows (float64)."""
+    def fresh(self, params: np.ndarray, pages: PageHistories, now: float) -> np.ndarray:
+        """Frecency computed now (``CALCULATE_FRECENCY``): ``(m,)`` for one parameter
+        vector, ``(P, m)`` for ``(P, d)`` rows."""
 
     @abstractmethod
-    def control_scores(self, decay_rate: float) -> np.ndarray:
-        """``(n,)``: the scores the ``control`` branch sees (default parameters)."""
+    def stored(
+        self, pages: PageHistories, now: float, decay_rate: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The control branch's stored frecency (default parameters) and its undecayed
+        value (what origin frecency sums)."""
 
 
 class ClassicScorer(PageScorer):
-    """Classic frecency (:class:`ClassicFrecency`, Firefox's integer rounding by default) on
-    the pages' visit histories. Loss defaults: ``log`` scale (classic frecency is a number
-    of points, so a common factor on the weights would otherwise shrink the loss), margin
-    0.1 (the chosen page should score ~10% above the others; 0.1 points on the ``raw``
-    scale, as before the margin depended on the model). The control branch sees the
-    cached, daily-decayed scores of the defaults (:meth:`ClassicFrecency.decayed_score`).
-    """
+    """Classic frecency (:class:`ClassicFrecency`, Firefox's integer result). Loss
+    defaults: ``log`` scale (classic frecency is a number of points, so a common factor on
+    the weights would otherwise shrink the loss), margin 0.1 (the chosen page should score
+    ~10% above the others). The control branch stores the score as of the page's newest
+    visit and decays it daily (:meth:`ClassicFrecency.decayed_score`)."""
 
     model = "classic"
     names = CLASSIC_WEIGHT_NAMES
     default_score_scale = "log"
     default_deltas = {"log": 0.1, "raw": 0.1}
 
-    def __init__(self, pages: PageHistories, frecency: ClassicFrecency | None = None) -> None:
-        self.pages = pages
+    def __init__(self, frecency: ClassicFrecency | None = None) -> None:
         self.frecency = frecency or ClassicFrecency()
 
     @classmethod
@@ -144,51 +161,38 @@ class ClassicScorer(PageScorer):
     def safeguards(cls, max_change: float = 3.0) -> ConstraintChain:
         return frecency_safeguards(max_change=max_change)
 
-    def score(self, params: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
-        pages = self.pages if index is None else self.pages.take(index)
+    def fresh(self, params: np.ndarray, pages: PageHistories, now: float) -> np.ndarray:
         return np.asarray(self.frecency.score(params, pages), dtype=np.float64)
 
-    def control_scores(self, decay_rate: float) -> np.ndarray:
-        return np.asarray(
-            self.frecency.decayed_score(self.defaults(), self.pages, decay_rate=decay_rate),
-            dtype=np.float64,
-        )
+    def stored(
+        self, pages: PageHistories, now: float, decay_rate: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        decayed = self.frecency.decayed_score(self.defaults(), pages, decay_rate=decay_rate)
+        undecayed = self.frecency.decayed_score(self.defaults(), pages, decay_rate=1.0)
+        return np.asarray(decayed, np.float64), np.asarray(undecayed, np.float64)
 
 
 class ModernScorer(PageScorer):
-    """Modern frecency (:class:`ModernFrecency`, Firefox's integer result by default) on
-    samples built once for the whole population with
-    :func:`~fedrank.models.frecency.modern.modern_samples_from_histories` on day
-    :data:`NOW_DAY`. Synthetic histories have no interactions, so only the low, medium and
-    high classes occur and ``veryHighWeight`` never changes a score.
+    """Modern frecency (:class:`ModernFrecency`, Firefox's integer result) on samples built
+    from the histories with :func:`~fedrank.models.frecency.modern.
+    modern_samples_from_histories` on day ``NOW_DAY + floor(now)``. Without interactions
+    only the low, medium and high classes occur, so ``veryHighWeight`` never changes a
+    score.
 
-    Loss defaults: ``raw`` scale, margin 6 days. A modern score is a day number (about
-    :data:`NOW_DAY`) plus ``ln(s) / lambda``: multiplying the four class weights by ``c``
-    only shifts every score by ``ln(c) / lambda``, so the raw hinge loss is already free of
-    their scale, while ``log1p`` of ~20,000 would squash the differences between pages to
-    ~1e-3. ``halfLifeDays`` is different: it multiplies the ``ln(s) / lambda`` part of
-    every score, so it scales most score differences. A small margin then rewards a
-    shorter half-life (smaller violations, same ranking) and a large one a longer
-    half-life (wider gaps). With a margin of 1 day the study (``paper`` preset: the users'
-    hidden preference *is* the defaults) drove ``halfLifeDays`` from 30 to ~15 and the
-    treatment branch typed significantly *more* characters than control; margins of 2, 4,
-    8 and 16 days ended at ~18, ~25, 34 and ~70. At 6 days the defaults stay put (30 +- 1
-    over seeds 0-3) and the ``shifted`` preset's half-life is recovered (20.1-20.5 for 20).
-    Six days is about the standard deviation of the users' preference noise (``sqrt(30)``
-    days) and, at the default half-life, a score ratio of ~1.15: the chosen page should
-    outlast the others by about a week, like the 10% ratio of the classic ``log`` margin.
+    Loss defaults: ``raw`` scale, margin 6 days. A modern score is a day number plus
+    ``ln(s) / lambda``: multiplying the four class weights by ``c`` shifts every score by
+    ``ln(c) / lambda``, so the raw hinge loss is already free of their scale, while
+    ``log1p`` of ~20,000 would squash the differences. ``halfLifeDays`` multiplies the
+    ``ln(s) / lambda`` part: a small margin rewards a shorter half-life without a better
+    ranking, a large one a longer half-life; six days (about the standard deviation of the
+    users' preference noise, ``sqrt(30)`` days) keeps the defaults in place under the
+    ``paper`` preset (``docs/frecency.md``). On the ``log`` scale the default margin is the
+    same 6 days near :data:`NOW_DAY`.
 
-    On the ``log`` scale (not recommended) the default margin is the same 6 days near
-    :data:`NOW_DAY`: ``log1p(NOW_DAY + 6) - log1p(NOW_DAY)``, about 3e-4.
-
-    Modern frecency has no daily decay job: ``control_scores`` are the defaults' scores,
-    whatever ``decay_rate``.
-
-    A finite-difference perturbation can take ``halfLifeDays`` to zero or below (the
-    safeguards allow 1 day and the default ``eps`` is 1), where Firefox's formula is
-    undefined; such rows are scored at :data:`MIN_HALF_LIFE_DAYS` instead, i.e. in the
-    limit of a vanishing half-life (pages ranked by their newest sample), so that the
-    gradient still points the right way instead of the study failing.
+    Modern frecency has no daily decay job (the decay is in its formula): the stored value
+    is the fresh default score. A finite-difference row can take ``halfLifeDays`` to zero
+    or below, where Firefox's formula is undefined; such rows are scored at
+    :data:`MIN_HALF_LIFE_DAYS` (pages ranked by their newest sample).
     """
 
     model = "modern"
@@ -196,13 +200,7 @@ class ModernScorer(PageScorer):
     default_score_scale = "raw"
     default_deltas = {"raw": 6.0, "log": math.log1p(NOW_DAY + 6.0) - math.log1p(NOW_DAY)}
 
-    def __init__(
-        self,
-        pages: PageHistories,
-        frecency: ModernFrecency | None = None,
-        now_day: int = NOW_DAY,
-    ) -> None:
-        self.samples = modern_samples_from_histories(pages, now_day=now_day)
+    def __init__(self, frecency: ModernFrecency | None = None) -> None:
         self.frecency = frecency or ModernFrecency()
 
     @classmethod
@@ -213,8 +211,8 @@ class ModernScorer(PageScorer):
     def safeguards(cls, max_change: float = 3.0) -> ConstraintChain:
         return modern_frecency_safeguards(max_change=max_change)
 
-    def score(self, params: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
-        samples = self.samples if index is None else self.samples.take(index)
+    def fresh(self, params: np.ndarray, pages: PageHistories, now: float) -> np.ndarray:
+        samples = modern_samples_from_histories(pages, now_day=NOW_DAY + math.floor(now))
         rows = np.array(params, dtype=np.float64)  # a copy: the half-life may be raised
         half_life = rows[..., _HALF_LIFE]
         rows[..., _HALF_LIFE] = np.where(
@@ -222,8 +220,11 @@ class ModernScorer(PageScorer):
         )
         return np.asarray(self.frecency.score(rows, samples), dtype=np.float64)
 
-    def control_scores(self, decay_rate: float) -> np.ndarray:
-        return self.score(self.defaults())
+    def stored(
+        self, pages: PageHistories, now: float, decay_rate: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        scores = self.fresh(self.defaults(), pages, now)
+        return scores, scores
 
 
 #: The page scorer of every frecency model the study can tune.
@@ -262,112 +263,237 @@ class ClientReports:
     loss: np.ndarray  # (C,) mean loss per client
 
 
+@dataclass(frozen=True)
+class Searches:
+    """Searches to run: who, for which page, typing which words (``-1`` padded)."""
+
+    users: np.ndarray
+    targets: np.ndarray
+    typed: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return int(self.users.size)
+
+
 class FrecencyWorld:
-    """Users, their histories and preferences, their branches, and the URL bar.
+    """Users, their history and branches, the URL bar and the clock (module docstring).
 
     Args:
-        n_users: number of users.
-        hidden: the hidden weights of the users' true preference.
-        rng: randomness for the population and branch assignment.
-        history: synthetic history configuration.
+        browsing: the users' pages and history.
+        hidden: the hidden weights of the users' true preference (synthetic worlds; ``None``
+            for worlds whose searches are real, AOL).
+        rng: randomness of the branch assignment.
         shares: treatment / control / control-no-decay shares.
-        k: suggestions shown (``k``, default 10).
         noise_var: variance of the Gaussian noise on the users' preference (paper: 30).
-        decay_rate: Firefox's daily frecency decay for the classic control branch (0.975;
-            modern frecency has no decay job, see :class:`ModernScorer`).
-        delta: the SVM margin ``Delta`` (on the ``score_scale``); ``None``: the model's
-            default on that scale (:meth:`PageScorer.default_delta`).
-        score_scale: ``"log"`` or ``"raw"``, see
-            :func:`fedrank.losses.pointwise_svm.scaled_scores`; ``None``: the model's
-            default (:attr:`PageScorer.default_score_scale`: log for classic, raw for modern).
-        attention_depth: suggestions the simulated user scans after every keystroke.
-        intent: how the wanted page is chosen (``first-letter``, ``topic`` or ``proportional``, see
-            :func:`fedrank.simulation.intent.sample_intents`).
-        model: the frecency model, ``"classic"`` (default) or ``"modern"``, or a
-            :class:`PageScorer` class (its constructor gets the population's histories).
-            ``hidden`` is in that model's parameters. The users' true preference is the
-            hidden model's score plus noise (modern: a day number, so the noise is in
-            days). With modern scores all near :data:`NOW_DAY`, the cue page that
-            :func:`~fedrank.simulation.intent.sample_intents` draws in proportion to the
-            score is close to uniform over a user's scored pages; the wanted page is still
-            the one with the highest noisy score among the pages in question.
+        decay_rate: Firefox's daily frecency decay for the classic control branch (0.975).
+        delta: the SVM margin ``Delta`` (on ``score_scale``); ``None``: the model's default.
+        score_scale: ``"log"`` or ``"raw"``; ``None``: the model's default.
+        typing: how users type and read (:class:`~fedrank.simulation.urlbar.TypingModel`).
+        urlbar: the URL bar's layout.
+        host_share: how often a synthetic user types the site's name first.
+        model: ``"classic"`` (default) or ``"modern"``, or a :class:`PageScorer` class.
     """
 
     def __init__(
         self,
-        n_users: int,
-        hidden: np.ndarray,
+        browsing: BrowsingWorld,
+        hidden: np.ndarray | None,
         rng: np.random.Generator,
         *,
-        history: HistoryConfig | None = None,
         shares: tuple[float, float, float] = (0.6, 0.2, 0.2),
-        k: int = 10,
         noise_var: float = 30.0,
         decay_rate: float = 0.975,
         delta: float | None = None,
         score_scale: str | None = None,
-        attention_depth: int | None = 3,
-        intent: str = "first-letter",
+        typing: TypingModel | None = None,
+        urlbar: UrlbarConfig | None = None,
+        host_share: float = 0.7,
         model: str | type[PageScorer] = "classic",
     ) -> None:
-        if n_users < 3:
-            raise ConfigError(f"the study needs at least 3 users (one per branch), got {n_users}")
+        if browsing.n_users < 3:
+            raise ConfigError(
+                f"the study needs at least 3 users (one per branch), got {browsing.n_users}"
+            )
         scorer_class = page_scorer(model) if isinstance(model, str) else model
-        self.population: Population = generate_population(n_users, rng, history or HistoryConfig())
-        self.scorer: PageScorer = scorer_class(self.population.pages)
-        self.branch = assign_branches(n_users, shares, rng)
-        self.k = k
+        self.scorer_class = scorer_class
+        self.scorer: PageScorer = scorer_class()
+        self.browsing = browsing
+        self.pages = browsing.pages
+        self.store = VisitStore.from_world(browsing)
+        self.inputs = InputHistory(self.pages.vocabulary.n_words)
+        self.branch = assign_branches(browsing.n_users, shares, rng)
         self.noise_var = noise_var
+        self.decay_rate = decay_rate
         self.score_scale = scorer_class.default_score_scale if score_scale is None else score_scale
         scaled_scores(np.zeros(1), self.score_scale)  # validates the name
         self.delta = scorer_class.default_delta(self.score_scale) if delta is None else delta
-        self.attention_depth = attention_depth
-        self.intent = intent
-        self.hidden = np.asarray(hidden, dtype=np.float64)
-        self.true_scores = self.scorer.score(self.hidden)
-        self.control_scores = self.scorer.control_scores(decay_rate)
-        self.no_decay_scores = self.scorer.score(self.scorer.defaults())
-        self.page_branch = self.branch[self.population.page_user]
+        self.typing = typing or TypingModel()
+        self.urlbar = urlbar or UrlbarConfig()
+        self.host_share = host_share
+        self.hidden = None if hidden is None else np.asarray(hidden, dtype=np.float64)
+        self.now = 0.0
+        self._future_next = 0  # the next replayed visit (AOL)
+
+    # ------------------------------------------------------------------ basic facts
 
     @property
     def n_users(self) -> int:
         return int(self.branch.size)
 
+    @property
+    def page_branch(self) -> np.ndarray:
+        return self.branch[self.pages.owner]
+
     def users_of(self, branch: int) -> np.ndarray:
         return np.flatnonzero(self.branch == branch)
 
-    def page_scores(self, theta: np.ndarray) -> np.ndarray:
-        """The score every page has in its owner's URL bar when treatment uses ``theta``."""
-        treatment = self.scorer.score(theta)
-        return np.select(
-            [self.page_branch == TREATMENT, self.page_branch == CONTROL],
-            [treatment, self.control_scores],
-            self.no_decay_scores,
+    def histories(self, index: np.ndarray | None = None) -> PageHistories:
+        """The histories of the pages at ``index`` (all by default) at the current time."""
+        return self.store.histories(self.now, index)
+
+    def listable(self) -> np.ndarray:
+        """Pages the URL bar may show (visited or bookmarked)."""
+        return (self.store.visit_count > 0) | self.store.bookmarked
+
+    # ------------------------------------------------------------------ what users search
+
+    def draw_searches(self, users: np.ndarray, rng: np.random.Generator) -> Searches:
+        """One search per entry of ``users`` for a page drawn from the hidden preference
+        (synthetic worlds): targets by :func:`sample_targets` on the fresh hidden-weight
+        frecency of the users' listable pages, typed words by :func:`typed_words`."""
+        if self.hidden is None:
+            raise ConfigError(
+                f"the {self.browsing.name} world has real searches and no hidden preference; "
+                "use due_searches"
+            )
+        users = np.asarray(users, dtype=np.int64)
+        index = self._pages_of(np.unique(users))
+        true_scores = np.zeros(self.pages.n_pages)
+        true_scores[index] = self.scorer.fresh(self.hidden, self.histories(index), self.now)
+        targets = sample_targets(
+            self.pages, users, true_scores, rng, self.noise_var, eligible=self.listable()
+        )
+        typed = typed_words(self.pages, targets, rng, host_share=self.host_share)
+        return Searches(users, targets, typed)
+
+    def due_searches(self, days: float) -> Searches:
+        """The known visits of the next ``days`` days: plain visits are added to the
+        history (the users keep browsing), recorded revisits (AOL worlds) are returned as
+        searches."""
+        future = self.browsing.future
+        end = self.now + days
+        stop = int(np.searchsorted(future.time, end, side="left"))
+        window = np.arange(self._future_next, stop)
+        self._future_next = stop
+        is_search = self.browsing.future_search[window]
+        visits = window[~is_search]
+        if visits.size:
+            self.store.add(_plain_visits(future, visits))
+        rows = window[is_search]
+        pages = future.page[rows]
+        typed = self.browsing.future_typed[rows].astype(np.int64)
+        no_words = typed[:, 0] < 0
+        typed[no_words, 0] = self.pages.host_word[pages[no_words]]
+        typed[no_words, 1:] = -1
+        return Searches(self.pages.owner[pages], pages, typed)
+
+    # ------------------------------------------------------------------ the URL bar
+
+    def state(self, theta: np.ndarray, users: np.ndarray) -> UrlbarState:
+        """What the searching ``users``' URL bars read: stored and origin frecency by branch
+        (pages of other users stay 0)."""
+        index = self._pages_of(np.unique(np.asarray(users, dtype=np.int64)))
+        stored = np.zeros(self.pages.n_pages)
+        origin = np.zeros(self.pages.n_pages)
+        branch = self.page_branch[index]
+        for b in range(3):
+            sel = index[branch == b]
+            if not sel.size:
+                continue
+            pages = self.histories(sel)
+            if b == CONTROL:
+                stored[sel], origin[sel] = self.scorer.stored(pages, self.now, self.decay_rate)
+            else:
+                params = theta if b == TREATMENT else self.scorer.defaults()
+                stored[sel] = origin[sel] = self.scorer.fresh(params, pages, self.now)
+        host_bookmarked = np.zeros(int(self.pages.host.max()) + 1, dtype=bool)
+        host_bookmarked[self.pages.host[self.store.bookmarked]] = True
+        return UrlbarState(
+            stored=stored,
+            origin=origin,
+            listable=self.listable(),
+            host_bookmarked=host_bookmarked,
+            inputs=self.inputs,
         )
 
     def search(
-        self, users: np.ndarray, theta: np.ndarray, rng: np.random.Generator
-    ) -> tuple[SearchBatch, np.ndarray]:
-        """One search per entry of ``users``: each wants a page (drawn from the hidden
-        preference) and types until the URL bar shows it. Returns the batch and the score
-        of every page under its owner's branch model."""
-        scores = self.page_scores(theta)
-        targets, first_slot = sample_intents(
-            self.population, users, self.true_scores, rng, self.noise_var, self.intent
+        self, searches: Searches, theta: np.ndarray, rng: np.random.Generator
+    ) -> SearchBatch:
+        """Run ``searches`` in the users' URL bars (treatment ranks with ``theta``). Nothing
+        is recorded: call :meth:`record` once the selections should enter the history."""
+        return simulate_searches(
+            self.pages,
+            self.state(theta, searches.users),
+            searches.users,
+            searches.targets,
+            searches.typed,
+            rng,
+            typing=self.typing,
+            config=self.urlbar,
         )
-        batch = simulate_searches(
-            self.population, users, targets, scores,
-            k=self.k, attention_depth=self.attention_depth, first_slot=first_slot,
-        )  # fmt: skip
-        return batch, scores
 
-    def branch_losses(self, batch: SearchBatch, scores: np.ndarray) -> np.ndarray:
-        """SVM loss of every search under the model its user's branch ran (NaN where the
-        target was never shown)."""
+    def record(self, batch: SearchBatch) -> None:
+        """What the searches leave in the profile: a TYPED visit on every wanted page (picked
+        from the URL bar, or typed out when not shown), and the adaptive-history input of
+        every selection made while typing the first word (not through autofill)."""
+        if batch.n_searches == 0:
+            return
+        self.store.add(
+            VisitStream(
+                page=batch.target,
+                time=np.full(batch.n_searches, self.now),
+                visit_type=np.full(batch.n_searches, int(VisitType.TYPED), dtype=np.int8),
+                from_visit=np.full(batch.n_searches, -1, dtype=np.int64),
+            )
+        )
+        rec = batch.adaptive_input
+        self.inputs.record(batch.target[rec], batch.first_word[rec], batch.first_chars[rec])
+
+    def advance(self, days: float) -> None:
+        """Let ``days`` pass: adaptive history decays once per day boundary crossed (the
+        control branch's frecency decay is computed from the visit times)."""
+        if days < 0:
+            raise ConfigError(f"time only moves forward, got {days} days")
+        crossed = math.floor(self.now + days) - math.floor(self.now)
+        self.now += days
+        self.inputs.decay(crossed, self.decay_rate)
+
+    # ------------------------------------------------------------------ losses, messages
+
+    def _fresh_shown(self, batch: SearchBatch, theta: np.ndarray) -> np.ndarray:
+        """``(S, R)`` fresh frecency of the shown rows under each user's branch weights."""
         valid = batch.shown >= 0
-        shown_scores = scaled_scores(scores[np.where(valid, batch.shown, 0)], self.score_scale)
+        flat = np.where(valid, batch.shown, 0).ravel()
+        h = self.histories(flat)
+        treat = self.scorer.fresh(theta, h, self.now)
+        default = self.scorer.fresh(self.scorer.defaults(), h, self.now)
+        is_treat = self.branch[np.repeat(batch.user, batch.shown.shape[1])] == TREATMENT
+        return np.where(is_treat, treat, default).reshape(batch.shown.shape)
+
+    def branch_losses(
+        self, batch: SearchBatch, theta: np.ndarray, *, scale: str | None = None,
+        delta: float | None = None,
+    ) -> np.ndarray:  # fmt: skip
+        """SVM loss of every search under its branch's weights (NaN where no history row
+        was selected), on ``scale`` with margin ``delta`` (default: the world's loss; the
+        paper's add-on loss is ``scale="raw", delta=0``)."""
+        valid = batch.shown >= 0
+        scores = scaled_scores(self._fresh_shown(batch, theta), scale or self.score_scale)
         selected = np.where(batch.found, batch.selected_rank, 0)
-        loss = pointwise_svm_loss(shown_scores, selected, valid | ~batch.found[:, None], self.delta)
+        loss = pointwise_svm_loss(
+            scores, selected, valid | ~batch.found[:, None], self.delta if delta is None else delta
+        )
         return np.where(batch.found, loss, np.nan)
 
     def client_reports(
@@ -377,11 +503,9 @@ class FrecencyWorld:
         estimator: FiniteDifferenceEstimator,
         branch: int = TREATMENT,
     ) -> ClientReports:
-        """The finite-difference messages of the ``branch`` users who searched in ``batch``.
-
-        Each client sends the mean gradient of the SVM loss over its own searches (in which
-        the target was shown), with the number of those searches as its weight ``n_i``.
-        """
+        """The finite-difference messages of the ``branch`` users who selected a history row
+        in ``batch``: each client sends the mean gradient of the SVM loss over its own
+        searches, with their number as its weight ``n_i``."""
         keep = batch.found & (self.branch[batch.user] == branch)
         shown = batch.shown[keep]
         valid = shown >= 0
@@ -389,12 +513,30 @@ class FrecencyWorld:
         users, client = np.unique(batch.user[keep], return_inverse=True)
         flat_index = np.where(valid, shown, 0).reshape(-1)
         n_searches, k = shown.shape
+        pages = self.histories(flat_index)
 
         def objective(rows: np.ndarray) -> np.ndarray:
-            scores = scaled_scores(self.scorer.score(rows, flat_index), self.score_scale)
+            scores = scaled_scores(self.scorer.fresh(rows, pages, self.now), self.score_scale)
             return pointwise_svm_loss(
                 scores.reshape(rows.shape[0], n_searches, k), selected, valid, self.delta
             )
 
         updates, n, loss = estimator.estimate_clients(theta, objective, client, users.size)
         return ClientReports(users=users, updates=updates, n=n, loss=loss)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _pages_of(self, users: np.ndarray) -> np.ndarray:
+        first = self.pages.user_offsets[users]
+        count = self.pages.user_offsets[users + 1] - first
+        start = np.cumsum(count) - count
+        return np.arange(int(count.sum()), dtype=np.int64) + np.repeat(first - start, count)
+
+
+def _plain_visits(future: VisitStream, rows: np.ndarray) -> VisitStream:
+    return VisitStream(
+        page=future.page[rows],
+        time=future.time[rows],
+        visit_type=future.visit_type[rows],
+        from_visit=np.full(rows.size, -1, dtype=np.int64),
+    )

@@ -1,59 +1,65 @@
-"""What each simulated user is searching for (paper Sec. 6.1).
+"""What each simulated user is searching for and what they type (Mozilla paper, Sec. 6.1).
 
-The paper models a user's choice with the existing frecency algorithm plus noise: "Random
-noise, sampled from a normal distribution with mu = 0, sigma^2 = 30, is then added to the
-score." Here that noisy score is the user's *true preference* over their own history, and
-it decides which page a search is for:
+The paper models a user's choice with the frecency algorithm plus noise: "Random noise,
+sampled from a normal distribution with mu = 0, sigma^2 = 30, is then added to the score."
+In the synthetic world that noisy score is the user's *true preference* over their own
+history and decides which page a search is for:
 
 * for every search and every page ``j`` of the searching user, the utility is
   ``u_j = true_scores[j] + N(0, noise_var)`` (fresh noise per search);
 * the wanted page is drawn with probability proportional to ``max(u_j, 0)``: pages with a
-  higher true frecency are wanted more often, since frecency is meant to predict revisits
-  (a page twice as frecent is revisited about twice as often);
+  higher true frecency are wanted more often, since frecency is meant to predict revisits;
 * if every utility of the user is ``<= 0`` the page is drawn uniformly.
 
-The draw is exact and vectorized over all searches at once with an exponential race: with
-i.i.d. ``E_j ~ Exp(1)``, ``argmin_j E_j / w_j`` is ``j`` with probability
-``w_j / sum(w)``. Users with different page counts are handled on the flattened
-(search, page) pairs with a segmented minimum.
+The draw is exact and vectorized over all searches with an exponential race: with i.i.d.
+``E_j ~ Exp(1)``, ``argmin_j E_j / w_j`` is ``j`` with probability ``w_j / sum(w)``.
+
+What the user types (:func:`typed_words`): the site's name -- the host's name label, what
+people type to reach a site -- with probability ``host_share``, otherwise one of the page's
+other words; then the page's remaining words in order, if more are needed.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from fedrank.data.synthetic_history import Population
+from fedrank.data.browsing import Pages
 from fedrank.errors import ConfigError, DataFormatError
 
-#: How a search's wanted page is chosen (see :func:`sample_intents`).
-INTENT_MODELS: tuple[str, ...] = ("first-letter", "topic", "proportional")
+__all__ = ["sample_targets", "typed_words"]
 
 
 def sample_targets(
-    population: Population,
+    pages: Pages,
     users: np.ndarray,
     true_scores: np.ndarray,
     rng: np.random.Generator,
     noise_var: float = 30.0,
+    eligible: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The page each search is for: one draw per entry of ``users`` (paper Sec. 6.1).
+    """The page each search is for: one draw per entry of ``users`` (see module docstring).
 
     Args:
-        population: the users' histories.
+        pages: the users' pages.
         users: int ``(S,)``: the user of every search (repeats allowed).
         true_scores: float64 ``(N,)``: the hidden "true" frecency of every page.
         rng: randomness (noise and draws).
         noise_var: variance ``sigma^2`` of the Gaussian noise on the scores (paper: 30).
+        eligible: bool ``(N,)``: pages that can be wanted (default: all); a user needs one.
 
     Returns:
         int64 ``(S,)``: global page id of each search's target, always a page of its user.
     """
-    users = population.check_users(users)
+    users = np.asarray(users)
+    if users.ndim != 1 or not (users.size == 0 or np.issubdtype(users.dtype, np.integer)):
+        raise DataFormatError(f"users must be a 1-D integer array, got {users.dtype} {users.shape}")
+    users = users.astype(np.int64)
+    if users.size and (users.min() < 0 or users.max() >= pages.n_users):
+        raise DataFormatError(f"user ids must be in 0..{pages.n_users - 1}")
     scores = np.asarray(true_scores, dtype=np.float64)
-    if scores.shape != (population.n_pages,):
+    if scores.shape != (pages.n_pages,):
         raise DataFormatError(
-            f"true_scores has shape {scores.shape}, expected ({population.n_pages},): one "
-            "score per page of the population"
+            f"true_scores has shape {scores.shape}, expected ({pages.n_pages},): one score per page"
         )
     if np.isnan(scores).any():
         raise DataFormatError("true_scores contains NaN")
@@ -63,106 +69,58 @@ def sample_targets(
         raise ConfigError("rng must be a numpy.random.Generator (np.random.default_rng(seed))")
     if users.size == 0:
         return np.zeros(0, dtype=np.int64)
-    flat = population.pages_of_users(users)
-    if (flat.count == 0).any():
-        raise DataFormatError("a searching user has no pages; every user needs a history")
+    ok = np.ones(pages.n_pages, dtype=bool) if eligible is None else np.asarray(eligible, bool)
+    first = pages.user_offsets[users]
+    count = pages.user_offsets[users + 1] - first
+    start = np.cumsum(count) - count
+    owner = np.repeat(np.arange(users.size, dtype=np.int64), count)
+    page = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(first - start, count)
+    keep = ok[page]
+    owner, page = owner[keep], page[keep]
+    if np.bincount(owner, minlength=users.size).min() == 0:
+        raise DataFormatError("a searching user has no page that can be wanted")
 
-    utility = scores[flat.page]
+    utility = scores[page]
     if noise_var > 0:
         utility = utility + rng.normal(0.0, np.sqrt(noise_var), size=utility.size)
     weight = np.maximum(utility, 0.0)
     with np.errstate(divide="ignore"):
         key = rng.standard_exponential(weight.size) / weight  # +inf where weight == 0
-    # Users whose every utility is <= 0 choose uniformly: any i.i.d. continuous keys do.
-    has_positive = np.logical_or.reduceat(weight > 0, flat.start)
-    uniform = ~has_positive[flat.owner]
-    key[uniform] = rng.random(int(uniform.sum()))
-
-    seg_min = np.minimum.reduceat(key, flat.start)
-    hits = np.flatnonzero(key == seg_min[flat.owner])
-    first = np.ones(hits.size, dtype=bool)  # keep one hit per search (ties have prob. 0)
-    first[1:] = flat.owner[hits[1:]] != flat.owner[hits[:-1]]
-    return flat.page[hits[first]]
-
-
-def sample_intents(
-    population: Population,
-    users: np.ndarray,
-    true_scores: np.ndarray,
-    rng: np.random.Generator,
-    noise_var: float = 30.0,
-    model: str = "first-letter",
-) -> tuple[np.ndarray, np.ndarray]:
-    """The wanted page of every search and the title word the user types first.
-
-    ``"proportional"``: the page of :func:`sample_targets`; its title is typed from the
-    first word (slot 0).
-
-    ``"first-letter"`` (default) and ``"topic"`` apply the paper's mock selection rule
-    (Sec. 6.1: of the pages in question, the one "with the highest score" after adding
-    ``N(0, sigma^2 = 30)`` noise to the hidden frecency is selected):
-
-    1. a *cue* page is drawn by :func:`sample_targets` (frecent pages come to mind more
-       often) and a word of its title uniformly: the *cue word*;
-    2. the pages in question are the user's pages with a title word that starts with the
-       cue word's first letter (``"first-letter"``: exactly the pages the URL bar matches
-       after the first keystroke) or that equals the cue word (``"topic"``); the cue page
-       is always one of them;
-    3. the wanted page is the one of them with the highest noisy true score,
-       ``true_scores[j] + N(0, noise_var)`` (fresh noise);
-    4. the user types first the wanted page's first title word that qualified it, then the
-       other words in title order (the URL bar's matching does not depend on word order).
-
-    With ``"first-letter"`` every page the URL bar shows while the user types is one the
-    user rates below the wanted page (up to the noise), so a model with the hidden weights
-    shows it first after one keystroke: what is left of the loss is noise and margin. With
-    ``"topic"`` and ``"proportional"`` the URL bar also shows pages that are better by the
-    hidden preference but not wanted in this search, a loss no model can remove (see
-    ``docs/frecency.md`` for the measured floors).
-
-    Returns:
-        ``(targets, first_slot)``: int64 ``(S,)`` global page ids, and int64 ``(S,)``
-        indices into ``population.title_words[target]`` of the word typed first.
-    """
-    if model not in INTENT_MODELS:
-        raise ConfigError(
-            f"unknown intent model {model!r}; choose one of {', '.join(INTENT_MODELS)}"
-        )
-    cue = sample_targets(population, users, true_scores, rng, noise_var=noise_var)
-    if model == "proportional" or cue.size == 0:
-        return cue, np.zeros(cue.size, dtype=np.int64)
-    titles = population.title_words
-    n_words = (titles[cue] >= 0).sum(axis=1)
-    cue_word = titles[cue, (rng.random(cue.size) * n_words).astype(np.int64)]
-    vocab = population.vocabulary
-    # Key of every word id (last entry: the padding id -1, which never qualifies).
-    if model == "topic":
-        word_key = np.append(np.arange(vocab.n_words, dtype=np.int32), -1)
-    else:
-        word_key = np.append(vocab.chars[:, 0].astype(np.int32), -1)
-    cue_key = word_key[cue_word]
-
-    flat = population.pages_of_users(users)
-    # Pages in question, then the noisy argmax among them (noise drawn only for them).
-    page_key = word_key[titles]  # (N, W)
-    key_columns = np.ascontiguousarray(page_key.T)  # one gather per title slot
-    wanted = cue_key[flat.owner]
-    in_question = key_columns[0][flat.page] == wanted
-    for column in key_columns[1:]:
-        in_question |= column[flat.page] == wanted
-    idx = np.flatnonzero(in_question)
-    owner = flat.owner[idx]  # ascending; every search has >= 1 page in question (its cue)
-    utility = np.asarray(true_scores, dtype=np.float64)[flat.page[idx]]
-    if noise_var > 0:
-        utility = utility + rng.normal(0.0, np.sqrt(noise_var), size=utility.size)
     starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
-    seg_max = np.maximum.reduceat(utility, starts)
-    hits = np.flatnonzero(utility == seg_max[owner])
-    first = np.ones(hits.size, dtype=bool)  # one hit per search (ties: the lowest page id)
-    first[1:] = owner[hits[1:]] != owner[hits[:-1]]
-    targets = flat.page[idx[hits[first]]]
-    first_slot = np.argmax(page_key[targets] == cue_key[:, None], axis=1).astype(np.int64)
-    return targets, first_slot
+    # Users whose every utility is <= 0 choose uniformly: any i.i.d. continuous keys do.
+    has_positive = np.logical_or.reduceat(weight > 0, starts)
+    uniform = ~has_positive[owner]
+    key[uniform] = rng.random(int(uniform.sum()))
+    seg_min = np.minimum.reduceat(key, starts)
+    hits = np.flatnonzero(key == seg_min[owner])
+    first_hit = np.ones(hits.size, dtype=bool)  # one hit per search (ties have prob. 0)
+    first_hit[1:] = owner[hits[1:]] != owner[hits[:-1]]
+    return page[hits[first_hit]]
 
 
-__all__ = ["INTENT_MODELS", "sample_intents", "sample_targets"]
+def typed_words(
+    pages: Pages,
+    targets: np.ndarray,
+    rng: np.random.Generator,
+    host_share: float = 0.7,
+    max_words: int = 3,
+) -> np.ndarray:
+    """int64 ``(S, max_words)``: the words typed for each target, ``-1`` padded: the host's
+    name with probability ``host_share`` (else a uniformly drawn other word of the page)
+    first, then the page's other words in order."""
+    if not 0.0 <= host_share <= 1.0:
+        raise ConfigError(f"host_share must be in [0, 1], got {host_share}")
+    if max_words < 1:
+        raise ConfigError(f"max_words must be >= 1, got {max_words}")
+    targets = np.asarray(targets, dtype=np.int64)
+    words = pages.words[targets]
+    n_words = (words >= 0).sum(axis=1)
+    other = 1 + (rng.random(targets.size) * np.maximum(n_words - 1, 1)).astype(np.int64)
+    first = np.where((rng.random(targets.size) < host_share) | (n_words == 1), 0, other)
+    cols = np.arange(words.shape[1])[None, :]
+    # the chosen word, then the others in page order
+    order = np.argsort(np.where(cols == first[:, None], -1, cols), axis=1, kind="stable")
+    out = np.take_along_axis(words, order, axis=1)[:, :max_words].astype(np.int64)
+    if out.shape[1] < max_words:
+        out = np.pad(out, ((0, 0), (0, max_words - out.shape[1])), constant_values=-1)
+    return out

@@ -1,43 +1,47 @@
-"""The Firefox URL bar, simulated for many searches at once (paper Sec. 4 and 6.2).
+"""The Firefox 62-68 URL bar, simulated for many searches at once (Mozilla paper, Sec. 4 and
+6.2; the truth is ``UnifiedComplete.jsm`` and the study add-on's ``awesomeBar`` API).
 
-Searching history in the URL bar is a two-step process (paper Sec. 4): (1) the typed text
-is *matched* against the history, a binary decision; (2) the matched pages are *ranked* by
-frecency and the top ``k`` are suggested. The study measures how many characters users
-type and which rank they select (paper Sec. 6.2). This module simulates both steps:
+Suggestions (what the study counted)
+    After every keystroke Firefox shows up to ``max_results`` (10) rows: one *heuristic*
+    row, then search suggestions (``search_suggestions``, 4), then the *general* rows. The
+    study's add-on kept only the rows of history style -- not the search, visit-URL,
+    suggestion, switch-tab, remote-tab, keyword or extension rows -- and reported the
+    selected row's index among them (``rank_selected``) and the typed text's length
+    (``num_chars_typed``), only when a history row was picked. The history rows are:
 
-Typing
-    The user wants a target page and types its title character by character: the words
-    joined by single spaces (starting with the word ``first_slot`` names, if given, then the
-    others in title order). Every character counts, spaces included.
+    1. **autofill** (the heuristic row): while the typed text is one token without spaces
+       and is a prefix of a host (www. ignored), the user's host with the highest origin
+       frecency among those whose origin frecency reaches the threshold (the mean origin
+       frecency of the user's origins with frecency > 0) or that hold a bookmark; the row
+       is the host's root page. Origin frecency is the sum of ``max(frecency, 0)`` over the
+       host's pages, without the daily decay (Firefox's triggers skip it);
+    2. **adaptive history** (at most ``adaptive_rows``, 3): pages with a
+       ``moz_inputhistory`` row whose input starts with the typed text, by
+       ``ROUND(use_count * (1 + exact), 1)`` then frecency (:mod:`fedrank.simulation.
+       input_history`);
+    3. **history by frecency**: the pages that match the typed text, ``frecency <> 0``,
+       visited or bookmarked, by frecency descending then id descending, filling the
+       general rows (``max_results - 1 - search_suggestions``).
 
-Matching (binary, at word boundaries, like Firefox)
-    The typed text is split into tokens at spaces. A page matches when *every* token is a
-    prefix of some word of its title: a finished token must be a prefix of some title word
-    (typing a whole word also matches longer words it begins), and so must the part of the
-    token being typed. Only the user's own pages are candidates. With ``vocabulary.lcp``,
-    token ``i`` with ``p`` characters typed matches page ``j`` iff
-    ``M[j, i] = max_{u in title(j)} lcp[target_word_i, u] >= p``. A typed space changes no
-    token, so it changes no match.
+Matching (binary, at word boundaries)
+    The typed text is split into tokens at spaces; a page matches when every token is a
+    prefix of one of its words -- URL words (host name, path) or title words (Firefox
+    matches title or URL at boundaries). With ``vocabulary.lcp``, token ``i`` typed to
+    ``p`` characters matches page ``j`` iff ``max_{u in words(j)} lcp[token_i, u] >= p``.
 
-Ranking
-    After every character the matched pages are sorted by ``model_scores`` descending
-    (ties: lower global page id first) and the first ``k`` are shown.
-
-Attention model (when the user selects)
-    After every keystroke the user scans the first ``attention_depth`` suggestions
-    (default: all ``k`` shown) and selects the target as soon as it is among them. If even
-    the full title never brings it that high (rare: at least ``attention_depth`` better
-    scored pages carry every word of the target's title), the search ends unsuccessful
-    with the full title typed (``found`` is False) and must not be used for learning.
+Typing and attention (:class:`TypingModel`)
+    The user types the chosen words character by character (spaces count). They type
+    ``1 + Poisson(blind_chars)`` characters before looking at the list at all; from then on,
+    after every keystroke, they read the rows from the top and go on to the next row with
+    probability ``scan_continue``, so the target at row ``r`` is noticed with probability
+    ``scan_continue ** r``; when the whole text is typed they read every row. They select
+    the target when they notice it. A target never shown ends the search without a history
+    selection (no ping, ``found`` False). :func:`fedrank.simulation.calibration` fits the
+    two parameters to the paper's control branch.
 
 Vectorization
-    Adding characters only removes matches, so each candidate has a *drop step*: the first
-    character count at which it no longer matches (``M[j, i] + 1`` characters into the
-    first token ``i`` it fails, or never). The target's rank after ``c`` characters is the
-    number of outranking candidates whose drop step exceeds ``c``; it first falls below the
-    attention depth at ``c* = max(1, D_A)`` where ``D_A`` is the ``A``-th largest drop step
-    among the outranking candidates. Everything runs on the flattened (search, candidate)
-    pairs with one sort; no Python loop over searches, pages or characters.
+    Searches are flattened into (search, candidate page) pairs; a loop over the number of
+    characters typed (at most a few dozen) updates every still-typing search at once.
 """
 
 from __future__ import annotations
@@ -46,26 +50,109 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedrank.data.synthetic_history import Population
+from fedrank.data.browsing import Pages
 from fedrank.errors import ConfigError, DataFormatError
+from fedrank.simulation.input_history import InputHistory
+
+__all__ = ["SearchBatch", "TypingModel", "UrlbarConfig", "UrlbarState", "simulate_searches"]
+
+
+@dataclass(frozen=True)
+class UrlbarConfig:
+    """The URL bar's result layout (Firefox 62-68 defaults).
+
+    Attributes:
+        max_results: ``browser.urlbar.maxRichResults`` (10).
+        search_suggestions: rows taken by search suggestions (4; 0 when off).
+        adaptive_rows: adaptive-history rows before the frecency rows (``ceil(10 / 4)``).
+        autofill: ``browser.urlbar.autoFill``.
+    """
+
+    max_results: int = 10
+    search_suggestions: int = 4
+    adaptive_rows: int = 3
+    autofill: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_results < 2 or not 0 <= self.search_suggestions <= self.max_results - 2:
+            raise ConfigError(
+                "max_results must be >= 2 and search_suggestions in 0..max_results - 2 (one "
+                f"heuristic row and at least one general row), got {self.max_results}, "
+                f"{self.search_suggestions}"
+            )
+        if self.adaptive_rows < 0:
+            raise ConfigError(f"adaptive_rows must be >= 0, got {self.adaptive_rows}")
+
+    @property
+    def general_rows(self) -> int:
+        """History rows after the heuristic row."""
+        return self.max_results - 1 - self.search_suggestions
+
+    @property
+    def history_rows(self) -> int:
+        """Most history rows at once (an autofill row plus the general rows)."""
+        return self.general_rows + 1
+
+
+@dataclass(frozen=True)
+class TypingModel:
+    """How a simulated user types and reads (see the module docstring).
+
+    Attributes:
+        blind_chars: mean of the Poisson number of characters typed, after the first, before
+            the user first looks at the suggestions.
+        scan_continue: probability of reading one more row.
+    """
+
+    blind_chars: float = 2.0
+    scan_continue: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not (np.isfinite(self.blind_chars) and self.blind_chars >= 0):
+            raise ConfigError(f"blind_chars must be >= 0, got {self.blind_chars}")
+        if not 0.0 <= self.scan_continue <= 1.0:
+            raise ConfigError(f"scan_continue must be in [0, 1], got {self.scan_continue}")
+
+
+@dataclass(frozen=True)
+class UrlbarState:
+    """What the URL bar reads from the profile when the searches happen.
+
+    Attributes:
+        stored: float64 ``(N,)`` the stored frecency of every page (the order of the
+            history rows; the branch decides whether it is fresh or cached and decayed).
+        origin: float64 ``(N,)`` the page's contribution to its origin's frecency (its
+            frecency without the daily decay; negative values count as 0).
+        listable: bool ``(N,)`` pages the history query may return (visited or bookmarked).
+        host_bookmarked: bool ``(H,)`` hosts holding a bookmark (always autofilled).
+        inputs: the adaptive history.
+    """
+
+    stored: np.ndarray
+    origin: np.ndarray
+    listable: np.ndarray
+    host_bookmarked: np.ndarray
+    inputs: InputHistory
 
 
 @dataclass(frozen=True)
 class SearchBatch:
-    """The outcome of ``S`` simulated URL bar searches (paper Sec. 6.2 metrics).
+    """The outcome of ``S`` simulated URL-bar searches (the study's ping, Sec. 6.2).
 
     Attributes:
-        user: int64 ``(S,)``: who searched.
-        target: int64 ``(S,)``: global id of the page the user wanted.
-        chars_typed: int64 ``(S,)``: characters typed when the target was selected (>= 1;
-            the full title length when it was never found).
-        selected_rank: int64 ``(S,)``: 0-based rank of the target in the suggestions at that
-            moment (its rank among all matches, possibly >= k, when not found).
-        shown: int64 ``(S, k)``: the suggestions at that moment, best first (global page
-            ids), padded with -1.
-        n_shown: int64 ``(S,)``: number of suggestions shown (``min(k, matches)``).
-        found: bool ``(S,)``: the user found the target within the attention depth. When
-            False the search has no valid selection and must be excluded from learning.
+        user, target: int64 ``(S,)`` who searched, and the wanted page.
+        chars_typed: int64 ``(S,)`` characters typed at the selection (the whole text when
+            not found).
+        selected_rank: int64 ``(S,)`` the selected row's index among the history rows
+            (``-1`` when not found).
+        shown: int64 ``(S, R)`` the history rows at the selection, top first, ``-1``
+            padded.
+        n_shown: int64 ``(S,)`` history rows shown.
+        found: bool ``(S,)`` a history row was selected (a ping was sent).
+        autofilled: bool ``(S,)`` the selected row was the autofill row.
+        first_word: int64 ``(S,)`` the first typed word; ``first_chars``: int64 ``(S,)``
+            characters typed of it at the selection (the input recorded in adaptive history
+            when the selection was made within the first word and not by autofill).
     """
 
     user: np.ndarray
@@ -75,199 +162,350 @@ class SearchBatch:
     shown: np.ndarray
     n_shown: np.ndarray
     found: np.ndarray
+    autofilled: np.ndarray
+    first_word: np.ndarray
+    first_chars: np.ndarray
 
     def __post_init__(self) -> None:
         s = self.user.shape
-        for name in ("target", "chars_typed", "selected_rank", "n_shown", "found"):
+        for name in ("target", "chars_typed", "selected_rank", "n_shown", "found",
+                     "autofilled", "first_word", "first_chars"):  # fmt: skip
             if getattr(self, name).shape != s:
                 raise DataFormatError(
                     f"SearchBatch.{name} has shape {getattr(self, name).shape}, expected {s}"
                 )
         if self.shown.ndim != 2 or self.shown.shape[0] != s[0]:
             raise DataFormatError(
-                f"SearchBatch.shown has shape {self.shown.shape}, expected (S, k)"
+                f"SearchBatch.shown has shape {self.shown.shape}, expected (S, R)"
             )
 
     @property
     def n_searches(self) -> int:
         return int(self.user.size)
 
-    @property
-    def k(self) -> int:
-        return int(self.shown.shape[1])
-
     def __len__(self) -> int:
         return self.n_searches
 
+    @property
+    def adaptive_input(self) -> np.ndarray:
+        """bool ``(S,)``: the selection is recorded in adaptive history (a history row other
+        than autofill, picked while typing the first word)."""
+        return self.found & ~self.autofilled & (self.first_chars > 0)
+
+
+def _flatten(pages: Pages, users: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(search of each pair, page of each pair, start of each search's pairs)."""
+    first = pages.user_offsets[users]
+    count = pages.user_offsets[users + 1] - first
+    start = np.cumsum(count) - count
+    owner = np.repeat(np.arange(users.size, dtype=np.int64), count)
+    page = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(first - start, count)
+    return owner, page, start
+
+
+def _matching_pairs(
+    pages: Pages,
+    users: np.ndarray,
+    typed: np.ndarray,
+    lengths: np.ndarray,
+    token_start: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(search, page, drop)`` of the (search, page) pairs that match the first typed
+    character, with their *drop
+    step*: the first number of typed characters at which the page stops matching (int64
+    max when it matches the whole text). Only word pairs that share a token's first
+    character are compared (a word can only match a token it starts like)."""
+    vocab = pages.vocabulary
+    owner, cand, _ = _flatten(pages, users)
+    page_first = pages.first_chars  # (N, W) uint8, 0 for padding
+    token_first = np.where(typed >= 0, vocab.chars[np.maximum(typed, 0), 0], 255)
+    drop = np.full(cand.size, np.iinfo(np.int64).max)
+    # a page can only match the first token if one of its words starts like it: test the
+    # page's bitmask of first characters before comparing words
+    bit = (token_first[owner, 0] % 64).astype(np.uint64)
+    alive = ((pages.first_char_mask[cand] >> bit) & np.uint64(1)).astype(bool)
+    drop[~alive] = 1
+    for i in range(typed.shape[1]):
+        pairs = np.flatnonzero(alive & (typed[owner, i] >= 0))
+        if not pairs.size:
+            break
+        hit_pair, hit_col = np.nonzero(
+            page_first[cand[pairs]] == token_first[owner[pairs], i][:, None]
+        )
+        best = np.zeros(pairs.size, dtype=np.int64)
+        if hit_pair.size:
+            lcp = vocab.lcp_pairs(
+                typed[owner[pairs[hit_pair]], i], pages.words[cand[pairs[hit_pair]], hit_col]
+            )
+            np.maximum.at(best, hit_pair, lcp)
+        tl = lengths[owner[pairs], i]
+        fails = best < tl
+        drop[pairs[fails]] = token_start[owner[pairs[fails]], i] + best[fails] + 1
+        alive[pairs[fails]] = False
+    keep = drop > 1
+    return owner[keep], cand[keep], drop[keep]
+
+
+def _segment_argmax(keys: tuple[np.ndarray, ...], group: np.ndarray, n_groups: int) -> np.ndarray:
+    """Index of the lexicographically largest ``keys`` (last key most significant, like
+    ``np.lexsort``) in every group, ``-1`` for empty groups."""
+    out = np.full(n_groups, -1, dtype=np.int64)
+    if group.size == 0:
+        return out
+    order = np.lexsort((*keys, group))
+    last = np.r_[group[order][1:] != group[order][:-1], True]
+    out[group[order][last]] = order[last]
+    return out
+
 
 def simulate_searches(
-    population: Population,
+    pages: Pages,
+    state: UrlbarState,
     users: np.ndarray,
     targets: np.ndarray,
-    model_scores: np.ndarray,
+    typed: np.ndarray,
+    rng: np.random.Generator,
     *,
-    k: int = 10,
-    attention_depth: int | None = None,
-    first_slot: np.ndarray | None = None,
+    typing: TypingModel | None = None,
+    config: UrlbarConfig | None = None,
 ) -> SearchBatch:
-    """Simulate one URL bar search per entry of ``users`` (paper Sec. 4, 6.2).
+    """Simulate one URL-bar search per entry of ``users`` (see the module docstring).
 
     Args:
-        population: the users' histories and page titles.
-        users: int ``(S,)``: who searches.
-        targets: int ``(S,)``: the global id of the wanted page (a page of that user).
-        model_scores: float64 ``(N,)``: the ranking model's score of every page (its
-            owner's URL bar sorts matches by it).
-        k: number of suggestions shown.
-        attention_depth: how many of the top suggestions the user scans after every
-            keystroke (``1..k``; default ``k``).
-        first_slot: int ``(S,)``, optional: which word of the target's title the user types
-            first (the others follow in title order); default: the title in order.
-
-    Returns:
-        The :class:`SearchBatch` (see the module docstring for the typing, matching and
-        attention model).
+        pages: the users' pages.
+        state: stored frecencies, origin frecencies, adaptive history.
+        users, targets: int ``(S,)`` who searches and the wanted page (one of their pages).
+        typed: int ``(S, T)`` the words the user types in order (``-1`` padded, at least
+            one); each should be a word of the target, else the target may never match.
+        rng: the user's attention (blind characters, reading depth).
+        typing, config: the typing model and the URL bar's layout.
     """
-    users = population.check_users(users)
-    targets = np.asarray(targets)
-    if targets.shape != users.shape or not (
-        targets.size == 0 or np.issubdtype(targets.dtype, np.integer)
-    ):
-        raise DataFormatError(
-            f"targets must be integers shaped like users {users.shape}, got "
-            f"{targets.dtype} {targets.shape}"
-        )
-    targets = targets.astype(np.int64, copy=False)
-    if targets.size and (targets.min() < 0 or targets.max() >= population.n_pages):
-        raise DataFormatError(f"targets hold page ids outside 0..{population.n_pages - 1}")
-    if not np.array_equal(population.page_user[targets], users):
-        bad = int(np.flatnonzero(population.page_user[targets] != users)[0])
-        raise DataFormatError(
-            f"search {bad}: target page {targets[bad]} belongs to user "
-            f"{population.page_user[targets[bad]]}, not to the searching user {users[bad]}"
-        )
-    scores = np.asarray(model_scores, dtype=np.float64)
-    if scores.shape != (population.n_pages,):
-        raise DataFormatError(
-            f"model_scores has shape {scores.shape}, expected ({population.n_pages},)"
-        )
-    if np.isnan(scores).any():
-        raise DataFormatError("model_scores contains NaN; the URL bar cannot rank NaN")
-    if int(k) != k or k < 1:
-        raise ConfigError(f"k (suggestions shown) must be a positive integer, got {k}")
-    k = int(k)
-    depth = k if attention_depth is None else attention_depth
-    if int(depth) != depth or not 1 <= depth <= k:
-        raise ConfigError(f"attention_depth must be an integer in 1..k={k}, got {depth}")
-    depth = int(depth)
+    typing = typing or TypingModel()
+    config = config or UrlbarConfig()
+    users = np.asarray(users, dtype=np.int64)
+    targets = np.asarray(targets, dtype=np.int64)
+    typed = np.atleast_2d(np.asarray(typed, dtype=np.int64))
+    n = users.size
+    _check(pages, state, users, targets, typed)
+    vocab = pages.vocabulary
+    lengths = np.where(typed >= 0, vocab.lengths[np.maximum(typed, 0)], 0)
+    n_tokens = (typed >= 0).sum(axis=1)
+    total = lengths.sum(axis=1) + np.maximum(n_tokens - 1, 0)
+    token_start = np.cumsum(lengths + 1, axis=1) - (lengths + 1)  # chars before token i
+    first_len = lengths[:, 0]
 
-    n_search = users.size
-    if n_search == 0:
-        empty = np.zeros(0, dtype=np.int64)
-        return SearchBatch(
-            user=empty, target=empty, chars_typed=empty, selected_rank=empty,
-            shown=np.zeros((0, k), dtype=np.int64), n_shown=empty,
-            found=np.zeros(0, dtype=bool),
-        )  # fmt: skip
+    owner, cand, drop = _matching_pairs(pages, users, typed, lengths, token_start)
+    lcp = vocab.lcp_pairs
 
-    vocab = population.vocabulary
-    row = vocab.n_words + 1
-    lcp_flat = vocab.lcp_padded.reshape(-1)  # word -1 (padding) has lcp 0 with everything
-    title_words = population.title_words
+    # autofill: origin frecency, the user's threshold, the roots that may be autofilled
+    host = pages.host
+    origin = np.bincount(host, weights=np.maximum(state.origin, 0.0), minlength=host.max() + 1)
+    host_user = np.full(origin.size, -1, dtype=np.int64)
+    host_user[host] = pages.owner
+    valid = (host_user >= 0) & (origin > 0)
+    sums = np.bincount(host_user[valid], weights=origin[valid], minlength=pages.n_users)
+    counts = np.bincount(host_user[valid], minlength=pages.n_users)
+    threshold = sums / np.maximum(counts, 1)
+    # (no positive origin: the threshold is 0 and every host qualifies, as in Firefox)
+    qualified = origin >= threshold[np.maximum(host_user, 0)]
+    qualified |= state.host_bookmarked[: origin.size]
+    af_pair = np.zeros(0, dtype=np.int64)
+    af_until = np.zeros(0, dtype=np.int64)
+    if config.autofill:
+        af_pair = np.flatnonzero(pages.is_root[cand] & qualified[host[cand]])
+        reach = lcp(typed[owner[af_pair], 0], pages.words[cand[af_pair], 0])
+        af_until = np.minimum(reach, first_len[owner[af_pair]])
+        af_pair, af_until = af_pair[af_until >= 1], af_until[af_until >= 1]
 
-    # The typed string of every target: token i starts after offset[i] characters.
-    target_words = title_words[targets].astype(np.int64)  # (S, W), -1 padding
-    has_word = target_words >= 0
-    n_tokens = has_word.sum(axis=1)
-    if first_slot is not None:
-        first_slot = np.asarray(first_slot)
-        if first_slot.shape != targets.shape or not np.issubdtype(first_slot.dtype, np.integer):
-            raise DataFormatError(
-                f"first_slot must be integers shaped like targets {targets.shape}, got "
-                f"{first_slot.dtype} {first_slot.shape}"
-            )
-        if first_slot.size and ((first_slot < 0) | (first_slot >= n_tokens)).any():
-            raise DataFormatError("first_slot points past the end of a target's title")
-        # Move the first-typed word to the front; the rest keep their order.
-        slot = np.arange(target_words.shape[1])[None, :]
-        chosen = first_slot[:, None]
-        order = np.where(slot == 0, chosen, np.where(slot <= chosen, slot - 1, slot))
-        target_words = np.take_along_axis(target_words, order, axis=1)
-    word_len = np.where(has_word, vocab.lengths[np.maximum(target_words, 0)], 0)
-    offset = np.cumsum(word_len + 1, axis=1) - (word_len + 1)
-    title_len = word_len.sum(axis=1) + n_tokens - 1
-    never = int(title_len.max()) + 1  # drop step of candidates that always match
-
-    # Drop step of every (search, candidate) pair, token by token over the survivors.
-    flat = population.pages_of_users(users)
-    owner, page = flat.owner, flat.page
-    drop = np.full(page.size, never, dtype=np.int64)
-    alive = np.arange(page.size)
-    for i in range(target_words.shape[1]):
-        alive = alive[n_tokens[owner[alive]] > i]
-        if alive.size == 0:
-            break
-        who = owner[alive]
-        base = target_words[who, i] * row
-        cand = page[alive]
-        best = lcp_flat[base + title_words[cand, 0]]
-        for slot in range(1, title_words.shape[1]):
-            np.maximum(best, lcp_flat[base + title_words[cand, slot]], out=best)
-        fails = best < word_len[who, i]
-        failed = alive[fails]
-        drop[failed] = offset[who[fails], i] + best[fails] + 1
-        alive = alive[~fails]
-
-    # Outranking candidates that match after the first character decide the rank.
-    cand_score = scores[page]
-    target_score = scores[targets][owner]
-    outranks = (cand_score > target_score) | (
-        (cand_score == target_score) & (page < targets[owner])
+    # adaptive rows of every search's user: (search, row) pairs
+    first_page = pages.user_offsets[users]
+    last_page = pages.user_offsets[users + 1]
+    r_lo, r_hi = state.inputs.rows_of_pages(first_page, last_page)
+    r_count = r_hi - r_lo
+    a_search = np.repeat(np.arange(n, dtype=np.int64), r_count)
+    a_row = np.arange(int(r_count.sum()), dtype=np.int64) + np.repeat(
+        r_lo - (np.cumsum(r_count) - r_count), r_count
     )
-    rel = np.flatnonzero(outranks & (drop > 1))
-    rel_owner = owner[rel]
-    rel_drop = drop[rel]
-    n_rel = np.bincount(rel_owner, minlength=n_search)
-    # The depth-th largest drop step per search: sort by (owner, drop descending).
-    order = np.argsort(rel_owner * (never + 1) + (never - rel_drop))
-    sorted_drop = rel_drop[order]
-    rel_start = np.cumsum(n_rel) - n_rel
-    enough = n_rel >= depth
-    kth = np.zeros(n_search, dtype=np.int64)
-    kth[enough] = sorted_drop[rel_start[enough] + depth - 1]
-    found = kth < never
-    chars = np.where(found, np.maximum(kth, 1), title_len)
-    rank = np.bincount(rel_owner, weights=rel_drop > chars[rel_owner], minlength=n_search)
-    rank = rank.astype(np.int64)
+    inputs = state.inputs
+    a_page = inputs.page[a_row]
+    a_len = inputs.length[a_row]
+    a_reach = np.minimum(lcp(typed[a_search, 0], inputs.word[a_row]), a_len)
+    a_reach = np.minimum(a_reach, first_len[a_search])
+    a_use = inputs.use_count[a_row]
 
-    # Suggestions at that moment: the matched candidates, best first, top k.
-    matched = np.flatnonzero(drop > chars[owner])
-    m_owner = owner[matched]
-    # Sort by (owner, score descending); the sort is stable and candidates are listed in
-    # ascending page id, so ties go to the lower page id. ``matched`` is already grouped by
-    # owner, which the stable (run-detecting) sort exploits.
-    # Complex numbers sort lexicographically by (real, imag).
-    key = np.empty(matched.size, dtype=np.complex128)
-    key.real = m_owner
-    key.imag = -cand_score[matched]
-    m_order = np.argsort(key, kind="stable")
-    m_owner = m_owner[m_order]
-    m_page = page[matched][m_order]
-    n_matched = np.bincount(m_owner, minlength=n_search)
-    m_pos = np.arange(m_owner.size) - (np.cumsum(n_matched) - n_matched)[m_owner]
-    top = m_pos < k
-    shown = np.full((n_search, k), -1, dtype=np.int64)
-    shown[m_owner[top], m_pos[top]] = m_page[top]
+    stored = state.stored
+    listable = state.listable & (stored != 0)
+    general = config.general_rows
+    blind = 1 + rng.poisson(typing.blind_chars, n)
+    chars = total.copy()
+    rank_out = np.full(n, -1, dtype=np.int64)
+    found = np.zeros(n, dtype=bool)
+    autofilled = np.zeros(n, dtype=bool)
+    shown = np.full((n, config.history_rows), -1, dtype=np.int64)
+    n_shown = np.zeros(n, dtype=np.int64)
+    active = total >= 1
+    t_stored = stored[targets]
 
+    pool = np.arange(cand.size)  # pairs still matching
+    for c in range(1, int(total.max(initial=0)) + 1):
+        live = active & (total >= c)
+        if not live.any():
+            break
+        pool = pool[(drop[pool] > c) & live[owner[pool]]]
+        idx = pool
+        s_of = owner[idx]
+        j = cand[idx]
+        # autofill row: the qualified root with the highest origin frecency among those
+        # whose host starts with the typed text
+        af = af_pair[(af_until >= c) & live[owner[af_pair]]]
+        af_idx = _segment_argmax((cand[af], origin[host[cand[af]]]), owner[af], n)
+        af_page = np.full(n, -1, dtype=np.int64)
+        af_page[af_idx >= 0] = cand[af[af_idx[af_idx >= 0]]]
+        # adaptive rows (first word only), best rank per (search, page), top adaptive_rows
+        # (Firefox: ROUND(MAX(use_count) * (1 + (input = typed)), 1) per visited or
+        # bookmarked page, the exact flag from the row holding the max)
+        ok = live[a_search] & (a_reach >= c) & state.listable[a_page]
+        sel = np.flatnonzero(ok)
+        ad_s, ad_p, ad_u, ad_x = a_search[sel], a_page[sel], a_use[sel], a_len[sel] == c
+        order = np.lexsort((-ad_u, ad_p, ad_s))
+        ad_s, ad_p, ad_u, ad_x = ad_s[order], ad_p[order], ad_u[order], ad_x[order]
+        firsts = np.r_[True, (ad_s[1:] != ad_s[:-1]) | (ad_p[1:] != ad_p[:-1])][: ad_s.size]
+        ad_s, ad_p = ad_s[firsts], ad_p[firsts]
+        ad_r = np.round(ad_u[firsts] * (1.0 + ad_x[firsts]), 1)
+        keep = ad_p != af_page[ad_s]
+        ad_s, ad_p, ad_r = ad_s[keep], ad_p[keep], ad_r[keep]
+        order = np.lexsort((-stored[ad_p], -ad_r, ad_s))
+        ad_s, ad_p, ad_r = ad_s[order], ad_p[order], ad_r[order]
+        seg = np.flatnonzero(np.r_[True, ad_s[1:] != ad_s[:-1]]) if ad_s.size else np.zeros(0, int)
+        pos = np.arange(ad_s.size) - np.repeat(seg, np.diff(np.r_[seg, ad_s.size]))
+        top = pos < min(config.adaptive_rows, general)
+        ad_s, ad_p, pos = ad_s[top], ad_p[top], pos[top]
+        n_adaptive = np.bincount(ad_s, minlength=n)
+        t_adaptive = np.full(n, -1, dtype=np.int64)
+        hit = ad_p == targets[ad_s]
+        t_adaptive[ad_s[hit]] = pos[hit]
+        in_adaptive = np.zeros(idx.size, dtype=bool)
+        if ad_s.size:
+            key_pairs = s_of * (pages.n_pages + 1) + j
+            key_ad = np.sort(ad_s * (pages.n_pages + 1) + ad_p)
+            p = np.minimum(np.searchsorted(key_ad, key_pairs), key_ad.size - 1)
+            in_adaptive = key_ad[p] == key_pairs
+        # frecency rows ahead of the target
+        matching = listable[j] & (j != af_page[s_of]) & ~in_adaptive
+        ahead = matching & (
+            (stored[j] > t_stored[s_of]) | ((stored[j] == t_stored[s_of]) & (j > targets[s_of]))
+        )
+        n_ahead = np.bincount(s_of, weights=ahead, minlength=n).astype(np.int64)
+        t_matches = (j == targets[s_of]) & listable[j]
+        t_listed = np.bincount(s_of, weights=t_matches, minlength=n) > 0
+        has_af = af_page >= 0
+        is_af = has_af & (af_page == targets)
+        in_ad = t_adaptive >= 0
+        room = general - n_adaptive
+        rank = np.where(
+            is_af, 0,
+            np.where(in_ad, has_af + t_adaptive,
+                     np.where(t_listed & (n_ahead < room), has_af + n_adaptive + n_ahead, -1)),
+        )  # fmt: skip
+        look = live & (c >= np.minimum(blind, total)) & (rank >= 0)
+        u = rng.random(n)
+        notice = look & ((c == total) | (u < typing.scan_continue ** np.maximum(rank, 0)))
+        done = np.flatnonzero(notice)
+        if done.size:
+            chars[done] = c
+            rank_out[done] = rank[done]
+            found[done] = True
+            autofilled[done] = is_af[done]
+            rows = _rows_at(
+                done, s_of, j, matching, stored, af_page, ad_s, ad_p, pos, n,
+                config.history_rows,
+            )  # fmt: skip
+            shown[done] = rows
+            n_shown[done] = (rows >= 0).sum(axis=1)
+            active[done] = False
+    in_first = chars <= first_len
     return SearchBatch(
         user=users,
         target=targets,
-        chars_typed=chars.astype(np.int64),
-        selected_rank=rank,
+        chars_typed=chars,
+        selected_rank=rank_out,
         shown=shown,
-        n_shown=np.minimum(n_matched, k).astype(np.int64),
+        n_shown=n_shown,
         found=found,
+        autofilled=autofilled,
+        first_word=typed[:, 0].copy(),
+        first_chars=np.where(found & in_first, chars, 0),
     )
 
 
-__all__ = ["SearchBatch", "simulate_searches"]
+def _rows_at(
+    done: np.ndarray,
+    s_of: np.ndarray,
+    j: np.ndarray,
+    matching: np.ndarray,
+    stored: np.ndarray,
+    af_page: np.ndarray,
+    ad_s: np.ndarray,
+    ad_p: np.ndarray,
+    ad_pos: np.ndarray,
+    n: int,
+    width: int,
+) -> np.ndarray:
+    """The history rows of the searches ``done`` now: autofill, the adaptive rows, then the
+    frecency rows (frecency desc, id desc); ``width`` rows with an autofill row, one fewer
+    without (the heuristic row is then of another style)."""
+    mark = np.zeros(n, dtype=bool)
+    mark[done] = True
+    # category 0: autofill, 1: adaptive (by position), 2: frecency rows
+    s_f = s_of[matching & mark[s_of]]
+    p_f = j[matching & mark[s_of]]
+    s_a = ad_s[mark[ad_s]]
+    p_a = ad_p[mark[ad_s]]
+    s_0 = done[af_page[done] >= 0]
+    p_0 = af_page[s_0]
+    all_s = np.concatenate([s_0, s_a, s_f])
+    all_p = np.concatenate([p_0, p_a, p_f])
+    cat = np.concatenate([np.zeros(s_0.size), np.ones(s_a.size), np.full(s_f.size, 2.0)])
+    within = np.concatenate([
+        np.zeros(s_0.size), ad_pos[mark[ad_s]].astype(np.float64), -stored[p_f],
+    ])  # fmt: skip
+    tie = np.concatenate([np.zeros(s_0.size + s_a.size), -p_f.astype(np.float64)])
+    order = np.lexsort((tie, within, cat, all_s))
+    all_s, all_p = all_s[order], all_p[order]
+    seg = np.flatnonzero(np.r_[True, all_s[1:] != all_s[:-1]]) if all_s.size else np.zeros(0, int)
+    pos = np.arange(all_s.size) - np.repeat(seg, np.diff(np.r_[seg, all_s.size]))
+    row_of = np.full(n, -1, dtype=np.int64)
+    row_of[done] = np.arange(done.size)
+    out = np.full((done.size, width), -1, dtype=np.int64)
+    keep = pos < width
+    has_af = np.zeros(n, dtype=bool)
+    has_af[s_0] = True
+    keep &= pos < np.where(has_af[all_s], width, width - 1)
+    out[row_of[all_s[keep]], pos[keep]] = all_p[keep]
+    return out
+
+
+def _check(
+    pages: Pages, state: UrlbarState, users: np.ndarray, targets: np.ndarray, typed: np.ndarray
+) -> None:
+    n = pages.n_pages
+    for name in ("stored", "origin", "listable"):
+        if getattr(state, name).shape != (n,):
+            raise DataFormatError(f"UrlbarState.{name} must have one entry per page ({n})")
+    n_hosts = int(pages.host.max(initial=-1)) + 1
+    if state.host_bookmarked.ndim != 1 or state.host_bookmarked.size < n_hosts:
+        raise DataFormatError(f"UrlbarState.host_bookmarked must cover every host id ({n_hosts})")
+    if users.ndim != 1 or targets.shape != users.shape or typed.shape[0] != users.size:
+        raise DataFormatError("users, targets and typed need one row per search")
+    if users.size and (users.min() < 0 or users.max() >= pages.n_users):
+        raise DataFormatError(f"user ids must be in 0..{pages.n_users - 1}")
+    if targets.size and (pages.owner[targets] != users).any():
+        raise DataFormatError("every target must be a page of the searching user")
+    if users.size and (
+        typed.shape[1] == 0
+        or (typed[:, 0] < 0).any()
+        or (typed < -1).any()
+        or ((typed[:, :-1] < 0) & (typed[:, 1:] >= 0)).any()
+        or (typed >= pages.vocabulary.n_words).any()
+    ):
+        raise DataFormatError("every search types at least one vocabulary word (-1 padded)")

@@ -1,0 +1,158 @@
+"""Firefox's history of every page, kept up to date while a study runs (Mozilla paper,
+Sec. 4; ``moz_places`` and ``moz_historyvisits``).
+
+:class:`VisitStore` holds, for every page, what classic frecency reads: the rows of
+Firefox's sampling query (the ``NUM_SAMPLED_VISITS`` newest visits, newest first, each with
+its type, the type of the visit it was redirected from and the type of the redirect it led
+to) and the page facts (``visit_count`` counting only the types Firefox counts, ``typed``,
+bookmarks). New visits -- a URL-bar selection recorded as TYPED, a click of the AOL log --
+are merged in with :meth:`VisitStore.add`, vectorized over pages;
+:meth:`VisitStore.histories` gives the :class:`~fedrank.models.frecency.history.
+PageHistories` at any time, ages in whole days as Firefox computes them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedrank.data.browsing import BrowsingWorld, VisitStream
+from fedrank.errors import DataFormatError
+from fedrank.models.frecency.history import (
+    NOT_COUNTED_TYPES,
+    NUM_SAMPLED_VISITS,
+    PageHistories,
+    VisitType,
+)
+
+__all__ = ["VisitStore"]
+
+
+class VisitStore:
+    """The newest visit rows and page facts of ``n_pages`` pages (see module docstring).
+
+    Attributes:
+        time: float64 ``(N, W)`` visit times (days; NaN: no row), newest first.
+        visit_id: int64 ``(N, W)`` the order the visits arrived in (ties in time: the later
+            visit first, as Firefox's index scan returns them).
+        visit_type, origin_type, redirect_target: int8 ``(N, W)`` the row columns of
+            :class:`~fedrank.models.frecency.history.PageHistories`.
+        visit_count: int64 ``(N,)``; typed: bool ``(N,)``.
+        bookmarked: bool ``(N,)``; bookmark_time: float64 ``(N,)`` the newest bookmark's
+            time (NaN when none).
+    """
+
+    def __init__(self, n_pages: int, width: int = NUM_SAMPLED_VISITS) -> None:
+        if n_pages < 0 or width < 1:
+            raise DataFormatError(f"need n_pages >= 0 and width >= 1, got {n_pages}, {width}")
+        self.time = np.full((n_pages, width), np.nan)
+        self.visit_id = np.full((n_pages, width), -1, dtype=np.int64)
+        self.visit_type = np.zeros((n_pages, width), dtype=np.int8)
+        self.origin_type = np.zeros((n_pages, width), dtype=np.int8)
+        self.redirect_target = np.zeros((n_pages, width), dtype=np.int8)
+        self.visit_count = np.zeros(n_pages, dtype=np.int64)
+        self.typed = np.zeros(n_pages, dtype=bool)
+        self.bookmarked = np.zeros(n_pages, dtype=bool)
+        self.bookmark_time = np.full(n_pages, np.nan)
+        self._next_id = 0
+
+    @classmethod
+    def from_world(cls, world: BrowsingWorld) -> VisitStore:
+        """The store as of the study's start: the world's history and bookmarks."""
+        store = cls(world.pages.n_pages)
+        store.add_bookmarks(world.bookmark_page, world.bookmark_time)
+        store.add(world.history)
+        return store
+
+    @property
+    def n_pages(self) -> int:
+        return int(self.time.shape[0])
+
+    @property
+    def width(self) -> int:
+        return int(self.time.shape[1])
+
+    def add_bookmarks(self, pages: np.ndarray, times: np.ndarray) -> None:
+        """Bookmark ``pages`` at ``times`` (``foreign_count > 0`` from then on)."""
+        pages = np.asarray(pages, dtype=np.int64)
+        times = np.asarray(times, dtype=np.float64)
+        self._check_pages(pages)
+        self.bookmarked[pages] = True
+        current = np.where(np.isnan(self.bookmark_time), -np.inf, self.bookmark_time)
+        np.maximum.at(current, pages, times)
+        self.bookmark_time = np.where(np.isfinite(current), current, np.nan)
+
+    def add(self, visits: VisitStream) -> None:
+        """Merge new visits (redirects resolved within ``visits``): every affected page keeps
+        its ``width`` newest rows; counts and ``typed`` are updated."""
+        if visits.n_visits == 0:
+            return
+        self._check_pages(visits.page)
+        ids = self._next_id + np.arange(visits.n_visits, dtype=np.int64)
+        self._next_id += visits.n_visits
+        origin = visits.origin_type()
+        target = visits.redirect_target()
+        counted = ~np.isin(visits.visit_type, NOT_COUNTED_TYPES)
+        np.add.at(self.visit_count, visits.page, counted.astype(np.int64))
+        self.typed[visits.page[visits.visit_type == VisitType.TYPED]] = True
+
+        affected = np.unique(visits.page)
+        old = self.time[affected]
+        have = ~np.isnan(old)
+        rows_page = np.concatenate([np.repeat(affected, have.sum(axis=1)), visits.page])
+        rows_time = np.concatenate([old[have], visits.time])
+        rows_id = np.concatenate([self.visit_id[affected][have], ids])
+        cols = {
+            "visit_type": np.concatenate([self.visit_type[affected][have], visits.visit_type]),
+            "origin_type": np.concatenate([self.origin_type[affected][have], origin]),
+            "redirect_target": np.concatenate([self.redirect_target[affected][have], target]),
+        }
+        order = np.lexsort((-rows_id, -rows_time, rows_page))
+        page_sorted = rows_page[order]
+        starts = np.flatnonzero(np.r_[True, page_sorted[1:] != page_sorted[:-1]])
+        rank = np.arange(order.size) - np.repeat(starts, np.diff(np.r_[starts, order.size]))
+        keep = order[rank < self.width]
+        col = rank[rank < self.width]
+        page = rows_page[keep]
+        self.time[affected] = np.nan
+        self.visit_id[affected] = -1
+        for name in cols:
+            getattr(self, name)[affected] = 0
+        self.time[page, col] = rows_time[keep]
+        self.visit_id[page, col] = rows_id[keep]
+        for name, values in cols.items():
+            getattr(self, name)[page, col] = values[keep]
+
+    def last_visit(self) -> np.ndarray:
+        """float64 ``(N,)``: the newest visit's time (NaN for pages never visited)."""
+        return self.time[:, 0].copy()
+
+    def histories(self, now: float, index: np.ndarray | None = None) -> PageHistories:
+        """The pages' :class:`PageHistories` at time ``now`` (days): ages in whole days
+        truncated toward zero (``trunc(now - time)``, Firefox's integer division), rows
+        newest first; ``index`` selects pages."""
+        if index is None:
+            idx: slice | np.ndarray = slice(None)
+        else:
+            idx = np.asarray(index, dtype=np.int64)
+            self._check_pages(idx)
+        time = self.time[idx]
+        real = ~np.isnan(time)
+        age = np.where(real, np.trunc(now - np.where(real, time, now)), 0.0)
+        bm_time = self.bookmark_time[idx]
+        bookmarked = self.bookmarked[idx]
+        return PageHistories.build(
+            age,
+            np.where(real, self.visit_type[idx], 0).astype(np.int8),
+            self.visit_count[idx],
+            visit_origin_type=self.origin_type[idx],
+            visit_redirect_target=self.redirect_target[idx],
+            bookmarked=bookmarked,
+            typed=self.typed[idx],
+            bookmark_age_days=np.where(bookmarked, np.trunc(now - np.nan_to_num(bm_time)), 0.0),
+        )
+
+    def _check_pages(self, pages: np.ndarray) -> None:
+        if pages.size and (pages.min() < 0 or pages.max() >= self.n_pages):
+            raise DataFormatError(
+                f"page ids must be in 0..{self.n_pages - 1}, got {pages.min()}..{pages.max()}"
+            )
