@@ -54,3 +54,27 @@ def write_log(path: Path, rows: list[tuple[int, str, str, str]] = ROWS) -> Path:
     lines = ["\t".join(HEADER)] + ["\t".join(map(str, r)) for r in rows]
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def write_browsing_log(path: Path, n_users: int = 30, seed: int = 0) -> Path:
+    """A random AOL-style click log with revisits: ``n_users`` users, March-May 2006, each
+    clicking its own Zipf-popular sites (some through their name, some through topic
+    queries), for the URL-bar world (``fedrank.data.aol_browsing``)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    topics = ["news", "music", "cars", "recipes", "weather", "tickets", "games", "maps"]
+    rows: list[tuple[int, str, str, str]] = []
+    for user in range(1, n_users + 1):
+        sites = [f"site{user}x{k}" for k in range(12)]
+        weights = 1.0 / np.arange(1, 13)
+        for _ in range(int(rng.integers(30, 60))):
+            k = int(rng.choice(12, p=weights / weights.sum()))
+            day = int(rng.integers(0, 92))
+            moment = np.datetime64("2006-03-01T00:00:00") + np.timedelta64(
+                day * 86400 + int(rng.integers(0, 86400)), "s"
+            )
+            query = sites[k] if rng.random() < 0.3 else f"{topics[k % 8]} {topics[(k + 3) % 8]}"
+            when = str(moment).replace("T", " ")
+            rows.append((user, query, when, f"http://www.{sites[k]}.com/"))
+    return write_log(path, rows)

@@ -1,7 +1,7 @@
 """``fedrank frecency ...``, run in-process with click's CliRunner.
 
-Study runs are kept small (a few hundred users, a few iterations) so that every test takes
-a few seconds; one test runs the default 3000-user study once (~10 s).
+Study runs are kept small (a few hundred users, two weeks of history, a few iterations) so
+that every test takes a few seconds.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ STUDY_PLOTS = ("loss.png", "weights.png", "chars_typed.png")
 BRANCHES = ("treatment", "control", "control-no-decay")
 POLICY_ROW_KEYS = ("reached", "reports", "iterations", "hours")
 POLICY_ROW_KEYS += ("initial_loss", "target_loss", "final_loss")
-SMALL_STUDY = ["--users", "300", "--iterations", "3", "--seed", "1"]
+SMALL_STUDY = ["--users", "300", "--iterations", "3", "--seed", "1", "--history-days", "14"]
 
 
 def _load(path: Path) -> Any:
@@ -220,37 +220,40 @@ def test_simulate_writes_the_documented_json(simulate_run: tuple[Result, Path, P
     evaluation = data["eval"]
     for branch in BRANCHES:
         ev = evaluation[branch]
-        assert {"chars_typed_mean", "selected_rank_mean", "n"} <= set(ev)
+        assert {"chars_typed_mean", "selected_rank_mean", "n", "n_users"} <= set(ev)
         assert ev["chars_typed_mean"] >= 1.0  # at least one character per search
         assert ev["selected_rank_mean"] >= 0.0
         assert isinstance(ev["n"], int) and ev["n"] > 0
-    # Every user makes --eval-searches evaluation searches; users are split 60/20/20.
-    per_user = data["config"]["eval_searches_per_user"]
-    assert per_user >= 1
-    total = 300 * per_user
-    assert sum(evaluation[b]["n"] for b in BRANCHES) == total
-    assert evaluation["treatment"]["n"] == pytest.approx(0.6 * total, abs=per_user)
-    # The oracle (treatment users ranked by the hidden weights) is the best possible.
-    oracle = data["oracle"]
-    assert oracle["n"] == evaluation["treatment"]["n"]
-    assert oracle["selected_rank_mean"] <= evaluation["treatment"]["selected_rank_mean"]
+    # Users are split 60/20/20; every user with a history selection counts once.
+    assert sum(evaluation[b]["n_users"] for b in BRANCHES) <= 300
+    assert evaluation["treatment"]["n_users"] > evaluation["control"]["n_users"]
+    # The oracle (treatment users ranked by the hidden weights) on the same searches.
+    assert data["oracle"]["n"] > 0
 
     tests = data["tests"]
-    assert set(tests) == {"treatment_vs_control", "treatment_vs_control_no_decay"}
+    assert set(tests) == {
+        "treatment_vs_control",
+        "treatment_vs_control_no_decay",
+        "treatment_vs_control_rank",
+        "treatment_vs_control_no_decay_rank",
+    }
     for test in tests.values():
-        assert 0.0 <= test["pvalue"] <= 1.0
+        assert 0.0 <= test["pvalue"] <= 1.0 and test["unit"] == "user"
         assert isinstance(test["statistic"], float)
 
-    # The summary printed matches the JSON.
+    # The summary printed matches the JSON, with the paper's figures beside ours.
     out = result.output
     assert f"constraints held: {data['constraints_held']}" in out
     for branch in BRANCHES:
         shown = re.search(
-            rf"^\s*{re.escape(branch)}\s+chars typed (\S+)\s+rank (\S+)", out, re.MULTILINE
+            rf"^\s*{re.escape(branch)}\s+chars typed (\S+) \(paper \S+\)\s+rank (\S+) \(paper",
+            out,
+            re.MULTILINE,
         )
         assert shown, out
         _assert_shows(shown.group(1), evaluation[branch]["chars_typed_mean"])
         _assert_shows(shown.group(2), evaluation[branch]["selected_rank_mean"])
+    assert "(paper 4.26)" in out and "per-user means" in out
     assert f"wrote {json_path}" in out
 
 
@@ -276,13 +279,17 @@ def test_simulate_other_seed_gives_other_results(
 ) -> None:
     _, first, _ = simulate_run
     other = tmp_path / "other.json"
-    _ok(_argv("frecency simulate --users 300 --iterations 3 --seed 2 --json", other))
+    _ok(_argv("frecency simulate --users 300 --iterations 3 --seed 2 --history-days 14 --json",
+              other))  # fmt: skip
     assert _load(other)["loss_per_iteration"] != _load(first)["loss_per_iteration"]
 
 
 def test_simulate_sign_messages_and_stability(tmp_path: Path) -> None:
     json_path, out_dir = tmp_path / "sign.json", tmp_path / "plots"
-    args = "frecency simulate --users 200 --iterations 2 --message sign --optimizer adam"
+    args = (
+        "frecency simulate --users 200 --iterations 2 --message sign --optimizer adam "
+        "--history-days 14"
+    )
     _ok([*_argv(f"{args} --stability --json", json_path), *_argv("--out", out_dir)])
     data = _load(json_path)
     assert data["config"]["message"] == "sign"
@@ -295,8 +302,9 @@ def test_simulate_sign_messages_and_stability(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--attention-depth", "0"], "attention_depth must be in 1..k=10, got 0"),
-        (["--attention-depth", "11"], "attention_depth must be in 1..k=10, got 11"),
+        (["--blind-chars", "-1"], "blind_chars must be >= 0"),
+        (["--scan-continue", "2"], "scan_continue must be in [0, 1]"),
+        (["--history-days", "0"], "history_days must be > 0"),
         (["--users", "1"], "n_users must be >= 3"),
         (["--iterations", "0"], "iterations must be >= 1"),
         (["--searches-per-iteration", "0"], "searches_per_iteration must be > 0"),
@@ -316,6 +324,8 @@ def test_simulate_bad_values_fail_cleanly(args: list[str], message: str, tmp_pat
     ("args", "option"),
     [
         (["--preset", "nope"], "--preset"),
+        (["--world", "mars"], "--world"),
+        (["--setting", "mine"], "--setting"),
         (["--message", "dense"], "--message"),
         (["--users", "many"], "--users"),
     ],
@@ -332,64 +342,40 @@ def test_simulate_bad_choices_are_usage_errors(args: list[str], option: str) -> 
 # ----------------------------------------------------------------------------------------
 
 
-def _check_power_json(data: dict[str, Any], searches_per_user: int) -> None:
-    assert data["target_power"] == 0.8
-    assert data["searches_per_user"] == searches_per_user
-    curve = data["curve"]
-    assert curve and all(set(point) == {"n", "power"} for point in curve)
-    assert [point["n"] for point in curve] == sorted(point["n"] for point in curve)
-    assert all(0.0 <= point["power"] <= 1.0 for point in curve)
-    if data["reached"]:
-        assert isinstance(data["n"], int) and data["n"] >= 2
-        assert data["power"] >= 0.8
-        assert {"n": data["n"], "power": data["power"]} in curve
-        assert data["users_per_group"] == -(-data["n"] // searches_per_user)
-    else:
-        assert data["n"] is None
-
-
-def test_power_writes_json(tmp_path: Path) -> None:
+def test_power_effect_writes_json(tmp_path: Path) -> None:
     json_path = tmp_path / "power.json"
-    args = "frecency power --users 200 --repetitions 20 --searches-per-user 3 --seed 3"
+    args = "frecency power --part effect --users 200 --iterations 2 --repetitions 20 --seed 3"
     result = _ok(_argv(f"{args} --json", json_path))
-    data = _load(json_path)
-    _check_power_json(data, 3)
-    assert data["metric"] == "chars_typed"
-    # Default treatment: the preset's hidden weights, which type fewer characters.
-    assert data["reached"] is True
-    assert data["control_mean"] >= 1.0 and data["treatment_mean"] >= 1.0
-    assert data["treatment_mean"] < data["control_mean"]
-    assert f"{data['n']} searches per group" in result.output
+    data = _load(json_path)["effect"]
+    assert data["metric"] == "selected_rank" and data["unit"] == "user"
+    assert data["target_power"] == 0.8
+    curve = data["curve"]
+    assert curve and [p["n"] for p in curve] == sorted(p["n"] for p in curve)
+    assert all(0.0 <= p["power"] <= 1.0 for p in curve)
+    if data["reached"]:
+        assert data["power"] >= 0.8 and f"{data['n']} users per branch" in result.output
     assert f"wrote {json_path}" in result.output
 
 
-def test_power_effect_shifts_the_control_distribution(tmp_path: Path) -> None:
-    json_path = tmp_path / "power.json"
-    args = "frecency power --metric selected_rank --effect 1 --users 200 --repetitions 20"
-    _ok(_argv(f"{args} --searches-per-user 4 --json", json_path))
-    data = _load(json_path)
-    _check_power_json(data, 4)
-    assert data["metric"] == "selected_rank"
-    assert data["treatment_mean"] == pytest.approx(data["control_mean"] + 1.0)
-    assert data["reached"] is True
-
-
-def test_power_with_weights_of_a_simulate_run(
+def test_power_effect_shift_and_weights_of_a_simulate_run(
     simulate_run: tuple[Result, Path, Path], tmp_path: Path
 ) -> None:
-    _, study_json, _ = simulate_run
     json_path = tmp_path / "power.json"
-    args = "--users 200 --repetitions 10 --searches-per-user 2 --json"
+    args = "frecency power --part effect --effect 0.5 --users 200 --iterations 1 --repetitions 20"
+    _ok(_argv(f"{args} --json", json_path))
+    data = _load(json_path)["effect"]
+    assert data["treatment_mean"] == pytest.approx(data["control_mean"] + 0.5)
+    assert data["reached"] is True
+    _, study_json, _ = simulate_run
+    args = "--part effect --users 200 --iterations 1 --repetitions 10 --json"
     _ok([*_argv("frecency power --weights", study_json), *_argv(args, json_path)])
-    data = _load(json_path)
-    _check_power_json(data, 2)
-    assert str(study_json) in data["treatment"]
+    assert str(study_json) in _load(json_path)["effect"]["treatment"]
 
 
 def test_power_weights_without_final_weights_fail_cleanly(tmp_path: Path) -> None:
     bad = tmp_path / "not-a-study.json"
     bad.write_text(json.dumps({"pages": []}))
-    result = _run(["frecency", "power", "--weights", str(bad), "--users", "100"])
+    result = _run(["frecency", "power", "--part", "effect", "--weights", str(bad)])
     _assert_clean_failure(result, "final_weights")
     assert result.exit_code == 2
 
@@ -398,12 +384,24 @@ def test_power_weights_without_final_weights_fail_cleanly(tmp_path: Path) -> Non
     ("args", "message"),
     [
         (["--power", "1.5"], "power must lie in (0, 1)"),
-        (["--repetitions", "0"], "repetitions >= 1"),
+        (["--repetitions", "0"], "repetitions"),
     ],
 )
 def test_power_bad_values_fail_cleanly(args: list[str], message: str) -> None:
-    result = _run(["frecency", "power", "--users", "100", "--repetitions", "10", *args])
+    base = ["frecency", "power", "--part", "effect", "--users", "100", "--iterations", "1"]
+    result = _run([*base, *args])
     _assert_clean_failure(result, message)
+
+
+def test_calibrate_writes_the_fitted_typing_model(tmp_path: Path) -> None:
+    json_path = tmp_path / "calibration.json"
+    args = "frecency calibrate --users 30 --iterations 1 --max-evaluations 1 --json"
+    result = _ok(_argv(args, json_path))
+    data = _load(json_path)
+    assert {"blind_chars", "scan_continue", "chars_typed_mean", "selected_rank_mean"} <= set(data)
+    assert data["paper_control"] == {"chars_typed_mean": 4.26239, "selected_rank_mean": 0.3535}
+    assert len(data["evaluations"]) >= 12
+    assert "control types" in result.output
 
 
 def test_policies_writes_json(tmp_path: Path) -> None:
@@ -474,36 +472,27 @@ def test_messages_bad_seeds_fail_cleanly(seeds: str, code: int, message: str) ->
 
 
 def test_simulate_out_writes_report_json_and_plots(tmp_path: Path) -> None:
-    """The in-process study's markdown report (``simulate --out``; the default 3000-user
-    study, ~10 s)."""
+    """The in-process study's markdown report (``simulate --out``)."""
     out_dir = tmp_path / "study"
-    result = _ok(["frecency", "simulate", "--seed", "0", "--json", str(tmp_path / "r.json"),
+    result = _ok(["frecency", "simulate", *SMALL_STUDY, "--json", str(tmp_path / "r.json"),
                   "--out", str(out_dir)])  # fmt: skip
     data = _load(tmp_path / "r.json")
     report = (out_dir / "report.md").read_text()
     _assert_pngs(out_dir)
     assert f"wrote {out_dir / 'report.md'}" in result.output
-
-    assert data["config"]["n_users"] == 3000
-    assert data["config"]["iterations"] == 40
-    assert len(data["loss_per_iteration"]) == 40
-    assert "Produced by `fedrank frecency simulate --seed 0" in report
-
-    losses = data["loss_per_iteration"]
-    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
-    assert last < first  # the study learns
-    _assert_shows(_line_after(report, "- treatment loss, mean of the first 5 iterations:"), first)
-    _assert_shows(_line_after(report, "- treatment loss, mean of the last 5 iterations:"), last)
-    _assert_shows(_line_after(report, "- relative reduction:"), 100 * (1 - last / first))
+    assert "Produced by `fedrank frecency simulate --seed 1" in report
+    assert "beside the paper (Figure 5)" in report and "| 4.26239 |" in report
     assert _line_after(report, "- safeguards held in every iteration:").strip() == str(
         data["constraints_held"]
     )
     for branch in BRANCHES:
         ev = data["eval"][branch]
         cells = [c.strip() for c in _line_after(report, f"| {branch} |").split("|")]
-        assert int(cells[0]) == ev["n"]
-        _assert_shows(cells[1], ev["chars_typed_mean"])
-        _assert_shows(cells[2], ev["selected_rank_mean"])
+        assert int(cells[0]) == ev["n_users"] and int(cells[1]) == ev["n"]
+        _assert_shows(cells[2], ev["chars_typed_mean"])
+        _assert_shows(cells[4], ev["selected_rank_mean"])
+    for row in data["all_tests"]:
+        assert f"| {row['metric']} | {row['a']} | {row['b']} |" in report
     for name in STUDY_PLOTS:
         assert f"]({name})" in report
 

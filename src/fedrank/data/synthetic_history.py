@@ -419,17 +419,22 @@ def _page_words(
     width = 1 + n_p + int(n_title.max(initial=1))
     words = np.full((n, width), -1, dtype=np.int32)
     words[:, 0] = host_name[page_host]
-    words[:, 1 : 1 + n_p] = np.where(np.arange(n_p)[None, :] < n_path[:, None], draw((n, n_p)), -1)
-    title = np.where(
-        np.arange(width - 1 - n_p)[None, :] < n_title[:, None], draw((n, width - 1 - n_p)), -1
-    )
+    path_slot = np.arange(n_p)[None, :] < n_path[:, None]
+    words[:, 1 : 1 + n_p][path_slot] = draw(int(path_slot.sum()))
+    title_slot = np.arange(width - 1 - n_p)[None, :] < n_title[:, None]
+    title = np.full((n, width - 1 - n_p), -1, dtype=np.int32)
+    title[title_slot] = draw(int(title_slot.sum()))
     title[site, 0] = host_name[page_host[site]]
     words[:, 1 + n_p :] = title
-    # distinct words within a page (a repeated word adds nothing to matching), left-packed
-    # in order, so the URL words stay first
-    for a in range(1, width):
-        for b in range(a):
-            words[:, a] = np.where(words[:, a] == words[:, b], -1, words[:, a])
+    # distinct words within a page (a repeated word adds nothing to matching): a stable
+    # sort of each row puts equal words side by side, first occurrence first
+    order = np.argsort(words, axis=1, kind="stable")
+    ranked = np.take_along_axis(words, order, axis=1)
+    repeat = np.zeros(words.shape, dtype=bool)
+    np.put_along_axis(
+        repeat, order[:, 1:], (ranked[:, 1:] == ranked[:, :-1]) & (ranked[:, 1:] >= 0), axis=1
+    )
+    words[repeat] = -1
     n_url = (words[:, : 1 + n_p] >= 0).sum(axis=1).astype(np.int64)
     order = np.argsort(words < 0, axis=1, kind="stable")
     words = np.take_along_axis(words, order, axis=1)

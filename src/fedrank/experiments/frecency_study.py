@@ -71,9 +71,13 @@ PAPER_EVAL: dict[str, dict[str, float]] = {
     "control": {"chars_typed_mean": 4.26239, "selected_rank_mean": 0.35350},
     "control-no-decay": {"chars_typed_mean": 4.24125, "selected_rank_mean": 0.35771},
 }
-#: History searches per user per day in the paper's evaluation phase: 3,674,063 pings from
-#: 306,200 users in 10 days.
-PAPER_SEARCHES_PER_DAY = 3_674_063 / 306_200 / 10
+#: History searches per user per day in the paper's optimization phase: the 5,748,814
+#: messages less the evaluation phase's 3,674,063, from 186,315 users in 137 iterations of
+#: 30 minutes (Sec. 6.3).
+PAPER_SEARCHES_PER_DAY = (5_748_814 - 3_674_063) / 186_315 / (137 * 0.5 / 24)
+#: The evaluation phase: 3,674,063 pings from 306,200 users in 10 days (12 per user).
+PAPER_EVAL_DAYS = 10.0
+PAPER_EVAL_SEARCHES = 3_674_063 / 306_200
 
 #: Rprop hyperparameters of each setting: the paper's text (Sec. 5.3, Igel & Huesken's
 #: usual factors, steps bounded by the safeguards' 3 points) and the deployed server's
@@ -113,8 +117,9 @@ class FrecencyStudyConfig:
             (synthetic world).
         searches_per_day: history searches per user per day, which sets the simulated time
             of an iteration (``searches_per_iteration / searches_per_day`` days; the paper's
-            evaluation phase: 1.2).
-        eval_searches_per_user: mean searches per user in the evaluation phase.
+            optimization phase: 3.9).
+        eval_searches_per_user, eval_days: searches per user in the evaluation phase and
+            its length (the paper: 12 searches per user in 10 days).
         history_days: days of synthetic history before the study.
         aol_log: the AOL click log (``None``: the shared sample); ``aol_study_start``: the
             cut between history and study; ``aol_study_days``: days replayed, the last
@@ -149,7 +154,8 @@ class FrecencyStudyConfig:
     seed: int = 0
     searches_per_iteration: float = 1.0
     searches_per_day: float = PAPER_SEARCHES_PER_DAY
-    eval_searches_per_user: int = 20
+    eval_searches_per_user: int = 12
+    eval_days: float = PAPER_EVAL_DAYS
     history_days: float = 30.0
     aol_log: str | None = None
     aol_study_start: str = "2006-05-01"
@@ -190,7 +196,7 @@ class FrecencyStudyConfig:
             raise ConfigError("the synthetic world needs n_users")
         if self.iterations < 1:
             raise ConfigError(f"iterations must be >= 1, got {self.iterations}")
-        for name in ("searches_per_iteration", "searches_per_day", "history_days"):
+        for name in ("searches_per_iteration", "searches_per_day", "history_days", "eval_days"):
             if not (np.isfinite(getattr(self, name)) and getattr(self, name) > 0):
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.eval_searches_per_user < 1:
@@ -220,6 +226,10 @@ class FrecencyStudyConfig:
             raise ConfigError(
                 f"delta (the SVM margin) must be a finite number >= 0, got {self.delta}"
             )
+        TypingModel(  # validates the typing model before anything is built
+            CALIBRATED_TYPING.blind_chars if self.blind_chars is None else self.blind_chars,
+            CALIBRATED_TYPING.scan_continue if self.scan_continue is None else self.scan_continue,
+        )
         if not 0 <= self.search_suggestions <= 8:
             raise ConfigError(f"search_suggestions must be in 0..8, got {self.search_suggestions}")
 
@@ -311,7 +321,7 @@ def _browsing(config: FrecencyStudyConfig, rng: np.random.Generator) -> Browsing
 
         assert config.n_users is not None
         study_days = config.iterations * config.days_per_iteration + (
-            config.eval_searches_per_user / config.searches_per_day
+            config.eval_days
         )
         return generate_world(
             config.n_users,
@@ -514,7 +524,7 @@ def evaluate_phase(
     else:
         n_iter = max(1, math.ceil(config.eval_searches_per_user / config.searches_per_iteration))
         rate = config.eval_searches_per_user / n_iter
-        days = rate / config.searches_per_day
+        days = config.eval_days / n_iter
     batches: list[SearchBatch] = []
     oracles: list[SearchBatch] = []
     loss_parts: list[np.ndarray] = []
@@ -566,6 +576,8 @@ def evaluate_phase(
             "selected_rank_mean": float(o_rank.mean()) if o_rank.size else float("nan"),
             "n": int(treated.sum()),
         }
+    if not compare:
+        return
     table = compare_branches_by_user(
         samples, alpha=0.05, rng=np.random.default_rng(seed.spawn(1)[0])
     )

@@ -186,7 +186,7 @@ def run_service_demo(
         models = list(pool.map(Client.fetch_model, clients))
         theta = next(m.params for m in models if m.served == "trained")
         searchers = np.repeat(np.arange(config.users), config.eval_searches)
-        world.due_searches(config.eval_searches / study.searches_per_day)
+        world.due_searches(study.eval_days)
         batch = world.search(world.draw_searches(searchers, rng), theta, rng)
         losses = world.branch_losses(batch, theta)
         found_rank = np.where(batch.found, batch.selected_rank, np.nan).astype(float)

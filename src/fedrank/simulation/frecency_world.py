@@ -68,6 +68,8 @@ from fedrank.simulation.urlbar import (
 )
 
 BRANCHES: tuple[str, ...] = ("treatment", "control", "control-no-decay")
+#: Row-count groups of :meth:`FrecencyWorld._by_width`.
+_WIDTHS: tuple[int, ...] = (1, 2, 4, 10)
 TREATMENT, CONTROL, CONTROL_NO_DECAY = range(3)
 
 #: The simulated study's first day for modern frecency, as a day number (days since
@@ -352,6 +354,35 @@ class FrecencyWorld:
         """The histories of the pages at ``index`` (all by default) at the current time."""
         return self.store.histories(self.now, index)
 
+    def _by_width(self, index: np.ndarray) -> list[tuple[np.ndarray, PageHistories]]:
+        """The histories of the pages at ``index`` in groups of similar row counts, each as
+        narrow as its rows (most pages have one or two visits: scoring ten columns for
+        every page would mostly score padding). Returns ``(positions in index, histories)``
+        per group."""
+        rows = self.store.n_rows()[index]
+        groups = []
+        lo = 0
+        for width in _WIDTHS:
+            pos = np.flatnonzero((rows > lo) & (rows <= width) if lo else rows <= width)
+            if pos.size:
+                groups.append((pos, self.store.histories(self.now, index[pos], width)))
+            lo = width
+        return groups
+
+    def _fresh(self, params: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """Fresh frecency of the pages at ``index`` under one parameter vector."""
+        out = np.zeros(index.size)
+        for pos, pages in self._by_width(index):
+            out[pos] = self.scorer.fresh(params, pages, self.now)
+        return out
+
+    def _stored(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The control branch's stored and undecayed frecency of the pages at ``index``."""
+        stored, undecayed = np.zeros(index.size), np.zeros(index.size)
+        for pos, pages in self._by_width(index):
+            stored[pos], undecayed[pos] = self.scorer.stored(pages, self.now, self.decay_rate)
+        return stored, undecayed
+
     def listable(self) -> np.ndarray:
         """Pages the URL bar may show (visited or bookmarked)."""
         return (self.store.visit_count > 0) | self.store.bookmarked
@@ -370,7 +401,7 @@ class FrecencyWorld:
         users = np.asarray(users, dtype=np.int64)
         index = self._pages_of(np.unique(users))
         true_scores = np.zeros(self.pages.n_pages)
-        true_scores[index] = self.scorer.fresh(self.hidden, self.histories(index), self.now)
+        true_scores[index] = self._fresh(self.hidden, index)
         targets = sample_targets(
             self.pages, users, true_scores, rng, self.noise_var, eligible=self.listable()
         )
@@ -411,12 +442,11 @@ class FrecencyWorld:
             sel = index[branch == b]
             if not sel.size:
                 continue
-            pages = self.histories(sel)
             if b == CONTROL:
-                stored[sel], origin[sel] = self.scorer.stored(pages, self.now, self.decay_rate)
+                stored[sel], origin[sel] = self._stored(sel)
             else:
                 params = theta if b == TREATMENT else self.scorer.defaults()
-                stored[sel] = origin[sel] = self.scorer.fresh(params, pages, self.now)
+                stored[sel] = origin[sel] = self._fresh(params, sel)
         host_bookmarked = np.zeros(int(self.pages.host.max()) + 1, dtype=bool)
         host_bookmarked[self.pages.host[self.store.bookmarked]] = True
         return UrlbarState(
@@ -527,10 +557,13 @@ class FrecencyWorld:
     # ------------------------------------------------------------------ helpers
 
     def _pages_of(self, users: np.ndarray) -> np.ndarray:
+        """The pages of ``users`` that are in the history (visited or bookmarked): pages
+        the users will only discover later have nothing to score yet."""
         first = self.pages.user_offsets[users]
         count = self.pages.user_offsets[users + 1] - first
         start = np.cumsum(count) - count
-        return np.arange(int(count.sum()), dtype=np.int64) + np.repeat(first - start, count)
+        index = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(first - start, count)
+        return index[self.listable()[index]]
 
 
 def _plain_visits(future: VisitStream, rows: np.ndarray) -> VisitStream:

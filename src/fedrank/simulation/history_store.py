@@ -53,6 +53,7 @@ class VisitStore:
         self.typed = np.zeros(n_pages, dtype=bool)
         self.bookmarked = np.zeros(n_pages, dtype=bool)
         self.bookmark_time = np.full(n_pages, np.nan)
+        self._n_rows = np.zeros(n_pages, dtype=np.int64)
         self._next_id = 0
 
     @classmethod
@@ -121,31 +122,41 @@ class VisitStore:
         self.visit_id[page, col] = rows_id[keep]
         for name, values in cols.items():
             getattr(self, name)[page, col] = values[keep]
+        self._n_rows[affected] = 0
+        np.add.at(self._n_rows, page, 1)
 
     def last_visit(self) -> np.ndarray:
         """float64 ``(N,)``: the newest visit's time (NaN for pages never visited)."""
         return self.time[:, 0].copy()
 
-    def histories(self, now: float, index: np.ndarray | None = None) -> PageHistories:
+    def n_rows(self) -> np.ndarray:
+        """int64 ``(N,)``: sampled rows per page (a view: do not modify)."""
+        return self._n_rows
+
+    def histories(
+        self, now: float, index: np.ndarray | None = None, width: int | None = None
+    ) -> PageHistories:
         """The pages' :class:`PageHistories` at time ``now`` (days): ages in whole days
         truncated toward zero (``trunc(now - time)``, Firefox's integer division), rows
-        newest first; ``index`` selects pages."""
+        newest first; ``index`` selects pages, ``width`` keeps only the first rows (pages
+        with at most ``width`` rows lose nothing)."""
         if index is None:
             idx: slice | np.ndarray = slice(None)
         else:
             idx = np.asarray(index, dtype=np.int64)
             self._check_pages(idx)
-        time = self.time[idx]
+        cols = slice(None) if width is None else slice(0, max(int(width), 1))
+        time = self.time[idx, cols]
         real = ~np.isnan(time)
         age = np.where(real, np.trunc(now - np.where(real, time, now)), 0.0)
         bm_time = self.bookmark_time[idx]
         bookmarked = self.bookmarked[idx]
         return PageHistories.build(
             age,
-            np.where(real, self.visit_type[idx], 0).astype(np.int8),
+            np.where(real, self.visit_type[idx, cols], 0).astype(np.int8),
             self.visit_count[idx],
-            visit_origin_type=self.origin_type[idx],
-            visit_redirect_target=self.redirect_target[idx],
+            visit_origin_type=self.origin_type[idx, cols],
+            visit_redirect_target=self.redirect_target[idx, cols],
             bookmarked=bookmarked,
             typed=self.typed[idx],
             bookmark_age_days=np.where(bookmarked, np.trunc(now - np.nan_to_num(bm_time)), 0.0),
