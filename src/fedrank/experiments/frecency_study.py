@@ -320,9 +320,7 @@ def _browsing(config: FrecencyStudyConfig, rng: np.random.Generator) -> Browsing
         from fedrank.data.synthetic_history import BrowsingConfig, generate_world
 
         assert config.n_users is not None
-        study_days = config.iterations * config.days_per_iteration + (
-            config.eval_days
-        )
+        study_days = config.iterations * config.days_per_iteration + (config.eval_days)
         return generate_world(
             config.n_users,
             rng,
