@@ -552,3 +552,19 @@ def test_messages_modern(tmp_path: Path) -> None:
     assert data["config"]["model"] == "modern"
     assert data["config"]["delta"] == 6.0
     assert data["seeds"] == [0]
+
+
+def test_world_prints_the_shapes_beside_the_aol_log(tmp_path: Path) -> None:
+    from tests.aolkit import write_browsing_log
+
+    log = write_browsing_log(tmp_path / "log.tsv", n_users=20)
+    json_path = tmp_path / "world.json"
+    args = f"frecency world --users 50 --history-days 10 --aol-log {log} --json"
+    result = _ok([*_argv(args), str(json_path)])
+    data = _load(json_path)
+    assert set(data["shapes"]) >= {"clicks_per_user", "once_share", "top10_share"}
+    for row in data["shapes"].values():
+        assert set(row) == {"synthetic", "aol"}
+    assert data["shapes"]["clicks_per_user"]["aol"] > 0
+    assert "clicks on the user's 10 most clicked hosts" in result.output
+    assert data["synthetic_pages_per_host"] > 1.0

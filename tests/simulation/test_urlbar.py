@@ -138,10 +138,14 @@ def reference_lists(
     # origins: the sum of max(origin, 0) over a host's pages; the user's threshold is the
     # mean over the hosts with positive origin frecency, 0 when there is none (Firefox's
     # CASE count WHEN 0 THEN 0.0)
+    # origins exist for hosts with a listable page or a bookmark (moz_origins)
+    known = {int(pages.host[p]) for p in own if state.listable[p]}
+    known |= {int(pages.host[p]) for p in own if state.host_bookmarked[int(pages.host[p])]}
     origin: dict[int, float] = {}
     for p in own:
         h = int(pages.host[p])
-        origin[h] = origin.get(h, 0.0) + max(float(state.origin[p]), 0.0)
+        if h in known:
+            origin[h] = origin.get(h, 0.0) + max(float(state.origin[p]), 0.0)
     positive = [f for f in origin.values() if f > 0]
     mean = sum(positive) / len(positive) if positive else 0.0
     qualified = {h for h, f in origin.items() if f >= mean or bool(state.host_bookmarked[h])}

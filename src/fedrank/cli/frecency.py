@@ -512,6 +512,55 @@ def frecency_power(
         click.echo(f"wrote {json_path}")
 
 
+@frecency.command("world")
+@click.option("--users", "n_users", type=int, default=1000, show_default=True)
+@click.option("--history-days", type=float, default=61.0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--aol-log",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="The AOL click log (default: the shared 1,000-user sample).",
+)
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+def frecency_world(
+    n_users: int, history_days: float, seed: int, aol_log: str | None, json_path: Path | None
+) -> None:
+    """The shapes of the synthetic world's history beside the AOL log's history period
+    (March-April 2006): how much users browse, how often they revisit, how bursty."""
+    from fedrank.data.aol_browsing import aol_world
+    from fedrank.data.synthetic_history import BrowsingConfig, generate_world
+    from fedrank.experiments.fedps_data import default_log_path
+    from fedrank.experiments.report import SHAPE_LABELS
+
+    log = Path(aol_log) if aol_log else default_log_path()
+    if not log.is_file():
+        raise click.BadParameter(f"AOL log {log} not found", param_hint="--aol-log")
+    synthetic = generate_world(
+        n_users, np.random.default_rng(seed), BrowsingConfig(history_days=history_days)
+    )
+    real = aol_world(log)
+    rows = {
+        key: {"synthetic": synthetic.stats[key], "aol": real.stats[key]} for key in SHAPE_LABELS
+    }
+    click.echo(f"{'shape':52s} {'synthetic':>10s} {'AOL':>10s}")
+    for key, label in SHAPE_LABELS.items():
+        click.echo(f"{label:52s} {rows[key]['synthetic']:10.3f} {rows[key]['aol']:10.3f}")
+    pages = synthetic.pages
+    extra = {
+        "synthetic_pages_per_user": float(np.mean(np.diff(pages.user_offsets))),
+        "synthetic_pages_per_host": float(pages.n_pages / np.unique(pages.host).size),
+    }
+    click.echo(
+        f"synthetic: {extra['synthetic_pages_per_host']:.2f} pages per host, "
+        f"{extra['synthetic_pages_per_user']:.0f} pages per user"
+    )
+    if json_path:
+        write_json({"shapes": rows, **extra, "users": n_users, "seed": seed,
+                    "history_days": history_days}, json_path)  # fmt: skip
+        click.echo(f"wrote {json_path}")
+
+
 @frecency.command("calibrate")
 @click.option("--users", "n_users", type=int, default=1500, show_default=True)
 @click.option("--iterations", type=int, default=40, show_default=True)

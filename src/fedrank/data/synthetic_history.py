@@ -61,7 +61,8 @@ class BrowsingConfig:
     """Parameters of the synthetic world, with where each default comes from.
 
     Attributes:
-        history_days: days of history before the study (30).
+        history_days: days of history before the study (61: the AOL world's history,
+            March and April 2006).
         future_days: days of browsing drawn beyond the study's start (the study replays
             them as time passes: users keep browsing while they search).
         rate_log_mean, rate_log_sd: clicks per day per user are log-normal with these
@@ -69,8 +70,9 @@ class BrowsingConfig:
         new_host_theta, new_host_discount, recent_share, recent_window: the Pitman-Yor
             concentration and discount of the host process, and the share of revisits that
             copy one of the last ``recent_window`` clicks (else any earlier click): fitted
-            by grid search to the AOL log's first 31 days (hosts per click, share of hosts
-            clicked once, top-10 share, revisits within a day; ``docs/frecency.md``).
+            by grid search to the AOL log's March and April 2006, the AOL world's history
+            (hosts per click, share of hosts clicked once, top-10 share, revisits within a
+            day; ``docs/frecency.md``).
         clicks_per_session, session_gap_minutes: mean clicks per session and mean gap
             between clicks of a session.
         extra_views: mean extra page views per click (a click opens the site; the visitor
@@ -97,12 +99,12 @@ class BrowsingConfig:
             this probability.
     """
 
-    history_days: float = 30.0
+    history_days: float = 61.0
     future_days: float = 0.0
     rate_log_mean: float = 1.41
     rate_log_sd: float = 0.46
-    new_host_theta: float = 10.0
-    new_host_discount: float = 0.75
+    new_host_theta: float = 20.0
+    new_host_discount: float = 0.72
     recent_share: float = 0.6
     recent_window: int = 5
     clicks_per_session: float = 2.6

@@ -156,7 +156,7 @@ class FrecencyStudyConfig:
     searches_per_day: float = PAPER_SEARCHES_PER_DAY
     eval_searches_per_user: int = 12
     eval_days: float = PAPER_EVAL_DAYS
-    history_days: float = 30.0
+    history_days: float = 61.0
     aol_log: str | None = None
     aol_study_start: str = "2006-05-01"
     aol_study_days: float = 31.0

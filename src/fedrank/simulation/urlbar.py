@@ -12,9 +12,11 @@ Suggestions (what the study counted)
     1. **autofill** (the heuristic row): while the typed text is one token without spaces
        and is a prefix of a host (www. ignored), the user's host with the highest origin
        frecency among those whose origin frecency reaches the threshold (the mean origin
-       frecency of the user's origins with frecency > 0) or that hold a bookmark; the row
-       is the host's root page. Origin frecency is the sum of ``max(frecency, 0)`` over the
-       host's pages, without the daily decay (Firefox's triggers skip it);
+       frecency of the user's origins with frecency > 0; 0 when there is none) or that
+       hold a bookmark; the row is the host's root page. Origins are the hosts with a page
+       in the history or a bookmark (``moz_origins``); origin frecency is the sum of
+       ``max(frecency, 0)`` over the host's pages, without the daily decay (Firefox's
+       triggers skip it);
     2. **adaptive history** (at most ``adaptive_rows``, 3): pages with a
        ``moz_inputhistory`` row whose input starts with the typed text, by
        ``ROUND(use_count * (1 + exact), 1)`` then frecency (:mod:`fedrank.simulation.
@@ -209,6 +211,8 @@ def _matching_pairs(
     typed: np.ndarray,
     lengths: np.ndarray,
     token_start: np.ndarray,
+    state: UrlbarState,
+    host_known: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(search, page, drop)`` of the (search, page) pairs that match the first typed
     character, with their *drop
@@ -217,6 +221,10 @@ def _matching_pairs(
     character are compared (a word can only match a token it starts like)."""
     vocab = pages.vocabulary
     owner, cand, _ = _flatten(pages, users)
+    # only pages in the history can be history rows; a root page can be the autofill row
+    # of its origin once the origin is known
+    keep = state.listable[cand] | (pages.is_root[cand] & host_known[pages.host[cand]])
+    owner, cand = owner[keep], cand[keep]
     page_first = pages.first_chars  # (N, W) uint8, 0 for padding
     token_first = np.where(typed >= 0, vocab.chars[np.maximum(typed, 0), 0], 255)
     drop = np.full(cand.size, np.iinfo(np.int64).max)
@@ -294,12 +302,19 @@ def simulate_searches(
     token_start = np.cumsum(lengths + 1, axis=1) - (lengths + 1)  # chars before token i
     first_len = lengths[:, 0]
 
-    owner, cand, drop = _matching_pairs(pages, users, typed, lengths, token_start)
+    # Firefox's origins (moz_origins): the hosts with a page in the history, or bookmarked
+    host = pages.host
+    n_hosts = int(host.max(initial=-1)) + 1
+    host_known = np.bincount(host[state.listable], minlength=n_hosts) > 0
+    host_known |= state.host_bookmarked[:n_hosts]
+    owner, cand, drop = _matching_pairs(
+        pages, users, typed, lengths, token_start, state, host_known
+    )
     lcp = vocab.lcp_pairs
 
     # autofill: origin frecency, the user's threshold, the roots that may be autofilled
-    host = pages.host
-    origin = np.bincount(host, weights=np.maximum(state.origin, 0.0), minlength=host.max() + 1)
+    origin = np.bincount(host, weights=np.maximum(state.origin, 0.0), minlength=n_hosts)
+    origin[~host_known] = 0.0
     host_user = np.full(origin.size, -1, dtype=np.int64)
     host_user[host] = pages.owner
     valid = (host_user >= 0) & (origin > 0)
@@ -309,6 +324,7 @@ def simulate_searches(
     # (no positive origin: the threshold is 0 and every host qualifies, as in Firefox)
     qualified = origin >= threshold[np.maximum(host_user, 0)]
     qualified |= state.host_bookmarked[: origin.size]
+    qualified &= host_known
     af_pair = np.zeros(0, dtype=np.int64)
     af_until = np.zeros(0, dtype=np.int64)
     if config.autofill:
