@@ -169,8 +169,7 @@ class ClassicScorer(PageScorer):
     def stored(
         self, pages: PageHistories, now: float, decay_rate: float
     ) -> tuple[np.ndarray, np.ndarray]:
-        decayed = self.frecency.decayed_score(self.defaults(), pages, decay_rate=decay_rate)
-        undecayed = self.frecency.decayed_score(self.defaults(), pages, decay_rate=1.0)
+        decayed, undecayed = self.frecency.stored_scores(self.defaults(), pages, decay_rate)
         return np.asarray(decayed, np.float64), np.asarray(undecayed, np.float64)
 
 

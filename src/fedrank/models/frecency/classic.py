@@ -511,6 +511,17 @@ class ClassicFrecency:
         Non-positive scores (``-1``, ``0``) are never decayed. With ``rounding=False`` the
         decay is the plain factor ``decay_rate ** days``.
         """
+        return self.stored_scores(params, pages, decay_rate)[0]
+
+    def stored_scores(
+        self,
+        params: np.ndarray,
+        pages: PageHistories,
+        decay_rate: float = DEFAULT_DECAY_RATE,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(decayed, undecayed)``: :meth:`decayed_score` and the score Firefox cached
+        when it last recomputed each page (as of its newest sampled visit, or its newest
+        bookmark when unvisited), from one scoring pass."""
         if not (np.isfinite(decay_rate) and 0.0 < decay_rate <= 1.0):
             raise ConfigError(f"decay_rate must be in (0, 1], got {decay_rate}")
         sampled = (pages.n_sampled > 0) & (pages.visit_count > 0)
@@ -518,9 +529,9 @@ class ClassicFrecency:
         since = np.maximum(np.floor(since), 0.0)
         fresh = self.score(params, pages.aged(-since))
         if not self.rounding:
-            return np.where(fresh > 0, fresh * decay_rate**since, fresh)
+            return np.where(fresh > 0, fresh * decay_rate**since, fresh), fresh
         rate = float(np.float32(decay_rate))  # the float pref, bound as a double
-        return daily_decay(fresh, since.astype(np.int64), rate)
+        return daily_decay(fresh, since.astype(np.int64), rate), fresh
 
 
 def daily_decay(values: np.ndarray, days: np.ndarray, rate: float) -> np.ndarray:
