@@ -480,7 +480,12 @@ def test_simulate_out_writes_report_json_and_plots(tmp_path: Path) -> None:
     report = (out_dir / "report.md").read_text()
     _assert_pngs(out_dir)
     assert f"wrote {out_dir / 'report.md'}" in result.output
-    assert "Produced by `fedrank frecency simulate --seed 1" in report
+    produced = _line_after(report, "Produced by `").split("`")[0]
+    assert produced.startswith("fedrank frecency simulate ")
+    for option in ("--users 300", "--iterations 3", "--seed 1", "--history-days 14.0",
+                   f"--out {out_dir}"):  # fmt: skip
+        assert option in produced, option
+    assert "--preset" not in produced  # defaults are left out
     assert "beside the paper (Figure 5)" in report and "| 4.26239 |" in report
     assert _line_after(report, "- safeguards held in every iteration:").strip() == str(
         data["constraints_held"]
@@ -568,3 +573,23 @@ def test_world_prints_the_shapes_beside_the_aol_log(tmp_path: Path) -> None:
     assert data["shapes"]["clicks_per_user"]["aol"] > 0
     assert "clicks on the user's 10 most clicked hosts" in result.output
     assert data["synthetic_pages_per_host"] > 1.0
+
+
+def test_simulate_aol_world_reports_without_a_hidden_preference(tmp_path: Path) -> None:
+    from tests.aolkit import write_browsing_log
+
+    log = write_browsing_log(tmp_path / "log.tsv", n_users=40)
+    out_dir = tmp_path / "aol"
+    args = ["frecency", "simulate", "--world", "aol", "--aol-log", str(log), "--users", "0",
+            "--iterations", "4", "--seed", "1"]  # fmt: skip
+    _ok([*args, *_argv("--json", tmp_path / "r.json"), *_argv("--out", out_dir)])
+    data = _load(tmp_path / "r.json")
+    report = (out_dir / "report.md").read_text()
+    assert data["config"]["world"] == "aol" and data["oracle"] == {}
+    assert "world `aol`" in report and "preset" not in report.split("\n")[4]
+    changed = [line for line in report.splitlines() if "none (real log)" in line]
+    moved = {
+        n for n, w in data["final_weights"].items()
+        if w != data["weights_per_iteration"][0][n]
+    }  # fmt: skip
+    assert len(changed) == len(moved)

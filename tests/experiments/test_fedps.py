@@ -330,3 +330,21 @@ def test_cli_reproduce_writes_tables_and_resumes(aol_log: Path, tmp_path: Path) 
     assert second.exit_code == 0, second.output
     assert (tmp_path / "runs" / "flat_s1.json").stat().st_mtime_ns == stamp  # reused
     assert (tmp_path / "tables.md").read_text() == text
+
+
+def test_hierarchy_runs_on_the_first_hierarchy_seeds(tmp_path: Path) -> None:
+    from fedrank.errors import ConfigError
+    from fedrank.experiments.fedps_reproduce import ReproduceConfig, planned_jobs
+
+    def hierarchy(n: int) -> list[str]:
+        config = ReproduceConfig(
+            log=tmp_path / "log.tsv", out_dir=tmp_path, seeds=(1, 2, 3), hierarchy_seeds=n,
+            tables=("hierarchy",),
+        )  # fmt: skip
+        return sorted(name for name in planned_jobs(config, None) if name.startswith("K100"))
+
+    one, two = hierarchy(1), hierarchy(2)
+    assert len(one) == 4 and all(name.endswith("_s1") for name in one)
+    assert len(two) == 8 and set(one) < set(two)
+    with pytest.raises(ConfigError, match="hierarchy_seeds"):
+        ReproduceConfig(log=tmp_path, out_dir=tmp_path, seeds=(1, 2), hierarchy_seeds=3)

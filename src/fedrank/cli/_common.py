@@ -46,3 +46,28 @@ class FedrankGroup(click.Group):
             raise click.ClickException(str(err)) from err
         except OSError as err:
             raise click.ClickException(f"{err.strerror or err}: {err.filename or ''}") from err
+
+
+def invocation() -> str:
+    """The running command as a user would type it: ``fedrank``, the subcommand names, and
+    every option whose value differs from its default (for reports that name the command
+    that produced them)."""
+    ctx = click.get_current_context()
+    names: list[str] = []
+    node: click.Context | None = ctx
+    while node is not None and node.parent is not None:
+        names.append(node.info_name or "")
+        node = node.parent
+    parts = ["fedrank", *reversed(names)]
+    for param in ctx.command.params:
+        if not isinstance(param, click.Option) or param.name is None:
+            continue
+        value = ctx.params.get(param.name)
+        if value == param.default or value is None:
+            continue
+        flag = max(param.opts, key=len)
+        if param.is_flag:
+            parts.append(flag if value else max(param.secondary_opts, key=len, default=""))
+        else:
+            parts.append(f"{flag} {value}")
+    return " ".join(p for p in parts if p)

@@ -207,6 +207,13 @@ def lists(log: Path | None, users: int | None, seed: int, split: str, out: Path)
 @click.option("--seed", type=int, default=0, show_default=True, help="data seed")
 @click.option("--seeds", default="1,2,3", show_default=True, help="training seeds")
 @click.option(
+    "--hierarchy-seeds",
+    type=int,
+    default=1,
+    show_default=True,
+    help="how many of the training seeds the K = 100 hierarchy runs use (~35 min each)",
+)
+@click.option(
     "--lrs", default="3e-4,1e-3,3e-3", show_default=True, help="central learning rates to tune"
 )
 @click.option(
@@ -232,6 +239,7 @@ def reproduce(
     continuous_users: int,
     seed: int,
     seeds: str,
+    hierarchy_seeds: int,
     lrs: str,
     tables: str,
     jobs: int,
@@ -257,6 +265,7 @@ def reproduce(
         continuous_users=continuous_users or None,
         data_seed=seed,
         seeds=tuple(_seed_list(seeds) or ()),
+        hierarchy_seeds=hierarchy_seeds,
         learning_rates=rates,
         tables=tuple(t.strip() for t in tables.split(",") if t.strip()),
         jobs=jobs,

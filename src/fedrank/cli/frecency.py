@@ -9,7 +9,7 @@ from typing import Any
 import click
 import numpy as np
 
-from fedrank.cli._common import FedrankGroup, progress_bar, read_json, write_json
+from fedrank.cli._common import FedrankGroup, invocation, progress_bar, read_json, write_json
 
 
 @click.group(cls=FedrankGroup)
@@ -145,7 +145,14 @@ def _study_options(func: Any) -> Any:
             help="The simulated users' hidden preference (synthetic world), not a model "
             "setting: what the learner should discover.",
         ),
-        click.option("--users", "n_users", type=int, default=d.n_users, show_default=True),
+        click.option(
+            "--users",
+            "n_users",
+            type=int,
+            default=d.n_users,
+            show_default=True,
+            help="Users enrolled (the AOL world draws them from the log; 0: all its users).",
+        ),
         click.option("--iterations", type=int, default=d.iterations, show_default=True),
         click.option("--seed", type=int, default=d.seed, show_default=True),
         click.option(
@@ -308,6 +315,8 @@ def frecency_simulate(
     from fedrank.experiments.plots import plot_study
     from fedrank.experiments.report import write_report
 
+    if settings["world"] == "aol" and settings["n_users"] == 0:
+        settings["n_users"] = None  # every user of the log
     config = FrecencyStudyConfig(track_stability=stability, **settings)
     result = _run_study(config)
     _summarize(result)
@@ -324,8 +333,7 @@ def frecency_simulate(
         click.echo(f"wrote {json_path}")
     if out_dir:
         plots = plot_study(result, out_dir)
-        command = f"fedrank frecency simulate --seed {config.seed} (--out {out_dir})"
-        report = write_report(result, out_dir / "report.md", command, plots)
+        report = write_report(result, out_dir / "report.md", invocation(), plots)
         for path in [*plots, report]:
             click.echo(f"wrote {path}")
 

@@ -130,13 +130,17 @@ def write_report(result: StudyResult, path: Path, command: str, plots: list[Path
     ]
     start = result.weights_per_iteration[0] if result.weights_per_iteration else {}
     scorer = page_scorer(cfg.model)
-    hidden = scorer.to_dict(hidden_weights(cfg.preset, cfg.model))
+    # Real worlds (AOL) have no hidden preference: their users' searches are the log's.
+    hidden = (
+        scorer.to_dict(hidden_weights(cfg.preset, cfg.model)) if cfg.world == "synthetic" else {}
+    )
     published = result.published_weights or result.final_weights
     for name in scorer.names:
         if start and abs(result.final_weights[name] - start[name]) > 1e-9:
+            wanted = f"{hidden[name]:g}" if hidden else "none (real log)"
             lines.append(
-                f"| {name} | {start[name]:g} | "
-                f"{hidden[name]:g} | {result.final_weights[name]:.2f} | {published[name]:g} |"
+                f"| {name} | {start[name]:g} | {wanted} "
+                f"| {result.final_weights[name]:.2f} | {published[name]:g} |"
             )
     lines += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
     path.write_text("\n".join(lines))

@@ -98,7 +98,9 @@ class UrlbarConfig:
 
 @dataclass(frozen=True)
 class TypingModel:
-    """How a simulated user types and reads (see the module docstring).
+    """How a simulated user types and reads (see the module docstring). The defaults are
+    fitted to the paper's control branch (:data:`fedrank.experiments.frecency_study.
+    CALIBRATED_TYPING`).
 
     Attributes:
         blind_chars: mean of the Poisson number of characters typed, after the first, before
@@ -106,8 +108,8 @@ class TypingModel:
         scan_continue: probability of reading one more row.
     """
 
-    blind_chars: float = 2.0
-    scan_continue: float = 0.5
+    blind_chars: float = 1.547
+    scan_continue: float = 0.317
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.blind_chars) and self.blind_chars >= 0):
