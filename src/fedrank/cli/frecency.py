@@ -570,7 +570,7 @@ def frecency_world(
 
 
 @frecency.command("calibrate")
-@click.option("--users", "n_users", type=int, default=1500, show_default=True)
+@click.option("--users", "n_users", type=int, default=1000, show_default=True)
 @click.option("--iterations", type=int, default=40, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--max-evaluations", type=int, default=30, show_default=True)
