@@ -90,9 +90,7 @@ def test_modern_leaves_the_weight_without_signal_alone(modern_shifted: StudyResu
 def test_full_size_treatment_types_fewer_characters() -> None:
     """The issue's headline: ``fedrank frecency simulate --preset shifted --users 3000
     --iterations 40 --seed 11``."""
-    result = run_study(
-        FrecencyStudyConfig(preset="shifted", n_users=3000, iterations=40, seed=11)
-    )
+    result = run_study(FrecencyStudyConfig(preset="shifted", n_users=3000, iterations=40, seed=11))
     ev = result.eval
     assert 3.0 <= ev["control"]["chars_typed_mean"] <= 5.5
     assert 0.2 <= ev["control"]["selected_rank_mean"] <= 0.6
