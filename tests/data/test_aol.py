@@ -202,6 +202,15 @@ def test_malformed_header_and_encoding(tmp_path: Path) -> None:
         load_aol(path, users=0)
 
 
+def test_asking_for_more_users_than_the_log_has_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "two.tsv"
+    rows = "1\tq\t2006-03-01 00:00:01\thttp://a/\n2\tr\t2006-03-01 00:00:02\thttp://b/\n"
+    path.write_text(HEADER + rows, encoding="utf-8")
+    assert load_aol(path, users=2).n_users == 2
+    with pytest.raises(ConfigError, match="has 2 users, fewer than the 3 asked for"):
+        load_aol(path, users=3)
+
+
 # ---------------------------------------------------------------------------- sessions
 
 

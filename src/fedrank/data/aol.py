@@ -618,7 +618,7 @@ def load_aol(
             four tab-separated fields, an AnonID that is not a non-negative integer (ASCII
             digits), an empty Query, or a QueryTime not of the form above; or a file that is
             not gzip/UTF-8 text or has no rows.
-        ConfigError: ``users`` is not positive.
+        ConfigError: ``users`` is not positive, or more than the log has.
     """
     path = Path(path)
     if users is not None and users <= 0:
@@ -664,6 +664,11 @@ def load_aol(
     anon = np.array(anon_s, dtype=np.int64)
 
     all_ids, all_rows = np.unique(anon, return_counts=True)
+    if users is not None and users > all_ids.size:
+        raise ConfigError(
+            f"{path} has {all_ids.size} users, fewer than the {users} asked for: ask for at "
+            f"most {all_ids.size}, or for all of them"
+        )
     chosen = all_ids
     if users is not None and users < all_ids.size:
         if rng is None:

@@ -96,6 +96,9 @@ RPROP_SETTINGS: dict[str, dict[str, float]] = {
 #: :class:`~fedrank.simulation.urlbar.TypingModel`.
 CALIBRATED_TYPING = TypingModel()
 
+#: Most users a simulated study may enroll: memory grows with users (30,000 took 6.3 GB).
+MAX_USERS = 50_000
+
 
 @dataclass(frozen=True)
 class FrecencyStudyConfig:
@@ -195,6 +198,11 @@ class FrecencyStudyConfig:
             raise ConfigError(f"setting must be one of {', '.join(SETTINGS)}, got {self.setting!r}")
         if self.n_users is not None and self.n_users < 3:
             raise ConfigError(f"n_users must be >= 3 (one per branch), got {self.n_users}")
+        if self.n_users is not None and self.n_users > MAX_USERS:
+            raise ConfigError(
+                f"n_users must be <= {MAX_USERS:,} (memory grows with users: 30,000 take "
+                f"6.3 GB), got {self.n_users}"
+            )
         if self.world == "synthetic" and self.n_users is None:
             raise ConfigError("the synthetic world needs n_users")
         if self.iterations < 1:
