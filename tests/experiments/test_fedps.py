@@ -348,3 +348,25 @@ def test_hierarchy_runs_on_the_first_hierarchy_seeds(tmp_path: Path) -> None:
     assert len(two) == 8 and set(one) < set(two)
     with pytest.raises(ConfigError, match="hierarchy_seeds"):
         ReproduceConfig(log=tmp_path, out_dir=tmp_path, seeds=(1, 2), hierarchy_seeds=3)
+
+
+def test_hierarchy_runs_at_the_late_shares_asked_for(tmp_path: Path) -> None:
+    from fedrank.errors import ConfigError
+    from fedrank.experiments.fedps_reproduce import ReproduceConfig, command_line, planned_jobs
+
+    config = ReproduceConfig(
+        log=tmp_path / "log.tsv", out_dir=tmp_path, seeds=(1, 2, 3), hierarchy_seeds=3,
+        hierarchy_late=(0.1, 0.29), tables=("hierarchy",),
+    )  # fmt: skip
+    names = sorted(name for name in planned_jobs(config, None) if name.startswith("K100"))
+    assert len(names) == 12 and sum("_late29_" in n for n in names) == 6
+    jobs = planned_jobs(config, None)
+    assert {jobs[n].settings.straggler_ratio for n in names} == {0.1, 0.29}
+    assert "--hierarchy-seeds 3 --hierarchy-late 10,29" in command_line(config)
+    for bad in ((), (1.0,), (-0.1,)):
+        with pytest.raises(ConfigError, match="hierarchy_late"):
+            ReproduceConfig(log=tmp_path, out_dir=tmp_path, hierarchy_late=bad)
+    result = CliRunner().invoke(
+        main, ["fedps", "reproduce", "--tables", "hierarchy", "--hierarchy-late", "ten"]
+    )
+    assert result.exit_code != 0 and "--hierarchy-late must be comma-separated" in result.output

@@ -214,6 +214,12 @@ def lists(log: Path | None, users: int | None, seed: int, split: str, out: Path)
     help="how many of the training seeds the K = 100 hierarchy runs use (~35 min each)",
 )
 @click.option(
+    "--hierarchy-late",
+    default="10,30",
+    show_default=True,
+    help="percent of late responses the K = 100 hierarchy runs use, comma-separated",
+)
+@click.option(
     "--lrs", default="3e-4,1e-3,3e-3", show_default=True, help="central learning rates to tune"
 )
 @click.option(
@@ -240,6 +246,7 @@ def reproduce(
     seed: int,
     seeds: str,
     hierarchy_seeds: int,
+    hierarchy_late: str,
     lrs: str,
     tables: str,
     jobs: int,
@@ -255,6 +262,13 @@ def reproduce(
         rates = tuple(float(x) for x in lrs.split(",") if x.strip())
     except ValueError:
         raise click.BadParameter(f"--lrs must be comma-separated numbers, got {lrs!r}") from None
+    try:
+        late = tuple(int(x) / 100 for x in hierarchy_late.split(",") if x.strip())
+    except ValueError:
+        raise click.BadParameter(
+            f"--hierarchy-late must be comma-separated whole percents (e.g. 10,30), got "
+            f"{hierarchy_late!r}"
+        ) from None
     config = ReproduceConfig(
         log=_log_path(log),
         out_dir=out_dir,
@@ -266,6 +280,7 @@ def reproduce(
         data_seed=seed,
         seeds=tuple(_seed_list(seeds) or ()),
         hierarchy_seeds=hierarchy_seeds,
+        hierarchy_late=late,
         learning_rates=rates,
         tables=tuple(t.strip() for t in tables.split(",") if t.strip()),
         jobs=jobs,

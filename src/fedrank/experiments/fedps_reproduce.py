@@ -116,6 +116,8 @@ class ReproduceConfig:
         seeds: the training seeds of every Table 3 job.
         hierarchy_seeds: how many of ``seeds`` (the first ones) the hierarchy jobs run on
             (a K = 100 job on all 986 users takes ~35 minutes on 2 cores).
+        hierarchy_late: the shares of late responses the hierarchy jobs run at
+            (:data:`HIERARCHY_RATIOS` by default).
         learning_rates: the central model's learning rates to tune over.
         tables: which of :data:`TABLES` to produce.
         jobs: worker processes.
@@ -131,6 +133,7 @@ class ReproduceConfig:
     data_seed: int = 0
     seeds: tuple[int, ...] = (1, 2, 3)
     hierarchy_seeds: int = 1
+    hierarchy_late: tuple[float, ...] = HIERARCHY_RATIOS
     learning_rates: tuple[float, ...] = (3e-4, 1e-3, 3e-3)
     tables: tuple[str, ...] = TABLES
     jobs: int = 2
@@ -147,6 +150,11 @@ class ReproduceConfig:
             raise ConfigError(
                 f"hierarchy_seeds must be in 1..{len(self.seeds)} (the number of seeds), "
                 f"got {self.hierarchy_seeds}"
+            )
+        if not self.hierarchy_late or any(not 0.0 <= r < 1.0 for r in self.hierarchy_late):
+            raise ConfigError(
+                f"hierarchy_late must be shares of late responses in [0, 1), got "
+                f"{self.hierarchy_late}"
             )
         if not self.learning_rates:
             raise ConfigError("give at least one learning rate to tune the central model over")
@@ -216,13 +224,13 @@ def planned_jobs(config: ReproduceConfig, tuned_lr: float | None) -> dict[str, J
             eta3 = replace(base, mode="flat", seed=s, server_learning_rate=3.0)
             jobs[_seeded("flat_eta3", s)] = Job(eta3, config.users)
     if "hierarchy" in config.tables:
-        for ratio in HIERARCHY_RATIOS:
+        for ratio in config.hierarchy_late:
             for mode in ("flat", "proxy"):
                 for s in config.seeds[: config.hierarchy_seeds]:
                     settings = replace(
                         base, mode=mode, seed=s, clients_per_step=100, straggler_ratio=ratio
                     )
-                    jobs[_seeded(f"K100_{mode}_late{int(ratio * 100)}", s)] = Job(
+                    jobs[_seeded(f"K100_{mode}_late{round(ratio * 100)}", s)] = Job(
                         settings, config.users
                     )
     # Ten proxies whatever the number of users, so that K = 100 is 10 proxies x 10 clients.
@@ -395,6 +403,8 @@ def command_line(config: ReproduceConfig) -> str:
     parts.append(f"--seed {config.data_seed} --seeds {','.join(map(str, config.seeds))}")
     if "hierarchy" in config.tables:
         parts.append(f"--hierarchy-seeds {config.hierarchy_seeds}")
+        late = ",".join(f"{round(r * 100)}" for r in config.hierarchy_late)
+        parts.append(f"--hierarchy-late {late}")
     parts.append(f"--lrs {','.join(_lr_name(lr) for lr in config.learning_rates)}")
     return " ".join(parts)
 
@@ -519,8 +529,8 @@ def _hierarchy_lines(
         "|---|---|---|---|---|---|---|---|",
     ]
     out: dict[str, Any] = {}
-    for ratio in HIERARCHY_RATIOS:
-        tag = f"late{int(ratio * 100)}"
+    for ratio in config.hierarchy_late:
+        tag = f"late{round(ratio * 100)}"
         seeds = config.seeds[: config.hierarchy_seeds]
         flat = [_seeded(f"K100_flat_{tag}", s) for s in seeds]
         proxy = [_seeded(f"K100_proxy_{tag}", s) for s in seeds]
