@@ -323,6 +323,14 @@ def test_cli_reproduce_writes_tables_and_resumes(aol_log: Path, tmp_path: Path) 
         assert f"| {label}" in text, label
     assert "| 118,067 | 10% | 100 |" in text
     assert "KL" in text and "reversed vs paper" in text
+    assert "## Table 3 by query kind" in text and "Central minus GBDT on new-document" in text
+    summary = json.loads((tmp_path / "results.json").read_text())["summary"]
+    kinds, rows = summary["query_kinds"], summary["table3"]["rows"]
+    share = kinds["refinding_share"]
+    for mode, by_kind in kinds["rows"].items():  # the two kinds make up the whole MAP
+        assert share * by_kind["refinding"] + (1 - share) * by_kind["new"] == pytest.approx(
+            rows[mode]["MAP"], abs=1e-9
+        ), mode
     runs = sorted(p.name for p in (tmp_path / "runs").glob("*.json"))
     assert "flat_s1.json" in runs and "central_lr3e-3_s2.json" in runs
     stamp = (tmp_path / "runs" / "flat_s1.json").stat().st_mtime_ns

@@ -13,7 +13,12 @@ from click.testing import CliRunner
 from fedrank.cli import main
 from fedrank.errors import ConfigError
 from fedrank.experiments.fedps_data import FedPSData, prepare_aol
-from fedrank.experiments.fedps_lists import LIST_COLUMNS, list_diagnostics, lists_table
+from fedrank.experiments.fedps_lists import (
+    LIST_COLUMNS,
+    list_diagnostics,
+    lists_table,
+    refinding_queries,
+)
 from fedrank.retrieval.candidates import DEFAULT_DEPTH
 
 COLUMNS = [
@@ -320,6 +325,26 @@ def test_hand_log_prior_clicks_are_strictly_earlier_any_query(kit: FedPSData) ->
     assert valid.loc[(21, weather), "user_prior_clicks"] == 3
     assert valid.loc[(21, library), "user_prior_clicks"] == 3
     assert valid.loc[(21, weather), "label"] == 1 and valid.loc[(21, library), "label"] == 0
+
+
+def test_hand_log_refinding_queries(kit: FedPSData) -> None:
+    """Event 10's clicked quokka page is new to user 1; event 21's clicked weather page was
+    clicked by user 2 three times before."""
+    events, refinding = refinding_queries(kit, "test")
+    assert events.tolist() == [10] and refinding.tolist() == [False]
+    events, refinding = refinding_queries(kit, "valid")
+    assert dict(zip(events.tolist(), refinding.tolist(), strict=True))[21] is True
+    with pytest.raises(ConfigError, match="split must be one of"):
+        refinding_queries(kit, "background")
+
+
+def test_refinding_queries_agree_with_the_table(data: FedPSData, table: pd.DataFrame) -> None:
+    events, refinding = refinding_queries(data, "test")
+    clicked_before = (table["label"] == 1) & (table["user_prior_clicks"] > 0)
+    want = clicked_before.groupby(table["query_id"]).any()
+    assert sorted(events.tolist()) == sorted(want.index.tolist())
+    assert dict(zip(events.tolist(), refinding.tolist(), strict=True)) == want.to_dict()
+    assert 0 < refinding.mean() < 1
 
 
 def test_hand_log_cli(kit_log: Path, tmp_path: Path) -> None:

@@ -20,6 +20,11 @@ mode ranks (``fedrank fedps lists --split test --out lists.parquet``):
 could exploit without learning: how often they match no query word (in the engine's text
 and in the model's vocabulary), their popularity, the user's earlier clicks, and their BM25
 rank; plus how many clicked queries got a list.
+
+:func:`refinding_queries` marks the queries whose clicked document the user had clicked
+before (re-finding) against those whose clicked document is new to the user: the click
+history decides the first kind, and only the second leaves room for what the text and the
+personal word embeddings know.
 """
 
 from __future__ import annotations
@@ -35,7 +40,13 @@ from fedrank.errors import ConfigError
 from fedrank.experiments.fedps_data import FedPSData
 from fedrank.retrieval.candidates import FEATURE_NAMES, SAMPLE_SPLITS
 
-__all__ = ["LIST_COLUMNS", "list_diagnostics", "lists_table", "write_lists"]
+__all__ = [
+    "LIST_COLUMNS",
+    "list_diagnostics",
+    "lists_table",
+    "refinding_queries",
+    "write_lists",
+]
 
 LIST_COLUMNS: tuple[str, ...] = (
     "user_id",
@@ -137,3 +148,19 @@ def list_diagnostics(data: FedPSData, split: str) -> dict[str, Any]:
         "user_clicked": _side(np.concatenate(clicked), rel),
         "bm25_rank": _side(np.concatenate(rank).astype(np.float64), rel),
     }
+
+
+def refinding_queries(data: FedPSData, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(event_ids, refinding)`` of every query of ``split`` that has a relevant
+    candidate: ``refinding`` is True when the user clicked one of the query's clicked
+    documents strictly earlier (any query; ``user_prior_clicks > 0`` in
+    :func:`lists_table`)."""
+    events, refinding = [np.zeros(0, np.int64)], [np.zeros(0, bool)]
+    for user in data.users:
+        s = user.samples(_split(split))
+        relevant = (s.labels > 0) & s.mask
+        has_relevant = relevant.any(axis=1)
+        seen = (relevant & (s.features[..., _USER_CLICKS] > 0)).any(axis=1)
+        events.append(s.event_ids[has_relevant])
+        refinding.append(seen[has_relevant])
+    return np.concatenate(events), np.concatenate(refinding)

@@ -13,7 +13,10 @@ prepares the data once). Then :func:`write_tables` assembles ``tables.md`` and
 * **Tables 2-3**: every mode over the training seeds (``seeds``): MAP / MRR / P@1 as mean
   and standard deviation, the change relative to the tuned central model and a test that
   covers training randomness and user sampling
-  (:func:`fedrank.experiments.stats.seed_user_test`). The central model's learning rate is
+  (:func:`fedrank.experiments.stats.seed_user_test`); then every row on re-finding queries
+  (the user clicked the relevant document before) and on new-document queries
+  (:func:`fedrank.experiments.fedps_lists.refinding_queries`), with the central model
+  against the hand-feature GBDT on each kind. The central model's learning rate is
   tuned over ``learning_rates`` on the mean validation MAP; K-NRM, GroupUser and CoverQuery
   (centrally trained too) use the chosen rate. The rules and the GBDT of
   :mod:`fedrank.baselines.list_rankers` are reported beside them. FedPSFlat with a server
@@ -23,7 +26,8 @@ prepares the data once). Then :func:`write_tables` assembles ``tables.md`` and
   Table 2, and the order under every smoothing and weighting choice
   (:mod:`fedrank.privacy.kl_settings`).
 * **Hierarchy**: FedPSFlat and FedPSProxy with ``K = 100`` (ten proxies of ten clients per
-  step, two group servers) at 10% and 30% late responses.
+  step, two group servers) at 10% and 30% late responses (``hierarchy_late``) on the first
+  ``hierarchy_seeds`` training seeds.
 * **Tables 4-5**: FedPSProxy with K in {5, 10, 20, 30, 100} and E in {1, 2, 3} on
   ``sweep_users`` users, ten proxies (``users / 10`` clients each) so that every K is
   ``K / 10`` proxies x 10 clients.
@@ -52,7 +56,7 @@ from fedrank.core.json_io import write_json
 from fedrank.errors import ConfigError
 from fedrank.experiments.fedps import RULE_MODES, FedPSSettings, run_fedps
 from fedrank.experiments.fedps_data import FedPSData, prepare_aol
-from fedrank.experiments.fedps_lists import list_diagnostics
+from fedrank.experiments.fedps_lists import list_diagnostics, refinding_queries
 from fedrank.experiments.stats import seed_user_test
 from fedrank.privacy import kl_settings
 from fedrank.simulation.client_sampling import flat_schedule, proxy_schedule
@@ -485,6 +489,60 @@ def _table3(
     return lines + tuning + [""], summary
 
 
+def _query_kind_lines(
+    config: ReproduceConfig, table3: dict[str, Any], refinding: tuple[np.ndarray, np.ndarray]
+) -> tuple[list[str], dict[str, Any]]:
+    """Table 3's rows on re-finding queries (the user clicked the relevant document before)
+    and on new-document queries, and the central model against the hand-feature GBDT on
+    each kind (``seed_user_test``, paired over seeds)."""
+    runs = config.out_dir / "runs"
+    events, users, central = _stack(runs, table3["rows"]["central"]["runs"])
+    order = np.argsort(refinding[0])
+    known = refinding[0][order]
+    at = np.minimum(np.searchsorted(known, events), max(known.size - 1, 0))
+    missing = known.size == 0 or not np.array_equal(known[at], events)
+    if missing:
+        raise ConfigError(
+            "the test queries of the runs are not those of the prepared data's test lists: "
+            "the runs were made on other data; rerun them (delete the runs folder)"
+        )
+    seen = refinding[1][order][at]
+    lines = [
+        "## Table 3 by query kind: re-finding vs new documents",
+        "",
+        f"Re-finding: the user clicked the relevant document before ({seen.mean():.1%} of the "
+        f"{seen.size:,} test queries); new: the relevant document is new to the user. MAP, "
+        "mean over the row's seeds.",
+        "",
+        "| model | re-finding MAP | new-document MAP |",
+        "|---|---|---|",
+    ]
+    out: dict[str, Any] = {"refinding_share": float(seen.mean()), "rows": {}}
+    stacked: dict[str, np.ndarray] = {}
+    for mode, row in table3["rows"].items():
+        row_events, _, values = _stack(runs, row["runs"])
+        if not np.array_equal(row_events, events):
+            raise ConfigError(f"run {row['runs'][0]} was tested on other queries than central")
+        stacked[mode] = values
+        by_kind = {
+            kind: float(np.nanmean(values[:, mask].mean(axis=0)))
+            for kind, mask in (("refinding", seen), ("new", ~seen))
+        }
+        out["rows"][mode] = by_kind
+        lines.append(f"| {LABELS[mode]} | {by_kind['refinding']:.4f} | {by_kind['new']:.4f} |")
+    lines.append("")
+    if "gbdt" in stacked and stacked["gbdt"].shape == central.shape:
+        for kind, mask in (("re-finding", seen), ("new-document", ~seen)):
+            test = seed_user_test(central[:, mask], stacked["gbdt"][:, mask], users[mask])
+            out[f"central_vs_gbdt_{kind}"] = test
+            lines.append(
+                f"Central minus GBDT on {kind} queries: {test['diff']:+.4f} "
+                f"[{test['ci95_low']:+.4f}, {test['ci95_high']:+.4f}], p = {_p_text(test['p'])}."
+            )
+        lines.append("")
+    return lines, out
+
+
 def _kl_lines(summary: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     """Table 2's methods under every KL setting: values, order, reversals vs the paper."""
     methods = ("groupuser", "coverquery", "flat", "proxy")
@@ -555,8 +613,11 @@ def write_tables(
     tuned_lr: float | None,
     diagnostics: dict[str, Any] | None = None,
     continuous: dict[str, Any] | None = None,
+    refinding: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> str:
-    """Write ``tables.md`` and ``results.json`` into ``out_dir``; return the markdown."""
+    """Write ``tables.md`` and ``results.json`` into ``out_dir``; return the markdown.
+    ``refinding``: :func:`~fedrank.experiments.fedps_lists.refinding_queries` of the test
+    split, for Table 3's breakdown by query kind."""
     lines = ["# FedPS on the AOL log", "", f"Command: `{command_line(config)}`.", ""]
     summary: dict[str, Any] = {}
     any_result = next(iter(results.values()), None)
@@ -576,7 +637,11 @@ def write_tables(
         assert tuned_lr is not None
         table, summary["table3"] = _table3(config, results, tuned_lr)
         kl_lines, summary["kl"] = _kl_lines(summary["table3"])
-        lines += table + kl_lines
+        lines += table
+        if refinding is not None:
+            kinds, summary["query_kinds"] = _query_kind_lines(config, summary["table3"], refinding)
+            lines += kinds
+        lines += kl_lines
     if "hierarchy" in config.tables:
         table, summary["hierarchy"] = _hierarchy_lines(config, results)
         lines += table
@@ -705,12 +770,13 @@ def reproduce(
         results.update(run_jobs(config, tuning_jobs(config), progress))
         tuned_lr = choose_learning_rate(config, results)
     results.update(run_jobs(config, planned_jobs(config, tuned_lr), progress))
-    diagnostics = None
+    diagnostics = refinding = None
     if "3" in config.tables:
         data = prepare_aol(config.log, users=config.users, seed=config.data_seed, word2vec_epochs=1)
         diagnostics = {s: list_diagnostics(data, s) for s in ("train", "valid", "test")}
+        refinding = refinding_queries(data, "test")
     continuous = _continuous(config, progress) if "fig4" in config.tables else None
-    text = write_tables(config, results, tuned_lr, diagnostics, continuous)
+    text = write_tables(config, results, tuned_lr, diagnostics, continuous, refinding)
     if progress is not None:
         progress(f"done in {time.perf_counter() - start:.0f} s", 1, 1)
     return text
