@@ -500,8 +500,7 @@ def _query_kind_lines(
     order = np.argsort(refinding[0])
     known = refinding[0][order]
     at = np.minimum(np.searchsorted(known, events), max(known.size - 1, 0))
-    missing = known.size == 0 or not np.array_equal(known[at], events)
-    if missing:
+    if known.size == 0 or not np.array_equal(known[at], events):
         raise ConfigError(
             "the test queries of the runs are not those of the prepared data's test lists: "
             "the runs were made on other data; rerun them (delete the runs folder)"
