@@ -138,7 +138,7 @@ def test_every_outgoing_message_holds_only_the_shared_update(small: FedPSData) -
     run_fedps(small, settings, observer=lambda c, m: messages.append((c, m)))
     assert sorted(c for c, _ in messages) == list(range(len(small.users)))
 
-    model = fedps_module._new_model(small, True, 0)
+    model = fedps_module._new_model(small, True, 0, _settings("flat"))
     emb = model.global_embedding_slice()
     dim = model.config.dim
     for c, message in messages:
@@ -172,7 +172,7 @@ def test_upload_cases_restrict_the_global_embedding_rows(small: FedPSData, case:
     settings = _settings("flat", rounds=1, cover_queries=0, upload=case, frequent_words=30)
     messages: list[Message] = []
     run_fedps(small, settings, observer=lambda c, m: messages.append(m))
-    model = fedps_module._new_model(small, True, 0)
+    model = fedps_module._new_model(small, True, 0, _settings("flat"))
     dim = model.config.dim
     allowed = (
         UploadPolicy.most_frequent(
@@ -203,7 +203,7 @@ def _reachable(root: object) -> list[object]:
 
 
 def test_the_server_cannot_reach_client_data(small: FedPSData) -> None:
-    model = fedps_module._new_model(small, True, 0)
+    model = fedps_module._new_model(small, True, 0, _settings("flat"))
     server = FedPSServer(model.get_flat_parameters())
     clients = [
         FedPSClient(u, small.doc_tokens, small.word_vectors, seed=i)

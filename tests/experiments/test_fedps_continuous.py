@@ -349,7 +349,7 @@ def test_run_continuous_reports_every_stage_and_mode(
             assert 0.0 <= cell["MAP"] <= 1.0 and 0.0 <= cell["P@1"] <= 1.0
             assert cell["MAP_improvement_pct"] == pytest.approx((cell["MAP"] / base - 1) * 100)
             assert stage.results[m].metrics["MAP"] == cell["MAP"]
-        assert row["modes"]["flat"]["best_round"] == 1
+        assert 0 < row["modes"]["flat"]["best_round"] <= 1  # an evaluation of round 1
     np.testing.assert_allclose(
         r.improvement("flat"), (r.metric("flat") / r.metric("original") - 1) * 100
     )

@@ -105,6 +105,15 @@ def _seed_list(text: str | None) -> list[int] | None:
 @click.option("--client-metrics", is_flag=True, default=None,
               help="clients also send their training loss")  # fmt: skip
 @click.option("--cover-queries", type=int, default=None, help="m cover queries per query")
+@click.option("--model", type=click.Choice(["encoded", "compact"]), default=None,
+              help="the personalized model: encoded click features (default) or the first, "
+              "compact model (a tanh MLP on the raw features)")  # fmt: skip
+@click.option(
+    "--text-dropout",
+    type=float,
+    default=None,
+    help="probability of dropping a query's text scores in training (default 0.3)",
+)
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False))
 def run(
     mode: str,

@@ -70,7 +70,7 @@ from fedrank.models.peps import PEPSConfig, PEPSRanker
 from fedrank.privacy import kl_settings
 from fedrank.privacy import profile_kl as kl
 from fedrank.privacy.cover_queries import CoverQueryGenerator
-from fedrank.retrieval.candidates import FEATURE_NAMES, UserData, build_users
+from fedrank.retrieval.candidates import FEATURE_EDGES, FEATURE_NAMES, UserData, build_users
 from fedrank.simulation.client_sampling import flat_schedule, proxy_schedule
 from fedrank.simulation.communication import flat_round_time, proxy_round_time
 from fedrank.simulation.fedps_client import (
@@ -89,6 +89,24 @@ MODES: tuple[str, ...] = (*RULE_MODES, "gbdt", *TRAINED_MODES)
 #: Modes whose outcome depends on a training seed.
 SEEDED_MODES: tuple[str, ...] = ("gbdt", *TRAINED_MODES)
 METRICS: tuple[str, ...] = ("MAP", "MRR", "P@1")
+
+#: The personalized model's variants (:class:`fedrank.models.peps.PEPSConfig` fields).
+#: ``compact``: the first model, a tanh MLP of 16 units on the raw click features and a
+#: final tanh MLP over the six scores. ``encoded``: the click features in fixed bins
+#: (:data:`~fedrank.retrieval.candidates.FEATURE_EDGES`) through two ReLU layers of 64, and
+#: a final ReLU MLP that also sees that tower's hidden layer. On the AOL lists the compact
+#: tower ranked by the click history worse than a GBDT on the same features
+#: (docs/fedps.md, "Model").
+MODEL_VARIANTS: dict[str, dict[str, Any]] = {
+    "compact": {},
+    "encoded": {
+        "feature_hidden": 64,
+        "feature_layers": 2,
+        "feature_edges": FEATURE_EDGES,
+        "combine_hidden": 32,
+        "combine_sees_features": True,
+    },
+}
 
 #: ``progress(stage, done, total)``: called as work advances (the CLI draws a bar).
 Progress = Callable[[str, int, int], None]
@@ -128,6 +146,10 @@ class FedPSSettings:
         group_size: users per GroupUser identity (paper: 100).
         seed: the training seed: model initialization, sampling, response times, covers,
             groups (the data have their own seed, :func:`prepare_aol`).
+        model: the personalized model's variant (:data:`MODEL_VARIANTS`): ``"encoded"``
+            (default) or ``"compact"`` (the first model: a tanh MLP on the raw features).
+        text_dropout: the personalized model's text dropout in training
+            (:class:`fedrank.models.peps.PEPSConfig`).
     """
 
     mode: str
@@ -151,10 +173,18 @@ class FedPSSettings:
     n_topics: int = 50
     group_size: int = 100
     seed: int = 0
+    model: str = "encoded"
+    text_dropout: float = 0.3
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ConfigError(f"mode must be one of {', '.join(MODES)}; got {self.mode!r}")
+        if self.model not in MODEL_VARIANTS:
+            raise ConfigError(
+                f"model must be one of {', '.join(MODEL_VARIANTS)}; got {self.model!r}"
+            )
+        if not 0.0 <= self.text_dropout < 1.0:
+            raise ConfigError(f"text_dropout must be in [0, 1), got {self.text_dropout}")
         for name in (
             "rounds",
             "evals_per_round",
@@ -291,12 +321,17 @@ def _checkpoints(n_steps: int, evals: int) -> set[int]:
     return {max(1, round(n_steps * k / evals)) for k in range(1, evals + 1)} if n_steps else set()
 
 
-def _new_model(data: FedPSData, personalized: bool, seed: int) -> PEPSRanker:
+def _new_model(
+    data: FedPSData, personalized: bool, seed: int, settings: FedPSSettings
+) -> PEPSRanker:
+    variant = MODEL_VARIANTS[settings.model] if personalized else {}
     config = PEPSConfig(
         vocab_size=data.vocab_size,
         dim=int(data.word_vectors.shape[1]),
         n_features=len(FEATURE_NAMES),
         personalized=personalized,
+        text_dropout=settings.text_dropout if personalized else 0.0,
+        **variant,
     )
     return PEPSRanker(config, data.word_vectors, seed=seed)
 
@@ -331,7 +366,7 @@ def train_central(
     ``evals_per_round`` times per epoch with early stopping. Returns the evaluator and the
     number of minibatch steps run."""
     seeds = _seeds(settings.seed)
-    model = _new_model(data, personalized, seeds["model"])
+    model = _new_model(data, personalized, seeds["model"], settings)
     workspaces = [
         UserWorkspace(
             u,
@@ -426,7 +461,7 @@ def train_federated(
     """FedPSFlat or FedPSProxy training (Algorithm 1; Sec. 3.4), evaluated
     ``evals_per_round`` times per round with early stopping."""
     seeds = _seeds(settings.seed)
-    model = _new_model(data, True, seeds["model"])
+    model = _new_model(data, True, seeds["model"], settings)
     server = FedPSServer(model.get_flat_parameters(), settings.server_learning_rate)
     clients = [
         FedPSClient(

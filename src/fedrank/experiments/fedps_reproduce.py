@@ -72,6 +72,12 @@ TABLES: tuple[str, ...] = ("3", "hierarchy", "4", "5", "6", "fig4")
 TRAINED_ROWS: tuple[str, ...] = ("gbdt", "knrm", "groupuser", "coverquery", "flat", "proxy")
 #: Modes trained centrally at the learning rate tuned for the central model.
 TUNED_LR_MODES: tuple[str, ...] = ("knrm", "groupuser", "coverquery")
+#: The central model without each change made to it since the first wave (first seed, the
+#: tuned rate): the first, compact model, and the encoded model without text dropout.
+ABLATION_ROWS: dict[str, dict[str, Any]] = {
+    "central_compact": {"model": "compact", "text_dropout": 0.0},
+    "central_no_dropout": {"text_dropout": 0.0},
+}
 #: Rows run on every training seed; the others (secondary baselines and eta_s = 3) run on
 #: the first seed only, to bound the reproduction's compute.
 ALL_SEED_ROWS: tuple[str, ...] = ("central", "gbdt", "flat", "proxy")
@@ -96,6 +102,8 @@ LABELS = {
     "gbdt": "LightGBM, hand features (no text)",
     "knrm": "K-NRM",
     "central": "PEPS-style, central (tuned)",
+    "central_compact": "... the first, compact model",
+    "central_no_dropout": "... without text dropout",
     "groupuser": "GroupUser",
     "coverquery": "CoverQuery",
     "flat": "FedPSFlat (Algorithm 1)",
@@ -224,6 +232,10 @@ def planned_jobs(config: ReproduceConfig, tuned_lr: float | None) -> dict[str, J
             for s in _row_seeds(config, mode):
                 settings = replace(base, mode=mode, seed=s, learning_rate=lr)
                 jobs[_seeded(mode, s)] = Job(settings, config.users)
+        for name, changes in ABLATION_ROWS.items():
+            for s in _row_seeds(config, name):
+                settings = replace(base, learning_rate=tuned_lr, seed=s, **changes)
+                jobs[_seeded(name, s)] = Job(settings, config.users)
         for s in _row_seeds(config, "flat_eta3"):
             eta3 = replace(base, mode="flat", seed=s, server_learning_rate=3.0)
             jobs[_seeded("flat_eta3", s)] = Job(eta3, config.users)
@@ -421,7 +433,7 @@ def _table3(
     rows: dict[str, list[str]] = {m: [m] for m in RULE_MODES}
     central = [_central_name(tuned_lr, s) for s in seeds]
     rows["central"] = central
-    for mode in (*TRAINED_ROWS, "flat_eta3"):
+    for mode in (*ABLATION_ROWS, *TRAINED_ROWS, "flat_eta3"):
         rows[mode] = [_seeded(mode, s) for s in _row_seeds(config, mode)]
     _, users, ref = _stack(runs, central)
     summary: dict[str, Any] = {"tuned_learning_rate": tuned_lr, "rows": {}}
@@ -446,7 +458,7 @@ def _table3(
     central_stats = _seed_stats(results, central)
     paper_key = kl_settings.PAPER_SETTING.key()
     current_key = kl_settings.CURRENT_SETTING.key()
-    for mode in (*RULE_MODES, "central", *TRAINED_ROWS, "flat_eta3"):
+    for mode in (*RULE_MODES, "central", *ABLATION_ROWS, *TRAINED_ROWS, "flat_eta3"):
         names = rows[mode]
         st = _seed_stats(results, names)
         test: dict[str, Any] | None = None

@@ -54,8 +54,17 @@ every word falls back this way (a new user without history).
 **Seeds.** ``PEPSRanker(config, word_vectors, seed=s)`` initializes every parameter from a
 private ``torch.Generator`` seeded with ``s``; the modules are constructed inside
 ``torch.random.fork_rng`` so building a model neither reads nor advances torch's global
-RNG. The forward pass has no randomness (no dropout). Two models built with the same
-config, vectors and seed are identical.
+RNG. Two models built with the same config, vectors and seed are identical. The forward
+pass is deterministic in evaluation mode (``model.eval()``); in training mode the only
+randomness is text dropout (``config.text_dropout``), drawn from the model's own generator
+seeded with ``s + 1``, so training is reproducible too.
+
+**Text dropout** (``config.text_dropout = p``): in training mode, each query's five text
+scores (``F^PW .. F^PQ``) are zeroed with probability ``p`` and the others scaled by
+``1 / (1 - p)`` (inverted dropout, Srivastava et al. 2014, applied to a whole input group),
+so the model must also rank with the click features alone. Without it the text channels,
+which memorize the training lists within an epoch, learn to override the click history
+and lose on queries whose document the user clicked before (docs/fedps.md).
 
 Masked candidates score ``-inf`` (:data:`MASKED_SCORE`); every computation is per
 (query, candidate), so padded candidates and padded words never change the scores of the
@@ -370,6 +379,59 @@ class KernelPooling(nn.Module):
         return phi.index_add(1, slot_cell, torch.log1p(soft_tf))  # sum over query words
 
 
+class PiecewiseLinearEncoding(nn.Module):
+    """A fixed (not learned) encoding of numeric features for an MLP: for each feature
+    ``x`` with bin edges ``e_0 < e_1 < ... < e_m``, the raw value, the indicator ``x >
+    e_0`` and the piecewise-linear code ``clamp((x - e_k) / (e_{k+1} - e_k), 0, 1)`` of every
+    bin (Gorishniy et al., "On Embeddings for Numerical Features in Tabular Deep Learning",
+    NeurIPS 2022, Sec. 3.2). Sharp thresholds (a count going from 0 to 1) and
+    non-linear shapes over wide ranges are then one linear layer away, which a plain MLP
+    on the raw values learns slowly. The edges are constants of the model (public, the same
+    for every client), not statistics of anyone's data.
+
+    Args:
+        edges: per feature, its strictly increasing bin edges (at least two).
+    """
+
+    def __init__(self, edges: tuple[tuple[float, ...], ...]) -> None:
+        super().__init__()
+        if not edges:
+            raise ConfigError("need bin edges for at least one feature")
+        lows: list[float] = []
+        widths: list[float] = []
+        owner: list[int] = []
+        for j, e in enumerate(edges):
+            e_arr = np.asarray(e, dtype=np.float64)
+            if e_arr.ndim != 1 or e_arr.size < 2 or not np.all(np.diff(e_arr) > 0):
+                raise ConfigError(
+                    f"feature {j}: bin edges must be at least two strictly increasing "
+                    f"numbers, got {tuple(e)}"
+                )
+            lows += e_arr[:-1].tolist()
+            widths += np.diff(e_arr).tolist()
+            owner += [j] * (e_arr.size - 1)
+        self.n_features = len(edges)
+        first = [float(e[0]) for e in edges]
+        self.register_buffer("first", torch.tensor(first), persistent=False)
+        self.register_buffer("lows", torch.tensor(lows), persistent=False)
+        self.register_buffer("widths", torch.tensor(widths), persistent=False)
+        self.register_buffer("owner", torch.tensor(owner, dtype=torch.int64), persistent=False)
+
+    @property
+    def out_features(self) -> int:
+        return 2 * self.n_features + int(self.lows.shape[0])
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        """``(..., F)`` -> ``(..., 2 F + bins)``: raw values, indicators, bin codes."""
+        if features.shape[-1] != self.n_features:
+            raise DataFormatError(
+                f"expected {self.n_features} features in the last axis, got {_shape(features)}"
+            )
+        above = (features > self.first).to(features.dtype)
+        codes = ((features[..., self.owner] - self.lows) / self.widths).clamp(0.0, 1.0)
+        return torch.cat([features, above, codes], dim=-1)
+
+
 class SelfAttention(nn.Module):
     """One multi-head self-attention layer with a residual connection, ``x + MHA(x)``
     (PEPS' contextual representations ``PCW`` / ``GCW``; FedPS Sec. 3.3.1), over packed
@@ -413,8 +475,17 @@ class PEPSConfig:
             personalized; ignored by the K-NRM baseline).
         personalized: False for the K-NRM baseline (global K-NRM only).
         n_heads: heads of the self-attention layer (must divide ``dim``).
-        feature_hidden: hidden units of the click-feature MLP (``F^r``).
+        feature_hidden: hidden units of each hidden layer of the click-feature MLP
+            (``F^r``).
+        feature_layers: hidden layers of the click-feature MLP (ReLU).
+        feature_edges: per feature, fixed bin edges of a :class:`PiecewiseLinearEncoding`
+            of the features before the MLP; ``()``: the raw features.
         combine_hidden: hidden units of the final MLP (FedPS Eq. 1).
+        combine_sees_features: the final MLP (ReLU) also takes the last hidden layer of the
+            click-feature MLP, so that it can weigh the text scores by the click history
+            (off: the six scores only, tanh, as Eq. 1).
+        text_dropout: in training mode, the probability that a query's five text scores
+            are dropped (see the module docstring); 0: never.
     """
 
     vocab_size: int
@@ -423,7 +494,11 @@ class PEPSConfig:
     personalized: bool = True
     n_heads: int = 4
     feature_hidden: int = 16
+    feature_layers: int = 1
+    feature_edges: tuple[tuple[float, ...], ...] = ()
     combine_hidden: int = 16
+    combine_sees_features: bool = False
+    text_dropout: float = 0.0
 
     def __post_init__(self) -> None:
         if self.vocab_size < 2 or self.dim < 1:
@@ -437,10 +512,17 @@ class PEPSConfig:
                 )
             if self.n_heads < 1 or self.dim % self.n_heads:
                 raise ConfigError(f"n_heads={self.n_heads} must be >= 1 and divide dim={self.dim}")
-            if self.feature_hidden < 1 or self.combine_hidden < 1:
+            if min(self.feature_hidden, self.feature_layers, self.combine_hidden) < 1:
                 raise ConfigError(
-                    "feature_hidden and combine_hidden must be >= 1, got "
-                    f"{self.feature_hidden} and {self.combine_hidden}"
+                    "feature_hidden, feature_layers and combine_hidden must be >= 1, got "
+                    f"{self.feature_hidden}, {self.feature_layers} and {self.combine_hidden}"
+                )
+            if not 0.0 <= self.text_dropout < 1.0:
+                raise ConfigError(f"text_dropout must be in [0, 1), got {self.text_dropout}")
+            if self.feature_edges and len(self.feature_edges) != self.n_features:
+                raise ConfigError(
+                    f"feature_edges has bin edges for {len(self.feature_edges)} features, "
+                    f"the model takes n_features={self.n_features}"
                 )
 
 
@@ -484,6 +566,24 @@ class ParameterLayout:
         return self[name].slice
 
 
+def _feature_mlp(config: PEPSConfig) -> nn.Sequential:
+    """``F^r``: the click-history features (encoded when ``config.feature_edges``) through
+    ``feature_layers`` hidden layers to one score. One hidden layer is tanh (the original
+    compact model); deeper towers use ReLU."""
+    layers: list[nn.Module] = []
+    width = config.n_features
+    if config.feature_edges:
+        encoding = PiecewiseLinearEncoding(config.feature_edges)
+        layers.append(encoding)
+        width = encoding.out_features
+    activation = nn.Tanh if config.feature_layers == 1 else nn.ReLU
+    for _ in range(config.feature_layers):
+        layers += [nn.Linear(width, config.feature_hidden), activation()]
+        width = config.feature_hidden
+    layers.append(nn.Linear(width, 1))
+    return nn.Sequential(*layers)
+
+
 class PEPSRanker(nn.Module):
     """Compact PEPS personalized ranker (FedPS Sec. 3.3.1, Eq. 1), or the K-NRM baseline
     with ``config.personalized = False``; see the module docstring.
@@ -518,18 +618,16 @@ class PEPSRanker(nn.Module):
                 self.attention = SelfAttention(dim, config.n_heads)
                 self.query_pool = nn.Parameter(torch.zeros(dim))
                 self.query_proj = nn.Linear(dim, dim)
-                self.feature_mlp = nn.Sequential(
-                    nn.Linear(config.n_features, config.feature_hidden),
-                    nn.Tanh(),
-                    nn.Linear(config.feature_hidden, 1),
-                )
+                self.feature_mlp = _feature_mlp(config)
+                extra = config.feature_hidden if config.combine_sees_features else 0
                 self.combine = nn.Sequential(
-                    nn.Linear(len(SCORE_NAMES), config.combine_hidden),
-                    nn.Tanh(),
+                    nn.Linear(len(SCORE_NAMES) + extra, config.combine_hidden),
+                    nn.ReLU() if config.combine_sees_features else nn.Tanh(),
                     nn.Linear(config.combine_hidden, 1),
                 )
         self._initialize(word_vectors, seed)
         self._layout = self._build_layout()
+        self._dropout_generator = torch.Generator().manual_seed(int(seed) + 1)
 
     # ----------------------------------------------------------------- initialization
 
@@ -694,6 +792,18 @@ class PEPSRanker(nn.Module):
         """
         components = self.score_components(query, docs, features, mask, personal)
         if self.config.personalized:
+            p = self.config.text_dropout
+            if self.training and p > 0:
+                draw = torch.rand(components.shape[0], 1, 1, generator=self._dropout_generator)
+                keep = (draw >= p).to(components.dtype) / (1.0 - p)
+                text = len(SCORE_NAMES) - 1  # every score but F^r
+                components = torch.cat(
+                    [components[..., :text] * keep, components[..., text:]], dim=-1
+                )
+            if self.config.combine_sees_features:
+                assert features is not None  # checked by score_components
+                hidden = self.feature_mlp[:-1](features.to(components.dtype))
+                components = torch.cat([components, hidden], dim=-1)
             scores = self.combine(components).squeeze(-1)
         else:
             scores = components.squeeze(-1)

@@ -57,6 +57,7 @@ from fedrank.retrieval.search_engine import SearchEngine
 __all__ = [
     "DEFAULT_DEPTH",
     "DEFAULT_TRAIN_NEGATIVES",
+    "FEATURE_EDGES",
     "FEATURE_NAMES",
     "SAMPLE_SPLITS",
     "CandidateLists",
@@ -84,6 +85,23 @@ FEATURE_NAMES: tuple[str, ...] = (
     "bm25",  # the search engine's BM25 score of (query, document)
     "log_query_issues",  # earlier events with the same normalised query
     "log_global_clicks",  # all users' clicks on the document in the background period
+)
+
+#: Counts whose ``log1p`` bounds the bins of a count feature in :data:`FEATURE_EDGES`.
+_COUNT_BINS = (0, 1, 2, 3, 4, 6, 10, 20, 40, 100, 250, 650, 1800)
+_LOG_COUNT_EDGES = tuple(float(x) for x in np.log1p(_COUNT_BINS))
+#: Fixed bin edges of each feature (in :data:`FEATURE_NAMES` order) for the model's
+#: piecewise-linear feature encoding (:class:`fedrank.models.peps.PiecewiseLinearEncoding`):
+#: whole counts up to 4, then roughly doubling; BM25 scores in steps of about one over
+#: their usual range (3 to 25 on the AOL engine). Constants of the model, the same for
+#: every client, not fitted on anyone's data.
+FEATURE_EDGES: tuple[tuple[float, ...], ...] = (
+    _LOG_COUNT_EDGES,
+    _LOG_COUNT_EDGES,
+    (0.0, 1.0),
+    (0.0, 3.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 14.0, 16.0, 19.0, 23.0, 30.0, 45.0),
+    _LOG_COUNT_EDGES,
+    _LOG_COUNT_EDGES,
 )
 
 

@@ -162,13 +162,19 @@ def score_samples(
     personal: PersonalEmbeddings | None,
     batch_size: int = 256,
 ) -> np.ndarray:
-    """``(Q, C)`` float64 scores of every sample (``-inf`` at padding), without gradients."""
+    """``(Q, C)`` float64 scores of every sample (``-inf`` at padding), without gradients,
+    in evaluation mode (no text dropout); the model's mode is restored afterwards."""
     out = np.empty(tuple(tensors.mask.shape), dtype=np.float64)
-    with torch.no_grad():
-        for start in range(0, tensors.n_queries, batch_size):
-            part = tensors.rows(slice(start, start + batch_size))
-            scores = model(part.query, part.docs, part.features, part.mask, personal)
-            out[start : start + batch_size] = scores.numpy()
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for start in range(0, tensors.n_queries, batch_size):
+                part = tensors.rows(slice(start, start + batch_size))
+                scores = model(part.query, part.docs, part.features, part.mask, personal)
+                out[start : start + batch_size] = scores.numpy()
+    finally:
+        model.train(was_training)
     return out
 
 
@@ -189,7 +195,8 @@ def train_step(
     personal: PersonalEmbeddings | None,
     optimizers: Sequence[torch.optim.Optimizer],
 ) -> float:
-    """One minibatch of LambdaRank; returns the loss."""
+    """One minibatch of LambdaRank in training mode; returns the loss."""
+    model.train()
     scores = model(batch.query, batch.docs, batch.features, batch.mask, personal)
     loss = lambdarank_loss(scores, batch.labels, batch.mask)
     for optimizer in optimizers:
