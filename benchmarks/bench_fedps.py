@@ -27,8 +27,8 @@ TARGET_BYTES = 8 * 2**30
 
 def one_mode(log: str, users: int | None, mode: str, rounds: int, seed: int) -> dict[str, Any]:
     """Prepare the data and run ``mode`` in this (fresh) process."""
-    from fedrank.experiments.fedps import FedPSSettings, run_fedps
-    from fedrank.experiments.fedps_data import prepare_aol
+    from fedrank.experiments.fedps.data import prepare_aol
+    from fedrank.experiments.fedps.run import FedPSSettings, run_fedps
 
     start = time.perf_counter()
     data = prepare_aol(log, users=users, seed=seed)
@@ -56,7 +56,7 @@ def one_mode(log: str, users: int | None, mode: str, rounds: int, seed: int) -> 
 
 
 def main() -> None:
-    from fedrank.experiments.fedps_data import default_log_path
+    from fedrank.experiments.fedps.data import default_log_path
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--log", type=Path, default=None)

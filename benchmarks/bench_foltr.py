@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from fedrank.data.letor import load_fold
-from fedrank.experiments.foltr import FoltrConfig, run_foltr
+from fedrank.experiments.foltr.run import FoltrConfig, run_foltr
+from fedrank.models.click_models import click_model
 from fedrank.models.rankers import make_ranker
-from fedrank.simulation.click_models import click_model
 from fedrank.simulation.per_client_loop import loop_train
 
 REPO = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
-from fedrank.experiments.frecency_study import FrecencyStudyConfig, run_study
+from fedrank.experiments.frecency.study import FrecencyStudyConfig, run_study
 from fedrank.losses.pointwise_svm import pointwise_svm_loss, scaled_scores
 from fedrank.models.frecency.classic import ClassicFrecency
 from fedrank.models.frecency.history import PageHistories

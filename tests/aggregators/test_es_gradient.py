@@ -8,11 +8,11 @@ import pytest
 from fedrank.aggregators.es_gradient import ESGradient
 from fedrank.core.codec import decode_es_message, encode_es_message
 from fedrank.core.seeded_noise import draw_seeds, gaussian_noise
+from fedrank.data.query_bank import QueryBank
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.estimators.evolution_strategies import ESEstimator
+from fedrank.models.click_models import click_model
 from fedrank.models.linear import LinearRanker
-from fedrank.simulation.click_models import click_model
-from fedrank.simulation.query_bank import QueryBank
 from tests.conftest import synthetic_split
 
 

@@ -11,10 +11,10 @@ from sklearn.linear_model import LinearRegression, Ridge
 
 from fedrank.baselines import MSERanker
 from fedrank.data.letor import LetorFold, LetorSplit, load_fold
+from fedrank.data.query_bank import QueryBank
 from fedrank.errors import DataFormatError
 from fedrank.metrics.evaluate import evaluate
-from fedrank.simulation.click_models import click_model, grades_of
-from fedrank.simulation.query_bank import QueryBank
+from fedrank.models.click_models import click_model, grades_of
 
 CLICK_MODELS = ("navigational", "informational", "perfect")
 

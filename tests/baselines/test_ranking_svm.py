@@ -13,10 +13,10 @@ from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
 from fedrank.baselines import RankingSVM, ranking_pairs
 from fedrank.data.letor import LetorFold, LetorSplit, load_fold
+from fedrank.data.query_bank import QueryBank
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.metrics.evaluate import evaluate
-from fedrank.simulation.click_models import click_model, grades_of
-from fedrank.simulation.query_bank import QueryBank
+from fedrank.models.click_models import click_model, grades_of
 
 CLICK_MODELS = ("navigational", "informational", "perfect")
 

@@ -12,8 +12,9 @@ from fedrank.client.frecency_update import ProfileSearches, frecency_update, pag
 from fedrank.core.codec import unpack_signs
 from fedrank.errors import ConfigError
 from fedrank.losses.pointwise_svm import pointwise_svm_loss, scaled_scores
+from fedrank.models.frecency.scorer import page_scorer
 from fedrank.models.frecency.weights import classic_defaults
-from fedrank.simulation.frecency_world import page_scorer
+from fedrank.strategies.frecency import FrecencyConfig
 
 
 def test_words_and_typed_form() -> None:
@@ -72,7 +73,11 @@ def test_gradient_matches_a_finite_difference_of_the_loss(firefox_dir: Path) -> 
 
 def test_modern_update_in_signs(firefox_dir: Path) -> None:
     searches = ProfileSearches(firefox_dir / "places.sqlite", model="modern")
-    payload, metrics = frecency_update(searches, page_scorer("modern").defaults(), sign=True)
+    payload, metrics = frecency_update(
+        searches,
+        page_scorer("modern").defaults(),
+        FrecencyConfig(model="modern", message="sign"),
+    )
     signs = unpack_signs(base64.b64decode(payload["signs"]), 5)
     assert set(np.unique(signs)) <= {-1.0, 0.0, 1.0} and metrics["searches"] > 0
     with pytest.raises(ConfigError, match="5 weights|has 22"):

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.optim import SGD, Adam, Rprop
+from fedrank.optim.chain import Chain, Scale
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,26 @@ CASES = [
         Adam,
     ),
 ]
+# Chains run the same checks: a positive scale keeps the descent direction of what follows.
+CASES += [
+    OptCase("Chain(Rprop)", lambda: Chain(Rprop()), (), Chain),
+    OptCase("Chain(Scale(2), Adam)", lambda: Chain(Scale(2.0), Adam(learning_rate=0.1)), (), Chain),
+]
 parametrize_cases = pytest.mark.parametrize("case", CASES, ids=str)
+
+
+def _same_state(a: Any, b: Any) -> None:
+    """Exactly the same state, arrays compared by dtype and bytes, nested states too."""
+    if isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+    elif isinstance(a, tuple):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            _same_state(x, y)
+    else:
+        assert a == b
+
+
 SETTINGS = settings(max_examples=30, deadline=None)
 
 # Gradients below ~1e-100 would underflow in Adam's moments (as in any float64 Adam).
@@ -152,11 +172,7 @@ def test_json_checkpoint_restores_exactly_and_resumes_identically(
     mid_params, mid_state, first_steps = run(opt, params, grads[:cut])
     saved = json.loads(json.dumps(opt.state_to_json(mid_state), allow_nan=False))
     restored = case.build().state_from_json(saved)
-    for a, b in zip(restored, mid_state, strict=True):
-        if isinstance(a, np.ndarray):
-            assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
-        else:
-            assert a == b
+    _same_state(restored, mid_state)
     end_params, end_state, rest_steps = run(opt, mid_params, grads[cut:], restored)
     assert end_params.tobytes() == full_params.tobytes()
     assert state_bytes(opt, end_state) == state_bytes(opt, full_state)
@@ -178,6 +194,12 @@ def test_same_seed_same_trajectory(case: OptCase) -> None:
 
 @parametrize_cases
 def test_bad_hyperparameters_raise_config_error(case: OptCase) -> None:
+    if case.cls is Chain:
+        with pytest.raises(ConfigError):
+            Chain()
+        for factor in (0.0, float("nan"), True):
+            with pytest.raises(ConfigError):
+                Scale(factor)
     for kwargs in case.bad_kwargs:
         base = {"learning_rate": 0.1} if case.cls is SGD else {}
         with pytest.raises(ConfigError):
@@ -200,7 +222,7 @@ def test_shape_mismatch_and_nonfinite_updates_are_refused(case: OptCase) -> None
 def test_restoring_another_optimizers_state_is_refused(case: OptCase) -> None:
     opt = case.build()
     for other in CASES:
-        if other.cls is case.cls:
+        if other.cls is case.cls or other.cls is Chain:
             continue
         foreign = other.build()
         with pytest.raises(DataFormatError, match="type"):

@@ -10,16 +10,16 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from fedrank.core.codec import decode_es_message, encode_es_message
+from fedrank.data.query_bank import QueryBank
 from fedrank.errors import ConfigError
 from fedrank.estimators.evolution_strategies import ESEstimator, first_clickable_rank
 from fedrank.metrics.evaluate import per_query_quality
 from fedrank.metrics.maxrr import maxrr_values
 from fedrank.metrics.ranking import rank_order
+from fedrank.models.click_models import PositionBasedModel, click_model
 from fedrank.models.linear import LinearRanker
 from fedrank.models.mlp import TwoLayerRanker
 from fedrank.privacy.randomized_response import RandomizedResponse
-from fedrank.simulation.click_models import PositionBasedModel, click_model
-from fedrank.simulation.query_bank import QueryBank
 from tests.conftest import synthetic_split
 
 

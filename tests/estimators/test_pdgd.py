@@ -8,6 +8,7 @@ import itertools
 import numpy as np
 from scipy import stats
 
+from fedrank.data.query_bank import QueryBank
 from fedrank.estimators.pdgd import (
     PDGDClients,
     document_weights,
@@ -15,9 +16,8 @@ from fedrank.estimators.pdgd import (
     sample_plackett_luce,
 )
 from fedrank.metrics.evaluate import evaluate
+from fedrank.models.click_models import click_model
 from fedrank.models.linear import LinearRanker
-from fedrank.simulation.click_models import click_model
-from fedrank.simulation.query_bank import QueryBank
 from tests.conftest import synthetic_split
 
 

@@ -10,7 +10,7 @@ from fedrank.metrics.maxrr import (
     maxrr_index_from_clicks,
     maxrr_values,
 )
-from fedrank.simulation.click_models import CascadeClickModel, click_model
+from fedrank.models.click_models import CascadeClickModel, click_model
 
 
 def test_values_and_indices() -> None:

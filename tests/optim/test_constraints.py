@@ -11,6 +11,13 @@ from scipy.optimize import isotonic_regression
 
 from fedrank.core.protocols import Constraint
 from fedrank.errors import ConfigError, DataFormatError
+from fedrank.models.frecency.modern import MODERN_WEIGHT_NAMES
+from fedrank.models.frecency.safeguards import (
+    deployed_frecency_safeguards,
+    frecency_safeguards,
+    modern_frecency_safeguards,
+    publish_integers,
+)
 from fedrank.models.frecency.weights import (
     BUCKET_WEIGHT_SLICE,
     CUTOFF_SLICE,
@@ -19,7 +26,6 @@ from fedrank.models.frecency.weights import (
 )
 from fedrank.optim import Rprop
 from fedrank.optim.constraints import (
-    MODERN_WEIGHT_NAMES,
     TOLERANCE,
     ConstraintChain,
     IncreasingByRaising,
@@ -29,11 +35,7 @@ from fedrank.optim.constraints import (
     ShiftNonNegative,
     StepBound,
     StrictlyIncreasing,
-    deployed_frecency_safeguards,
-    frecency_safeguards,
     isotonic_nonincreasing,
-    modern_frecency_safeguards,
-    publish_integers,
 )
 
 MAX = float(np.finfo(np.float64).max)

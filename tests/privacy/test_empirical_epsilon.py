@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
+from fedrank.models.click_models import click_model
 from fedrank.privacy.empirical_epsilon import (
     all_label_placements,
     empirical_epsilon,
@@ -15,7 +16,6 @@ from fedrank.privacy.empirical_epsilon import (
     theoretical_epsilon,
 )
 from fedrank.privacy.randomized_response import RandomizedResponse
-from fedrank.simulation.click_models import click_model
 
 PS = [0.25, 0.5, 0.75, 0.9, 0.95, 0.99]
 MODELS = {name: click_model(name) for name in ("perfect", "navigational", "informational")}

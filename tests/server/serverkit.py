@@ -267,12 +267,12 @@ def recompute_state(config: ServerConfig, rows: list[dict[str, Any]]) -> Any:
     from fedrank.server.workloads import make_workload
 
     workload = make_workload(config)
-    aggregator = workload.make_aggregator()
+    aggregator = workload.strategy.aggregator
     state = aggregator.zero()
     for row in rows:
         if row["kind"] == "update":
             cols = workload.columns([workload.parse(row["payload"])])
-            state = workload.accumulate(aggregator, state, cols)
+            state = workload.accumulate(state, cols)
         elif row["kind"] == "aggregate":
             state = aggregator.merge(state, aggregator.state_from_json(row["payload"]))
     return state
@@ -290,17 +290,11 @@ def stored_model(store: Path, version: int) -> tuple[np.ndarray, dict[str, Any]]
 
 
 def recompute_step(config: ServerConfig, store: Path, version: int, state: Any) -> np.ndarray:
-    """The parameters of version ``version + 1``: the optimizer's step from the stored
-    version ``version`` on the finalized ``state`` (then the workload's safeguards)."""
+    """The parameters of version ``version + 1``: the strategy's server step from the
+    stored version ``version`` and its optimizer state on ``state``."""
     from fedrank.server.workloads import make_workload
 
-    workload = make_workload(config)
-    aggregate = workload.make_aggregator().finalize(state)
+    strategy = make_workload(config).strategy
     params, opt_json = stored_model(store, version)
-    optimizer = workload.make_optimizer()
-    step, _ = optimizer.update(
-        workload.optimizer_input(aggregate), optimizer.state_from_json(opt_json), params
-    )
-    new = params + step
-    constraints = workload.constraints()
-    return new if constraints is None else constraints.project(new, params)
+    opt_state = strategy.optimizer.state_from_json(opt_json)
+    return strategy.server_step(state, params, opt_state).params

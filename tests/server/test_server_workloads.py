@@ -189,12 +189,12 @@ def test_accumulate_matches_the_aggregators(
             [{"seed": i, "metric": 0.1 * i, "antithetic_metric": 0.05 * i} for i in range(6)],
         ),
     ]:
-        aggregator = workload.make_aggregator()
+        aggregator = workload.strategy.aggregator
         parsed = [workload.parse(p) for p in payloads]
-        together = workload.accumulate(aggregator, aggregator.zero(), workload.columns(parsed))
+        together = workload.accumulate(aggregator.zero(), workload.columns(parsed))
         one_by_one = aggregator.zero()
         for p in parsed:
-            one_by_one = workload.accumulate(aggregator, one_by_one, workload.columns([p]))
+            one_by_one = workload.accumulate(one_by_one, workload.columns([p]))
         np.testing.assert_allclose(
             aggregator.finalize(together), aggregator.finalize(one_by_one), rtol=1e-12, atol=1e-15
         )
@@ -202,16 +202,19 @@ def test_accumulate_matches_the_aggregators(
 
 
 def test_the_step_goes_the_documented_way(fedavg: FedAvgWorkload, es: FoltrEsWorkload) -> None:
-    mean = np.array([1.0, -2.0, 0.5, 0.0])
-    optimizer = fedavg.make_optimizer()
-    params = fedavg.initial_params()
-    step, _ = optimizer.update(fedavg.optimizer_input(mean), optimizer.init(params), params)
-    np.testing.assert_allclose(step, fedavg.section.server_learning_rate * mean)
-    ascent = np.ones(es.dim)  # ESGradient points uphill of MaxRR: the model moves along it
-    adam = es.make_optimizer()
-    step, _ = adam.update(
-        es.optimizer_input(ascent), adam.init(es.initial_params()), es.initial_params()
+    """FedAvg adds eta_s times the mean delta; FOLtR-ES moves along the ES estimate (it
+    points uphill of MaxRR, which is maximized)."""
+    fa = fedavg.strategy
+    deltas = fa.aggregator.accumulate_batch(
+        fa.aggregator.zero(), np.array([[1.0, -2.0, 0.5, 0.0]]), np.array([3.0])
     )
+    params = fa.initial_params()
+    step = fa.server_step(deltas, params, fa.init(params))
+    np.testing.assert_allclose(step.step, fedavg.section.server_learning_rate * step.aggregate)
+    np.testing.assert_allclose(step.params, params + step.step)
+    strategy = es.strategy
+    params = strategy.initial_params()
+    step, _ = strategy.optimizer.update(np.ones(es.dim), strategy.init(params), params)
     assert np.all(step > 0)
 
 
@@ -221,23 +224,18 @@ def test_extreme_accepted_payloads_still_close(
     """The largest accepted entries with the largest weight: the aggregate and the step stay
     finite (one such message once made every later close of its iteration fail)."""
     for workload, key in ((fedavg, "delta"), (frecency_full, "gradient")):
-        aggregator = workload.make_aggregator()
+        strategy = workload.strategy
         payloads = [
             {key: [MAX_ENTRY] * workload.dim, "n": 10**9},
             {key: [-MAX_ENTRY] * workload.dim, "n": 10**9},
             {key: [MAX_ENTRY] * workload.dim, "n": 10**9},
         ]
         state = workload.accumulate(
-            aggregator, aggregator.zero(), workload.columns([workload.parse(p) for p in payloads])
+            strategy.aggregator.zero(), workload.columns([workload.parse(p) for p in payloads])
         )
-        aggregate = aggregator.finalize(state)
-        assert np.all(np.isfinite(aggregate))
-        optimizer = workload.make_optimizer()
         params = workload.initial_params()
-        step, _ = optimizer.update(
-            workload.optimizer_input(aggregate), optimizer.init(params), params
-        )
-        assert np.all(np.isfinite(step))
+        step = strategy.server_step(state, params, strategy.init(params))
+        assert np.all(np.isfinite(step.aggregate)) and np.all(np.isfinite(step.params))
 
 
 @settings(

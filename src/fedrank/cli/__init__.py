@@ -42,7 +42,7 @@ main.add_command(fedps)
 def demo(seed: int, users: int, iterations: int, out_dir: Path) -> None:
     """The federated frecency study through the real service: a fedrank server on loopback,
     simulated users as HTTP clients; writes report.md, results.json and plots."""
-    from fedrank.experiments.service_demo import (
+    from fedrank.experiments.frecency.service_demo import (
         ServiceDemoConfig,
         run_service_demo,
         write_service_report,

@@ -41,6 +41,7 @@ def client(
     from fedrank.client import Client
     from fedrank.client.frecency_update import ProfileSearches, frecency_update
     from fedrank.errors import ConfigError
+    from fedrank.strategies.frecency import FrecencyConfig
 
     with Client(server_url, state_dir=state_dir) as c:
         flushed = c.flush()
@@ -49,13 +50,9 @@ def client(
         model = c.fetch_model()
         if model.workload != workload:
             raise ConfigError(f"the server runs the {model.workload} workload, not {workload}")
-        searches = ProfileSearches(places, model=str(model.config["model"]))
-        payload, metrics = frecency_update(
-            searches,
-            model.params,
-            eps=float(model.config["eps"]),
-            sign=model.config["message"] == "sign",
-        )
+        section = FrecencyConfig.from_view(model.config)
+        searches = ProfileSearches(places, model=section.model)
+        payload, metrics = frecency_update(searches, model.params, section)
         if model.served != "trained":
             payload = {}  # a control branch reports its metrics only
         result = c.send(payload, model.version, metrics)

@@ -13,7 +13,7 @@ _LOG_HELP = "AOL click log (.tsv or .tsv.gz); default: the shared 1,000-user sam
 
 
 def _log_path(log: Path | None) -> Path:
-    from fedrank.experiments.fedps_data import default_log_path
+    from fedrank.experiments.fedps.data import default_log_path
 
     return log if log is not None else default_log_path()
 
@@ -126,8 +126,8 @@ def run(
 ) -> None:
     """Train and evaluate one FedPS mode over one or more training seeds; print MAP, MRR,
     P@1 (mean and spread over seeds) and the KL divergence."""
-    from fedrank.experiments.fedps import FedPSSettings, run_seeds
-    from fedrank.experiments.fedps_data import prepare_aol
+    from fedrank.experiments.fedps.data import prepare_aol
+    from fedrank.experiments.fedps.run import FedPSSettings, run_seeds
 
     training_seeds = _seed_list(seeds) or [seed]
     given = {k: v for k, v in overrides.items() if v is not None}
@@ -178,8 +178,8 @@ def lists(log: Path | None, users: int | None, seed: int, split: str, out: Path)
     """Write the candidate lists of one split as Parquet (one row per query and candidate:
     user_id, query_id, doc_id, label, bm25, bm25_rank, user_prior_clicks,
     global_prior_clicks) and print how relevant and irrelevant candidates compare."""
-    from fedrank.experiments.fedps_data import prepare_aol
-    from fedrank.experiments.fedps_lists import list_diagnostics, write_lists
+    from fedrank.experiments.fedps.data import prepare_aol
+    from fedrank.experiments.fedps.lists import list_diagnostics, write_lists
 
     data = prepare_aol(_log_path(log), users=users, seed=seed, word2vec_epochs=1)
     table = write_lists(data, split, out)
@@ -264,8 +264,8 @@ def reproduce(
     """Tables 2-6, the hierarchy comparison and Figure 4 of the FedPS paper: writes
     tables.md, results.json, figure4.png and one JSON per run (finished runs are reused when
     rerun)."""
-    from fedrank.experiments.fedps_reproduce import ReproduceConfig
-    from fedrank.experiments.fedps_reproduce import reproduce as run_reproduce
+    from fedrank.experiments.fedps.reproduce import ReproduceConfig
+    from fedrank.experiments.fedps.reproduce import reproduce as run_reproduce
 
     try:
         rates = tuple(float(x) for x in lrs.split(",") if x.strip())

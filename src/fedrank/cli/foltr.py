@@ -91,8 +91,8 @@ def foltr_train(
 ) -> None:
     """Train a ranker from simulated users' clicks and report how it did."""
     from fedrank.data.letor import load_fold
-    from fedrank.experiments.foltr import FoltrConfig, run_foltr
-    from fedrank.experiments.foltr_plots import plot_curves
+    from fedrank.experiments.foltr.plots import plot_curves
+    from fedrank.experiments.foltr.run import FoltrConfig, run_foltr
 
     config = FoltrConfig(p=None if p == 1.0 else p, **settings)  # type: ignore[arg-type]
     data = load_fold(data_dir, fold)
@@ -138,8 +138,8 @@ def foltr_train(
 def foltr_eps_table(list_length: int, ps: str, click_models: str, json_path: Path | None) -> None:
     """The privacy loss epsilon of MaxRR under randomized response: Eq. (10) and the
     empirical maximum of Eq. (9) over all label placements (paper Table 2)."""
+    from fedrank.models.click_models import click_model
     from fedrank.privacy.empirical_epsilon import epsilon_table
-    from fedrank.simulation.click_models import click_model
 
     p_list = _parse_list(ps, float, "--ps")
     names = _parse_list(click_models, str, "--click-models")
@@ -165,7 +165,7 @@ def foltr_baselines(
     """Baselines trained on relevance labels: MSE, RankingSVM (C = 1000) and LambdaMART,
     scored by expected MaxRR per click model and nDCG@10 on train and test."""
     from fedrank.data.letor import load_fold
-    from fedrank.experiments.foltr_baselines import run_baselines
+    from fedrank.experiments.foltr.baselines import run_baselines
 
     data = load_fold(data_dir, fold)
     names = _parse_list(click_models, str, "--click-models")
@@ -215,7 +215,7 @@ def foltr_reproduce(
 ) -> None:
     """The paper's grid: Figures 1-3 (antithetic, B, p), and Table 3 with Figures 4-5
     (every fold x click model x ranker, with the baselines and a paired t-test)."""
-    from fedrank.experiments.foltr_reproduce import ReproduceConfig, reproduce
+    from fedrank.experiments.foltr.reproduce import ReproduceConfig, reproduce
 
     config = ReproduceConfig(
         interactions=interactions,

@@ -89,15 +89,11 @@ def _parse_now(text: str) -> int:
 
 def _study_options(func: Any) -> Any:
     """Options of ``frecency simulate``; their defaults are FrecencyStudyConfig's."""
-    from fedrank.experiments.frecency_presets import PRESETS
-    from fedrank.experiments.frecency_study import (
-        RPROP_SETTINGS,
-        SETTINGS,
-        WORLDS,
-        FrecencyStudyConfig,
-    )
+    from fedrank.experiments.frecency.presets import PRESETS
+    from fedrank.experiments.frecency.study import WORLDS, FrecencyStudyConfig
     from fedrank.losses.pointwise_svm import SCORE_SCALES
-    from fedrank.simulation.frecency_world import MODELS, PAGE_SCORERS
+    from fedrank.models.frecency.scorer import MODELS, PAGE_SCORERS
+    from fedrank.strategies.frecency import RPROP_SETTINGS, SETTINGS
 
     d = FrecencyStudyConfig()
     r = d.resolved()
@@ -259,7 +255,7 @@ def _study_options(func: Any) -> Any:
 
 
 def _run_study(config: Any) -> Any:
-    from fedrank.experiments.frecency_study import run_study
+    from fedrank.experiments.frecency.study import run_study
 
     with progress_bar() as bar:
         task = bar.add_task("optimization iterations", total=config.iterations)
@@ -267,8 +263,8 @@ def _run_study(config: Any) -> Any:
 
 
 def _summarize(result: Any) -> None:
-    from fedrank.experiments.frecency_study import PAPER_EVAL
-    from fedrank.experiments.report import loss_reduction
+    from fedrank.experiments.frecency.report import loss_reduction
+    from fedrank.experiments.frecency.study import PAPER_EVAL
 
     click.echo(
         f"treatment loss reduction (last 5 vs first 5 iterations): "
@@ -311,9 +307,9 @@ def frecency_simulate(
 ) -> None:
     """Simulate the federated frecency study (optimization + evaluation phases); with
     --out, also write the plots and a markdown report."""
-    from fedrank.experiments.frecency_study import FrecencyStudyConfig
-    from fedrank.experiments.plots import plot_study
-    from fedrank.experiments.report import write_report
+    from fedrank.experiments.frecency.plots import plot_study
+    from fedrank.experiments.frecency.report import write_report
+    from fedrank.experiments.frecency.study import FrecencyStudyConfig
 
     if settings["world"] == "aol" and settings["n_users"] == 0:
         settings["n_users"] = None  # every user of the log
@@ -358,7 +354,7 @@ def frecency_messages(
     preset: str, model: str, n_users: int, iterations: int, seeds: str, json_path: Path | None
 ) -> None:
     """Sign-only vs full-precision messages: final loss, paired by seed."""
-    from fedrank.experiments.frecency_study import FrecencyStudyConfig, compare_messages
+    from fedrank.experiments.frecency.study import FrecencyStudyConfig, compare_messages
 
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
@@ -461,9 +457,9 @@ def frecency_power(
 ) -> None:
     """Power analysis of the study (paper Sec. 6.2), at the level of users: how many users
     train a model, and how many per branch show its effect."""
-    from fedrank.experiments.frecency_power import effect_power, training_power
-    from fedrank.experiments.frecency_presets import hidden_weights
-    from fedrank.experiments.frecency_study import FrecencyStudyConfig
+    from fedrank.experiments.frecency.power import effect_power, training_power
+    from fedrank.experiments.frecency.presets import hidden_weights
+    from fedrank.experiments.frecency.study import FrecencyStudyConfig
     from fedrank.models.frecency.weights import weights_from_dict
 
     out: dict[str, Any] = {}
@@ -538,8 +534,8 @@ def frecency_world(
     (March-April 2006): how much users browse, how often they revisit, how bursty."""
     from fedrank.data.aol_browsing import aol_world
     from fedrank.data.synthetic_history import BrowsingConfig, generate_world
-    from fedrank.experiments.fedps_data import default_log_path
-    from fedrank.experiments.report import SHAPE_LABELS
+    from fedrank.experiments.fedps.data import default_log_path
+    from fedrank.experiments.frecency.report import SHAPE_LABELS
 
     log = Path(aol_log) if aol_log else default_log_path()
     if not log.is_file():
@@ -581,8 +577,8 @@ def frecency_calibrate(
     """Fit the typing model (blind characters, reading depth) so that the control branch of
     the default synthetic world types and selects like the paper's (4.26 characters, rank
     0.354); the study then holds it fixed for every branch."""
-    from fedrank.experiments.frecency_study import FrecencyStudyConfig
-    from fedrank.simulation.calibration import calibrate_typing
+    from fedrank.experiments.frecency.calibration import calibrate_typing
+    from fedrank.experiments.frecency.study import FrecencyStudyConfig
 
     config = FrecencyStudyConfig(n_users=n_users, iterations=iterations, seed=seed)
     with progress_bar() as bar:
@@ -620,7 +616,7 @@ def frecency_policies(
     preset: str, n_users: int, target_fraction: float, seed: int, json_path: Path | None
 ) -> None:
     """Compare iteration-length policies: reports needed to reach the same loss."""
-    from fedrank.experiments.iteration_policies import (
+    from fedrank.experiments.frecency.policies import (
         FixedTime,
         MinUpdates,
         SignStable,

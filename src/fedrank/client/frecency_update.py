@@ -25,7 +25,6 @@ simplification to keep in mind when reading the numbers.
 
 from __future__ import annotations
 
-import base64
 import re
 import sqlite3
 from dataclasses import dataclass
@@ -34,14 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from fedrank.core.codec import pack_signs
 from fedrank.data.places import PlacesData, classic_histories, modern_samples, read_places
 from fedrank.errors import ConfigError
-from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
 from fedrank.losses.pointwise_svm import pointwise_svm_loss, scaled_scores
 from fedrank.models.frecency.classic import ClassicFrecency
 from fedrank.models.frecency.modern import ModernFrecency
-from fedrank.simulation.frecency_world import page_scorer
+from fedrank.models.frecency.scorer import page_scorer
+from fedrank.strategies.frecency import FrecencyConfig, FrecencyStrategy
 
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -163,13 +161,21 @@ class ProfileSearches:
 def frecency_update(
     searches: ProfileSearches,
     params: np.ndarray,
-    eps: float = 1.0,
-    sign: bool = False,
+    config: FrecencyConfig | None = None,
+    rng: np.random.Generator | None = None,
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """``(payload, metrics)`` of this profile for the served ``params``: the weighted mean
-    central-difference gradient of the SVM loss over the replayed searches (``signs`` of it
-    with ``sign=True``), with ``n`` = the number of searches; ``({}, metrics)`` when there
-    is nothing to learn from."""
+    finite-difference gradient of the SVM loss over the replayed searches, privatized and
+    encoded by the strategy of the served ``config`` (the server's ``[frecency]`` section:
+    its ``eps``, margin, loss scale and message form; default: the defaults of
+    ``searches.model``), with ``n`` = the number of searches; ``({}, metrics)`` when there
+    is nothing to learn from. ``rng`` seeds the privatizer (none of today's is random)."""
+    strategy = FrecencyStrategy(config or FrecencyConfig(model=searches.model))
+    if strategy.config.model != searches.model:
+        raise ConfigError(
+            f"the server tunes {strategy.config.model} frecency; these searches were read for "
+            f"{searches.model}"
+        )
     theta = np.asarray(params, dtype=np.float64)
     if theta.shape != (len(searches.scorer_class.names),):
         raise ConfigError(
@@ -186,15 +192,13 @@ def frecency_update(
     valid = shown >= 0
     selected = np.array([r.selected for r in replayed])
     weights = np.array([r.weight for r in replayed])
-    scale = searches.scorer_class.default_score_scale
-    delta = searches.scorer_class.default_delta(scale)
-    estimator = FiniteDifferenceEstimator(eps=eps)
+    scale, delta = str(strategy.config.score_scale), float(strategy.config.delta)
 
     def objective(rows: np.ndarray) -> np.ndarray:
         page_scores = scaled_scores(searches.scores(rows), scale)  # (P, n_pages)
         return pointwise_svm_loss(page_scores[:, np.where(valid, shown, 0)], selected, valid, delta)
 
-    grads, losses = estimator.estimate_units(theta, objective)
+    grads, losses = strategy.estimator.estimate_units(theta, objective)
     gradient = weights @ grads / weights.sum()
     metrics = {
         "loss": float(weights @ losses / weights.sum()),
@@ -202,8 +206,5 @@ def frecency_update(
         "selected_rank": float(np.mean(selected)),
         "searches": float(len(replayed)),
     }
-    n = len(replayed)
-    if sign:
-        signs = base64.b64encode(pack_signs(np.sign(gradient))).decode()
-        return {"signs": signs, "n": n}, metrics
-    return {"gradient": gradient.tolist(), "n": n}, metrics
+    payload = strategy.client_payload(gradient, len(replayed), rng or np.random.default_rng(0))
+    return payload, metrics

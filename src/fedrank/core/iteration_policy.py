@@ -1,5 +1,5 @@
 """When to close an iteration (Mozilla paper, Section 6.4, future work), shared by the
-simulated policy comparison (:mod:`fedrank.experiments.iteration_policies`) and the server
+simulated policy comparison (:mod:`fedrank.experiments.frecency.policies`) and the server
 (:mod:`fedrank.server.engine`).
 
 The deployed system closed an iteration every 30 minutes, whatever number of reports had

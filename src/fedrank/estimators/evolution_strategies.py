@@ -11,12 +11,12 @@ antithetic variates the first ``B / 2`` interactions use ``phi + sigma v_s`` and
 
 :class:`ESEstimator` runs this for *all* clients of an iteration at once: one noise matrix,
 one batch of queries, ranking and clicks as row-wise numpy operations on the padded query
-blocks of a :class:`~fedrank.simulation.query_bank.QueryBank`. There is no Python loop over
+blocks of a :class:`~fedrank.data.query_bank.QueryBank`. There is no Python loop over
 clients or interactions (only over the handful of query-size buckets).
 
 The first click without sorting. MaxRR depends only on the first click. Under a cascade
 model the probability that a position is clicked, given no click above it, depends only on
-the document there (:attr:`~fedrank.simulation.click_models.CascadeClickModel.
+the document there (:attr:`~fedrank.models.click_models.CascadeClickModel.
 position_free_hazard`). So each document gets one coin ``u < P(click | r)``, drawn before
 ranking, and the first click is on the best-ranked document whose coin came up: the
 clickable document with the highest score (ties: the earlier document, as in the stable
@@ -36,13 +36,13 @@ import numpy as np
 
 from fedrank.core.message import ESMessage
 from fedrank.core.seeded_noise import check_seeds, draw_seeds, gaussian_noise
+from fedrank.data.query_bank import InteractionGroup, QueryBank
 from fedrank.errors import ConfigError
 from fedrank.metrics.maxrr import maxrr_values
 from fedrank.metrics.ranking import ranked_labels
+from fedrank.models.click_models import ClickModel
 from fedrank.models.rankers import Ranker
 from fedrank.privacy.randomized_response import RandomizedResponse
-from fedrank.simulation.click_models import ClickModel
-from fedrank.simulation.query_bank import InteractionGroup, QueryBank
 
 
 @dataclass(frozen=True)

@@ -37,11 +37,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedrank.data.query_bank import QueryBank
 from fedrank.errors import ConfigError
 from fedrank.metrics.maxrr import maxrr_index_from_clicks, maxrr_values
+from fedrank.models.click_models import ClickModel
 from fedrank.models.rankers import Ranker
-from fedrank.simulation.click_models import ClickModel
-from fedrank.simulation.query_bank import QueryBank
 
 #: Documents displayed (and clickable) per interaction.
 DISPLAYED = 10

@@ -13,11 +13,11 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from fedrank.data.query_bank import QueryBank
 from fedrank.metrics.maxrr import expected_maxrr
 from fedrank.metrics.ndcg import mean_ndcg, ndcg_at_k
 from fedrank.metrics.ranking import ranked_labels
-from fedrank.simulation.click_models import ClickModel
-from fedrank.simulation.query_bank import QueryBank
+from fedrank.models.click_models import ClickModel
 
 #: ``scorer(features (I, W, n_features)) -> scores (I, W)``.
 Scorer = Callable[[np.ndarray], np.ndarray]

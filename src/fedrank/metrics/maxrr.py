@@ -3,7 +3,7 @@
 "we select the reciprocal rank of the highest clicked result (MaxRR) ... we only consider
 clicks on the first ten results (n = 11, including the non-click event)." MaxRR is a
 function of the *first* click only, so its distribution under a click model is the first
-click distribution (:func:`fedrank.simulation.click_models.first_click_distribution`), and
+click distribution (:func:`fedrank.models.click_models.first_click_distribution`), and
 its expectation is exact: ``E[MaxRR] = sum_k P(first click at k) / (k + 1)``.
 
 Values are indexed ``0..depth``: index 0 is "no click" (MaxRR 0) and index ``v >= 1`` is a
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedrank.simulation.click_models import DEFAULT_DEPTH, ClickModel, first_click_distribution
+from fedrank.models.click_models import DEFAULT_DEPTH, ClickModel, first_click_distribution
 
 
 def maxrr_values(depth: int = DEFAULT_DEPTH) -> np.ndarray:

@@ -3,7 +3,8 @@ after each step (ARCHITECTURE.md, Section 2; paper Sections 5.3 and 5.6).
 
 * :class:`Rprop`: sign-based per-weight step sizes (paper Eq. (1)-(2)).
 * :class:`SGD`, :class:`Adam`: baselines (PyTorch defaults for Adam).
-* :mod:`fedrank.optim.constraints`: step bound, non-negativity, ordered weights, chains.
+* :mod:`fedrank.optim.constraints`: step bound, non-negativity, ordered weights, chains
+  (the frecency chains: :mod:`fedrank.models.frecency.safeguards`).
 """
 
 from fedrank.optim.adam import Adam, AdamState
@@ -14,8 +15,6 @@ from fedrank.optim.constraints import (
     NonNegative,
     StepBound,
     StrictlyIncreasing,
-    frecency_safeguards,
-    modern_frecency_safeguards,
 )
 from fedrank.optim.rprop import Rprop, RpropState
 from fedrank.optim.sgd import SGD, SGDState
@@ -33,6 +32,4 @@ __all__ = [
     "SGDState",
     "StepBound",
     "StrictlyIncreasing",
-    "frecency_safeguards",
-    "modern_frecency_safeguards",
 ]

@@ -1,4 +1,6 @@
-"""Safeguards applied to the parameters after every optimizer step (paper Section 5.6).
+"""Generic safeguards applied to the parameters after every optimizer step (Mozilla paper
+Section 5.6); the frecency chains built from them are in
+:mod:`fedrank.models.frecency.safeguards`.
 
 The model is used by real users while it trains, so each iteration may only move it a little
 and it must keep the meaning of its weights:
@@ -7,13 +9,11 @@ and it must keep the meaning of its weights:
 * "the value of each time bucket weight is bounded to be smaller than the values of newer
   time buckets": :class:`NonIncreasing`;
 * "we force all weights to be nonnegative": :class:`NonNegative`;
-* the bucket cutoffs (in days) must stay ordered with at least a day between them, or the
-  buckets would be empty or swapped: :class:`StrictlyIncreasing`.
+* ordered values with a minimum gap (the bucket cutoffs, in days):
+  :class:`StrictlyIncreasing`.
 
 The study's deployed server (Scala, ``mozilla/telemetry-streaming``) differs from that text;
-:func:`deployed_frecency_safeguards` reproduces it (:class:`ShiftNonNegative`,
-:class:`IncreasingByRaising`) and :func:`publish_integers` rounds the published model the
-way it did.
+:class:`ShiftNonNegative` and :class:`IncreasingByRaising` reproduce its rules.
 
 Every constraint has ``project(params, previous) -> params`` (a feasible point near
 ``params``; ``previous`` are the parameters before the step) and ``holds(params, previous)``
@@ -21,13 +21,13 @@ Every constraint has ``project(params, previous) -> params`` (a feasible point n
 ``holds`` is true unchanged and never mutates its inputs. :class:`ConstraintChain` applies
 several in order.
 
-Why the frecency chain (:func:`frecency_safeguards`) returns a point satisfying *all* its
-constraints, although each projection only looks at its own: the order constraints project
-within the non-negative orthant (averages and upward shifts of non-negative values stay
-non-negative), and :class:`StepBound` comes last. Clipping is monotone: with ``x`` and the
-feasible ``previous`` both ordered, ``clip(x_k, p_k - m, p_k + m)`` is ordered the same way,
-and if ``x_{k+1} >= x_k + g`` and ``p_{k+1} >= p_k + g`` then the clipped values keep a gap of
-at least ``g``; ``x >= 0`` and ``p >= 0`` give a clipped value ``>= 0``. Rounding adds errors of
+Why a chain like the frecency one returns a point satisfying *all* its constraints, although
+each projection only looks at its own: the order constraints project within the
+non-negative orthant (averages and upward shifts of non-negative values stay non-negative),
+and :class:`StepBound` comes last. Clipping is monotone: with ``x`` and the feasible
+``previous`` both ordered, ``clip(x_k, p_k - m, p_k + m)`` is ordered the same way, and if
+``x_{k+1} >= x_k + g`` and ``p_{k+1} >= p_k + g`` then the clipped values keep a gap of at
+least ``g``; ``x >= 0`` and ``p >= 0`` give a clipped value ``>= 0``. Rounding adds errors of
 the order of ``ulp(|previous| + max_change)``, far below :data:`TOLERANCE` for weights of
 realistic size (|previous| + max_change below about 1e6).
 """
@@ -41,25 +41,11 @@ import numpy as np
 
 from fedrank.core.protocols import Constraint
 from fedrank.errors import ConfigError, DataFormatError
-from fedrank.models.frecency.weights import (
-    BUCKET_WEIGHT_SLICE,
-    CUTOFF_SLICE,
-    N_CLASSIC_WEIGHTS,
-)
 from fedrank.optim.serialization import check_hyperparameter
 
 #: Absolute tolerance of the ``holds`` checks (the deployed server's rules, which have no
 #: tolerance, check exactly what their ``project`` enforces).
 TOLERANCE = 1e-9
-
-#: Parameter order of the modern ("interaction-based") frecency weights.
-MODERN_WEIGHT_NAMES: tuple[str, ...] = (
-    "lowWeight",
-    "mediumWeight",
-    "highWeight",
-    "veryHighWeight",
-    "halfLifeDays",
-)
 
 Indices = slice | Sequence[int] | np.ndarray | None
 
@@ -323,15 +309,6 @@ class StrictlyIncreasing:
 SCALA_OPTIMIZER = (
     "src/main/scala/com/mozilla/telemetry/learning/federated/FederatedLearningRPropOptimizer.scala"
 )
-#: The deployed server's sink: state, iteration and publication of the model.
-SCALA_SINK = (
-    "src/main/scala/com/mozilla/telemetry/learning/federated/"
-    "FederatedLearningSearchOptimizerS3Sink.scala"
-)
-
-#: The largest and smallest value of a Scala/Java ``Int``.
-_INT_MAX = 2**31 - 1
-_INT_MIN = -(2**31)
 
 
 def _java_max(a: float, b: float) -> float:
@@ -538,102 +515,3 @@ class ConstraintChain:
         """The constraints that ``params`` does not satisfy (empty when all hold)."""
         self._check(params, previous)
         return [c for c in self.constraints if not c.holds(params, previous)]
-
-
-def frecency_safeguards(max_change: float = 3.0) -> ConstraintChain:
-    """Section 5.6 safeguards for the 22 classic frecency weights
-    (:mod:`fedrank.models.frecency.weights` order).
-
-    In order: every weight non-negative; bucket weights non-increasing from the newest bucket
-    to the default bucket; the four bucket cutoffs (days) increasing by at least 1 day,
-    starting at 0 or later; every weight within ``max_change`` of its previous value.
-    """
-    return ConstraintChain(
-        NonNegative(),
-        NonIncreasing(BUCKET_WEIGHT_SLICE),
-        StrictlyIncreasing(CUTOFF_SLICE, min_gap=1.0, lower=0.0),
-        StepBound(max_change),
-        dim=N_CLASSIC_WEIGHTS,
-    )
-
-
-def modern_frecency_safeguards(max_change: float = 3.0) -> ConstraintChain:
-    """Safeguards for the 5 modern frecency weights in :data:`MODERN_WEIGHT_NAMES` order
-    ``[lowWeight, mediumWeight, highWeight, veryHighWeight, halfLifeDays]``.
-
-    In order: all non-negative; ``halfLifeDays >= 1``; ``lowWeight <= mediumWeight <=
-    highWeight <= veryHighWeight`` (non-increasing over the reversed indices); every weight
-    within ``max_change`` of its previous value.
-    """
-    half_life = MODERN_WEIGHT_NAMES.index("halfLifeDays")
-    return ConstraintChain(
-        NonNegative(),
-        LowerBound(1.0, [half_life]),
-        NonIncreasing([3, 2, 1, 0]),
-        StepBound(max_change),
-        dim=len(MODERN_WEIGHT_NAMES),
-    )
-
-
-def deployed_frecency_safeguards(first_cutoff_lower: float | None = 1.0) -> ConstraintChain:
-    """The safeguards of the study's deployed server for the 22 classic frecency weights
-    (:mod:`fedrank.models.frecency.weights` order), applied after every Rprop step.
-
-    ``applyConstraints`` in ``FederatedLearningRPropOptimizer.scala`` of
-    ``mozilla/telemetry-streaming`` (revision 460154e), in its order:
-
-    1. :class:`ShiftNonNegative` over all 22 weights: if any weight is negative, every
-       weight is raised by minus the smallest one (a shift, not clipping);
-    2. :class:`IncreasingByRaising` on the four bucket cutoffs, *after* the shift: first
-       cutoff ``>= first_cutoff_lower`` (1 day; ``None`` reproduces the earlier revision
-       5c9abf3, which had no such line), then each cutoff raised to at least the previous one
-       plus 1 day. Values are only raised, so the shift's non-negativity is kept.
-
-    Unlike the paper's Section 5.6 (:func:`frecency_safeguards`) there is no ordering of the
-    bucket weights and no bound on the change per iteration: the Rprop step (at most 3) is
-    bounded, but the shift and the cutoff ordering can then move weights further. The server
-    keeps these doubles as its state and publishes them rounded (:func:`publish_integers`).
-    """
-    return ConstraintChain(
-        ShiftNonNegative(),
-        IncreasingByRaising(CUTOFF_SLICE, min_gap=1.0, lower=first_cutoff_lower),
-        dim=N_CLASSIC_WEIGHTS,
-    )
-
-
-def publish_integers(params: np.ndarray) -> np.ndarray:
-    """The model as the deployed server published it: each weight rounded to an integer.
-
-    ``FederatedLearningSearchOptimizerS3Sink.scala`` (``mozilla/telemetry-streaming``)
-    writes ``newWeights.map(math.round(_).toInt)`` to ``latest.json`` while its state keeps
-    the unrounded doubles. Scala's ``math.round(Double)`` is Java's ``Math.round``: the
-    nearest integer with ties rounded up, towards positive infinity (``0.5 -> 1``, ``2.5 ->
-    3``, ``-0.5 -> 0``, ``-2.5 -> -2``), not numpy's ties-to-even ``rint``; computed exactly
-    (``0.49999999999999994 -> 0``, as in Java 7 and later).
-
-    Returns float64 integers of the shape of ``params`` (``-0.0`` written as ``0.0``, since an
-    ``Int`` has no sign of zero); the input is not modified.
-
-    Raises:
-        DataFormatError: if a value is not finite, or rounds outside Scala's ``Int`` range
-            ``[-2**31, 2**31 - 1]`` (where ``.toInt`` would silently wrap around).
-    """
-    x = np.asarray(params)
-    if x.dtype.kind not in "fiub":
-        raise DataFormatError(f"params must be numeric, got dtype {x.dtype}")
-    x = x.astype(np.float64)
-    if not np.all(np.isfinite(x)):
-        raise DataFormatError(
-            "params must be finite to be published; a NaN or infinite weight means the "
-            "optimization diverged"
-        )
-    nearest = np.rint(x)  # exact; ties go to even
-    # x - nearest is exact (|x - nearest| <= 0.5); a tie rounded down must go up instead.
-    rounded = np.where(x - nearest == 0.5, nearest + 1.0, nearest) + 0.0
-    if rounded.size and (rounded.max() > _INT_MAX or rounded.min() < _INT_MIN):
-        raise DataFormatError(
-            f"a weight rounds to {rounded.max() if rounded.max() > _INT_MAX else rounded.min()}, "
-            f"outside the Int range [{_INT_MIN}, {_INT_MAX}] of the published model; "
-            "the weights diverged"
-        )
-    return rounded

@@ -8,7 +8,7 @@ they belong to different queries), and selected those that maximize Equation (9)
 
 where ``P(f | q)`` is the probability that the *privatized* MaxRR equals ``f`` for the list
 ``q``: the exact first-click distribution under the click model
-(:func:`fedrank.simulation.click_models.first_click_distribution`) pushed through the
+(:func:`fedrank.models.click_models.first_click_distribution`) pushed through the
 randomized-response transition matrix. For a fixed output ``f`` the ratio is largest for
 the list that maximizes ``P(f | q)`` over the one that minimizes it, so the maximum over
 pairs is ``max_f [ln max_q P(f|q) - ln min_q P(f|q)]``: linear in the number of lists, no
@@ -27,8 +27,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from fedrank.errors import ConfigError
+from fedrank.models.click_models import ClickModel, first_click_distribution
 from fedrank.privacy.randomized_response import RandomizedResponse
-from fedrank.simulation.click_models import ClickModel, first_click_distribution
 
 
 def all_label_placements(list_length: int, n_grades: int = 3) -> np.ndarray:

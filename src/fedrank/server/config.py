@@ -19,17 +19,20 @@ A complete example (every key optional; these are the defaults)::
     stable_ticks = 0             # adaptive policy: aggregate sign unchanged for this many ticks
     tick_seconds = 0.5           # how often the scheduler looks
 
-    [frecency]                   # Mozilla paper, Sections 5-6
+    [frecency]                   # Mozilla paper, Sections 5-6 (fedrank.strategies.frecency)
     model = "classic"            # classic (22 weights) | modern (Firefox 128+)
+    setting = "paper"            # paper | mozilla-deployed (the study's Scala server)
     message = "full"             # full (float gradients) | sign (2 bits per weight)
-    significance_z = 2.0         # per-weight significance gate of the aggregate (0: plain)
+    optimizer = "rprop"          # rprop | sgd | adam
+    significance_z = 2.0         # per-weight significance gate (default: 2 paper, 0 deployed)
     eps = 1.0                    # finite-difference epsilon the clients use
-    max_change = 3.0             # safeguard: change per iteration
-    eta_plus = 1.2               # Rprop (Eq. 2)
+    max_change = 3.0             # safeguard: change per iteration (paper setting)
+    eta_plus = 1.2               # Rprop (Eq. 2); defaults: the setting's
     eta_minus = 0.5
     step_init = 1.0
     step_min = 0.001
     step_max = 3.0
+    learning_rate = 1.0          # sgd | adam
     decay_rate = 0.975           # classic frecency's daily decay, served to control
 
     [foltr_es]                   # FOLtR-ES, Section 3
@@ -75,9 +78,12 @@ import math
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from fedrank.errors import ConfigError
+from fedrank.strategies.fedavg import FedAvgConfig
+from fedrank.strategies.foltr_es import FoltrEsConfig
+from fedrank.strategies.frecency import FrecencyConfig
 
 WORKLOADS: tuple[str, ...] = ("frecency", "foltr-es", "fedavg")
 
@@ -99,38 +105,6 @@ class IterationSection:
     min_updates: int = 1
     stable_ticks: int = 0
     tick_seconds: float = 0.5
-
-
-@dataclass(frozen=True)
-class FrecencySection:
-    model: str = "classic"
-    message: str = "full"
-    significance_z: float = 2.0
-    eps: float = 1.0
-    max_change: float = 3.0
-    eta_plus: float = 1.2
-    eta_minus: float = 0.5
-    step_init: float = 1.0
-    step_min: float = 0.001
-    step_max: float = 3.0
-    decay_rate: float = 0.975
-
-
-@dataclass(frozen=True)
-class FoltrEsSection:
-    ranker: str = "linear"
-    n_features: int = 46
-    sigma: float = 0.01
-    batch: int = 4
-    antithetic: bool = True
-    p: float = 0.9
-    learning_rate: float = 0.001
-
-
-@dataclass(frozen=True)
-class FedAvgSection:
-    dim: int = 100
-    server_learning_rate: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -161,9 +135,9 @@ class ServerConfig:
 
     server: ServerSection = field(default_factory=ServerSection)
     iteration: IterationSection = field(default_factory=IterationSection)
-    frecency: FrecencySection = field(default_factory=FrecencySection)
-    foltr_es: FoltrEsSection = field(default_factory=FoltrEsSection)
-    fedavg: FedAvgSection = field(default_factory=FedAvgSection)
+    frecency: FrecencyConfig = field(default_factory=FrecencyConfig)
+    foltr_es: FoltrEsConfig = field(default_factory=FoltrEsConfig)
+    fedavg: FedAvgConfig = field(default_factory=FedAvgConfig)
     rounds: RoundsSection = field(default_factory=RoundsSection)
     branches: tuple[Branch, ...] = ()
 
@@ -188,9 +162,9 @@ class ServerConfig:
 _SECTIONS: dict[str, type] = {
     "server": ServerSection,
     "iteration": IterationSection,
-    "frecency": FrecencySection,
-    "foltr_es": FoltrEsSection,
-    "fedavg": FedAvgSection,
+    "frecency": FrecencyConfig,
+    "foltr_es": FoltrEsConfig,
+    "fedavg": FedAvgConfig,
     "rounds": RoundsSection,
 }
 
@@ -225,9 +199,23 @@ def _section(name: str, cls: type, data: Any) -> Any:
         raise ConfigError(
             f"unknown key(s) {', '.join(unknown)} in [{name}]; known keys: {', '.join(known)}"
         )
-    defaults = cls()
-    kinds = {k: type(getattr(defaults, k)) for k in known}
-    return cls(**{k: _typed(name, k, v, kinds[k]) for k, v in data.items()})
+    kinds = {k: _kind(hint) for k, hint in get_type_hints(cls).items() if k in known}
+    values = {k: _typed(name, k, v, kinds[k]) for k, v in data.items()}
+    try:
+        return cls(**values)
+    except ConfigError as exc:  # a section that validates itself (a strategy's config)
+        raise ConfigError(f"[{name}] {exc}") from exc
+
+
+def _kind(hint: Any) -> type:
+    """The TOML value type of a field: ``float | None`` is a float, a ``Literal`` of
+    strings a string."""
+    args = [a for a in get_args(hint) if a is not type(None)]
+    if get_origin(hint) is Literal:
+        return str
+    if args and get_origin(hint) is not Literal and len(args) == 1:
+        return _kind(args[0])
+    return hint if isinstance(hint, type) else str
 
 
 def _branches(data: Any) -> tuple[Branch, ...]:
@@ -256,14 +244,7 @@ def _branches(data: Any) -> tuple[Branch, ...]:
 
 def _check(config: ServerConfig) -> None:
     """Every cross-field and range rule."""
-    s, it, fr, es, fa, ro = (
-        config.server,
-        config.iteration,
-        config.frecency,
-        config.foltr_es,
-        config.fedavg,
-        config.rounds,
-    )
+    s, it, ro = config.server, config.iteration, config.rounds
     rules: list[tuple[bool, str]] = [
         (
             s.workload in WORKLOADS,
@@ -277,21 +258,6 @@ def _check(config: ServerConfig) -> None:
         (it.min_updates >= 1, "[iteration] min_updates must be >= 1"),
         (it.stable_ticks >= 0, "[iteration] stable_ticks must be >= 0"),
         (it.tick_seconds > 0, "[iteration] tick_seconds must be > 0"),
-        (fr.model in ("classic", "modern"), "[frecency] model must be classic or modern"),
-        (fr.message in ("full", "sign"), "[frecency] message must be full or sign"),
-        (fr.significance_z >= 0, "[frecency] significance_z must be >= 0"),
-        (fr.eps > 0, "[frecency] eps must be > 0"),
-        (fr.max_change > 0, "[frecency] max_change must be > 0"),
-        (0 < fr.decay_rate <= 1, "[frecency] decay_rate must be in (0, 1]"),
-        (es.ranker in ("linear", "two-layer"), "[foltr_es] ranker must be linear or two-layer"),
-        (es.n_features >= 1, "[foltr_es] n_features must be >= 1"),
-        (es.sigma > 0, "[foltr_es] sigma must be > 0"),
-        (es.batch >= 1, "[foltr_es] batch must be >= 1"),
-        (not es.antithetic or es.batch % 2 == 0, "[foltr_es] batch must be even with antithetic"),
-        (1 / 11 < es.p <= 1, "[foltr_es] p must lie in (1/11, 1] (MaxRR at depth 10: n = 11)"),
-        (es.learning_rate > 0, "[foltr_es] learning_rate must be > 0"),
-        (fa.dim >= 1, "[fedavg] dim must be >= 1"),
-        (fa.server_learning_rate > 0, "[fedavg] server_learning_rate must be > 0"),
         (ro.clients_per_round >= 1, "[rounds] clients_per_round must be >= 1"),
         (ro.t_max_seconds > 0, "[rounds] t_max_seconds must be > 0"),
         (
@@ -352,4 +318,4 @@ def load_config(path: Path | None = None, **overrides: Any) -> ServerConfig:
         branches = (Branch("treatment", 1.0, "trained"),)
     config = ServerConfig(branches=branches, **sections)
     _check(config)
-    return config
+    return replace(config, frecency=config.frecency.resolved())

@@ -249,9 +249,9 @@ class Engine:
         self.config = config
         self.loop = loop
         self.workload: Workload = make_workload(config)
-        self.aggregator = self.workload.make_aggregator()
-        self.optimizer = self.workload.make_optimizer()
-        self.constraints = self.workload.constraints()
+        self.strategy = self.workload.strategy
+        self.aggregator = self.strategy.aggregator
+        self.optimizer = self.strategy.optimizer
         self.metric_mean = MetricMean()
         self.policy = make_policy(config)
         self.shares = [(b.name, b.share) for b in config.branches]
@@ -282,7 +282,7 @@ class Engine:
         identity = {"workload": self.workload.name, "dim": self.workload.dim}
         if self.store.check_identity(identity):
             params = self.workload.initial_params()
-            opt_state = self.optimizer.state_to_json(self.optimizer.init(params))
+            opt_state = self.optimizer.state_to_json(self.strategy.init(params))
             self.store.publish_first(params, opt_state)
         model = self.store.latest_model()
         iteration, version, opened_at = self.store.open_iteration()
@@ -606,7 +606,7 @@ class Engine:
         keep = taken[msgs.kind_codes == UPDATE]  # the accepted rows of the payload columns
         if keep.any():
             cols = msgs.columns if keep.all() else msgs.columns.take(np.flatnonzero(keep))
-            self.state = self.workload.accumulate(self.aggregator, self.state, cols)
+            self.state = self.workload.accumulate(self.state, cols)
         for k, aggregate in msgs.aggregates.items():
             if taken[k]:
                 self.state = self.aggregator.merge(self.state, aggregate)
@@ -652,7 +652,7 @@ class Engine:
         self._snapshot = Snapshot(
             self.version,
             self.iteration,
-            self.params,
+            self.strategy.publish(self.params),
             self.opened_at,
             self.updates_in_iteration,
             self.paused,
@@ -700,18 +700,8 @@ class Engine:
                     f"{self.config.iteration.min_updates} before applying an aggregate",
                 },
             )
-        aggregate = self.aggregator.finalize(self.state)
-        step, opt_state = self.optimizer.update(
-            self.workload.optimizer_input(aggregate), self.opt_state, self.params
-        )
-        proposal = self.params + step
-        new_params = proposal
-        if self.constraints is not None:
-            new_params = self.constraints.project(proposal, self.params)
-            if not self.constraints.holds(new_params, self.params):
-                raise FedrankError(
-                    "the safeguards could not be satisfied; the model was not changed"
-                )
+        step = self.strategy.server_step(self.state, self.params, self.opt_state)
+        new_params, opt_state = step.params, step.opt_state
         closed = self.iteration
         self.store.close_iteration(
             closed,

@@ -1,16 +1,17 @@
-"""The three workloads the server runs, each the simulator's own core pieces behind one
-interface: validate a payload, aggregate a batch of them, step the model.
+"""The three workloads the server runs: each is a strategy (:mod:`fedrank.strategies`, the
+same chain the simulators run) and the wire formats of its messages.
 
 * ``frecency`` (Mozilla Sec. 4-5): ``{"gradient": [d floats], "n": int}``, or
   ``{"signs": base64}`` with 2-bit signs (binary form: the same bits); aggregated by
   :class:`~fedrank.aggregators.gated_mean.GatedMean` or
-  :class:`~fedrank.aggregators.sign_vote.SignVote`; Rprop, then the safeguards.
+  :class:`~fedrank.aggregators.sign_vote.SignVote`; Rprop, then the safeguards
+  (:class:`~fedrank.strategies.frecency.FrecencyStrategy`).
 * ``foltr-es`` (FOLtR-ES Sec. 3): ``{"seed", "metric", "antithetic_metric"}`` (binary form:
   the 8 / 12-byte ES message); :class:`~fedrank.aggregators.es_gradient.ESGradient`
-  (Eq. 6); Adam ascending the metric.
+  (Eq. 6); Adam ascending the metric (:class:`~fedrank.strategies.foltr_es.FoltrEsStrategy`).
 * ``fedavg`` (FedPS Algorithm 1): ``{"delta": [d floats], "n": int}``;
-  :class:`~fedrank.aggregators.mean.WeightedMean`; SGD with the server learning rate on
-  ``-delta``.
+  :class:`~fedrank.aggregators.mean.WeightedMean`; the server learning rate times the mean
+  delta (:class:`~fedrank.strategies.fedavg.FedAvgStrategy`).
 
 A payload of ``{}`` is a metrics-only ping (control branches, or a search without an
 update): it is stored and summarized, never aggregated. Every check raises
@@ -28,19 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from fedrank.aggregators.es_gradient import ESGradient
-from fedrank.aggregators.gated_mean import GatedMean
-from fedrank.aggregators.mean import WeightedMean
-from fedrank.aggregators.sign_vote import SignVote
 from fedrank.core.codec import ES_MESSAGE_SIZES, decode_es_message, unpack_signs
 from fedrank.errors import CodecError, FedrankError
-from fedrank.models.rankers import make_ranker
-from fedrank.optim.adam import Adam
-from fedrank.optim.constraints import ConstraintChain
-from fedrank.optim.rprop import Rprop
-from fedrank.optim.sgd import SGD
 from fedrank.server.config import ServerConfig
-from fedrank.simulation.frecency_world import page_scorer
+from fedrank.strategies.base import Strategy
+from fedrank.strategies.fedavg import FedAvgStrategy
+from fedrank.strategies.foltr_es import FoltrEsStrategy
+from fedrank.strategies.frecency import FrecencyStrategy
 
 
 class PayloadError(FedrankError, ValueError):
@@ -160,15 +155,24 @@ def _keys(payload: dict[str, Any], allowed: set[str], required: set[str]) -> Non
 
 
 class Workload(ABC):
-    """What the server needs of a workload (see the module docstring)."""
+    """What the server needs of a workload beyond its strategy (see the module docstring):
+    the wire formats of its messages. The learning rule is the strategy's
+    (:mod:`fedrank.strategies`): aggregator, optimizer chain, constraints."""
 
     name: str
-    dim: int
+    strategy: Strategy
     binary_type = "application/vnd.fedrank.update"
 
-    @abstractmethod
+    @property
+    def dim(self) -> int:
+        return self.strategy.dim
+
     def initial_params(self) -> np.ndarray:
         """The published model of version 0."""
+        return self.strategy.initial_params()
+
+    def parameter_names(self) -> list[str] | None:
+        return self.strategy.parameter_names()
 
     @abstractmethod
     def parse(self, payload: dict[str, Any]) -> Parsed:
@@ -177,10 +181,6 @@ class Workload(ABC):
     def parse_binary(self, body: bytes) -> Parsed:
         """Validate a binary payload; workloads without a binary form refuse it."""
         raise PayloadError(f"the {self.name} workload has no binary update format; send JSON")
-
-    @abstractmethod
-    def make_aggregator(self) -> Any:
-        """A fresh aggregator (a monoid with ``accumulate_batch``)."""
 
     @abstractmethod
     def columns(self, items: list[Parsed]) -> Columns:
@@ -200,22 +200,10 @@ class Workload(ABC):
         and each message's payload in its JSON form (what is stored)."""
         raise PayloadError(f"the {self.name} workload has no binary batch format; send JSON")
 
-    @abstractmethod
-    def accumulate(self, aggregator: Any, state: Any, cols: Columns) -> Any:
-        """Fold the payload columns into ``state`` in one vectorized call."""
-
-    @abstractmethod
-    def make_optimizer(self) -> Any: ...
-
-    def constraints(self) -> ConstraintChain | None:
-        return None
-
-    @abstractmethod
-    def optimizer_input(self, aggregate: np.ndarray) -> np.ndarray:
-        """The aggregate as the optimizer's uphill update."""
-
-    def parameter_names(self) -> list[str] | None:
-        return None
+    def accumulate(self, state: Any, cols: Columns) -> Any:
+        """Fold the payload columns into the strategy's aggregator ``state`` in one
+        vectorized call."""
+        return self.strategy.aggregator.accumulate_batch(state, cols.vector, cols.weight)
 
 
 class FrecencyWorkload(Workload):
@@ -225,14 +213,7 @@ class FrecencyWorkload(Workload):
 
     def __init__(self, config: ServerConfig) -> None:
         self.section = config.frecency
-        self.scorer = page_scorer(self.section.model)
-        self.dim = len(self.scorer.names)
-
-    def initial_params(self) -> np.ndarray:
-        return self.scorer.defaults()
-
-    def parameter_names(self) -> list[str]:
-        return list(self.scorer.names)
+        self.strategy = FrecencyStrategy(config.frecency)
 
     def parse(self, payload: dict[str, Any]) -> Parsed:
         if self.section.message == "full":
@@ -287,12 +268,6 @@ class FrecencyWorkload(Workload):
         ]
         return Columns(count, vector=signs, weight=np.ones(count)), payloads
 
-    def make_aggregator(self) -> GatedMean | SignVote:
-        z = self.section.significance_z
-        return (
-            GatedMean(self.dim, z=z) if self.section.message == "full" else SignVote(self.dim, z=z)
-        )
-
     def columns(self, items: list[Parsed]) -> Columns:
         return _vector_columns(items, self.dim)
 
@@ -306,19 +281,6 @@ class FrecencyWorkload(Workload):
         weights = _counts([p.get("n", 1) for p in payloads])
         return Columns(len(payloads), vector=vectors, weight=weights)
 
-    def accumulate(self, aggregator: Any, state: Any, cols: Columns) -> Any:
-        return aggregator.accumulate_batch(state, cols.vector, cols.weight)
-
-    def make_optimizer(self) -> Rprop:
-        s = self.section
-        return Rprop(s.eta_plus, s.eta_minus, s.step_init, s.step_min, s.step_max)
-
-    def constraints(self) -> ConstraintChain:
-        return self.scorer.safeguards(max_change=self.section.max_change)
-
-    def optimizer_input(self, aggregate: np.ndarray) -> np.ndarray:
-        return aggregate  # clients send gradients of the loss (uphill)
-
 
 class FoltrEsWorkload(Workload):
     """FOLtR-ES (Kharitonov 2019, Section 3)."""
@@ -327,11 +289,7 @@ class FoltrEsWorkload(Workload):
 
     def __init__(self, config: ServerConfig) -> None:
         self.section = config.foltr_es
-        self.ranker = make_ranker(self.section.ranker, self.section.n_features)
-        self.dim = self.ranker.dim
-
-    def initial_params(self) -> np.ndarray:
-        return self.ranker.init_params()
+        self.strategy = FoltrEsStrategy(config.foltr_es)
 
     def parse(self, payload: dict[str, Any]) -> Parsed:
         anti = self.section.antithetic
@@ -404,9 +362,6 @@ class FoltrEsWorkload(Workload):
             payloads = [{"seed": a, "metric": b} for a, b in zip(seeds, metrics, strict=True)]
         return Columns(len(rows), seed=rows["seed"].astype(np.uint64), **columns), payloads
 
-    def make_aggregator(self) -> ESGradient:
-        return ESGradient(self.dim, self.section.sigma, self.section.antithetic)
-
     def columns(self, items: list[Parsed]) -> Columns:
         anti = np.array([p.antithetic for p in items]) if self.section.antithetic else None
         return Columns(
@@ -437,14 +392,10 @@ class FoltrEsWorkload(Workload):
                 raise PayloadError("metric range")
         return Columns(len(payloads), seed=seed.astype(np.uint64), **columns)
 
-    def accumulate(self, aggregator: Any, state: Any, cols: Columns) -> Any:
-        return aggregator.accumulate_batch(state, cols.seed, cols.metric, cols.antithetic)
-
-    def make_optimizer(self) -> Adam:
-        return Adam(learning_rate=self.section.learning_rate)
-
-    def optimizer_input(self, aggregate: np.ndarray) -> np.ndarray:
-        return -aggregate  # ESGradient ascends MaxRR
+    def accumulate(self, state: Any, cols: Columns) -> Any:
+        return self.strategy.aggregator.accumulate_batch(
+            state, cols.seed, cols.metric, cols.antithetic
+        )
 
 
 class FedAvgWorkload(Workload):
@@ -454,19 +405,13 @@ class FedAvgWorkload(Workload):
 
     def __init__(self, config: ServerConfig) -> None:
         self.section = config.fedavg
-        self.dim = self.section.dim
-
-    def initial_params(self) -> np.ndarray:
-        return np.zeros(self.dim)
+        self.strategy = FedAvgStrategy(config.fedavg)
 
     def parse(self, payload: dict[str, Any]) -> Parsed:
         _keys(payload, {"delta", "n"}, {"delta", "n"})
         return Parsed(
             vector=_finite_vector(payload["delta"], self.dim, "delta"), weight=_count(payload["n"])
         )
-
-    def make_aggregator(self) -> WeightedMean:
-        return WeightedMean(self.dim)
 
     def columns(self, items: list[Parsed]) -> Columns:
         return _vector_columns(items, self.dim)
@@ -476,15 +421,6 @@ class FedAvgWorkload(Workload):
             raise PayloadError("payload fields")
         vectors = _vectors([p["delta"] for p in payloads], self.dim, "delta")
         return Columns(len(payloads), vector=vectors, weight=_counts([p["n"] for p in payloads]))
-
-    def accumulate(self, aggregator: Any, state: Any, cols: Columns) -> Any:
-        return aggregator.accumulate_batch(state, cols.vector, cols.weight)
-
-    def make_optimizer(self) -> SGD:
-        return SGD(learning_rate=self.section.server_learning_rate)
-
-    def optimizer_input(self, aggregate: np.ndarray) -> np.ndarray:
-        return -aggregate  # step = server_lr * mean delta
 
 
 def _vector_columns(items: list[Parsed], dim: int) -> Columns:

@@ -3,20 +3,23 @@
 The server holds the shared model ``M_t`` as a flat float32 vector and nothing else about
 users: it broadcasts ``M_t`` to the sampled clients, receives aggregated updates (a
 :class:`~fedrank.aggregators.mean.WeightedMeanState` merged from client messages, directly
-in FedPSFlat or through proxies and group servers in FedPSProxy) and applies
-``M_{t+1} = M_t + eta_s sum_j n_j dM_j / sum_j n_j``: Algorithm 1 is ``eta_s = 1``; a
-larger server step size (FedAvg with server learning rate, Reddi et al. 2021, "Adaptive
-Federated Optimization") compensates for averaging away the updates of words and
-parameters that only a few of the K clients touch. It never receives a client object, a log, a
-profile or personal parameters; its module imports nothing from the client side (tested).
+in FedPSFlat or through proxies and group servers in FedPSProxy) and applies the FedAvg
+strategy's server step (:class:`~fedrank.strategies.fedavg.FedAvgStrategy`, the same chain
+the HTTP server runs): ``M_{t+1} = M_t + eta_s sum_j n_j dM_j / sum_j n_j``. Algorithm 1
+is ``eta_s = 1``; a larger server step size (FedAvg with server learning rate, Reddi et al.
+2021, "Adaptive Federated Optimization") compensates for averaging away the updates of
+words and parameters that only a few of the K clients touch. It never receives a client
+object, a log, a profile or personal parameters; its module imports nothing from the
+client side (tested).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from fedrank.aggregators.mean import WeightedMean, WeightedMeanState
-from fedrank.errors import ConfigError, DataFormatError
+from fedrank.aggregators.mean import WeightedMeanState
+from fedrank.errors import DataFormatError
+from fedrank.strategies.fedavg import FedAvgConfig, FedAvgStrategy
 
 
 class FedPSServer:
@@ -28,16 +31,21 @@ class FedPSServer:
     """
 
     def __init__(self, initial_parameters: np.ndarray, learning_rate: float = 1.0) -> None:
-        if not learning_rate > 0:
-            raise ConfigError(f"server learning_rate must be > 0, got {learning_rate}")
-        self.learning_rate = float(learning_rate)
         params = np.asarray(initial_parameters, dtype=np.float32)
         if params.ndim != 1 or params.size == 0:
             raise DataFormatError(f"expected a non-empty flat parameter vector, got {params.shape}")
-        self._parameters = params.copy()
-        self.aggregator = WeightedMean(params.size)
+        self.strategy = FedAvgStrategy(
+            FedAvgConfig(dim=params.size, server_learning_rate=learning_rate), initial=params
+        )
+        self.aggregator = self.strategy.aggregator
+        self._parameters = self.strategy.initial_params()
+        self._opt_state = self.strategy.init(self._parameters)
         self.version = 0
         self.updates_applied = 0
+
+    @property
+    def learning_rate(self) -> float:
+        return self.strategy.config.server_learning_rate
 
     def broadcast(self) -> np.ndarray:
         """A copy of ``M_t`` for the sampled clients."""
@@ -45,9 +53,10 @@ class FedPSServer:
 
     def apply(self, state: WeightedMeanState) -> None:
         """FedAvg step with the merged updates of one step (Algorithm 1, line "server
-        aggregates"): add their ``n_j``-weighted mean. A step whose updates all arrived too
-        late (empty state) leaves the model unchanged but still counts as a step."""
-        step = self.learning_rate * self.aggregator.finalize(state)
-        self._parameters += step.astype(np.float32)
+        aggregates"): add their ``n_j``-weighted mean times ``eta_s``. A step whose updates
+        all arrived too late (empty state) leaves the model unchanged but still counts as a
+        step."""
+        step = self.strategy.server_step(state, self._parameters, self._opt_state)
+        self._parameters, self._opt_state = step.params, step.opt_state
         self.updates_applied += state.count
         self.version += 1

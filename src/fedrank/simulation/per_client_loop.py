@@ -24,10 +24,10 @@ import numpy as np
 from fedrank.core.seeded_noise import gaussian_noise
 from fedrank.data.letor import LetorSplit
 from fedrank.metrics.maxrr import maxrr_values
+from fedrank.models.click_models import CascadeClickModel
 from fedrank.models.rankers import Ranker
 from fedrank.optim.adam import Adam
 from fedrank.privacy.randomized_response import RandomizedResponse
-from fedrank.simulation.click_models import CascadeClickModel
 
 
 def loop_interaction(

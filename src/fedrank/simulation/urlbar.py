@@ -38,7 +38,7 @@ Typing and attention (:class:`TypingModel`)
     probability ``scan_continue``, so the target at row ``r`` is noticed with probability
     ``scan_continue ** r``; when the whole text is typed they read every row. They select
     the target when they notice it. A target never shown ends the search without a history
-    selection (no ping, ``found`` False). :func:`fedrank.simulation.calibration` fits the
+    selection (no ping, ``found`` False). :func:`fedrank.experiments.frecency.calibration` fits the
     two parameters to the paper's control branch.
 
 Vectorization
@@ -99,7 +99,7 @@ class UrlbarConfig:
 @dataclass(frozen=True)
 class TypingModel:
     """How a simulated user types and reads (see the module docstring). The defaults are
-    fitted to the paper's control branch (:data:`fedrank.experiments.frecency_study.
+    fitted to the paper's control branch (:data:`fedrank.experiments.frecency.study.
     CALIBRATED_TYPING`).
 
     Attributes:

@@ -1,0 +1,380 @@
+"""FedPS end to end on a small real slice of the AOL log: every mode runs, what leaves a
+client, what the server can reach, stragglers, determinism."""
+
+from __future__ import annotations
+
+import ast
+import gc
+import inspect
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fedrank.cli import main
+from fedrank.core.message import Message
+from fedrank.errors import ConfigError
+from fedrank.estimators.local_sgd import FedPSClient, UploadPolicy, UserWorkspace
+from fedrank.experiments.fedps import run as fedps_module
+from fedrank.experiments.fedps.data import FedPSData, prepare_aol
+from fedrank.experiments.fedps.run import (
+    MODES,
+    RULE_MODES,
+    FedPSResult,
+    FedPSSettings,
+    run_fedps,
+    run_seeds,
+)
+from fedrank.models.peps import PersonalEmbeddings
+from fedrank.privacy import kl_settings
+from fedrank.retrieval.candidates import RankingSamples, UserData
+from fedrank.simulation import fedps_server
+from fedrank.simulation.fedps_server import FedPSServer
+
+FAST = {
+    "rounds": 2,
+    "clients_per_step": 4,
+    "clients_per_proxy_step": 2,
+    "n_topics": 5,
+    "clients_per_proxy": 4,
+    "proxies_per_group": 2,
+}
+
+
+@pytest.fixture(scope="module")
+def aol_log(data_dir: Path) -> Path:
+    path = data_dir / "AOL" / "aol_top1000_users_clicks.tsv.gz"
+    if not path.is_file():
+        pytest.skip(f"{path} is absent: the AOL sample is needed")
+    return path
+
+
+@pytest.fixture(scope="module")
+def small(aol_log: Path) -> FedPSData:
+    """12 real AOL users, 16-dimensional word vectors."""
+    return prepare_aol(aol_log, users=12, seed=3, dim=16, word2vec_epochs=1)
+
+
+def _settings(mode: str, **kw: object) -> FedPSSettings:
+    return FedPSSettings(mode=mode, **{**FAST, **kw})  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def every_mode(small: FedPSData) -> dict[str, FedPSResult]:
+    return {mode: run_fedps(small, _settings(mode, seed=1)) for mode in MODES}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_runs_on_real_users(every_mode: dict[str, FedPSResult], mode: str) -> None:
+    result = every_mode[mode]
+    out = result.to_json()
+    json.dumps(out)  # serializable
+    for metric in ("MAP", "MRR", "P@1"):
+        assert 0.0 < out[metric] <= 1.0
+    assert len(out["kl"]) == len(kl_settings.default_grid())
+    assert out["kl_divergence"] == out["kl"][kl_settings.PAPER_SETTING.key()] >= 0.0
+    assert (out["kl_divergence"] == 0.0) == (
+        mode not in ("flat", "proxy", "coverquery", "groupuser")
+    )
+    assert result.per_query is not None and result.per_query.shape[1] == 3
+    if mode in (*RULE_MODES, "gbdt"):
+        assert out["best_round"] == 0 and out["curve"] == []
+        return
+    # evaluated every quarter round, reported at the best validation MAP
+    rounds = np.array([p["round"] for p in out["curve"]])
+    assert np.all(np.diff(rounds) > 0) and 0 < rounds[-1] <= 2
+    per_round = np.bincount(np.ceil(rounds).astype(int))
+    assert per_round.max() <= 4 and per_round[1] >= min(4, out["steps"] // 2)
+    if mode != "flat" and mode != "proxy":  # many minibatches: close to every quarter epoch
+        assert np.all(np.abs(rounds * 4 - np.round(rounds * 4)) < 0.2)
+    best = max(out["curve"], key=lambda p: p["valid_MAP"])
+    assert out["best_round"] == best["round"]
+    assert best["test_MAP"] == pytest.approx(out["MAP"])
+
+
+def test_every_mode_ranks_the_same_test_queries(every_mode: dict[str, FedPSResult]) -> None:
+    """CoverQuery and GroupUser learn from server-side logs but are scored on the lists
+    every other mode uses: the same query events, hence directly comparable."""
+    reference = np.sort(every_mode["original"].event_ids)
+    assert reference.size > 20
+    for mode, result in every_mode.items():
+        assert np.array_equal(np.sort(result.event_ids), reference), mode
+
+
+def test_server_side_logs_rank_exactly_the_shared_lists(small: FedPSData) -> None:
+    from fedrank.experiments.fedps.baselines import group_user_logs
+
+    groups = np.arange(len(small.users)) // 4
+    rebuilt = fedps_module._rebuild(small, group_user_logs(small.corpus.users, groups))
+
+    def lists(users: list[UserData]) -> dict[int, tuple]:
+        out = {}
+        for u in users:
+            for split in ("train", "valid", "test"):
+                s = u.samples(split)
+                for i, e in enumerate(s.event_ids.tolist()):
+                    out[e] = (split, s.candidates[i][s.mask[i]].tolist(), s.labels[i].sum())
+        return out
+
+    assert lists(rebuilt) == lists(list(small.users))
+
+
+def test_trained_personalized_model_beats_bm25(small: FedPSData) -> None:
+    original = run_fedps(small, _settings("original")).metrics["MAP"]
+    central = run_fedps(
+        small, _settings("central", rounds=2, learning_rate=3e-3, batch_size=16)
+    ).metrics["MAP"]
+    assert central > original + 0.02
+
+
+def test_every_outgoing_message_holds_only_the_shared_update(small: FedPSData) -> None:
+    """Personal embeddings never leave the client; the global-embedding rows an update
+    changes are words of the client's own training data; by default the message carries
+    the update and its count, no training loss."""
+    settings = _settings("flat", rounds=1, cover_queries=0, straggler_ratio=0.0)
+    messages: list[tuple[int, Message]] = []
+    run_fedps(small, settings, observer=lambda c, m: messages.append((c, m)))
+    assert sorted(c for c, _ in messages) == list(range(len(small.users)))
+
+    model = fedps_module._new_model(small, True, 0, _settings("flat"))
+    emb = model.global_embedding_slice()
+    dim = model.config.dim
+    for c, message in messages:
+        assert type(message) is Message
+        assert message.metrics == {}
+        assert message.n == small.users[c].train.n_queries
+        assert message.update.dtype == np.float32 and message.update.shape == (model.layout.size,)
+        # no personal vector appears in the update
+        user = small.users[c]
+        personal = PersonalEmbeddings.from_global(user.vocab_ids, small.word_vectors)
+        flat = message.update
+        for row in personal.weight.detach().numpy()[:50]:
+            windows = np.lib.stride_tricks.sliding_window_view(flat, dim)[::dim]
+            assert not np.any(np.all(windows == row, axis=1))
+        changed = np.flatnonzero(np.any(flat[emb].reshape(-1, dim) != 0, axis=1))
+        s = user.train
+        words = np.union1d(s.query.ravel(), small.doc_tokens[s.candidates[s.mask]].ravel())
+        assert np.isin(changed, words).all()
+        assert changed.size > 0
+    reported: list[Message] = []
+    run_fedps(
+        small,
+        _settings("flat", rounds=1, cover_queries=0, client_metrics=True),
+        observer=lambda c, m: reported.append(m),
+    )
+    assert reported and all(set(m.metrics) == {"train_loss"} for m in reported)
+
+
+@pytest.mark.parametrize("case", ["frequent", "frozen"])
+def test_upload_cases_restrict_the_global_embedding_rows(small: FedPSData, case: str) -> None:
+    settings = _settings("flat", rounds=1, cover_queries=0, upload=case, frequent_words=30)
+    messages: list[Message] = []
+    run_fedps(small, settings, observer=lambda c, m: messages.append(m))
+    model = fedps_module._new_model(small, True, 0, _settings("flat"))
+    dim = model.config.dim
+    allowed = (
+        UploadPolicy.most_frequent(
+            small.doc_tokens[small.corpus.past_docs], small.vocab_size, 30
+        ).frequent_words
+        if case == "frequent"
+        else np.zeros(0, dtype=np.int64)
+    )
+    for message in messages:
+        rows = message.update[model.global_embedding_slice()].reshape(-1, dim)
+        changed = np.flatnonzero(np.any(rows != 0, axis=1))
+        assert np.isin(changed, allowed).all()
+        # the rest of the model is still trained and uploaded
+        assert np.any(message.update[model.global_embedding_slice().stop :] != 0)
+
+
+def _reachable(root: object) -> list[object]:
+    seen: set[int] = set()
+    stack, out = [root], []
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or inspect.ismodule(obj) or inspect.isclass(obj):
+            continue
+        seen.add(id(obj))
+        out.append(obj)
+        stack.extend(gc.get_referents(obj))
+    return out
+
+
+def test_the_server_cannot_reach_client_data(small: FedPSData) -> None:
+    model = fedps_module._new_model(small, True, 0, _settings("flat"))
+    server = FedPSServer(model.get_flat_parameters())
+    clients = [
+        FedPSClient(u, small.doc_tokens, small.word_vectors, seed=i)
+        for i, u in enumerate(small.users)
+    ]
+    for i, c in enumerate(clients[:3]):
+        state = server.aggregator.accumulate(
+            server.aggregator.zero(), c.local_update(model, server.broadcast(), _training(), i)
+        )
+        server.apply(state)
+    private = (FedPSClient, UserWorkspace, UserData, RankingSamples, PersonalEmbeddings)
+    assert not [o for o in _reachable(server) if isinstance(o, private)]
+    assert server.version == 3 and server.updates_applied == 3
+    # and the server module imports nothing from the client side
+    tree = ast.parse(Path(fedps_server.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module} | {
+        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    }
+    forbidden = ("client", "candidates", "aol", "peps", "torch")
+    assert not [m for m in imported if any(f in m for f in forbidden)]
+
+
+def _training():
+    from fedrank.estimators.local_sgd import LocalTraining
+
+    return LocalTraining(epochs=1, batch_size=8)
+
+
+def test_flat_drops_late_updates_proxy_offloads_them(small: FedPSData) -> None:
+    kw = {"rounds": 2, "patience": 8, "straggler_ratio": 0.4}
+    flat = run_fedps(small, _settings("flat", cover_queries=0, **kw)).communication
+    proxy = run_fedps(small, _settings("proxy", **kw)).communication
+    sampled = 2 * len(small.users)  # every client once per round
+    for c in (flat, proxy):
+        assert 0 < c["updates_late"] < sampled and c["late_share"] == c["updates_late"] / sampled
+        assert np.isfinite(c["t_max_seconds"])
+    assert flat["updates_received"] == sampled - flat["updates_late"]
+    assert proxy["updates_received"] == sampled  # late clients offload to their proxy
+    assert flat["d_units"] > 0 and proxy["d_units"] == 0
+    assert proxy["proxies"] == 3 and proxy["group_servers"] == 2
+
+
+def test_same_seed_same_result(small: FedPSData) -> None:
+    for mode in ("proxy", "central"):
+        a = run_fedps(small, _settings(mode, seed=5))
+        b = run_fedps(small, _settings(mode, seed=5))
+        c = run_fedps(small, _settings(mode, seed=6))
+
+        def strip(r: FedPSResult) -> str:
+            return json.dumps([{k: v for k, v in p.items() if k != "seconds"} for p in r.curve])
+
+        assert strip(a) == strip(b)
+        assert np.array_equal(a.per_query, b.per_query, equal_nan=True)
+        assert a.metrics == b.metrics
+        assert [p["valid_MAP"] for p in a.curve] != [p["valid_MAP"] for p in c.curve]
+
+
+def test_run_seeds_summary(small: FedPSData) -> None:
+    results = run_seeds(small, _settings("central", rounds=1), [1, 2])
+    summary = results.summary()
+    per_seed = [r.metrics["MAP"] for r in results.results]
+    assert summary["seeds"] == [1, 2] and summary["MAP_per_seed"] == per_seed
+    assert summary["MAP_mean"] == pytest.approx(np.mean(per_seed))
+    assert summary["MAP_sd"] == pytest.approx(np.std(per_seed, ddof=1)) and summary["MAP_sd"] > 0
+    for m in ("MRR", "P@1"):
+        assert {f"{m}_mean", f"{m}_sd", f"{m}_per_seed"} <= set(summary)
+    events, table = results.aligned()
+    assert table.shape == (2, events.size, 3)
+    assert np.nanmean(table[0, :, 0]) == pytest.approx(per_seed[0])
+    with pytest.raises(ConfigError, match="distinct"):
+        run_seeds(small, _settings("central"), [1, 1])
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(ConfigError, match="mode must be one of"):
+        FedPSSettings(mode="fedavg")
+    with pytest.raises(ConfigError, match="straggler_ratio"):
+        FedPSSettings(mode="flat", straggler_ratio=1.5)
+    with pytest.raises(ConfigError, match="multiple of"):
+        FedPSSettings(mode="proxy", clients_per_step=15)
+    with pytest.raises(ConfigError, match="upload"):
+        UploadPolicy("some")  # type: ignore[arg-type]
+    assert FedPSSettings(mode="flat").server_learning_rate == 1.0  # Algorithm 1
+
+
+def test_cli_run_with_seeds_writes_json(aol_log: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    args = ["fedps", "run", "--mode", "central", "--log", str(aol_log), "--users", "8",
+            "--seed", "1", "--seeds", "1,2", "--rounds", "1", "--json", str(out)]  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    for m in ("MAP", "MRR", "P@1"):
+        assert len(data[f"{m}_per_seed"]) == 2
+        assert data[f"{m}_mean"] == pytest.approx(np.mean(data[f"{m}_per_seed"]))
+    assert [r["settings"]["seed"] for r in data["runs"]] == [1, 2]
+    assert "central: MAP" in result.output and "sd MAP" in result.output
+
+
+def test_cli_reports_a_missing_log(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["fedps", "run", "--mode", "original", "--log", str(tmp_path / "none.tsv")]
+    )
+    assert result.exit_code == 1
+    assert "does not exist" in result.output
+
+
+def test_cli_reproduce_writes_tables_and_resumes(aol_log: Path, tmp_path: Path) -> None:
+    args = ["fedps", "reproduce", "--log", str(aol_log), "--users", "8", "--rounds", "1",
+            "--seeds", "1,2", "--lrs", "1e-3,3e-3", "--tables", "3,6", "--jobs", "2",
+            "--out", str(tmp_path)]  # fmt: skip
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0, first.output
+    text = (tmp_path / "tables.md").read_text()
+    for label in ("FedPSFlat", "FedPSProxy", "GroupUser", "CoverQuery", "K-NRM", "P-Click",
+                  "LightGBM"):  # fmt: skip
+        assert f"| {label}" in text, label
+    assert "| 118,067 | 10% | 100 |" in text
+    assert "KL" in text and "reversed vs paper" in text
+    assert "## Table 3 by query kind" in text and "Central minus GBDT on new-document" in text
+    summary = json.loads((tmp_path / "results.json").read_text())["summary"]
+    kinds, rows = summary["query_kinds"], summary["table3"]["rows"]
+    share = kinds["refinding_share"]
+    for mode, by_kind in kinds["rows"].items():  # the two kinds make up the whole MAP
+        assert share * by_kind["refinding"] + (1 - share) * by_kind["new"] == pytest.approx(
+            rows[mode]["MAP"], abs=1e-9
+        ), mode
+    runs = sorted(p.name for p in (tmp_path / "runs").glob("*.json"))
+    assert "flat_s1.json" in runs and "central_lr3e-3_s2.json" in runs
+    stamp = (tmp_path / "runs" / "flat_s1.json").stat().st_mtime_ns
+    second = CliRunner().invoke(main, args)
+    assert second.exit_code == 0, second.output
+    assert (tmp_path / "runs" / "flat_s1.json").stat().st_mtime_ns == stamp  # reused
+    assert (tmp_path / "tables.md").read_text() == text
+
+
+def test_hierarchy_runs_on_the_first_hierarchy_seeds(tmp_path: Path) -> None:
+    from fedrank.errors import ConfigError
+    from fedrank.experiments.fedps.reproduce import ReproduceConfig, planned_jobs
+
+    def hierarchy(n: int) -> list[str]:
+        config = ReproduceConfig(
+            log=tmp_path / "log.tsv", out_dir=tmp_path, seeds=(1, 2, 3), hierarchy_seeds=n,
+            tables=("hierarchy",),
+        )  # fmt: skip
+        return sorted(name for name in planned_jobs(config, None) if name.startswith("K100"))
+
+    one, two = hierarchy(1), hierarchy(2)
+    assert len(one) == 4 and all(name.endswith("_s1") for name in one)
+    assert len(two) == 8 and set(one) < set(two)
+    with pytest.raises(ConfigError, match="hierarchy_seeds"):
+        ReproduceConfig(log=tmp_path, out_dir=tmp_path, seeds=(1, 2), hierarchy_seeds=3)
+
+
+def test_hierarchy_runs_at_the_late_shares_asked_for(tmp_path: Path) -> None:
+    from fedrank.errors import ConfigError
+    from fedrank.experiments.fedps.reproduce import ReproduceConfig, command_line, planned_jobs
+
+    config = ReproduceConfig(
+        log=tmp_path / "log.tsv", out_dir=tmp_path, seeds=(1, 2, 3), hierarchy_seeds=3,
+        hierarchy_late=(0.1, 0.29), tables=("hierarchy",),
+    )  # fmt: skip
+    names = sorted(name for name in planned_jobs(config, None) if name.startswith("K100"))
+    assert len(names) == 12 and sum("_late29_" in n for n in names) == 6
+    jobs = planned_jobs(config, None)
+    assert {jobs[n].settings.straggler_ratio for n in names} == {0.1, 0.29}
+    assert "--hierarchy-seeds 3 --hierarchy-late 10,29" in command_line(config)
+    for bad in ((), (1.0,), (-0.1,)):
+        with pytest.raises(ConfigError, match="hierarchy_late"):
+            ReproduceConfig(log=tmp_path, out_dir=tmp_path, hierarchy_late=bad)
+    result = CliRunner().invoke(
+        main, ["fedps", "reproduce", "--tables", "hierarchy", "--hierarchy-late", "ten"]
+    )
+    assert result.exit_code != 0 and "--hierarchy-late must be comma-separated" in result.output
