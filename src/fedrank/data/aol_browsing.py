@@ -28,7 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fedrank.data.aol import _host_and_path, _split_host, load_aol, tokenize
+from fedrank.data.aol import load_aol, tokenize
+from fedrank.data.aol.text import _host_and_path, _split_host
 from fedrank.data.browsing import BrowsingWorld, Pages, VisitStream, Vocabulary, browsing_shapes
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.models.frecency.history import VisitType

@@ -21,12 +21,9 @@ Bad input never reaches the writer: it is answered here, counted in
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import hmac
 import logging
-import math
-import re
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
@@ -39,92 +36,32 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from fedrank.core.codec import decode_batch, pack_signs
+from fedrank.core.codec import decode_batch
 from fedrank.errors import CodecError, FedrankError
 from fedrank.server.config import ServerConfig
 from fedrank.server.engine import Engine, Incoming, Messages, Outcome
+from fedrank.server.envelope import (
+    BINARY,
+    BINARY_BATCH,
+    ENVELOPE,
+    JSON,
+    MAX_BATCH,
+    MAX_METRICS,
+    BadRequest,
+    all_ids,
+    batch_answer,
+    identifier,
+    json_response,
+    known_version,
+    metrics_field,
+)
 from fedrank.server.openapi import openapi_document
+from fedrank.server.prometheus import prometheus_text
 from fedrank.server.rounds import Round
 from fedrank.server.store import ModelVersion, Store
 from fedrank.server.workloads import EMPTY, Columns, Parsed, PayloadError
 
 log = logging.getLogger("fedrank.server")
-
-JSON = "application/json"
-BINARY = "application/vnd.fedrank.update"
-BINARY_BATCH = "application/vnd.fedrank.batch"
-#: Messages in one batch request.
-MAX_BATCH = 10_000
-#: Metrics one message may carry.
-MAX_METRICS = 32
-_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
-#: Newline-terminated ids, all valid: the fast path checks a whole batch with one match.
-_IDS = re.compile(r"(?:[A-Za-z0-9._:\-]{1,128}\n)*")
-_ENVELOPE = {"message_id", "model_version", "payload", "metrics", "enrollment_id", "client_id"}
-
-
-class BadRequest(Exception):
-    """Answered with ``status`` and ``{"error": code, "detail": detail}``."""
-
-    def __init__(self, status: int, code: str, detail: str) -> None:
-        super().__init__(detail)
-        self.status, self.code, self.detail = status, code, detail
-
-
-def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type=JSON, headers=headers)
-
-
-def _identifier(value: Any, name: str, required: bool = True) -> str | None:
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or not _ID.fullmatch(value):
-        raise BadRequest(422, "invalid", f"{name} must be 1-128 characters of A-Z a-z 0-9 . _ : -")
-    return value
-
-
-def _batch_answer(statuses: np.ndarray, errors: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """A batch's answer: counts, one status per message, bodies of the refused ones."""
-    return {
-        "accepted": int(np.count_nonzero(statuses == 202)),
-        "duplicates": int(np.count_nonzero(statuses == 200)),
-        "statuses": statuses.tolist(),
-        "errors": [{"index": k, "status": int(statuses[k]), **errors[k]} for k in sorted(errors)],
-    }
-
-
-def _all_ids(values: list[Any]) -> bool:
-    """Whether every value is a valid identifier: strings, one regex over them all (each
-    newline-terminated; a value holding a newline itself fails the count)."""
-    if not set(map(type, values)) <= {str}:
-        return False
-    joined = "".join(v + "\n" for v in values)
-    return joined.count("\n") == len(values) and _IDS.fullmatch(joined) is not None
-
-
-def _version(value: Any, current: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise BadRequest(422, "invalid", "model_version must be an integer >= 0")
-    if value > current:
-        raise BadRequest(
-            422, "unknown_version", f"model_version {value} does not exist yet (current {current})"
-        )
-    return value
-
-
-def _metrics(value: Any) -> dict[str, float]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or len(value) > MAX_METRICS:
-        raise BadRequest(422, "invalid", f"metrics must be an object of at most {MAX_METRICS}")
-    out = {}
-    for name, v in value.items():
-        if not 1 <= len(name) <= 64:
-            raise BadRequest(422, "invalid", "metric names must have 1-64 characters")
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-            raise BadRequest(422, "invalid", f"metric {name[:64]!r} must be a finite number")
-        out[name] = float(v)
-    return out
 
 
 class Server:
@@ -211,7 +148,7 @@ class Server:
 
     def _reject(self, endpoint: str, err: BadRequest) -> Response:
         self._count_rejection(endpoint, err)
-        return _json({"error": err.code, "detail": err.detail}, err.status)
+        return json_response({"error": err.code, "detail": err.detail}, err.status)
 
     async def _body(self, request: Request) -> bytes:
         return await self._read(request.headers, request.stream())
@@ -235,17 +172,17 @@ class Server:
         assert self.engine is not None
         if not isinstance(data, dict):
             raise BadRequest(422, "invalid", "a message must be a JSON object")
-        unknown = sorted(set(data) - _ENVELOPE)
+        unknown = sorted(set(data) - ENVELOPE)
         if unknown:
             raise BadRequest(422, "invalid", f"unknown field(s) {unknown}")
-        message_id = _identifier(data.get("message_id"), "message_id")
-        version = _version(data.get("model_version"), current)
-        enrollment = _identifier(data.get("enrollment_id"), "enrollment_id", required=False)
-        client = _identifier(data.get("client_id"), "client_id", required=False)
+        message_id = identifier(data.get("message_id"), "message_id")
+        version = known_version(data.get("model_version"), current)
+        enrollment = identifier(data.get("enrollment_id"), "enrollment_id", required=False)
+        client = identifier(data.get("client_id"), "client_id", required=False)
         payload = data.get("payload", {})
         if not isinstance(payload, dict):
             raise BadRequest(422, "invalid", "payload must be a JSON object")
-        metrics = _metrics(data.get("metrics"))
+        metrics = metrics_field(data.get("metrics"))
         parsed: Parsed = EMPTY
         if payload:
             try:
@@ -309,7 +246,7 @@ class Server:
         engine = self.engine
         enrollment = request.query_params.get("enrollment_id")
         try:
-            _identifier(enrollment, "enrollment_id", required=False)
+            identifier(enrollment, "enrollment_id", required=False)
         except BadRequest as err:
             return self._reject("model", err)
         branch = engine.branch(enrollment)
@@ -331,7 +268,7 @@ class Server:
             "config": {**self.config.client_view(), "decay": served.decay},
         }
         self.requests[("model", 200)] += 1
-        return _json(body, headers={"ETag": etag, "Cache-Control": "no-cache"})
+        return json_response(body, headers={"ETag": etag, "Cache-Control": "no-cache"})
 
     async def model_version(self, request: Request) -> Response:
         assert self.engine is not None
@@ -351,7 +288,9 @@ class Server:
             "params": model.params.tolist(),
             "created_at": model.created_at,
         }
-        return _json(body, headers={"ETag": f'"{version}"', "Cache-Control": "max-age=86400"})
+        return json_response(
+            body, headers={"ETag": f'"{version}"', "Cache-Control": "max-age=86400"}
+        )
 
     def _read_model(self, version: int) -> ModelVersion | None:
         assert self.engine is not None
@@ -400,18 +339,18 @@ class Server:
         self, h: Mapping[str, str], body: bytes, current: int
     ) -> tuple[Incoming, str | None]:
         assert self.engine is not None
-        message_id = _identifier(h.get("x-message-id"), "X-Message-Id header")
+        message_id = identifier(h.get("x-message-id"), "X-Message-Id header")
         raw_version = h.get("x-model-version", "")
         if not (raw_version.isascii() and raw_version.isdigit()) or len(raw_version) > 12:
             raise BadRequest(422, "invalid", "X-Model-Version header must be an integer")
-        version = _version(int(raw_version), current)
-        enrollment = _identifier(h.get("x-enrollment-id"), "X-Enrollment-Id", required=False)
-        client = _identifier(h.get("x-client-id"), "X-Client-Id", required=False)
+        version = known_version(int(raw_version), current)
+        enrollment = identifier(h.get("x-enrollment-id"), "X-Enrollment-Id", required=False)
+        client = identifier(h.get("x-client-id"), "X-Client-Id", required=False)
         try:
             parsed = self.engine.workload.parse_binary(body)
         except PayloadError as exc:
             raise BadRequest(422, "invalid_payload", str(exc)) from exc
-        payload = _payload_of(self.engine.workload.name, parsed)
+        payload = self.engine.workload.stored_payload(parsed)
         return self._make(message_id, version, enrollment, payload, {}, parsed), client
 
     async def batch(self, request: Request) -> Response:
@@ -425,7 +364,7 @@ class Server:
                 messages_in_columns = self._binary_batch(body)
                 result = await engine.submit_columns(messages_in_columns)
                 self.requests[("batch", 200)] += 1
-                return _json(_batch_answer(result.statuses, result.bodies))
+                return json_response(batch_answer(result.statuses, result.bodies))
             if ctype not in (JSON, ""):
                 raise BadRequest(415, "media_type", f"send {JSON} or {BINARY_BATCH}")
             try:
@@ -451,7 +390,7 @@ class Server:
         else:
             statuses, errors = await self._batch_one_by_one(messages, current)
         self.requests[("batch", 200)] += 1
-        return _json(_batch_answer(statuses, errors))
+        return json_response(batch_answer(statuses, errors))
 
     def _binary_batch(self, body: bytes) -> Messages:
         """A binary batch (``application/vnd.fedrank.batch``, see
@@ -470,9 +409,9 @@ class Server:
             raise BadRequest(422, "invalid", str(exc)) from exc
         if not 1 <= len(ids) <= MAX_BATCH:
             raise BadRequest(422, "invalid", f"a batch holds 1..{MAX_BATCH} messages")
-        if not _all_ids(ids):
+        if not all_ids(ids):
             raise BadRequest(422, "invalid", "message ids must be 1-128 of A-Z a-z 0-9 . _ : -")
-        _version(version, engine.snapshot().version)
+        known_version(version, engine.snapshot().version)
         try:
             columns, payloads = engine.workload.parse_binary_batch(records)
         except PayloadError as exc:
@@ -532,11 +471,11 @@ class Server:
         engine = self.engine
         if self.round is not None or not all(type(m) is dict for m in messages):
             return None
-        if not all(m.keys() <= _ENVELOPE for m in messages):
+        if not all(m.keys() <= ENVELOPE for m in messages):
             return None
         ids = [m.get("message_id") for m in messages]
         named = [v for m in messages for v in (m.get("enrollment_id"), m.get("client_id"))]
-        if not (_all_ids(ids) and _all_ids([v for v in named if v is not None])):
+        if not (all_ids(ids) and all_ids([v for v in named if v is not None])):
             return None
         raw_versions = [m.get("model_version") for m in messages]
         if not set(map(type, raw_versions)) <= {int}:
@@ -611,8 +550,8 @@ class Server:
                 "invalid",
                 "an aggregate batch has exactly: aggregate, count, batch_id, model_version",
             )
-        batch_id = _identifier(data["batch_id"], "batch_id")
-        version = _version(data["model_version"], engine.snapshot().version)
+        batch_id = identifier(data["batch_id"], "batch_id")
+        version = known_version(data["model_version"], engine.snapshot().version)
         count = data["count"]
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 10**9:
             raise BadRequest(422, "invalid", "count must be an integer in 1..1e9")
@@ -643,7 +582,7 @@ class Server:
         )
         (outcome,) = await engine.submit([item])
         self.requests[("batch", outcome.status)] += 1
-        return _json(outcome.body, outcome.status)
+        return json_response(outcome.body, outcome.status)
 
     async def checkin(self, request: Request) -> Response:
         assert self.engine is not None
@@ -657,18 +596,18 @@ class Server:
                 raise BadRequest(400, "bad_json", f"the body is not valid JSON: {exc}") from exc
             if not isinstance(data, dict) or set(data) != {"client_id"}:
                 raise BadRequest(422, "invalid", "send {'client_id': <your random id>}")
-            client = _identifier(data["client_id"], "client_id")
+            client = identifier(data["client_id"], "client_id")
         except BadRequest as err:
             return self._reject("checkin", err)
         assert client is not None
         answer = self.round.checkin(client, time.time(), self.engine.snapshot().version)
         self.requests[("checkin", 200)] += 1
-        return _json(answer)
+        return json_response(answer)
 
     async def status(self, request: Request) -> Response:
         assert self.engine is not None
         e, snap = self.engine, self.engine.snapshot()
-        return _json(
+        return json_response(
             {
                 "model_version": snap.version,
                 "iteration": snap.iteration,
@@ -687,63 +626,12 @@ class Server:
         assert self.engine is not None
         loop = asyncio.get_running_loop()
         iterations = await loop.run_in_executor(None, self.engine.summary)
-        return _json({"iterations": iterations})
+        return json_response({"iterations": iterations})
 
     async def metrics(self, request: Request) -> Response:
         assert self.engine is not None
-        e, snap = self.engine, self.engine.snapshot()
-        lines = []
-
-        def metric(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
-            lines.append(f"# HELP fedrank_{name} {help_text}")
-            lines.append(f"# TYPE fedrank_{name} {kind}")
-            lines.extend(f"fedrank_{name}{labels} {value}" for labels, value in samples)
-
-        metric("updates_accepted_total", "counter", "Messages stored.", [("", e.accepted_total)])
-        metric(
-            "updates_rejected_total",
-            "counter",
-            "Messages refused, by reason.",
-            [(f'{{reason="{k}"}}', v) for k, v in sorted(e.rejected().items())],
-        )
-        metric(
-            "updates_duplicate_total",
-            "counter",
-            "Repeated message ids.",
-            [("", e.duplicates_total)],
-        )
-        metric("commits_total", "counter", "Group commits.", [("", e.commits_total)])
-        commits = e.commit_seconds.view()
-        buckets = zip(commits.bounds, commits.cumulative, strict=True)
-        metric(
-            "store_commit_seconds",
-            "histogram",
-            "Duration of each group commit of updates to the store (its fsync included).",
-            [
-                *((f'_bucket{{le="{b}"}}', c) for b, c in buckets),
-                ('_bucket{le="+Inf"}', commits.count),
-                ("_sum", commits.total),
-                ("_count", commits.count),
-            ],
-        )
-        metric("model_version", "gauge", "Published model version.", [("", snap.version)])
-        metric("iteration", "gauge", "Open iteration.", [("", snap.iteration)])
-        metric(
-            "updates_in_iteration",
-            "gauge",
-            "Updates in the open iteration.",
-            [("", snap.updates_in_iteration)],
-        )
-        metric(
-            "requests_total",
-            "counter",
-            "Requests by endpoint and status.",
-            [
-                (f'{{endpoint="{k[0]}",status="{k[1]}"}}', v)
-                for k, v in sorted(self.requests.items())
-            ],
-        )
-        return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+        text = prometheus_text(self.engine, self.requests)
+        return Response(text, media_type="text/plain; version=0.0.4")
 
     async def admin(self, request: Request) -> Response:
         assert self.engine is not None
@@ -763,21 +651,10 @@ class Server:
             outcome = await self.engine.command("close", reason="admin", force=True)
         else:
             outcome = await self.engine.command(action)
-        return _json(outcome.body, outcome.status)
+        return json_response(outcome.body, outcome.status)
 
     async def openapi(self, request: Request) -> Response:
-        return _json(openapi_document())
-
-
-def _payload_of(workload: str, parsed: Parsed) -> dict[str, Any]:
-    """The JSON form of a binary payload (what is stored)."""
-    if workload == "foltr-es":
-        out: dict[str, Any] = {"seed": parsed.seed, "metric": parsed.metric}
-        if parsed.antithetic is not None:
-            out["antithetic_metric"] = parsed.antithetic
-        return out
-    assert parsed.vector is not None
-    return {"signs": base64.b64encode(pack_signs(parsed.vector)).decode()}
+        return json_response(openapi_document())
 
 
 ASGIApp = Callable[

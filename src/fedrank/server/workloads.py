@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from fedrank.core.codec import ES_MESSAGE_SIZES, decode_es_message, unpack_signs
+from fedrank.core.codec import ES_MESSAGE_SIZES, decode_es_message, pack_signs, unpack_signs
 from fedrank.errors import CodecError, FedrankError
 from fedrank.server.config import ServerConfig
 from fedrank.strategies.base import Strategy
@@ -182,6 +182,10 @@ class Workload(ABC):
         """Validate a binary payload; workloads without a binary form refuse it."""
         raise PayloadError(f"the {self.name} workload has no binary update format; send JSON")
 
+    def stored_payload(self, parsed: Parsed) -> dict[str, Any]:
+        """The JSON form (what is stored) of a payload :meth:`parse_binary` accepted."""
+        raise PayloadError(f"the {self.name} workload has no binary update format; send JSON")
+
     @abstractmethod
     def columns(self, items: list[Parsed]) -> Columns:
         """The payload columns of single parsed payloads."""
@@ -244,6 +248,10 @@ class FrecencyWorkload(Workload):
                 "binary frecency updates are sign bits; this server takes full gradients"
             )
         return Parsed(vector=self._signs(body))
+
+    def stored_payload(self, parsed: Parsed) -> dict[str, Any]:
+        assert parsed.vector is not None
+        return {"signs": base64.b64encode(pack_signs(parsed.vector)).decode()}
 
     @property
     def record_size(self) -> int:  # type: ignore[override]
@@ -331,6 +339,12 @@ class FoltrEsWorkload(Workload):
         if m.antithetic_metric is not None:
             payload["antithetic_metric"] = m.antithetic_metric
         return self.parse(payload)
+
+    def stored_payload(self, parsed: Parsed) -> dict[str, Any]:
+        out: dict[str, Any] = {"seed": parsed.seed, "metric": parsed.metric}
+        if parsed.antithetic is not None:
+            out["antithetic_metric"] = parsed.antithetic
+        return out
 
     @property
     def record_size(self) -> int:  # type: ignore[override]

@@ -1,0 +1,101 @@
+"""What the service accepts from a client, checked before anything reaches the writer:
+identifiers, model versions, metrics and the envelope of an update, each refused with a
+:class:`BadRequest` that says what is wrong (status, machine code, human detail).
+
+Every size an attacker controls is bounded here: ids of 1-128 characters from a fixed
+alphabet, at most :data:`MAX_METRICS` metrics with names of 1-64 characters and finite
+values, at most :data:`MAX_BATCH` messages per batch.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+import orjson
+from starlette.responses import Response
+
+JSON = "application/json"
+BINARY = "application/vnd.fedrank.update"
+BINARY_BATCH = "application/vnd.fedrank.batch"
+#: Messages in one batch request.
+MAX_BATCH = 10_000
+#: Metrics one message may carry.
+MAX_METRICS = 32
+ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
+#: Newline-terminated ids, all valid: the fast path checks a whole batch with one match.
+IDS = re.compile(r"(?:[A-Za-z0-9._:\-]{1,128}\n)*")
+ENVELOPE = {"message_id", "model_version", "payload", "metrics", "enrollment_id", "client_id"}
+
+
+class BadRequest(Exception):
+    """Answered with ``status`` and ``{"error": code, "detail": detail}``."""
+
+    def __init__(self, status: int, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.detail = status, code, detail
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """``body`` as a JSON response."""
+    return Response(orjson.dumps(body), status_code=status, media_type=JSON, headers=headers)
+
+
+def identifier(value: Any, name: str, required: bool = True) -> str | None:
+    """``value`` if it is a valid id (1-128 of ``A-Z a-z 0-9 . _ : -``), ``None`` if it is
+    absent and optional; :class:`BadRequest` (422) otherwise."""
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not ID.fullmatch(value):
+        raise BadRequest(422, "invalid", f"{name} must be 1-128 characters of A-Z a-z 0-9 . _ : -")
+    return value
+
+
+def batch_answer(statuses: np.ndarray, errors: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """A batch's answer: counts, one status per message, bodies of the refused ones."""
+    return {
+        "accepted": int(np.count_nonzero(statuses == 202)),
+        "duplicates": int(np.count_nonzero(statuses == 200)),
+        "statuses": statuses.tolist(),
+        "errors": [{"index": k, "status": int(statuses[k]), **errors[k]} for k in sorted(errors)],
+    }
+
+
+def all_ids(values: list[Any]) -> bool:
+    """Whether every value is a valid identifier: strings, one regex over them all (each
+    newline-terminated; a value holding a newline itself fails the count)."""
+    if not set(map(type, values)) <= {str}:
+        return False
+    joined = "".join(v + "\n" for v in values)
+    return joined.count("\n") == len(values) and IDS.fullmatch(joined) is not None
+
+
+def known_version(value: Any, current: int) -> int:
+    """``value`` if it is a published model version (an integer in ``0..current``);
+    :class:`BadRequest` (422) otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BadRequest(422, "invalid", "model_version must be an integer >= 0")
+    if value > current:
+        raise BadRequest(
+            422, "unknown_version", f"model_version {value} does not exist yet (current {current})"
+        )
+    return value
+
+
+def metrics_field(value: Any) -> dict[str, float]:
+    """An update's optional ``metrics``: at most :data:`MAX_METRICS` names of 1-64
+    characters with finite numbers; :class:`BadRequest` (422) otherwise."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > MAX_METRICS:
+        raise BadRequest(422, "invalid", f"metrics must be an object of at most {MAX_METRICS}")
+    out = {}
+    for name, v in value.items():
+        if not 1 <= len(name) <= 64:
+            raise BadRequest(422, "invalid", "metric names must have 1-64 characters")
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise BadRequest(422, "invalid", f"metric {name[:64]!r} must be a finite number")
+        out[name] = float(v)
+    return out
