@@ -272,7 +272,7 @@ def recompute_state(config: ServerConfig, rows: list[dict[str, Any]]) -> Any:
     for row in rows:
         if row["kind"] == "update":
             cols = workload.columns([workload.parse(row["payload"])])
-            state = workload.accumulate(state, cols)
+            state = workload.strategy.accumulate(state, cols)
         elif row["kind"] == "aggregate":
             state = aggregator.merge(state, aggregator.state_from_json(row["payload"]))
     return state

@@ -191,10 +191,10 @@ def test_accumulate_matches_the_aggregators(
     ]:
         aggregator = workload.strategy.aggregator
         parsed = [workload.parse(p) for p in payloads]
-        together = workload.accumulate(aggregator.zero(), workload.columns(parsed))
+        together = workload.strategy.accumulate(aggregator.zero(), workload.columns(parsed))
         one_by_one = aggregator.zero()
         for p in parsed:
-            one_by_one = workload.accumulate(one_by_one, workload.columns([p]))
+            one_by_one = workload.strategy.accumulate(one_by_one, workload.columns([p]))
         np.testing.assert_allclose(
             aggregator.finalize(together), aggregator.finalize(one_by_one), rtol=1e-12, atol=1e-15
         )
@@ -230,7 +230,7 @@ def test_extreme_accepted_payloads_still_close(
             {key: [-MAX_ENTRY] * workload.dim, "n": 10**9},
             {key: [MAX_ENTRY] * workload.dim, "n": 10**9},
         ]
-        state = workload.accumulate(
+        state = workload.strategy.accumulate(
             strategy.aggregator.zero(), workload.columns([workload.parse(p) for p in payloads])
         )
         params = workload.initial_params()

@@ -81,7 +81,7 @@ def _in_process(live: Live, iterations: list[list[dict[str, Any]]]) -> np.ndarra
     for payloads in iterations:
         state = strategy.aggregator.zero()
         for p in payloads:
-            state = workload.accumulate(state, workload.columns([workload.parse(p)]))
+            state = strategy.accumulate(state, workload.columns([workload.parse(p)]))
         step = strategy.server_step(state, params, opt_state)
         params, opt_state = step.params, step.opt_state
     return strategy.publish(params)

@@ -37,6 +37,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from fedrank.core.codec import decode_batch
+from fedrank.core.message import MessageBatch
 from fedrank.errors import CodecError, FedrankError
 from fedrank.server.config import ServerConfig
 from fedrank.server.engine import Engine, Incoming, Messages, Outcome
@@ -59,7 +60,7 @@ from fedrank.server.openapi import openapi_document
 from fedrank.server.prometheus import prometheus_text
 from fedrank.server.rounds import Round
 from fedrank.server.store import ModelVersion, Store
-from fedrank.server.workloads import EMPTY, Columns, Parsed, PayloadError
+from fedrank.server.workloads import EMPTY, Parsed, PayloadError
 
 log = logging.getLogger("fedrank.server")
 
@@ -515,7 +516,7 @@ class Server:
         ):
             return None
         try:
-            columns = engine.workload.parse_batch(updates) if updates else Columns(0)
+            columns = engine.workload.parse_batch(updates) if updates else MessageBatch(0)
         except PayloadError:
             return None
         return Messages(

@@ -42,11 +42,12 @@ from fedrank.core.iteration_policy import (
     OpenIteration,
     SignStable,
 )
+from fedrank.core.message import MessageBatch
 from fedrank.errors import ConfigError, FedrankError
 from fedrank.server.config import ServerConfig
 from fedrank.server.histogram import Histogram
 from fedrank.server.store import Row, Store
-from fedrank.server.workloads import EMPTY, Columns, Parsed, Workload, make_workload
+from fedrank.server.workloads import EMPTY, Parsed, Workload, make_workload
 
 log = logging.getLogger("fedrank.server")
 
@@ -108,7 +109,7 @@ class Messages:
     payloads: list[str | dict[str, Any]]  # JSON text, or the payload itself
     metrics: list[dict[str, float]]
     counts: np.ndarray
-    columns: Columns
+    columns: MessageBatch
     aggregates: dict[int, Any]
 
     def __len__(self) -> int:
@@ -133,7 +134,7 @@ class Messages:
             payloads=[i.payload for i in items],
             metrics=[i.metrics for i in items],
             counts=np.array([i.count for i in items], dtype=np.int64),
-            columns=workload.columns(updates) if updates else Columns(0),
+            columns=workload.columns(updates) if updates else MessageBatch(0),
             aggregates={k: i.aggregate for k, i in enumerate(items) if i.kind == "aggregate"},
         )
 
@@ -153,7 +154,7 @@ class Messages:
             payloads=[x for m in parts for x in m.payloads],
             metrics=[x for m in parts for x in m.metrics],
             counts=np.concatenate([m.counts for m in parts]),
-            columns=Columns.concat([m.columns for m in parts]),
+            columns=MessageBatch.concat([m.columns for m in parts]),
             aggregates=aggregates,
         )
 
@@ -606,7 +607,7 @@ class Engine:
         keep = taken[msgs.kind_codes == UPDATE]  # the accepted rows of the payload columns
         if keep.any():
             cols = msgs.columns if keep.all() else msgs.columns.take(np.flatnonzero(keep))
-            self.state = self.workload.accumulate(self.state, cols)
+            self.state = self.workload.strategy.accumulate(self.state, cols)
         for k, aggregate in msgs.aggregates.items():
             if taken[k]:
                 self.state = self.aggregator.merge(self.state, aggregate)

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from fedrank.core.codec import ES_MESSAGE_SIZES, decode_es_message, pack_signs, unpack_signs
+from fedrank.core.message import MessageBatch
 from fedrank.errors import CodecError, FedrankError
 from fedrank.server.config import ServerConfig
 from fedrank.strategies.base import Strategy
@@ -62,41 +63,6 @@ EMPTY = Parsed(empty=True)
 #: mean's second moment), the aggregate's sums stay finite, so no accepted message can make
 #: the close of its iteration fail.
 MAX_ENTRY = 1e100
-
-
-@dataclass(frozen=True)
-class Columns:
-    """The validated payloads of ``size`` update messages, column by column (what the
-    aggregators consume in one vectorized call): ``vector`` ``(m, d)`` and ``weight``
-    ``(m,)`` for frecency and FedAvg; ``seed``, ``metric`` and ``antithetic`` ``(m,)`` for
-    ES."""
-
-    size: int
-    vector: np.ndarray | None = None
-    weight: np.ndarray | None = None
-    seed: np.ndarray | None = None
-    metric: np.ndarray | None = None
-    antithetic: np.ndarray | None = None
-
-    _FIELDS = ("vector", "weight", "seed", "metric", "antithetic")
-
-    def take(self, index: np.ndarray) -> Columns:
-        """The rows at ``index``."""
-        parts = {f: None if getattr(self, f) is None else getattr(self, f)[index]
-                 for f in self._FIELDS}  # fmt: skip
-        return Columns(int(np.size(index)), **parts)
-
-    @staticmethod
-    def concat(parts: list[Columns]) -> Columns:
-        parts = [c for c in parts if c.size]
-        if not parts:
-            return Columns(0)
-        joined = {
-            f: None if getattr(parts[0], f) is None
-            else np.concatenate([getattr(c, f) for c in parts])
-            for f in Columns._FIELDS
-        }  # fmt: skip
-        return Columns(sum(c.size for c in parts), **joined)
 
 
 def _numbers(values: list[Any], what: str) -> np.ndarray:
@@ -187,10 +153,10 @@ class Workload(ABC):
         raise PayloadError(f"the {self.name} workload has no binary update format; send JSON")
 
     @abstractmethod
-    def columns(self, items: list[Parsed]) -> Columns:
+    def columns(self, items: list[Parsed]) -> MessageBatch:
         """The payload columns of single parsed payloads."""
 
-    def parse_batch(self, payloads: list[dict[str, Any]]) -> Columns:
+    def parse_batch(self, payloads: list[dict[str, Any]]) -> MessageBatch:
         """Validate many payloads at once (the batch endpoint's fast path); raises
         :class:`PayloadError` if any is invalid, without saying which (the caller then
         parses them one by one for exact reasons)."""
@@ -199,15 +165,10 @@ class Workload(ABC):
     #: Bytes of one message's binary form (0: no binary batch for this workload).
     record_size = 0
 
-    def parse_binary_batch(self, records: bytes) -> tuple[Columns, list[dict[str, Any]]]:
+    def parse_binary_batch(self, records: bytes) -> tuple[MessageBatch, list[dict[str, Any]]]:
         """Validate the concatenated binary records of a batch at once; returns the columns
         and each message's payload in its JSON form (what is stored)."""
         raise PayloadError(f"the {self.name} workload has no binary batch format; send JSON")
-
-    def accumulate(self, state: Any, cols: Columns) -> Any:
-        """Fold the payload columns into the strategy's aggregator ``state`` in one
-        vectorized call."""
-        return self.strategy.aggregator.accumulate_batch(state, cols.vector, cols.weight)
 
 
 class FrecencyWorkload(Workload):
@@ -257,7 +218,7 @@ class FrecencyWorkload(Workload):
     def record_size(self) -> int:  # type: ignore[override]
         return (2 * self.dim + 7) // 8 if self.section.message == "sign" else 0
 
-    def parse_binary_batch(self, records: bytes) -> tuple[Columns, list[dict[str, Any]]]:
+    def parse_binary_batch(self, records: bytes) -> tuple[MessageBatch, list[dict[str, Any]]]:
         if self.section.message != "sign":
             return super().parse_binary_batch(records)
         size = self.record_size
@@ -274,12 +235,12 @@ class FrecencyWorkload(Workload):
             {"signs": base64.b64encode(records[k * size : (k + 1) * size]).decode()}
             for k in range(count)
         ]
-        return Columns(count, vector=signs, weight=np.ones(count)), payloads
+        return MessageBatch(count, vector=signs, weight=np.ones(count)), payloads
 
-    def columns(self, items: list[Parsed]) -> Columns:
+    def columns(self, items: list[Parsed]) -> MessageBatch:
         return _vector_columns(items, self.dim)
 
-    def parse_batch(self, payloads: list[dict[str, Any]]) -> Columns:
+    def parse_batch(self, payloads: list[dict[str, Any]]) -> MessageBatch:
         if self.section.message != "full":
             return super().parse_batch(payloads)
         keys = {"gradient", "n"}
@@ -287,7 +248,7 @@ class FrecencyWorkload(Workload):
             raise PayloadError("payload fields")
         vectors = _vectors([p["gradient"] for p in payloads], self.dim, "gradient")
         weights = _counts([p.get("n", 1) for p in payloads])
-        return Columns(len(payloads), vector=vectors, weight=weights)
+        return MessageBatch(len(payloads), vector=vectors, weight=weights)
 
 
 class FoltrEsWorkload(Workload):
@@ -350,7 +311,7 @@ class FoltrEsWorkload(Workload):
     def record_size(self) -> int:  # type: ignore[override]
         return ES_MESSAGE_SIZES[1] if self.section.antithetic else ES_MESSAGE_SIZES[0]
 
-    def parse_binary_batch(self, records: bytes) -> tuple[Columns, list[dict[str, Any]]]:
+    def parse_binary_batch(self, records: bytes) -> tuple[MessageBatch, list[dict[str, Any]]]:
         anti = self.section.antithetic
         fields = [("seed", "<u4"), ("metric", "<f4")] + ([("anti", "<f4")] if anti else [])
         rows = np.frombuffer(records, dtype=np.dtype(fields))
@@ -374,18 +335,18 @@ class FoltrEsWorkload(Workload):
             ]
         else:
             payloads = [{"seed": a, "metric": b} for a, b in zip(seeds, metrics, strict=True)]
-        return Columns(len(rows), seed=rows["seed"].astype(np.uint64), **columns), payloads
+        return MessageBatch(len(rows), seed=rows["seed"].astype(np.uint64), **columns), payloads
 
-    def columns(self, items: list[Parsed]) -> Columns:
+    def columns(self, items: list[Parsed]) -> MessageBatch:
         anti = np.array([p.antithetic for p in items]) if self.section.antithetic else None
-        return Columns(
+        return MessageBatch(
             len(items),
             seed=np.array([p.seed for p in items], dtype=np.uint64),
             metric=np.array([p.metric for p in items], dtype=np.float64),
             antithetic=anti,
         )
 
-    def parse_batch(self, payloads: list[dict[str, Any]]) -> Columns:
+    def parse_batch(self, payloads: list[dict[str, Any]]) -> MessageBatch:
         anti = self.section.antithetic
         keys = {"seed", "metric", "antithetic_metric"} if anti else {"seed", "metric"}
         if not all(p.keys() == keys for p in payloads):
@@ -404,12 +365,7 @@ class FoltrEsWorkload(Workload):
         for values in columns.values():
             if not np.all((values >= 0.0) & (values <= 1.0)):  # also refuses NaN
                 raise PayloadError("metric range")
-        return Columns(len(payloads), seed=seed.astype(np.uint64), **columns)
-
-    def accumulate(self, state: Any, cols: Columns) -> Any:
-        return self.strategy.aggregator.accumulate_batch(
-            state, cols.seed, cols.metric, cols.antithetic
-        )
+        return MessageBatch(len(payloads), seed=seed.astype(np.uint64), **columns)
 
 
 class FedAvgWorkload(Workload):
@@ -427,19 +383,21 @@ class FedAvgWorkload(Workload):
             vector=_finite_vector(payload["delta"], self.dim, "delta"), weight=_count(payload["n"])
         )
 
-    def columns(self, items: list[Parsed]) -> Columns:
+    def columns(self, items: list[Parsed]) -> MessageBatch:
         return _vector_columns(items, self.dim)
 
-    def parse_batch(self, payloads: list[dict[str, Any]]) -> Columns:
+    def parse_batch(self, payloads: list[dict[str, Any]]) -> MessageBatch:
         if not all(p.keys() == {"delta", "n"} for p in payloads):
             raise PayloadError("payload fields")
         vectors = _vectors([p["delta"] for p in payloads], self.dim, "delta")
-        return Columns(len(payloads), vector=vectors, weight=_counts([p["n"] for p in payloads]))
+        return MessageBatch(
+            len(payloads), vector=vectors, weight=_counts([p["n"] for p in payloads])
+        )
 
 
-def _vector_columns(items: list[Parsed], dim: int) -> Columns:
+def _vector_columns(items: list[Parsed], dim: int) -> MessageBatch:
     vectors = np.stack([p.vector for p in items]) if items else np.zeros((0, dim))  # type: ignore[misc]
-    return Columns(len(items), vector=vectors, weight=np.array([p.weight for p in items]))
+    return MessageBatch(len(items), vector=vectors, weight=np.array([p.weight for p in items]))
 
 
 def make_workload(config: ServerConfig) -> Workload:

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from fedrank.core.message import MessageBatch
 from fedrank.core.protocols import Aggregator, Optimizer
 from fedrank.errors import FedrankError
 from fedrank.optim.constraints import ConstraintChain
@@ -75,6 +76,14 @@ class Strategy(ABC):
     def init(self, params: np.ndarray) -> Any:
         """The optimizer chain's state for ``params``."""
         return self.optimizer.init(params)
+
+    def accumulate(self, state: Any, batch: MessageBatch) -> Any:
+        """Fold a batch of vector messages (rows of ``batch.vector``, weights
+        ``batch.weight``) into the aggregator ``state`` in one vectorized call; the empty
+        batch leaves it unchanged."""
+        if batch.size == 0:
+            return state
+        return self.aggregator.accumulate_batch(state, batch.vector, batch.weight)
 
     def server_step(self, state: Any, params: np.ndarray, opt_state: Any) -> ServerStep:
         """Finalize the aggregator ``state``, step the optimizer chain from ``params`` and

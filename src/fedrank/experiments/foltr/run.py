@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from fedrank.core.message import MessageBatch
 from fedrank.core.seeded_noise import draw_seeds
 from fedrank.data.letor import LetorFold
 from fedrank.data.query_bank import QueryBank
@@ -210,9 +211,8 @@ def train_es(
         seeds = draw_seeds(rng, config.clients)
         reports = estimator.interact(theta, bank, seeds, rng)
         curve.append(float(reports.maxrr.mean()))
-        agg = aggregator.accumulate_batch(
-            aggregator.zero(), reports.seeds, reports.metric, reports.antithetic_metric
-        )
+        batch = MessageBatch.of_es(reports.seeds, reports.metric, reports.antithetic_metric)
+        agg = strategy.accumulate(aggregator.zero(), batch)
         step = strategy.server_step(agg, theta, state)
         theta, state = step.params, step.opt_state
         if progress is not None:
@@ -253,7 +253,9 @@ def train_fpdgd(
         if privatizer is not None:
             deltas = privatizer.privatize_batch(deltas, rng)
         step = strategy.server_step(
-            aggregator.accumulate_batch(aggregator.zero(), deltas, n), theta, server_state
+            strategy.accumulate(aggregator.zero(), MessageBatch.of_vectors(deltas, n)),
+            theta,
+            server_state,
         )
         theta, server_state = step.params, step.opt_state
         curve.append(float(maxrr.mean()))

@@ -31,6 +31,7 @@ from fedrank.core.iteration_policy import (
     OpenIteration,
     SignStable,
 )
+from fedrank.core.message import MessageBatch
 from fedrank.data.synthetic_history import generate_world
 from fedrank.errors import ConfigError
 from fedrank.experiments.frecency.presets import hidden_weights
@@ -111,7 +112,8 @@ def run_policy(policy: IterationPolicy, config: StreamConfig, seed: int) -> dict
             batch = world.search(world.draw_searches(users, rng), theta, rng)
             reports = world.client_reports(batch, theta, strategy.estimator, TREATMENT)
             keep = reports.n > 0
-            state = aggregator.accumulate_batch(state, reports.updates[keep], reports.n[keep])
+            batch = MessageBatch.of_vectors(reports.updates[keep], reports.n[keep])
+            state = strategy.accumulate(state, batch)
             n_open += int(keep.sum())
             reports_used += int(keep.sum())
             sign = np.sign(aggregator.finalize(state))

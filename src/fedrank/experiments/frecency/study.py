@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from fedrank.core.message import MessageBatch
 from fedrank.data.browsing import BrowsingWorld
 from fedrank.errors import ConfigError
 from fedrank.experiments.frecency.presets import hidden_weights
@@ -338,7 +339,7 @@ def run_study(
 
         reports = world.client_reports(batch, published, strategy.estimator, TREATMENT)
         updates = strategy.privatize(reports.updates, rng)
-        state = aggregator.accumulate_batch(aggregator.zero(), updates, reports.n)
+        state = strategy.accumulate(aggregator.zero(), MessageBatch.of_vectors(updates, reports.n))
         if c.track_stability:
             # Figure 7 compares plain means (no gate): the update of all reports vs of
             # 2,000 sampled ones; an iteration with fewer than twice that many reports
