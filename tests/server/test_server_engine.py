@@ -7,6 +7,7 @@ same message is a duplicate: nothing acknowledged or stored is lost or counted t
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,12 @@ def test_a_failed_writer_step_answers_500_and_the_state_is_rebuilt(tmp_path: Pat
             real_apply, calls = engine._apply, []
 
             def failing_apply(msgs: Messages, accepted: np.ndarray) -> None:
+                # New messages fail after their commit; the rebuild from the store (the
+                # writer's _replay) works. Deciding by caller, not by timing: the writer
+                # answers the failed requests before it rebuilds, so restoring _apply when
+                # the answers arrive raced with the rebuild.
+                if sys._getframe(1).f_code.co_name == "_replay":
+                    return real_apply(msgs, accepted)
                 calls.append(len(msgs))
                 raise RuntimeError("injected failure after the commit")
 
