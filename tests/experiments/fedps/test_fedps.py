@@ -18,6 +18,7 @@ from fedrank.core.message import Message
 from fedrank.errors import ConfigError
 from fedrank.estimators.local_sgd import FedPSClient, UploadPolicy, UserWorkspace
 from fedrank.experiments.fedps import run as fedps_module
+from fedrank.experiments.fedps import server as fedps_server
 from fedrank.experiments.fedps.data import FedPSData, prepare_aol
 from fedrank.experiments.fedps.run import (
     MODES,
@@ -27,11 +28,10 @@ from fedrank.experiments.fedps.run import (
     run_fedps,
     run_seeds,
 )
+from fedrank.experiments.fedps.server import FedPSServer
 from fedrank.models.peps import PersonalEmbeddings
 from fedrank.privacy import kl_settings
 from fedrank.retrieval.candidates import RankingSamples, UserData
-from fedrank.simulation import fedps_server
-from fedrank.simulation.fedps_server import FedPSServer
 
 FAST = {
     "rounds": 2,

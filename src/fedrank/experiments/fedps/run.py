@@ -72,6 +72,7 @@ from fedrank.experiments.fedps.baselines import (
     group_user_logs,
 )
 from fedrank.experiments.fedps.data import FedPSData
+from fedrank.experiments.fedps.server import FedPSServer
 from fedrank.metrics.relevance import per_query_table
 from fedrank.models.peps import PEPSConfig, PEPSRanker
 from fedrank.privacy import kl_settings
@@ -80,7 +81,6 @@ from fedrank.privacy.cover_queries import CoverQueryGenerator
 from fedrank.retrieval.candidates import FEATURE_EDGES, FEATURE_NAMES, UserData, build_users
 from fedrank.simulation.client_sampling import flat_schedule, proxy_schedule
 from fedrank.simulation.communication import flat_round_time, proxy_round_time
-from fedrank.simulation.fedps_server import FedPSServer
 from fedrank.simulation.stragglers import ResponseTimes
 
 RULE_MODES: tuple[str, ...] = RULES

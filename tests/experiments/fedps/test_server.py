@@ -7,7 +7,7 @@ import pytest
 
 from fedrank.core.message import Message
 from fedrank.errors import ConfigError, DataFormatError
-from fedrank.simulation.fedps_server import FedPSServer
+from fedrank.experiments.fedps.server import FedPSServer
 
 
 def test_apply_adds_the_weighted_mean_times_the_server_step() -> None:
