@@ -237,7 +237,19 @@ def lists(log: Path | None, users: int | None, seed: int, split: str, out: Path)
     show_default=True,
     help="comma-separated subset of 3 (Tables 2-3), hierarchy, 4, 5, 6, fig4",
 )
-@click.option("--jobs", type=int, default=2, show_default=True, help="worker processes")
+@click.option("--jobs", type=int, default=2, show_default=True, help="local worker processes")
+@click.option(
+    "--dask-workers",
+    type=int,
+    default=None,
+    help="run the jobs on a local Dask cluster of this many workers instead of --jobs",
+)
+@click.option(
+    "--dask-scheduler",
+    default=None,
+    help="run the jobs on the Dask cluster at this address (tcp://HOST:PORT); every worker "
+    "needs fedrank and the log at the same path",
+)
 @click.option(
     "--out",
     "out_dir",
@@ -259,6 +271,8 @@ def reproduce(
     lrs: str,
     tables: str,
     jobs: int,
+    dask_workers: int | None,
+    dask_scheduler: str | None,
     out_dir: Path,
 ) -> None:
     """Tables 2-6, the hierarchy comparison and Figure 4 of the FedPS paper: writes
@@ -293,6 +307,8 @@ def reproduce(
         learning_rates=rates,
         tables=tuple(t.strip() for t in tables.split(",") if t.strip()),
         jobs=jobs,
+        dask_workers=dask_workers,
+        dask_scheduler=dask_scheduler,
     )
     with progress_bar() as bar:
         text = run_reproduce(config, progress=_Bar(bar))

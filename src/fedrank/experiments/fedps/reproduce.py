@@ -43,9 +43,8 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import as_completed
 from dataclasses import asdict, dataclass, replace
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +53,7 @@ import numpy as np
 from fedrank.aggregators.hierarchy import Topology
 from fedrank.core.json_io import write_json
 from fedrank.errors import ConfigError
+from fedrank.experiments.executors import check_executor_options, job_executor
 from fedrank.experiments.fedps.data import FedPSData, prepare_aol
 from fedrank.experiments.fedps.lists import list_diagnostics, refinding_queries
 from fedrank.experiments.fedps.run import RULE_MODES, FedPSSettings, run_fedps
@@ -132,7 +132,10 @@ class ReproduceConfig:
             (:data:`HIERARCHY_RATIOS` by default).
         learning_rates: the central model's learning rates to tune over.
         tables: which of :data:`TABLES` to produce.
-        jobs: worker processes.
+        jobs: local worker processes.
+        dask_workers: run the jobs on a local Dask cluster of this many workers instead
+            (:func:`fedrank.experiments.executors.job_executor`).
+        dask_scheduler: run the jobs on the Dask cluster at this address instead.
     """
 
     log: Path
@@ -149,13 +152,14 @@ class ReproduceConfig:
     learning_rates: tuple[float, ...] = (3e-4, 1e-3, 3e-3)
     tables: tuple[str, ...] = TABLES
     jobs: int = 2
+    dask_workers: int | None = None
+    dask_scheduler: str | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.tables) - set(TABLES)
         if unknown:
             raise ConfigError(f"unknown tables {sorted(unknown)}; choose from {TABLES}")
-        if self.jobs < 1:
-            raise ConfigError(f"jobs must be >= 1, got {self.jobs}")
+        check_executor_options(self.jobs, self.dask_workers, self.dask_scheduler)
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ConfigError(f"seeds must be distinct and not empty, got {self.seeds}")
         if not 1 <= self.hierarchy_seeds <= len(self.seeds):
@@ -275,21 +279,30 @@ def _data(log: str, users: int | None, data_seed: int) -> FedPSData:
     return _DATA[key]
 
 
-def _run_job(log: str, users: int | None, data_seed: int, settings: FedPSSettings, out: str) -> str:
-    """Worker: prepare the data (once per process and data set) and run one job."""
+def _run_job(
+    log: str, users: int | None, data_seed: int, settings: FedPSSettings
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Worker: prepare the data (once per process and data set), run one job and return
+    its result JSON and per-query arrays (the driver writes them, so a worker on another
+    machine needs no shared output folder)."""
     data = _data(log, users, data_seed)
     result = run_fedps(data, settings)
-    path = Path(out)
     lg = data.corpus.split.log
     assert result.per_query is not None and result.event_ids is not None
-    np.savez(
-        path.with_suffix(".npz"),
-        per_query=result.per_query,
-        event_ids=result.event_ids,
-        users=lg.user_ids[lg.event_user[result.event_ids]],
-    )
-    write_json(result.to_json(), path)
-    return out
+    arrays = {
+        "per_query": result.per_query,
+        "event_ids": result.event_ids,
+        "users": lg.user_ids[lg.event_user[result.event_ids]],
+    }
+    return result.to_json(), arrays
+
+
+def _save_job(path: Path, result: tuple[dict[str, Any], dict[str, np.ndarray]]) -> None:
+    """A finished job's files: ``<name>.npz``, then ``<name>.json`` (whose presence marks
+    the job done, so it is written last)."""
+    doc, arrays = result
+    np.savez(path.with_suffix(".npz"), **arrays)
+    write_json(doc, path)
 
 
 def run_jobs(
@@ -307,24 +320,30 @@ def run_jobs(
     if todo:
         # Jobs on the same data next to each other, so each worker prepares it rarely.
         ordered = sorted(todo.items(), key=lambda item: item[1].users or 0)
-        context = get_context("spawn")
-        with ProcessPoolExecutor(max_workers=config.jobs, mp_context=context) as pool:
-            futures = [
-                pool.submit(
-                    _run_job,
-                    str(config.log),
-                    j.users,
-                    config.data_seed,
-                    j.settings,
-                    str(runs / f"{n}.json"),
-                )  # fmt: skip
+        log = str(Path(config.log).resolve())  # the path every worker reads
+        with job_executor(config.jobs, config.dask_workers, config.dask_scheduler) as pool:
+            futures = {
+                pool.submit(_run_job, log, j.users, config.data_seed, j.settings): n
                 for n, j in ordered
-            ]
-            for future in futures:
-                future.result()  # re-raises a worker's error
+            }
+            failed: list[tuple[str, BaseException]] = []
+            for future in as_completed(futures):
+                error = future.exception()
+                if error is not None:  # keep saving the others; raised below
+                    failed.append((futures[future], error))
+                    continue
+                _save_job(runs / f"{futures[future]}.json", future.result())
                 done += 1
                 if progress is not None:
                     progress("FedPS jobs", done, len(jobs))
+        if failed:
+            name, error = failed[0]
+            error.add_note(
+                f"FedPS job {name} failed ({len(failed)} of {len(todo)} failed: "
+                f"{', '.join(n for n, _ in failed)}); the finished ones are saved and reused "
+                "when rerun"
+            )
+            raise error
     return {n: json.loads((runs / f"{n}.json").read_text()) for n in jobs}
 
 
