@@ -68,6 +68,7 @@ from fedrank.data.aol.log import (
     SESSION_GAP_SECONDS,
     QueryLog,
     assign_sessions,
+    csr_offsets,
     load_aol,
 )
 from fedrank.data.aol.split import (
@@ -116,6 +117,7 @@ __all__ = [
     "assign_sessions",
     "build_corpus",
     "build_vocabulary",
+    "csr_offsets",
     "click_through_words",
     "default_segmenter",
     "document_texts",
