@@ -38,6 +38,15 @@ def data_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def aol_log(data_dir: Path) -> Path:
+    """The shared 1,000-user AOL click sample (FedPS's data)."""
+    path = data_dir / "AOL" / "aol_top1000_users_clicks.tsv.gz"
+    if not path.is_file():
+        pytest.skip(f"{path} is absent: the AOL sample is needed")
+    return path
+
+
+@pytest.fixture(scope="session")
 def firefox_dir(data_dir: Path) -> Path:
     path = data_dir / "firefox"
     if not path.is_dir():

@@ -62,15 +62,12 @@ def _grid(out: Path, log: Path, **executor: object) -> dict[str, dict[str, objec
 
 
 def test_a_grid_on_dask_workers_equals_the_grid_on_local_processes(
-    data_dir: Path, tmp_path: Path
+    aol_log: Path, tmp_path: Path
 ) -> None:
     """The same jobs through a process pool and through a 2-worker Dask cluster write the
     same results (every run is seeded; a worker returns its result, the driver writes it)."""
-    log = data_dir / "AOL" / "aol_top1000_users_clicks.tsv.gz"
-    if not log.is_file():
-        pytest.skip(f"{log} is absent: the AOL sample is needed")
-    local = _grid(tmp_path / "local", log, jobs=1)
-    dask = _grid(tmp_path / "dask", log, dask_workers=2)
+    local = _grid(tmp_path / "local", aol_log, jobs=1)
+    dask = _grid(tmp_path / "dask", aol_log, dask_workers=2)
     for name in ("original", "flat_s1"):
         a, b = _untimed(local[name]), _untimed(dask[name])
         assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True), name

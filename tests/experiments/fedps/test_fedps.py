@@ -44,14 +44,6 @@ FAST = {
 
 
 @pytest.fixture(scope="module")
-def aol_log(data_dir: Path) -> Path:
-    path = data_dir / "AOL" / "aol_top1000_users_clicks.tsv.gz"
-    if not path.is_file():
-        pytest.skip(f"{path} is absent: the AOL sample is needed")
-    return path
-
-
-@pytest.fixture(scope="module")
 def small(aol_log: Path) -> FedPSData:
     """12 real AOL users, 16-dimensional word vectors."""
     return prepare_aol(aol_log, users=12, seed=3, dim=16, word2vec_epochs=1)

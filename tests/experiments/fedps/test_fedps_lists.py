@@ -28,14 +28,6 @@ COLUMNS = [
 
 
 @pytest.fixture(scope="module")
-def aol_log(data_dir: Path) -> Path:
-    path = data_dir / "AOL" / "aol_top1000_users_clicks.tsv.gz"
-    if not path.is_file():
-        pytest.skip(f"{path} is absent: the AOL sample is needed")
-    return path
-
-
-@pytest.fixture(scope="module")
 def data(aol_log: Path) -> FedPSData:
     return prepare_aol(aol_log, users=10, seed=1, dim=16, word2vec_epochs=1)
 
