@@ -79,3 +79,31 @@ def test_a_failed_writer_step_answers_500_and_the_state_is_rebuilt(tmp_path: Pat
     assert r["retried"].status == 200
     assert r["fresh"].status == 202
     assert r["snapshot"].updates_in_iteration == 1 + 1 + 3 + 1
+
+
+def test_pause_is_a_barrier_for_messages_already_past_the_front_door(tmp_path: Path) -> None:
+    """A message that passed the HTTP pause check before ``pause`` reached the writer is
+    answered 503 and not stored: once ``pause`` has answered, the store stops growing
+    (the kill -9 durability test compares the status with the store while paused)."""
+    config = offline_config(TOML, tmp_path, store=str(tmp_path / "store"))
+
+    async def scenario() -> tuple[Any, ...]:
+        engine = Engine(config, asyncio.get_running_loop())
+        try:
+            before = (await engine.submit([_message(engine, "before", 1)]))[0]
+            paused = await engine.command("pause")
+            single = (await engine.submit([_message(engine, "in-flight", 2)]))[0]
+            columns = Messages.of([_message(engine, "batch-0", 3)], engine.workload)
+            batch = await engine.submit_columns(columns)
+            await engine.command("resume")
+            retried = (await engine.submit([_message(engine, "in-flight", 2)]))[0]
+            return before, paused, single, batch, retried, engine.snapshot()
+        finally:
+            engine.stop()
+
+    before, paused, single, batch, retried, snap = asyncio.run(scenario())
+    assert before.status == 202 and paused.status == 200
+    assert single.status == 503 and single.body["error"] == "paused"
+    assert batch.statuses.tolist() == [503]
+    assert retried.status == 202  # it was not stored while paused
+    assert snap.updates_in_iteration == 2

@@ -497,7 +497,16 @@ class Engine:
         return [failure] * n
 
     def _flush(self, jobs: list[_Job]) -> None:
-        """Decide, store (one transaction), fold in and answer every message of ``jobs``."""
+        """Decide, store (one transaction), fold in and answer every message of ``jobs``.
+
+        While paused nothing is stored: requests that passed the front door's pause check
+        before the pause command reached the writer are answered 503 here, so once
+        ``pause`` has answered, the store no longer grows."""
+        if self.paused:
+            detail = "the server is paused by its operator; retry later"
+            failure = Outcome(503, {"error": "paused", "detail": detail})
+            self._resolve_all([(j.future, self._failed(j, failure)) for j in jobs])
+            return
         msgs = Messages.concat([j.items for j in jobs if j.items is not None])
         m = len(msgs)
         status = np.full(m, 202, dtype=np.int64)
