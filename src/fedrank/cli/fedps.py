@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +116,18 @@ def _seed_list(text: str | None) -> list[int] | None:
     default=None,
     help="probability of dropping a query's text scores in training (default 0.3)",
 )
+@click.option(
+    "--dask-workers",
+    type=int,
+    default=None,
+    help="flat, proxy: run the clients in blocks on a local Dask cluster of this many "
+    "workers (same result as one process)",
+)
+@click.option(
+    "--dask-scheduler",
+    default=None,
+    help="flat, proxy: run the clients on the Dask cluster at this address (tcp://HOST:PORT)",
+)
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False))
 def run(
     mode: str,
@@ -121,11 +135,14 @@ def run(
     users: int | None,
     seed: int,
     seeds: str | None,
+    dask_workers: int | None,
+    dask_scheduler: str | None,
     json_path: Path | None,
     **overrides: Any,
 ) -> None:
     """Train and evaluate one FedPS mode over one or more training seeds; print MAP, MRR,
     P@1 (mean and spread over seeds) and the KL divergence."""
+    from fedrank.experiments.executors import dask_client
     from fedrank.experiments.fedps.data import prepare_aol
     from fedrank.experiments.fedps.run import FedPSSettings, run_seeds
 
@@ -133,11 +150,25 @@ def run(
     given = {k: v for k, v in overrides.items() if v is not None}
     settings = FedPSSettings(mode=mode, seed=training_seeds[0], **given)
     path = _log_path(log)
-    with progress_bar() as bar:
+    on_dask = dask_workers is not None or dask_scheduler is not None
+    if on_dask and mode not in ("flat", "proxy"):
+        raise click.UsageError(
+            f"--dask-workers/--dask-scheduler spread the clients of a federated run (flat, "
+            f"proxy); mode {mode} runs in one process (use `fedrank fedps reproduce "
+            f"--dask-workers` to spread whole runs)"
+        )
+    with contextlib.ExitStack() as stack, progress_bar() as bar:
+        dask = None
+        if on_dask:  # the cluster starts while the data are prepared
+            starting = stack.enter_context(ThreadPoolExecutor(1)).submit(
+                stack.enter_context, dask_client(dask_workers, dask_scheduler)
+            )
         task = bar.add_task("prepare AOL data", total=1)
         data = prepare_aol(path, users=users, seed=seed)
         bar.update(task, completed=1)
-        results = run_seeds(data, settings, training_seeds, progress=_Bar(bar))
+        if on_dask:
+            dask = starting.result()
+        results = run_seeds(data, settings, training_seeds, progress=_Bar(bar), dask=dask)
     summary = results.summary()
     first = results.results[0].to_json()
     spread = (

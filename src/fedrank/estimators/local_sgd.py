@@ -10,8 +10,8 @@ training queries ``n_j`` (the FedAvg weight); the local training loss goes with 
 the user turns metrics on (:attr:`LocalTraining.report_loss`).
 
 Local training (Algorithm 1, ``ClientUpdate``): load the broadcast model ``M_t``, run ``E``
-epochs of minibatches of ``B`` training queries (shuffled with the client's own seeded
-generator) with Adam at learning rate ``eta`` on the pairwise LambdaRank loss, updating the
+epochs of minibatches of ``B`` training queries (shuffled, and with text dropout drawn, by
+the client's own seeded generators) with Adam at learning rate ``eta`` on the pairwise LambdaRank loss, updating the
 shared parameters and the personal embeddings together; send ``M_t' - M_t`` for the shared
 parameters, masked by the upload policy (:class:`UploadPolicy`, Sec. 3.3.2):
 
@@ -194,10 +194,12 @@ def train_step(
     batch: SampleTensors,
     personal: PersonalEmbeddings | None,
     optimizers: Sequence[torch.optim.Optimizer],
+    dropout_generator: torch.Generator | None = None,
 ) -> float:
-    """One minibatch of LambdaRank in training mode; returns the loss."""
+    """One minibatch of LambdaRank in training mode; returns the loss. ``dropout_generator``
+    draws the model's text dropout (``None``: the model's own generator)."""
     model.train()
-    scores = model(batch.query, batch.docs, batch.features, batch.mask, personal)
+    scores = model(batch.query, batch.docs, batch.features, batch.mask, personal, dropout_generator)
     loss = lambdarank_loss(scores, batch.labels, batch.mask)
     for optimizer in optimizers:
         optimizer.zero_grad(set_to_none=True)
@@ -216,7 +218,9 @@ class UserWorkspace:
         doc_tokens: ``(D, Ld)`` int64 public document texts.
         initial_vectors: ``(V, dim)`` initial word vectors (word2vec); the personal
             embeddings of the user's words start from them (Sec. 4.3).
-        seed: seeds the user's minibatch order.
+        seed: seeds the user's minibatch order and, in federated training, the text
+            dropout of the user's local updates (per client, so an update is the same
+            whichever process runs it and whichever clients ran before it).
         personalized: False for a model without a personal module (K-NRM).
         learning_rate: Adam's step size for the personal embeddings.
     """
@@ -246,6 +250,8 @@ class UserWorkspace:
             else []
         )
         self.generator = torch.Generator().manual_seed(int(seed))
+        dropout_seed = np.random.SeedSequence([int(seed), 1]).generate_state(1)[0]
+        self.dropout_generator = torch.Generator().manual_seed(int(dropout_seed))
 
     def batches(self, batch_size: int) -> list[SampleTensors]:
         """One epoch of shuffled training minibatches."""
@@ -272,7 +278,7 @@ class FedPSClient:
         data: the user's private samples and vocabulary (taken over by the client).
         doc_tokens: ``(D, Ld)`` int64 public document texts.
         initial_vectors: ``(V, dim)`` public initial word vectors (word2vec).
-        seed: seeds the client's minibatch order.
+        seed: seeds the client's minibatch order and text dropout.
         personalized: False for a model without a personal module (the K-NRM baseline).
         learning_rate: ``eta`` of the personal embeddings' Adam.
     """
@@ -325,7 +331,7 @@ class FedPSClient:
         optimizers = [torch.optim.Adam(shared, lr=training.learning_rate, fused=True)]
         optimizers += user.optimizers
         losses = [
-            train_step(model, batch, user.personal, optimizers)
+            train_step(model, batch, user.personal, optimizers, user.dropout_generator)
             for _ in range(training.epochs)
             for batch in user.batches(training.batch_size)
         ]

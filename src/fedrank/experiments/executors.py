@@ -13,6 +13,9 @@ yields a :class:`concurrent.futures.Executor`:
   others). Every worker needs fedrank installed at the same version and the input data
   at the same path; results travel back to the driver, which writes them (docs/fedps.md,
   "Running on a Dask cluster").
+
+:func:`dask_client` gives the ``distributed.Client`` itself, for runs that spread one
+run's clients over the workers (:mod:`fedrank.experiments.fedps.clients`).
 """
 
 from __future__ import annotations
@@ -21,8 +24,12 @@ import contextlib
 from collections.abc import Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
 from multiprocessing import get_context
+from typing import TYPE_CHECKING
 
 from fedrank.errors import ConfigError
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 
 def check_executor_options(
@@ -55,18 +62,39 @@ def job_executor(
         with ProcessPoolExecutor(max_workers=processes, mp_context=get_context("spawn")) as pool:
             yield pool
         return
+    with dask_client(dask_workers, dask_scheduler) as client:
+        yield client.get_executor(pure=False)
+
+
+@contextlib.contextmanager
+def dask_client(dask_workers: int | None, dask_scheduler: str | None) -> Iterator[Client]:
+    """A ``distributed.Client`` of a new local cluster of ``dask_workers`` single-threaded
+    worker processes, or of the existing cluster at ``dask_scheduler``; closed on exit
+    (with the local cluster)."""
+    check_executor_options(1, dask_workers, dask_scheduler)
+    if dask_workers is None and dask_scheduler is None:
+        raise ConfigError("give dask_workers (a local Dask cluster) or dask_scheduler")
+    import dask.config
     from dask.distributed import Client, LocalCluster
 
     with contextlib.ExitStack() as stack:
         if dask_scheduler is not None:
             try:
-                client = stack.enter_context(Client(dask_scheduler, timeout="30s"))
+                client = Client(dask_scheduler, timeout="30s", set_as_default=False)
             except OSError as exc:
                 raise ConfigError(
                     f"no Dask scheduler answers at {dask_scheduler}: {exc}; start one with "
                     "`dask scheduler` and its workers with `dask worker <address>`"
                 ) from exc
         else:
+            # Dask sets MALLOC_TRIM_THRESHOLD_ in its workers by default; any value turns off
+            # glibc's dynamic mmap threshold, and torch's many mid-sized tensors then cost
+            # ~2x the CPU (measured on the FedPS clients). None unsets it.
+            stack.enter_context(
+                dask.config.set(
+                    {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+                )
+            )
             cluster = stack.enter_context(
                 LocalCluster(
                     n_workers=dask_workers,
@@ -75,6 +103,8 @@ def job_executor(
                     dashboard_address=None,
                 )
             )
-            client = stack.enter_context(Client(cluster))
-        executor = client.get_executor(pure=False)
-        yield executor
+            client = Client(cluster, set_as_default=False)
+        # closed by callback, not as a context manager: a client entered in one thread
+        # cannot be exited in another (the CLI starts the cluster in a helper thread)
+        stack.callback(client.close)
+        yield client

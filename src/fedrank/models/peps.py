@@ -56,7 +56,9 @@ private ``torch.Generator`` seeded with ``s``; the modules are constructed insid
 ``torch.random.fork_rng`` so building a model neither reads nor advances torch's global
 RNG. Two models built with the same config, vectors and seed are identical. The forward
 pass is deterministic in evaluation mode (``model.eval()``); in training mode the only
-randomness is text dropout (``config.text_dropout``), drawn from the model's own generator
+randomness is text dropout (``config.text_dropout``), drawn from the generator passed to
+``forward`` (a FedPS client passes its own, so a client's update does not depend on which
+other clients trained before it in the same process) or else from the model's own generator
 seeded with ``s + 1``, so training is reproducible too.
 
 **Text dropout** (``config.text_dropout = p``): in training mode, each query's five text
@@ -776,6 +778,7 @@ class PEPSRanker(nn.Module):
         features: torch.Tensor | None,
         mask: torch.Tensor,
         personal: PersonalEmbeddings | None = None,
+        dropout_generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         """``(Q, C)`` scores ``F(q, d)`` (FedPS Eq. 1); :data:`MASKED_SCORE` where ``mask``
         is False.
@@ -789,12 +792,20 @@ class PEPSRanker(nn.Module):
             personal: the user's :class:`PersonalEmbeddings` (all ``Q`` queries are that
                 user's); ``None``: every word takes its detached global vector in the
                 personal channels.
+            dropout_generator: draws the text dropout in training mode (``None``: the
+                model's own generator).
         """
         components = self.score_components(query, docs, features, mask, personal)
         if self.config.personalized:
             p = self.config.text_dropout
             if self.training and p > 0:
-                draw = torch.rand(components.shape[0], 1, 1, generator=self._dropout_generator)
+                gen = self._dropout_generator if dropout_generator is None else dropout_generator
+                draw = torch.rand(
+                    components.shape[0],
+                    1,
+                    1,
+                    generator=gen,
+                )
                 keep = (draw >= p).to(components.dtype) / (1.0 - p)
                 text = len(SCORE_NAMES) - 1  # every score but F^r
                 components = torch.cat(

@@ -19,7 +19,7 @@ from fedrank.errors import ConfigError
 from fedrank.estimators.local_sgd import FedPSClient, UploadPolicy, UserWorkspace
 from fedrank.experiments.fedps import run as fedps_module
 from fedrank.experiments.fedps import server as fedps_server
-from fedrank.experiments.fedps.data import FedPSData, prepare_aol
+from fedrank.experiments.fedps.data import FedPSData
 from fedrank.experiments.fedps.run import (
     MODES,
     RULE_MODES,
@@ -41,12 +41,6 @@ FAST = {
     "clients_per_proxy": 4,
     "proxies_per_group": 2,
 }
-
-
-@pytest.fixture(scope="module")
-def small(aol_log: Path) -> FedPSData:
-    """12 real AOL users, 16-dimensional word vectors."""
-    return prepare_aol(aol_log, users=12, seed=3, dim=16, word2vec_epochs=1)
 
 
 def _settings(mode: str, **kw: object) -> FedPSSettings:

@@ -45,10 +45,13 @@ from the search engine). :func:`run_seeds` repeats a mode over training seeds.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -60,7 +63,6 @@ from fedrank.core.message import Message
 from fedrank.data.aol import BACKGROUND, TRAIN, UserLog
 from fedrank.errors import ConfigError
 from fedrank.estimators.local_sgd import (
-    FedPSClient,
     LocalTraining,
     UploadPolicy,
     UserWorkspace,
@@ -71,17 +73,27 @@ from fedrank.experiments.fedps.baselines import (
     cover_query_logs,
     group_user_logs,
 )
+from fedrank.experiments.fedps.clients import (
+    MODEL_VARIANTS,
+    ClientPool,
+    DaskClients,
+    LocalClients,
+    new_model,
+)
 from fedrank.experiments.fedps.data import FedPSData
 from fedrank.experiments.fedps.server import FedPSServer
 from fedrank.metrics.relevance import per_query_table
-from fedrank.models.peps import PEPSConfig, PEPSRanker
+from fedrank.models.peps import PEPSRanker
 from fedrank.privacy import kl_settings
 from fedrank.privacy import profile_kl as kl
 from fedrank.privacy.cover_queries import CoverQueryGenerator
-from fedrank.retrieval.candidates import FEATURE_EDGES, FEATURE_NAMES, UserData, build_users
+from fedrank.retrieval.candidates import UserData, build_users
 from fedrank.simulation.client_sampling import flat_schedule, proxy_schedule
 from fedrank.simulation.communication import flat_round_time, proxy_round_time
 from fedrank.simulation.stragglers import ResponseTimes
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 RULE_MODES: tuple[str, ...] = RULES
 TRAINED_MODES: tuple[str, ...] = ("knrm", "central", "flat", "proxy", "coverquery", "groupuser")
@@ -90,23 +102,6 @@ MODES: tuple[str, ...] = (*RULE_MODES, "gbdt", *TRAINED_MODES)
 SEEDED_MODES: tuple[str, ...] = ("gbdt", *TRAINED_MODES)
 METRICS: tuple[str, ...] = ("MAP", "MRR", "P@1")
 
-#: The personalized model's variants (:class:`fedrank.models.peps.PEPSConfig` fields).
-#: ``compact``: the first model, a tanh MLP of 16 units on the raw click features and a
-#: final tanh MLP over the six scores. ``encoded``: the click features in fixed bins
-#: (:data:`~fedrank.retrieval.candidates.FEATURE_EDGES`) through two ReLU layers of 64, and
-#: a final ReLU MLP that also sees that tower's hidden layer. On the AOL lists the compact
-#: tower ranked by the click history worse than a GBDT on the same features
-#: (docs/fedps.md, "Model").
-MODEL_VARIANTS: dict[str, dict[str, Any]] = {
-    "compact": {},
-    "encoded": {
-        "feature_hidden": 64,
-        "feature_layers": 2,
-        "feature_edges": FEATURE_EDGES,
-        "combine_hidden": 32,
-        "combine_sees_features": True,
-    },
-}
 
 #: ``progress(stage, done, total)``: called as work advances (the CLI draws a bar).
 Progress = Callable[[str, int, int], None]
@@ -321,19 +316,23 @@ def _checkpoints(n_steps: int, evals: int) -> set[int]:
     return {max(1, round(n_steps * k / evals)) for k in range(1, evals + 1)} if n_steps else set()
 
 
+def _model_kwargs(
+    data: FedPSData, personalized: bool, seed: int, settings: FedPSSettings
+) -> dict[str, Any]:
+    """:func:`~fedrank.experiments.fedps.clients.new_model`'s keyword arguments."""
+    return {
+        "vocab_size": data.vocab_size,
+        "personalized": personalized,
+        "seed": seed,
+        "model": settings.model,
+        "text_dropout": settings.text_dropout,
+    }
+
+
 def _new_model(
     data: FedPSData, personalized: bool, seed: int, settings: FedPSSettings
 ) -> PEPSRanker:
-    variant = MODEL_VARIANTS[settings.model] if personalized else {}
-    config = PEPSConfig(
-        vocab_size=data.vocab_size,
-        dim=int(data.word_vectors.shape[1]),
-        n_features=len(FEATURE_NAMES),
-        personalized=personalized,
-        text_dropout=settings.text_dropout if personalized else 0.0,
-        **variant,
-    )
-    return PEPSRanker(config, data.word_vectors, seed=seed)
+    return new_model(data.word_vectors, **_model_kwargs(data, personalized, seed, settings))
 
 
 def _seeds(seed: int) -> dict[str, int]:
@@ -457,22 +456,18 @@ def train_federated(
     upload: UploadPolicy,
     progress: Progress | None = None,
     observer: MessageObserver | None = None,
+    dask: Client | None = None,
 ) -> tuple[_Evaluator, FederatedRun]:
     """FedPSFlat or FedPSProxy training (Algorithm 1; Sec. 3.4), evaluated
-    ``evals_per_round`` times per round with early stopping."""
+    ``evals_per_round`` times per round with early stopping. The clients run in this
+    process, or with ``dask`` in blocks on the cluster's workers (same result bit for bit,
+    :mod:`fedrank.experiments.fedps.clients`)."""
     seeds = _seeds(settings.seed)
-    model = _new_model(data, True, seeds["model"], settings)
-    server = FedPSServer(model.get_flat_parameters(), settings.server_learning_rate)
-    clients = [
-        FedPSClient(
-            u,
-            data.doc_tokens,
-            data.word_vectors,
-            seed=seeds["clients"] + i,
-            learning_rate=settings.learning_rate,
-        )
-        for i, u in enumerate(users)
-    ]
+    model_kwargs = _model_kwargs(data, True, seeds["model"], settings)
+    server = FedPSServer(
+        new_model(data.word_vectors, **model_kwargs).get_flat_parameters(),
+        settings.server_learning_rate,
+    )
     training = LocalTraining(
         settings.local_epochs,
         settings.batch_size,
@@ -480,17 +475,20 @@ def train_federated(
         upload,
         report_loss=settings.client_metrics,
     )
+    where = LocalClients if dask is None else partial(DaskClients, dask)
+    clients: ClientPool = where(
+        users, data.doc_tokens, data.word_vectors, training, model_kwargs, seeds["clients"]
+    )
     rng = np.random.default_rng(seeds["schedule"])
     late_rng = np.random.default_rng(seeds["late"])
     proxy = settings.mode == "proxy"
     per_proxy = min(settings.clients_per_proxy_step, settings.clients_per_step)
 
     def evaluate(split: str) -> np.ndarray:
-        model.set_flat_parameters(server.broadcast())
-        return np.concatenate([c.evaluate(model, split) for c in clients])
+        return clients.evaluate(server.broadcast(), split)
 
     evaluator = _Evaluator(evaluate, settings.patience)
-    run = FederatedRun(0, [], [], np.zeros(len(clients), dtype=bool))
+    run = FederatedRun(0, [], [], np.zeros(clients.n_clients, dtype=bool))
     n_train = federation.response.n_train
     for r in range(1, settings.rounds + 1):
         start = time.perf_counter()
@@ -499,7 +497,7 @@ def train_federated(
                 federation.topology, settings.clients_per_step, rng, per_proxy=per_proxy
             )
         else:
-            schedule = flat_schedule(len(clients), settings.clients_per_step, rng)
+            schedule = flat_schedule(clients.n_clients, settings.clients_per_step, rng)
         checkpoints = _checkpoints(len(schedule), settings.evals_per_round)
         run.schedules.append(schedule)
         run.late.append([])
@@ -510,8 +508,8 @@ def train_federated(
             parameters = server.broadcast()
             hierarchy = ProxyRound(server.aggregator, federation.topology) if proxy else None
             state = server.aggregator.zero()
-            for c, is_late in zip(sampled.tolist(), late.tolist(), strict=True):
-                message = clients[c].local_update(model, parameters, training, server.version)
+            messages = clients.local_updates(parameters, sampled.tolist(), server.version)
+            for c, is_late, message in zip(sampled.tolist(), late.tolist(), messages, strict=True):
                 if observer is not None:
                     observer(c, message)
                 if "train_loss" in message.metrics:
@@ -598,14 +596,31 @@ def profile_counts(
     )
 
 
-def fit_cover_generator(data: FedPSData, settings: FedPSSettings) -> CoverQueryGenerator:
-    """LDA over the past documents' texts (Sec. 3.2)."""
+def fit_cover_generator(
+    past_tokens: np.ndarray, vocab_size: int, settings: FedPSSettings
+) -> CoverQueryGenerator:
+    """LDA over the past documents' texts ``past_tokens`` (Sec. 3.2)."""
     generator = CoverQueryGenerator(n_topics=settings.n_topics)
     return generator.fit(
-        data.doc_tokens[data.corpus.past_docs],
-        data.vocab_size,
-        np.random.default_rng(_seeds(settings.seed)["lda"]),
+        past_tokens, vocab_size, np.random.default_rng(_seeds(settings.seed)["lda"])
     )
+
+
+def _covers(
+    past_tokens: np.ndarray,
+    vocab_size: int,
+    logs: Sequence[UserLog],
+    settings: FedPSSettings,
+) -> list[np.ndarray]:
+    """Every user's ``m`` cover queries per query (none when ``cover_queries`` is 0)."""
+    if settings.cover_queries > 0:
+        return cover_queries_for(
+            logs,
+            fit_cover_generator(past_tokens, vocab_size, settings),
+            settings.cover_queries,
+            np.random.default_rng(_seeds(settings.seed)["covers"]),
+        )
+    return [np.zeros((log.n_events, 0, log.queries.shape[1]), np.int32) for log in logs]
 
 
 def _kl_method(mode: str) -> str:
@@ -621,29 +636,39 @@ def run_fedps(
     *,
     progress: Progress | None = None,
     observer: MessageObserver | None = None,
+    dask: Client | None = None,
 ) -> FedPSResult:
     """Run one mode on prepared data (see the module docstring). Sets torch to one thread
-    (the per-batch work is small; competing OpenMP threads only slow it down)."""
+    (the per-batch work is small; competing OpenMP threads only slow it down). With
+    ``dask``, a federated run's clients train on the cluster's workers (the same result;
+    :mod:`fedrank.experiments.fedps.clients`) and FedPSFlat's cover queries, needed only
+    for the KL measure, are computed here meanwhile."""
+    with contextlib.ExitStack() as stack:
+        return _run_fedps(data, settings, progress, observer, dask, stack)
+
+
+def _run_fedps(
+    data: FedPSData,
+    settings: FedPSSettings,
+    progress: Progress | None,
+    observer: MessageObserver | None,
+    dask: Client | None,
+    stack: contextlib.ExitStack,
+) -> FedPSResult:
     start = time.perf_counter()
     torch.set_num_threads(1)
     mode = settings.mode
     seeds = _seeds(settings.seed)
     upload = _upload_policy(data, settings)
-    covers = None
-    if mode in ("flat", "coverquery"):
+    covers: list[np.ndarray] | None = None
+    pending: Future[list[np.ndarray]] | None = None
+    cover_args = (data.doc_tokens[data.corpus.past_docs], data.vocab_size, data.corpus.users)
+    if mode == "flat" and dask is not None:
+        # only the KL measure needs them: computed here while the cluster trains
+        pending = stack.enter_context(ThreadPoolExecutor(1)).submit(_covers, *cover_args, settings)
+    elif mode in ("flat", "coverquery"):
         report_progress(progress, "cover queries (LDA)", 0, 1)
-        if settings.cover_queries > 0:
-            covers = cover_queries_for(
-                data.corpus.users,
-                fit_cover_generator(data, settings),
-                settings.cover_queries,
-                np.random.default_rng(seeds["covers"]),
-            )
-        else:
-            covers = [
-                np.zeros((log.n_events, 0, log.queries.shape[1]), np.int32)
-                for log in data.corpus.users
-            ]
+        covers = _covers(*cover_args, settings)
         report_progress(progress, "cover queries (LDA)", 1, 1)
     groups = None
     if mode == "groupuser":
@@ -672,7 +697,7 @@ def run_fedps(
     elif mode in ("flat", "proxy"):
         federation = make_federation(users, settings)
         evaluator, fed = train_federated(
-            data, users, settings, federation, upload, progress, observer
+            data, users, settings, federation, upload, progress, observer, dask
         )
         steps = fed.steps
         received = fed.received
@@ -689,6 +714,8 @@ def run_fedps(
     if evaluator is not None:
         assert evaluator.best_test is not None
         per_query = evaluator.best_test
+    if pending is not None:
+        covers = pending.result()
 
     counts = profile_counts(data, received, covers)
     grid = kl_settings.kl_grid(
@@ -762,14 +789,19 @@ def run_seeds(
     seeds: Sequence[int],
     *,
     progress: Progress | None = None,
+    dask: Client | None = None,
 ) -> SeededResults:
-    """:func:`run_fedps` once per training seed (the data stay the same)."""
+    """:func:`run_fedps` once per training seed (the data stay the same); ``dask``: run the
+    federated modes' clients on that cluster."""
     if not seeds:
         raise ConfigError("give at least one seed")
     if len(set(seeds)) != len(seeds):
         raise ConfigError(f"seeds must be distinct, got {list(seeds)}")
     return SeededResults(
-        [run_fedps(data, replace(settings, seed=int(s)), progress=progress) for s in seeds]
+        [
+            run_fedps(data, replace(settings, seed=int(s)), progress=progress, dask=dask)
+            for s in seeds
+        ]
     )
 
 

@@ -1,0 +1,95 @@
+"""One run on one process vs the same run on a local Dask cluster of 2 workers (issue
+target: the Dask run takes at most 0.7x the wall time, with the same result).
+
+Runs the commands a user runs, each in a fresh process, alternating single and Dask so
+that drifts of the machine hit both alike, and reports every wall time, the medians and
+their ratio, and whether the results are equal:
+
+* ``fedrank fedps run --mode flat --users 100 --rounds 1 --seed 1`` (same MAP, MRR, P@1
+  and KL to 1e-9; they are in fact bitwise equal).
+
+Prints JSON and writes results/benchmarks/dask.json.
+
+Run: python benchmarks/bench_dask.py [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+FEDPS = ["fedps", "run", "--mode", "flat", "--users", "100", "--rounds", "1", "--seed", "1"]
+FEDPS_KEYS = ("MAP_mean", "MRR_mean", "P@1_mean", "kl_divergence")
+
+
+def timed(args: list[str], out: Path) -> tuple[float, dict[str, float]]:
+    """Wall seconds of ``fedrank ARGS --json OUT`` in a fresh process, and its JSON."""
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "fedrank.cli", *args, "--json", str(out)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        env={**os.environ, "COLUMNS": "100"},
+    )
+    seconds = time.perf_counter() - start
+    return seconds, json.loads(out.read_text())
+
+
+def compare(args: list[str], keys: tuple[str, ...], repeats: int) -> dict[str, object]:
+    single: list[float] = []
+    dask: list[float] = []
+    results: dict[str, list[dict[str, float]]] = {"single": [], "dask": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(repeats):
+            seconds, data = timed(args, Path(tmp) / f"single{r}.json")
+            single.append(seconds)
+            results["single"].append({k: data[k] for k in keys})
+            seconds, data = timed([*args, "--dask-workers", "2"], Path(tmp) / f"dask{r}.json")
+            dask.append(seconds)
+            results["dask"].append({k: data[k] for k in keys})
+    first = results["single"][0]
+    equal = all(
+        abs(res[k] - first[k]) <= 1e-9 for runs in results.values() for res in runs for k in keys
+    )
+    ratio = statistics.median(dask) / statistics.median(single)
+    return {
+        "command": "fedrank " + " ".join(args),
+        "single_seconds": single,
+        "dask_2_workers_seconds": dask,
+        "median_ratio": ratio,
+        "target_ratio": 0.7,
+        "met": ratio <= 0.7,
+        "results_equal_1e-9": equal,
+        "result": first,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("results/benchmarks/dask.json"))
+    args = parser.parse_args()
+    report = {
+        "machine": {
+            "python": platform.python_version(),
+            "processor": platform.machine(),
+            "cpus": os.cpu_count(),
+        },
+        "fedps_flat": compare(FEDPS, FEDPS_KEYS, args.repeats),
+    }
+    text = json.dumps(report, indent=2)
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

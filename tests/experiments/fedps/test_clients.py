@@ -1,0 +1,101 @@
+"""Where a federated FedPS run's clients live (fedrank.experiments.fedps.clients): in one
+process or in blocks on a real 2-worker Dask cluster, the run gives the same result bit for
+bit; a client's update does not depend on which clients trained before it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fedrank.cli import main
+from fedrank.errors import ConfigError
+from fedrank.estimators.local_sgd import LocalTraining
+from fedrank.experiments.executors import dask_client
+from fedrank.experiments.fedps import run as fedps_run
+from fedrank.experiments.fedps.clients import LocalClients, blocks
+from fedrank.experiments.fedps.data import FedPSData
+from fedrank.experiments.fedps.run import FedPSResult, FedPSSettings, run_fedps
+
+SETTINGS = FedPSSettings(
+    mode="flat", rounds=2, clients_per_step=4, clients_per_proxy_step=2, n_topics=5,
+    clients_per_proxy=4, proxies_per_group=2, seed=1, evals_per_round=2,
+)  # fmt: skip
+
+
+@given(st.lists(st.integers(1, 50), min_size=1, max_size=40), st.integers(1, 8))
+def test_blocks_cover_every_client_once_in_order(work: list[int], n_blocks: int) -> None:
+    parts = blocks(np.array(work), n_blocks)
+    assert [i for b in parts for i in b] == list(range(len(work)))
+    assert 1 <= len(parts) <= n_blocks and all(len(b) > 0 for b in parts)
+
+
+def test_blocks_balance_the_work() -> None:
+    assert blocks(np.ones(10), 2) == [range(0, 5), range(5, 10)]
+    assert blocks(np.array([5, 1, 1, 1, 1, 1]), 2) == [range(0, 1), range(1, 6)]
+    assert blocks(np.array([1, 1, 1, 100]), 3) == [range(0, 3), range(3, 4)]
+
+
+def _local(data: FedPSData, first: int, n: int) -> LocalClients:
+    kwargs = fedps_run._model_kwargs(data, True, 5, SETTINGS)
+    return LocalClients(
+        data.users[first : first + n], data.doc_tokens, data.word_vectors, LocalTraining(),
+        kwargs, client_seed=100, first=first,
+    )  # fmt: skip
+
+
+def test_an_update_does_not_depend_on_the_clients_before_it(small: FedPSData) -> None:
+    """Text dropout and minibatch order are the client's own: client 2's first update is
+    the same after clients 0 and 1 trained in the same process as alone in a block of
+    its own (what lets the clients run anywhere)."""
+    together, alone = _local(small, 0, 4), _local(small, 2, 1)
+    params = together.model.get_flat_parameters()
+    after_others = together.local_updates(params, [0, 1, 2], 0)[2]
+    (by_itself,) = alone.local_updates(params, [2], 0)
+    assert np.array_equal(after_others.update, by_itself.update)
+    assert after_others.n == by_itself.n
+    with pytest.raises(ConfigError, match="client 0 is not in this block"):
+        alone.local_updates(params, [0], 0)
+
+
+def _comparable(result: FedPSResult) -> str:
+    """The result's JSON without wall-clock times (as text: NaN equals NaN)."""
+    out = result.to_json()
+    out.pop("wall_seconds")
+    out["curve"] = [{k: v for k, v in p.items() if "seconds" not in k} for p in out["curve"]]
+    return json.dumps(out, sort_keys=True)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    with dask_client(2, None) as client:
+        yield client
+
+
+@pytest.mark.parametrize("mode", ["flat", "proxy"])
+def test_a_dask_run_equals_the_run_in_one_process(
+    small: FedPSData, cluster: Any, mode: str
+) -> None:
+    settings = replace(SETTINGS, mode=mode)
+    alone = run_fedps(small, settings)
+    spread = run_fedps(small, settings, dask=cluster)
+    assert len(cluster.scheduler_info()["workers"]) == 2
+    assert alone.per_query is not None and spread.per_query is not None
+    assert np.array_equal(alone.per_query, spread.per_query)
+    assert _comparable(alone) == _comparable(spread)
+
+
+def test_dask_options_are_refused_where_no_clients_train(aol_log: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["fedps", "run", "--mode", "central", "--log", str(aol_log), "--dask-workers", "2"]
+    )
+    assert result.exit_code == 2
+    assert "federated run (flat, proxy)" in result.output
