@@ -11,9 +11,10 @@ the user turns metrics on (:attr:`LocalTraining.report_loss`).
 
 Local training (Algorithm 1, ``ClientUpdate``): load the broadcast model ``M_t``, run ``E``
 epochs of minibatches of ``B`` training queries (shuffled, and with text dropout drawn, by
-the client's own seeded generators) with Adam at learning rate ``eta`` on the pairwise LambdaRank loss, updating the
-shared parameters and the personal embeddings together; send ``M_t' - M_t`` for the shared
-parameters, masked by the upload policy (:class:`UploadPolicy`, Sec. 3.3.2):
+the client's own seeded generators) with Adam at learning rate ``eta`` on the pairwise
+LambdaRank loss, updating the shared parameters and the personal embeddings together; send
+``M_t' - M_t`` for the shared parameters, masked by the upload policy
+(:class:`UploadPolicy`, Sec. 3.3.2):
 
 * case 1, ``"all"``: every shared parameter, the global word-embedding rows included;
 * case 2, ``"frequent"``: the global-embedding rows only for a public list of frequent words
