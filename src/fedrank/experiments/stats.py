@@ -22,7 +22,6 @@ from itertools import combinations
 from typing import Any, NamedTuple
 
 import numpy as np
-from scipy import stats
 
 from fedrank.errors import ConfigError, DataFormatError
 
@@ -45,6 +44,8 @@ def compare_branches(
     ``samples[branch][metric]`` holds per-search values. Pairs keep the order of
     ``samples`` (so ``treatment`` comes first when it is listed first).
     """
+    from scipy import stats  # imported on use: the CLI starts faster
+
     names = list(samples)
     pairs = list(combinations(names, 2))
     n_tests = len(pairs) * len(METRICS)
@@ -110,6 +111,8 @@ def _resampled_mwu_power(
 
     All repetitions are drawn as one ``(repetitions, n)`` matrix per group and tested along
     axis 1; only when that exceeds ``_MAX_CELLS`` values do they run in blocks of rows."""
+    from scipy import stats  # imported on use: the CLI starts faster
+
     rows = max(1, _MAX_CELLS // n)
     rejected = 0
     for first in range(0, repetitions, rows):
@@ -175,6 +178,8 @@ def seed_user_test(a: np.ndarray, b: np.ndarray, users: np.ndarray) -> dict[str,
     ``p`` is the two-sided t-test of ``diff = 0`` and ``ci95`` its 95% interval. The two
     parts count the query-level noise twice, so the test is slightly conservative.
     """
+    from scipy import stats  # imported on use: the CLI starts faster
+
     a = np.atleast_2d(np.asarray(a, dtype=np.float64))
     b = np.atleast_2d(np.asarray(b, dtype=np.float64))
     u = np.asarray(users)
@@ -394,6 +399,8 @@ def compare_branches_by_user(
     with fewer than 2 users, ``alpha`` outside (0, 1) or ``n_boot < 1``, and
     :class:`DataFormatError` for missing arrays, mismatched lengths or non-finite values.
     """
+    from scipy import stats  # imported on use: the CLI starts faster
+
     if not 0 < alpha < 1:
         raise ConfigError(f"alpha must lie in (0, 1), got {alpha}")
     if n_boot < 1:
