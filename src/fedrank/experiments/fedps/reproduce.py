@@ -31,8 +31,8 @@ prepares the data once). Then :func:`write_tables` assembles ``tables.md`` and
 * **Tables 4-5**: FedPSProxy with K in {5, 10, 20, 30, 100} and E in {1, 2, 3} on
   ``sweep_users`` users, ten proxies (``users / 10`` clients each) so that every K is
   ``K / 10`` proxies x 10 clients.
-* **Table 6**: the communication time of one round (:mod:`fedrank.simulation.
-  communication`) for the paper's 118,067 users and for this log's users, K in {100,
+* **Table 6**: the communication time of one round
+  (:mod:`fedrank.experiments.fedps.communication`) for the paper's 118,067 users and for this log's users, K in {100,
   1000}, 10% and 20% late responses drawn per response; no training.
 * **Figure 4**: continuous updating (:mod:`fedrank.experiments.fedps.continuous`).
 """
@@ -54,13 +54,13 @@ from fedrank.aggregators.hierarchy import Topology
 from fedrank.core.json_io import write_json
 from fedrank.errors import ConfigError
 from fedrank.experiments.executors import check_executor_options, job_executor
+from fedrank.experiments.fedps.client_sampling import flat_schedule, proxy_schedule
+from fedrank.experiments.fedps.communication import flat_round_time, proxy_round_time
 from fedrank.experiments.fedps.data import FedPSData, prepare_aol
 from fedrank.experiments.fedps.lists import list_diagnostics, refinding_queries
 from fedrank.experiments.fedps.run import RULE_MODES, FedPSSettings, run_fedps
 from fedrank.experiments.stats import seed_user_test
 from fedrank.privacy import kl_settings
-from fedrank.simulation.client_sampling import flat_schedule, proxy_schedule
-from fedrank.simulation.communication import flat_round_time, proxy_round_time
 
 K_VALUES: tuple[int, ...] = (5, 10, 20, 30, 100)
 E_VALUES: tuple[int, ...] = (1, 2, 3)
@@ -699,7 +699,7 @@ def write_tables(
             "## Table 6: communication time of one round",
             "",
             "T: one model exchange; d: a late response's delay (model in "
-            "`fedrank.simulation.communication`). Paper (118,067 users): flat 236134T + "
+            "`fedrank.experiments.fedps.communication`). Paper (118,067 users): flat 236134T + "
             "11551d / 23557d; proxy K=100 47240T / 44878T, K=1000 6902T / 6664T.",
             "",
             "| users | delay ratio | K | FedPSFlat | FedPSProxy |",

@@ -18,7 +18,7 @@ Trained models:
 * ``flat``: FedPSFlat, Algorithm 1: rounds of ``ceil(N/K)`` steps of ``K`` clients, each
   training ``E`` local epochs; the server adds the ``n_j``-weighted mean of the updates
   (``eta_s = 1``). A client's response time is drawn every step
-  (:class:`fedrank.simulation.stragglers.ResponseTimes`); updates later than ``T_max``
+  (:class:`fedrank.experiments.fedps.stragglers.ResponseTimes`); updates later than ``T_max``
   (10% of responses by default) are dropped (the clients still train their personal
   embeddings locally). Each search request carries ``m`` cover queries.
 * ``proxy``: FedPSProxy (Sec. 3.4): clients sampled as ``K / 10`` proxies x 10 clients; each
@@ -73,6 +73,7 @@ from fedrank.experiments.fedps.baselines import (
     cover_query_logs,
     group_user_logs,
 )
+from fedrank.experiments.fedps.client_sampling import flat_schedule, proxy_schedule
 from fedrank.experiments.fedps.clients import (
     MODEL_VARIANTS,
     ClientPool,
@@ -80,17 +81,16 @@ from fedrank.experiments.fedps.clients import (
     LocalClients,
     new_model,
 )
+from fedrank.experiments.fedps.communication import flat_round_time, proxy_round_time
 from fedrank.experiments.fedps.data import FedPSData
 from fedrank.experiments.fedps.server import FedPSServer
+from fedrank.experiments.fedps.stragglers import ResponseTimes
 from fedrank.metrics.relevance import per_query_table
 from fedrank.models.peps import PEPSRanker
 from fedrank.privacy import kl_settings
 from fedrank.privacy import profile_kl as kl
 from fedrank.privacy.cover_queries import CoverQueryGenerator
 from fedrank.retrieval.candidates import UserData, build_users
-from fedrank.simulation.client_sampling import flat_schedule, proxy_schedule
-from fedrank.simulation.communication import flat_round_time, proxy_round_time
-from fedrank.simulation.stragglers import ResponseTimes
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -1,4 +1,4 @@
-"""fedrank.simulation.stragglers: response times against T_max (FedPS Sec. 3.2, 4.3)."""
+"""fedrank.experiments.fedps.stragglers: response times against T_max (FedPS Sec. 3.2, 4.3)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fedrank.errors import ConfigError
-from fedrank.simulation.stragglers import ResponseTimes
+from fedrank.experiments.fedps.stragglers import ResponseTimes
 
 
 def late_share(model: ResponseTimes, seed: int, steps: int = 200) -> np.ndarray:

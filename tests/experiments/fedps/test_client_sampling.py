@@ -7,8 +7,8 @@ import pytest
 
 from fedrank.aggregators.hierarchy import Topology
 from fedrank.errors import ConfigError
-from fedrank.simulation.client_sampling import flat_schedule, proxy_schedule
-from fedrank.simulation.communication import RoundTime, flat_round_time, proxy_round_time
+from fedrank.experiments.fedps.client_sampling import flat_schedule, proxy_schedule
+from fedrank.experiments.fedps.communication import RoundTime, flat_round_time, proxy_round_time
 
 
 def test_flat_round_visits_every_client_once() -> None:
