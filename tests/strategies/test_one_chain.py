@@ -1,8 +1,10 @@
-"""One chain, two places: a fixed list of client messages applied (a) in process by each
-system's strategy and (b) through a real ``fedrank serve`` over HTTP gives the same model
-after several iterations -- equal to 1e-12 relative: the server folds messages in as they
-arrive (one group commit may hold several), so its floating-point sums may be ordered
-differently from the in-process fold; every step is otherwise the same code. And the
+"""One chain, three places: a fixed list of client messages applied (a) in process by each
+system's strategy, (b) through a real ``fedrank serve`` over HTTP and (c) folded in two
+blocks on the workers of a real 2-worker Dask cluster, the states merged by the driver,
+gives the same model after several iterations -- equal to 1e-12 relative: the server
+folds messages in as they arrive (one group commit may hold several) and the cluster
+merges per-block states, so floating-point sums may be ordered differently from the
+in-process fold; every step is otherwise the same code. And the
 frecency model the server publishes moves the way the paper says (against the clients'
 gradients, within the safeguards), so a flipped update or a dropped safeguard in the
 server's chain fails here.
@@ -10,12 +12,14 @@ server's chain fails here.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from fedrank.experiments.executors import accumulate_on_cluster, dask_client
 from fedrank.models.frecency.weights import classic_defaults
 from fedrank.server.workloads import make_workload
 from tests.server.serverkit import ADMIN_TOKEN, Live, admin, live_server
@@ -87,6 +91,27 @@ def _in_process(live: Live, iterations: list[list[dict[str, Any]]]) -> np.ndarra
     return strategy.publish(params)
 
 
+def _on_dask(live: Live, iterations: list[list[dict[str, Any]]], client: Any) -> np.ndarray:
+    workload = make_workload(live.config)
+    strategy = workload.strategy
+    params = strategy.initial_params()
+    opt_state = strategy.init(params)
+    for payloads in iterations:
+        batch = workload.columns([workload.parse(p) for p in payloads])
+        half = batch.size // 2
+        blocks = [batch.take(np.arange(half)), batch.take(np.arange(half, batch.size))]
+        state = accumulate_on_cluster(client, strategy, blocks)
+        step = strategy.server_step(state, params, opt_state)
+        params, opt_state = step.params, step.opt_state
+    return strategy.publish(params)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    with dask_client(2, None) as client:
+        yield client
+
+
 def _over_http(live: Live, iterations: list[list[dict[str, Any]]], tag: str) -> np.ndarray:
     for i, payloads in enumerate(iterations):
         version = live.version()
@@ -102,8 +127,8 @@ def _over_http(live: Live, iterations: list[list[dict[str, Any]]], tag: str) -> 
 
 
 @pytest.mark.parametrize("workload", ["frecency", "foltr-es", "fedavg"])
-def test_the_same_messages_give_the_same_model_in_process_and_over_http(
-    tmp_path: Path, workload: str
+def test_the_same_messages_give_the_same_model_in_process_over_http_and_on_dask(
+    tmp_path: Path, workload: str, cluster: Any
 ) -> None:
     with live_server(tmp_path, TOML[workload], **NO_CLOSE) as live:
         dim = make_workload(live.config).dim
@@ -111,8 +136,10 @@ def test_the_same_messages_give_the_same_model_in_process_and_over_http(
         iterations = [_payloads(workload, dim, rng) for _ in range(ITERATIONS)]
         served = _over_http(live, iterations, workload)
         expected = _in_process(live, iterations)
+        on_dask = _on_dask(live, iterations, cluster)
     assert not np.array_equal(expected, make_workload(live.config).initial_params())
     np.testing.assert_allclose(served, expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(on_dask, expected, rtol=1e-12, atol=1e-12)
 
 
 def test_the_served_frecency_model_follows_the_paper(tmp_path: Path) -> None:

@@ -21,12 +21,14 @@ run's clients over the workers (:mod:`fedrank.experiments.fedps.clients`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from multiprocessing import get_context
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from fedrank.core.message import MessageBatch
 from fedrank.errors import ConfigError
+from fedrank.strategies.base import Strategy
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -108,3 +110,26 @@ def dask_client(dask_workers: int | None, dask_scheduler: str | None) -> Iterato
         # cannot be exited in another (the CLI starts the cluster in a helper thread)
         stack.callback(client.close)
         yield client
+
+
+def _fold(strategy: Strategy, batch: MessageBatch) -> Any:
+    return strategy.accumulate(strategy.aggregator.zero(), batch)
+
+
+def accumulate_on_cluster(
+    client: Client, strategy: Strategy, blocks: Sequence[MessageBatch]
+) -> Any:
+    """One iteration's aggregator state, folded on a Dask cluster: each worker folds one
+    block of messages into a state (``strategy.accumulate``), and the driver merges the
+    states pairwise (a tree, ``aggregator.merge``) -- the mergeable-aggregator contract
+    makes the result equal to folding every message in one process, up to float summation
+    order. The strategy travels to the workers once per call."""
+    if not blocks:
+        return strategy.aggregator.zero()
+    shared = client.scatter(strategy, broadcast=True, hash=False)
+    states = client.gather(client.map(_fold, [shared] * len(blocks), list(blocks), pure=False))
+    merge = strategy.aggregator.merge
+    while len(states) > 1:
+        pairs = [merge(a, b) for a, b in zip(states[::2], states[1::2], strict=False)]
+        states = pairs + ([states[-1]] if len(states) % 2 else [])
+    return states[0]

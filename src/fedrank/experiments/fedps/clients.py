@@ -210,7 +210,7 @@ class DaskClients:
         self.n_clients = len(users)
         work = [sum(u.samples(s).n_queries for s in ("train", "valid", "test")) for u in users]
         self._blocks = blocks(np.asarray(work), len(workers))
-        tokens, vectors = client.scatter([doc_tokens, word_vectors], broadcast=True)
+        tokens, vectors = client.scatter([doc_tokens, word_vectors], broadcast=True, hash=False)
         futures = [
             client.submit(
                 LocalClients,

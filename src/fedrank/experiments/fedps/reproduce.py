@@ -32,8 +32,9 @@ prepares the data once). Then :func:`write_tables` assembles ``tables.md`` and
   ``sweep_users`` users, ten proxies (``users / 10`` clients each) so that every K is
   ``K / 10`` proxies x 10 clients.
 * **Table 6**: the communication time of one round
-  (:mod:`fedrank.experiments.fedps.communication`) for the paper's 118,067 users and for this log's users, K in {100,
-  1000}, 10% and 20% late responses drawn per response; no training.
+  (:mod:`fedrank.experiments.fedps.communication`) for the paper's 118,067 users and for
+  this log's users, K in {100, 1000}, 10% and 20% late responses drawn per response; no
+  training.
 * **Figure 4**: continuous updating (:mod:`fedrank.experiments.fedps.continuous`).
 """
 
