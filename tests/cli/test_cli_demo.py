@@ -1,11 +1,18 @@
 """``fedrank demo``: the federated frecency study through a real server process on
-loopback, with simulated users as HTTP clients (a small population, a few iterations)."""
+loopback, with simulated users as HTTP clients (a small population, a few iterations).
+The same study run in one process (``run_study`` with the branches the server assigned)
+gives the same model, and every model the server published kept the safeguards."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
+
+from fedrank.experiments.frecency.study import FrecencyStudyConfig, run_study
+from fedrank.models.frecency.safeguards import frecency_safeguards
+from fedrank.models.frecency.weights import classic_defaults
 from tests.cli.clirun import ok
 
 
@@ -29,3 +36,14 @@ def test_demo_runs_the_study_through_the_service(tmp_path: Path) -> None:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "HTTP requests" in result.output
     assert (out / "store" / "parquet").is_dir()  # closed iterations were audited
+
+    # the same study in one process, with the server's branches: the same model
+    twin = run_study(FrecencyStudyConfig(**data["study"]), branches=np.array(data["branches"]))
+    served = np.array(list(data["final_weights"].values()))
+    np.testing.assert_allclose(served, list(twin.published_weights.values()), rtol=1e-12)
+    assert not np.array_equal(served, classic_defaults())  # the model moved
+    # every published model kept the Sec. 5.6 safeguards against the one before it
+    path = [np.array(list(w.values())) for w in data["served_weights_per_iteration"]]
+    assert len(path) == 5 and np.array_equal(path[0], classic_defaults())
+    guard = frecency_safeguards()
+    assert all(guard.holds(b, a) for a, b in zip(path[:-1], path[1:], strict=True))

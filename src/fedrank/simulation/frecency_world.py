@@ -163,6 +163,21 @@ class FrecencyWorld:
     def n_users(self) -> int:
         return int(self.branch.size)
 
+    def set_branches(self, branches: np.ndarray) -> None:
+        """Put user ``u`` in branch ``branches[u]`` (0 treatment, 1 control, 2
+        control-no-decay), e.g. as a real server assigned them."""
+        b = np.asarray(branches)
+        if (
+            b.shape != self.branch.shape
+            or b.dtype.kind not in "iu"
+            or not np.isin(b, (0, 1, 2)).all()
+        ):
+            raise ConfigError(
+                f"branches must be {self.n_users} integers in 0..2 (one per user), got shape "
+                f"{b.shape} and dtype {b.dtype}"
+            )
+        self.branch = b.astype(np.int64)
+
     @property
     def page_branch(self) -> np.ndarray:
         return self.branch[self.pages.owner]

@@ -26,7 +26,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +37,18 @@ import orjson
 from fedrank.client.sdk import Client, SendResult, ServedModel
 from fedrank.errors import FedrankError
 from fedrank.experiments.frecency.presets import hidden_weights
-from fedrank.experiments.frecency.study import FrecencyStudyConfig, build_world
+from fedrank.experiments.frecency.study import (
+    FrecencyStudyConfig,
+    StudyResult,
+    build_world,
+    optimization_phase,
+    study_streams,
+)
 from fedrank.experiments.stats import compare_branches
 from fedrank.server.process import ServerProcess
-from fedrank.simulation.frecency_world import BRANCHES, TREATMENT, FrecencyWorld
-from fedrank.strategies.frecency import FrecencyStrategy
+from fedrank.simulation.frecency_world import BRANCHES, ClientReports, FrecencyWorld
+from fedrank.simulation.urlbar import SearchBatch
+from fedrank.strategies.frecency import FrecencyConfig, FrecencyStrategy
 
 METRICS = ("loss", "chars_typed", "selected_rank")
 
@@ -69,15 +76,31 @@ class ServiceDemoConfig:
     seed: int = 0
 
 
-def _server_toml(path: Path, token: str) -> Path:
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    return repr(value)
+
+
+def _server_toml(path: Path, token: str, strategy: FrecencyConfig) -> Path:
+    """The server's config: the study's own strategy section (the same chain on both
+    sides), and an iteration policy that never closes by itself (the operator does, with
+    the admin API, once every client has reported)."""
+    section = "".join(
+        f"{f.name} = {_toml_value(getattr(strategy, f.name))}\n"
+        for f in fields(FrecencyConfig)
+        if getattr(strategy, f.name) is not None
+    )
     path.write_text(
         "[server]\n"
         'workload = "frecency"\n'
         f'admin_token = "{token}"\n'
         "[iteration]\n"
         "seconds = 0.0\n"
-        # The policy never closes an iteration by itself: the operator does (admin close).
         "min_updates = 1000000000\n"
+        f"[frecency]\n{section}"
     )
     return path
 
@@ -91,31 +114,107 @@ def _per_user(values: np.ndarray, users: np.ndarray, n_users: int) -> np.ndarray
         return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
+class ServiceServer:
+    """The study's server half as a real service (:class:`~fedrank.experiments.frecency.
+    study.StudyServer`): every client fetches its model, sends its message over HTTP, and
+    the operator closes the iteration through the admin API."""
+
+    def __init__(
+        self,
+        url: str,
+        clients: list[Client],
+        pool: ThreadPoolExecutor,
+        http: httpx.Client,
+        strategy: FrecencyStrategy,
+        token: str,
+    ) -> None:
+        self.url = url
+        self.clients = clients
+        self.pool = pool
+        self.http = http
+        self.strategy = strategy
+        self.admin = {"Authorization": f"Bearer {token}"}
+        self.models: list[ServedModel] = []
+        self.requests = 0
+
+    def fetch(self) -> list[ServedModel]:
+        """Every client fetches the model it is served (ETag-cached)."""
+        self.models = list(self.pool.map(Client.fetch_model, self.clients))
+        self.requests += len(self.clients)
+        return self.models
+
+    def model(self) -> np.ndarray:
+        return next(m.params for m in self.fetch() if m.served == "trained")
+
+    def weights(self) -> np.ndarray:
+        return next(m.params for m in self.models if m.served == "trained")
+
+    def report(
+        self,
+        world: FrecencyWorld,
+        batch: SearchBatch,
+        losses: np.ndarray,
+        reports: ClientReports,
+        updates: np.ndarray,
+    ) -> None:
+        n_users = len(self.clients)
+        payload = {int(u): (updates[i], int(reports.n[i]))
+                   for i, u in enumerate(reports.users) if reports.n[i] > 0}  # fmt: skip
+        metric = {
+            "loss": _per_user(losses, batch.user, n_users),
+            "chars_typed": _per_user(
+                np.where(batch.found, batch.chars_typed, np.nan).astype(float), batch.user, n_users
+            ),
+            "selected_rank": _per_user(
+                np.where(batch.found, batch.selected_rank, np.nan).astype(float),
+                batch.user,
+                n_users,
+            ),
+        }
+        version = self.models[0].version
+        messages = []
+        for u in np.unique(batch.user):
+            body: dict[str, Any] = {}
+            if int(u) in payload:
+                update, n = payload[int(u)]
+                body = self.strategy.encode(update, n)
+            values = {k: float(v[u]) for k, v in metric.items() if np.isfinite(v[u])}
+            messages.append((self.clients[u], body, values))
+        results = list(self.pool.map(lambda m: m[0].send(m[1], version, m[2]), messages))
+        self.requests += len(results)
+        bad = [r for r in results if r.status not in ("accepted", "duplicate")]
+        if bad:
+            raise FedrankError(f"the server refused {len(bad)} reports, e.g. {bad[0]}")
+
+    def close(self) -> None:
+        closed = self.http.post(f"{self.url}/v1/admin/close", headers=self.admin)
+        if closed.status_code != 200:
+            raise FedrankError(f"closing the iteration failed: {closed.text}")
+
+
 def run_service_demo(
     config: ServiceDemoConfig,
     out_dir: Path,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
-    """Run the demo; returns the report (also written as JSON by the caller)."""
+    """Run the demo; returns the report (also written as JSON by the caller). The
+    optimization phase is :func:`~fedrank.experiments.frecency.study.optimization_phase`
+    with the service as the server half and the study's random streams, so
+    ``run_study(study, branches=report["branches"])`` in one process gives the same model
+    (``report["study"]`` is that study's config)."""
     start = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
     store = out_dir / "store"
     if store.exists():
         shutil.rmtree(store)  # a fresh study every run
-    rng = np.random.default_rng(config.seed)
-    token = rng.bytes(16).hex()
-    toml = _server_toml(out_dir / "server.toml", token)
-    study = FrecencyStudyConfig(
-        n_users=config.users,
-        preset=config.preset,
-        iterations=config.iterations,
-        searches_per_iteration=config.searches_per_iteration,
-        eval_searches_per_user=config.eval_searches,
-        seed=config.seed,
-    )
-    world = build_world(study, rng)
-    days = study.days_per_iteration
-    strategy = FrecencyStrategy(study)  # the client half: the server's chain is the same
+    study = demo_study(config)
+    c = study.resolved()
+    world_seed, train_seed, eval_seed, client_seed = study_streams(study.seed)
+    ids = np.random.default_rng(client_seed)
+    token = ids.bytes(16).hex()
+    toml = _server_toml(out_dir / "server.toml", token, c)
+    world = build_world(c, np.random.default_rng(world_seed))
+    strategy = FrecencyStrategy(c)  # the client half: the server's chain is the same
     total_steps = config.iterations + 2
     with (
         ServerProcess(store, config=toml, log=out_dir / "server.log") as server,
@@ -123,68 +222,23 @@ def run_service_demo(
         ThreadPoolExecutor(config.concurrency) as pool,
     ):
         clients = [
-            Client(server.url, rng=np.random.default_rng(rng.integers(2**63)), http=http)
+            Client(server.url, rng=np.random.default_rng(ids.integers(2**63)), http=http)
             for _ in range(config.users)
         ]
-        admin = {"Authorization": f"Bearer {token}"}
-        models: list[ServedModel] = list(pool.map(Client.fetch_model, clients))
+        service = ServiceServer(server.url, clients, pool, http, strategy, token)
         index = {name: i for i, name in enumerate(BRANCHES)}
-        world.branch = np.array([index[m.branch] for m in models])  # the server decides
+        world.set_branches(np.array([index[m.branch] for m in service.fetch()]))  # the server's
         if progress:
             progress(1, total_steps)
-        requests = config.users
-        for iteration in range(config.iterations):
-            models = list(pool.map(Client.fetch_model, clients))
-            requests += config.users
-            theta = next(m.params for m in models if m.served == "trained")
-            version = models[0].version
-            counts = rng.poisson(config.searches_per_iteration, size=config.users)
-            searchers = np.repeat(np.arange(config.users), counts)
-            world.due_searches(days)  # the users' own browsing meanwhile
-            batch = world.search(world.draw_searches(searchers, rng), theta, rng)
-            losses = world.branch_losses(batch, theta)
-            reports = world.client_reports(batch, theta, strategy.estimator, TREATMENT)
-            payload = {int(u): (reports.updates[i], int(reports.n[i]))
-                       for i, u in enumerate(reports.users) if reports.n[i] > 0}  # fmt: skip
-            metric = {
-                "loss": _per_user(losses, batch.user, config.users),
-                "chars_typed": _per_user(
-                    np.where(batch.found, batch.chars_typed, np.nan).astype(float),
-                    batch.user,
-                    config.users,
-                ),
-                "selected_rank": _per_user(
-                    np.where(batch.found, batch.selected_rank, np.nan).astype(float),
-                    batch.user,
-                    config.users,
-                ),
-            }
-
-            messages = []
-            for u in np.flatnonzero(counts):
-                body: dict[str, Any] = {}
-                if int(u) in payload:
-                    gradient, n = payload[int(u)]
-                    body = strategy.client_payload(gradient, n, rng)
-                values = {k: float(v[u]) for k, v in metric.items() if np.isfinite(v[u])}
-                messages.append((clients[u], body, values))
-
-            results = list(pool.map(lambda m, v=version: m[0].send(m[1], v, m[2]), messages))
-            requests += len(results)
-            bad = [r for r in results if r.status not in ("accepted", "duplicate")]
-            if bad:
-                raise FedrankError(f"the server refused {len(bad)} reports, e.g. {bad[0]}")
-            closed = http.post(f"{server.url}/v1/admin/close", headers=admin)
-            if closed.status_code != 200:
-                raise FedrankError(f"closing iteration {iteration} failed: {closed.text}")
-            world.record(batch)
-            world.advance(days)
-            if progress:
-                progress(iteration + 2, total_steps)
+        result = StudyResult(config=study)
+        optimization_phase(
+            world, c, strategy, service, np.random.default_rng(train_seed), result,
+            progress=None if progress is None else lambda i, n: progress(i + 1, total_steps),
+        )  # fmt: skip
 
         # Evaluation phase: fresh searches with the final models, metrics only.
-        models = list(pool.map(Client.fetch_model, clients))
-        theta = next(m.params for m in models if m.served == "trained")
+        rng = np.random.default_rng(eval_seed)
+        theta = service.model()
         searchers = np.repeat(np.arange(config.users), config.eval_searches)
         world.due_searches(study.eval_days)
         batch = world.search(world.draw_searches(searchers, rng), theta, rng)
@@ -196,24 +250,42 @@ def run_service_demo(
             "selected_rank": _per_user(found_rank, batch.user, config.users),
             "loss": _per_user(losses, batch.user, config.users),
         }
-        eval_version = models[0].version
+        eval_version = service.models[0].version
 
         def evaluate(u: int) -> SendResult:
             values = {k: float(v[u]) for k, v in eval_metrics.items() if np.isfinite(v[u])}
             return clients[u].send({}, eval_version, {**values, "evaluation": 1.0})
 
         list(pool.map(evaluate, range(config.users)))
-        requests += 2 * config.users
+        requests = service.requests + config.users
         summary = http.get(f"{server.url}/v1/summary").json()["iterations"]
         status = http.get(f"{server.url}/v1/status").json()
-        trained = next(m for m in models if m.served == "trained")
+        trained = next(m for m in service.models if m.served == "trained")
         final = dict(zip(trained.parameter_names or [], trained.params.tolist(), strict=True))
         if progress:
             progress(total_steps, total_steps)
     report = _report(config, store, summary, status, world, requests, time.perf_counter() - start)
     report["final_weights"] = final
     report["hidden_weights"] = dict(zip(final, hidden_weights(config.preset).tolist(), strict=True))
+    report["served_weights_per_iteration"] = [
+        *result.weights_per_iteration,
+        final,
+    ]  # the served model at the start of every iteration, then the final one
+    report["branches"] = world.branch.tolist()
+    report["study"] = asdict(study)
     return report
+
+
+def demo_study(config: ServiceDemoConfig) -> FrecencyStudyConfig:
+    """The study the demo runs (for ``run_study`` in one process, the same)."""
+    return FrecencyStudyConfig(
+        n_users=config.users,
+        preset=config.preset,
+        iterations=config.iterations,
+        searches_per_iteration=config.searches_per_iteration,
+        eval_searches_per_user=config.eval_searches,
+        seed=config.seed,
+    )
 
 
 def _evaluation_rows(store: Path) -> dict[str, dict[str, np.ndarray]]:

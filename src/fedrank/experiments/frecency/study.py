@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -38,7 +38,13 @@ from fedrank.experiments.frecency.presets import hidden_weights
 from fedrank.experiments.frecency.stability import subsample_l1_distances
 from fedrank.experiments.stats import compare_branches_by_user, intra_user_correlation
 from fedrank.models.frecency.scorer import page_scorer
-from fedrank.simulation.frecency_world import BRANCHES, TREATMENT, FrecencyWorld, Searches
+from fedrank.simulation.frecency_world import (
+    BRANCHES,
+    TREATMENT,
+    ClientReports,
+    FrecencyWorld,
+    Searches,
+)
 from fedrank.simulation.urlbar import SearchBatch, TypingModel, UrlbarConfig
 from fedrank.strategies.frecency import FrecencyConfig, FrecencyStrategy
 
@@ -300,33 +306,89 @@ def iteration_searches(
     return world.draw_searches(np.repeat(np.arange(world.n_users), counts), rng)
 
 
-def run_study(
-    config: FrecencyStudyConfig,
-    progress: Callable[[int, int], None] | None = None,
-) -> StudyResult:
-    """Run the optimization and evaluation phases; ``progress(done, total)`` is called after
-    every iteration."""
-    # Independent streams: the world (population, branches), the optimization phase, and
-    # the evaluation phase. Runs that differ only in how they learn share the world and
-    # the evaluation searches' intents (paired).
-    world_seed, train_seed, eval_seed = np.random.SeedSequence(config.seed).spawn(3)
-    rng = np.random.default_rng(world_seed)
-    c = config.resolved()
-    strategy = FrecencyStrategy(c)
-    world = build_world(c, rng)
-    aggregator = strategy.aggregator
-    plain = FrecencyStrategy(replace(c, significance_z=0.0)).aggregator  # Figure 7
+class StudyServer(Protocol):
+    """The server half of the study's iterations: this process (:class:`InProcessServer`)
+    or a real ``fedrank serve`` reached over HTTP (the service demo's)."""
 
-    theta = strategy.initial_params()  # safeguard: start from Firefox's weights (Sec. 5.6)
-    opt_state = strategy.init(theta)
-    rng = np.random.default_rng(train_seed)
-    result = StudyResult(config=config, world_stats=dict(world.browsing.stats))
+    def model(self) -> np.ndarray:
+        """The published model the clients rank with this iteration."""
+        ...
+
+    def weights(self) -> np.ndarray:
+        """The server's current parameters (recorded once per iteration)."""
+        ...
+
+    def report(
+        self,
+        world: FrecencyWorld,
+        batch: SearchBatch,
+        losses: np.ndarray,
+        reports: ClientReports,
+        updates: np.ndarray,
+    ) -> None:
+        """Deliver the iteration's client messages (``updates``: the treatment clients'
+        privatized gradients, ``reports.n`` their weights) and per-search ``losses``."""
+        ...
+
+    def close(self) -> None:
+        """Close the iteration: aggregate, step, check the safeguards, publish."""
+        ...
+
+
+class InProcessServer:
+    """The strategy's server half in this process: the messages of an iteration folded
+    into one state, then :meth:`FrecencyStrategy.server_step` (raises
+    :class:`~fedrank.strategies.base.SafeguardError` when a safeguard fails)."""
+
+    def __init__(self, strategy: FrecencyStrategy) -> None:
+        self.strategy = strategy
+        self.params = strategy.initial_params()  # Firefox's weights (Sec. 5.6)
+        self.opt_state = strategy.init(self.params)
+        self.state = strategy.aggregator.zero()
+
+    def model(self) -> np.ndarray:
+        return self.strategy.publish(self.params)
+
+    def weights(self) -> np.ndarray:
+        return self.params
+
+    def report(
+        self,
+        world: FrecencyWorld,
+        batch: SearchBatch,
+        losses: np.ndarray,
+        reports: ClientReports,
+        updates: np.ndarray,
+    ) -> None:
+        batch_of = MessageBatch.of_vectors(updates, reports.n)
+        self.state = self.strategy.accumulate(self.state, batch_of)
+
+    def close(self) -> None:
+        step = self.strategy.server_step(self.state, self.params, self.opt_state)
+        self.params, self.opt_state = step.params, step.opt_state
+        self.state = self.strategy.aggregator.zero()
+
+
+def optimization_phase(
+    world: FrecencyWorld,
+    config: FrecencyStudyConfig,
+    strategy: FrecencyStrategy,
+    server: StudyServer,
+    rng: np.random.Generator,
+    result: StudyResult,
+    progress: Callable[[int, int], None] | None = None,
+) -> None:
+    """The study's iterations (Sec. 6.2): every iteration the clients take the published
+    model, search, compute and privatize their finite-difference gradients (the client
+    half of ``strategy``), deliver them to ``server`` and the server closes the iteration.
+    Records the losses, weights and reports per iteration in ``result``."""
+    c = config
+    plain = FrecencyStrategy(replace(c, significance_z=0.0)).aggregator  # Figure 7
     result.branch_loss_per_iteration = {name: [] for name in BRANCHES}
     result.paper_loss_per_iteration = {name: [] for name in BRANCHES}
     days = c.days_per_iteration
-
     for iteration in range(c.iterations):
-        published = strategy.publish(theta)
+        published = server.model()
         searches = iteration_searches(world, c, c.searches_per_iteration, days, rng)
         batch = world.search(searches, published, rng)
         losses = world.branch_losses(batch, published)
@@ -339,7 +401,7 @@ def run_study(
 
         reports = world.client_reports(batch, published, strategy.estimator, TREATMENT)
         updates = strategy.privatize(reports.updates, rng)
-        state = strategy.accumulate(aggregator.zero(), MessageBatch.of_vectors(updates, reports.n))
+        server.report(world, batch, losses, reports, updates)
         if c.track_stability:
             # Figure 7 compares plain means (no gate): the update of all reports vs of
             # 2,000 sampled ones; an iteration with fewer than twice that many reports
@@ -356,21 +418,49 @@ def run_study(
                     rng=rng,
                 )
             )
-        result.weights_per_iteration.append(strategy.scorer.to_dict(theta))
+        result.weights_per_iteration.append(strategy.scorer.to_dict(server.weights()))
         result.loss_per_iteration.append(
             float(np.sum(reports.loss * reports.n) / max(reports.n.sum(), 1))
         )
         result.reports_per_iteration.append(int(reports.users.size))
 
-        step = strategy.server_step(state, theta, opt_state)  # raises if a safeguard fails
-        theta, opt_state = step.params, step.opt_state
+        server.close()
         world.record(batch)
         world.advance(days)
         if progress is not None:
             progress(iteration + 1, c.iterations)
 
-    result.final_weights = strategy.scorer.to_dict(theta)
-    final = strategy.publish(theta)
+
+def study_streams(seed: int) -> list[np.random.SeedSequence]:
+    """Independent streams: the world (population, branches), the optimization phase, the
+    evaluation phase, and the service demo's clients (ids). Runs that differ only in how
+    they learn share the world and the evaluation searches' intents (paired)."""
+    return np.random.SeedSequence(seed).spawn(4)
+
+
+def run_study(
+    config: FrecencyStudyConfig,
+    progress: Callable[[int, int], None] | None = None,
+    *,
+    branches: np.ndarray | None = None,
+) -> StudyResult:
+    """Run the optimization and evaluation phases; ``progress(done, total)`` is called after
+    every iteration. ``branches``: each user's branch index (default: an exact random split
+    by the configured shares), e.g. the branches a real server assigned in the service
+    demo, to run the same study in this process."""
+    world_seed, train_seed, eval_seed, _ = study_streams(config.seed)
+    c = config.resolved()
+    strategy = FrecencyStrategy(c)
+    world = build_world(c, np.random.default_rng(world_seed))
+    if branches is not None:
+        world.set_branches(branches)
+    server = InProcessServer(strategy)
+    result = StudyResult(config=config, world_stats=dict(world.browsing.stats))
+    optimization_phase(
+        world, c, strategy, server, np.random.default_rng(train_seed), result, progress
+    )
+    result.final_weights = strategy.scorer.to_dict(server.params)
+    final = server.model()
     result.published_weights = strategy.scorer.to_dict(final)
     evaluate_phase(world, final, c, eval_seed, result)
     return result
