@@ -204,6 +204,18 @@ def foltr_baselines(
 @click.option("--folds", default="1,2,3,4,5", show_default=True)
 @click.option("--fpdgd/--no-fpdgd", default=True, show_default=True, help="Also train FPDGD.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--jobs", type=int, default=1, show_default=True, help="local worker processes")
+@click.option(
+    "--dask-workers",
+    type=int,
+    default=None,
+    help="run the grid's runs on a local Dask cluster of this many workers",
+)
+@click.option(
+    "--dask-scheduler",
+    default=None,
+    help="run the grid's runs on the Dask cluster at this address (tcp://HOST:PORT)",
+)
 def foltr_reproduce(
     data_dir: Path,
     out_dir: Path,
@@ -212,6 +224,9 @@ def foltr_reproduce(
     folds: str,
     fpdgd: bool,
     seed: int,
+    jobs: int,
+    dask_workers: int | None,
+    dask_scheduler: str | None,
 ) -> None:
     """The paper's grid: Figures 1-3 (antithetic, B, p), and Table 3 with Figures 4-5
     (every fold x click model x ranker, with the baselines and a paired t-test)."""
@@ -231,6 +246,9 @@ def foltr_reproduce(
             out_dir,
             config,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
+            jobs=jobs,
+            dask_workers=dask_workers,
+            dask_scheduler=dask_scheduler,
         )
     click.echo((out_dir / "table3.md").read_text())
     for path in results["figures"]:

@@ -19,7 +19,9 @@ runs use MQ2008's Fold 1 validation queries. Every number comes from this module
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from scipy import stats
 from fedrank.core.json_io import write_json
 from fedrank.data.letor import LetorFold, load_folds
 from fedrank.errors import ConfigError
+from fedrank.experiments.executors import check_executor_options, job_executor
 from fedrank.experiments.foltr.baselines import run_baselines
 from fedrank.experiments.foltr.plots import plot_curves
 from fedrank.experiments.foltr.run import FoltrConfig, FoltrResult, run_foltr
@@ -166,14 +169,30 @@ def table_3_markdown(table: dict[str, Any], dataset: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _train(job: tuple[FoltrConfig, LetorFold]) -> FoltrResult:
+    return run_foltr(*job)
+
+
+def _baselines(job: tuple[LetorFold, int]) -> dict[str, Any]:
+    return run_baselines(job[0], CLICK_MODELS, seed=job[1])
+
+
 def reproduce(
     data_dir: Path,
     out_dir: Path,
     config: ReproduceConfig = ReproduceConfig(),  # noqa: B008 (frozen, immutable)
     progress: Callable[[int, int], None] | None = None,
+    *,
+    jobs: int = 1,
+    dask_workers: int | None = None,
+    dask_scheduler: str | None = None,
 ) -> dict[str, Any]:
     """Run everything, write ``results.json``, ``table3.md`` and the PNG figures to
-    ``out_dir``, and return the results."""
+    ``out_dir``, and return the results. Every run is seeded on its own, so the grid gives
+    the same results in this process (``jobs = 1``), on ``jobs`` local processes, or on a
+    Dask cluster (``dask_workers`` local workers or the one at ``dask_scheduler``,
+    :func:`fedrank.experiments.executors.job_executor`); the folds travel with the runs."""
+    check_executor_options(jobs, dask_workers, dask_scheduler)
     folds: Sequence[LetorFold] = load_folds(data_dir)
     if max(config.folds) > len(folds):
         raise ConfigError(
@@ -190,6 +209,28 @@ def reproduce(
         if progress is not None:
             progress(done, total)
 
+    with contextlib.ExitStack() as stack:
+        pool: Executor | None = None
+        if jobs > 1 or dask_workers is not None or dask_scheduler is not None:
+            pool = stack.enter_context(job_executor(jobs, dask_workers, dask_scheduler))
+        return _reproduce(folds, out_dir, config, exploration, table_runs, pool, tick)
+
+
+def _in_order(pool: Executor | None, func: Callable[[Any], Any], jobs: list[Any]) -> Iterator[Any]:
+    """``func`` of every job, in order, in this process or on ``pool``."""
+    return map(func, jobs) if pool is None else pool.map(func, jobs)
+
+
+def _reproduce(
+    folds: Sequence[LetorFold],
+    out_dir: Path,
+    config: ReproduceConfig,
+    exploration: list[tuple[str, str, FoltrConfig]],
+    table_runs: list[tuple[int, str, FoltrConfig]],
+    pool: Executor | None,
+    tick: Callable[[], None],
+) -> dict[str, Any]:
+    """:func:`reproduce` once the runs are planned and their executor is chosen."""
     out_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {
         "dataset": folds[0].name.rsplit(" ", 1)[0],
@@ -206,8 +247,8 @@ def reproduce(
     explore_fold = LetorFold(fold1.vali, None, fold1.test, f"{fold1.name} vali")
     figures: dict[str, dict[str, dict[str, list[float]]]] = {}
     scale: dict[str, dict[str, int]] = {}
-    for figure, label, run in exploration:
-        result = run_foltr(run, explore_fold)
+    trained = _in_order(pool, _train, [(run, explore_fold) for _, _, run in exploration])
+    for (figure, label, run), result in zip(exploration, trained, strict=True):
         figures.setdefault(figure, {}).setdefault(run.click_model, {})[label] = result.batch_maxrr
         scale.setdefault(figure, {})[label] = run.clients * run.batch
         tick()
@@ -232,9 +273,8 @@ def reproduce(
     per_fold: dict[str, dict[str, dict[str, list[float]]]] = {}
     curves: dict[str, dict[str, dict[str, list[float]]]] = {}
     baselines_json = {}
-    for k in config.folds:
-        fold = folds[k - 1]
-        base = run_baselines(fold, CLICK_MODELS, seed=config.seed)
+    bases = _in_order(pool, _baselines, [(folds[k - 1], config.seed) for k in config.folds])
+    for k, base in zip(config.folds, bases, strict=True):
         baselines_json[f"Fold{k}"] = base
         for key, row in BASELINE_ROWS.items():
             for model in CLICK_MODELS:
@@ -244,8 +284,8 @@ def reproduce(
                     )
         tick()
     runs_json = []
-    for k, row, run in table_runs:
-        result = run_foltr(run, folds[k - 1])
+    trained = _in_order(pool, _train, [(run, folds[k - 1]) for k, _, run in table_runs])
+    for (k, row, run), result in zip(table_runs, trained, strict=True):
         summary = _summary(result)
         runs_json.append({"fold": k, "row": row, "click_model": run.click_model, **summary})
         for split in ("train", "test"):
