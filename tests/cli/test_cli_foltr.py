@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.cli.clirun import assert_clean_failure, ok, run
+from tests.untimed import untimed
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -180,17 +181,7 @@ def test_reproduce_with_a_tiny_budget(mq2008_dir: Path, tmp_path: Path) -> None:
     args = [*result_args(mq2008_dir, on_dask), "--dask-workers", "2"]
     ok(args)
     spread = json.loads((on_dask / "results.json").read_text())
-    assert _untimed(spread) == _untimed(data)
-
-
-def _untimed(value: object) -> object:
-    """``value`` without wall-clock times and file paths."""
-    if isinstance(value, dict):
-        drop = ("wall_seconds", "fit_seconds", "figures")
-        return {k: _untimed(v) for k, v in value.items() if k not in drop}
-    if isinstance(value, list):
-        return [_untimed(v) for v in value]
-    return value
+    assert untimed(spread, drop=("figures",)) == untimed(data, drop=("figures",))
 
 
 @pytest.mark.parametrize(

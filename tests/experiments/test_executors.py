@@ -13,6 +13,7 @@ from fedrank.errors import ConfigError
 from fedrank.experiments.executors import check_executor_options, job_executor
 from fedrank.experiments.fedps.reproduce import Job, ReproduceConfig, run_jobs
 from fedrank.experiments.fedps.run import FedPSSettings
+from tests.untimed import untimed
 
 
 @pytest.mark.parametrize(
@@ -43,15 +44,6 @@ def test_a_local_dask_cluster_runs_functions_on_its_workers() -> None:
     assert values == [1, 2, 3, 4, 5]
 
 
-def _untimed(value: object) -> object:
-    """``value`` without its wall-clock fields (any key naming seconds)."""
-    if isinstance(value, dict):
-        return {k: _untimed(v) for k, v in value.items() if "seconds" not in k}
-    if isinstance(value, list):
-        return [_untimed(v) for v in value]
-    return value
-
-
 def _grid(out: Path, log: Path, **executor: object) -> dict[str, dict[str, object]]:
     config = ReproduceConfig(log=log, out_dir=out, users=8, **executor)  # type: ignore[arg-type]
     jobs = {
@@ -69,7 +61,7 @@ def test_a_grid_on_dask_workers_equals_the_grid_on_local_processes(
     local = _grid(tmp_path / "local", aol_log, jobs=1)
     dask = _grid(tmp_path / "dask", aol_log, dask_workers=2)
     for name in ("original", "flat_s1"):
-        a, b = _untimed(local[name]), _untimed(dask[name])
+        a, b = untimed(local[name]), untimed(dask[name])
         assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True), name
         with (
             np.load(tmp_path / "local" / "runs" / f"{name}.npz") as x,

@@ -24,6 +24,7 @@ from fedrank.experiments.fedps import run as fedps_run
 from fedrank.experiments.fedps.clients import LocalClients, blocks
 from fedrank.experiments.fedps.data import FedPSData
 from fedrank.experiments.fedps.run import FedPSResult, FedPSSettings, run_fedps
+from tests.untimed import untimed
 
 SETTINGS = FedPSSettings(
     mode="flat", rounds=2, clients_per_step=4, clients_per_proxy_step=2, n_topics=5,
@@ -68,10 +69,7 @@ def test_an_update_does_not_depend_on_the_clients_before_it(small: FedPSData) ->
 
 def _comparable(result: FedPSResult) -> str:
     """The result's JSON without wall-clock times (as text: NaN equals NaN)."""
-    out = result.to_json()
-    out.pop("wall_seconds")
-    out["curve"] = [{k: v for k, v in p.items() if "seconds" not in k} for p in out["curve"]]
-    return json.dumps(out, sort_keys=True)
+    return json.dumps(untimed(result.to_json()), sort_keys=True)
 
 
 @pytest.fixture(scope="module")
