@@ -42,11 +42,12 @@ def control_metrics(config: Any, typing: TypingModel) -> tuple[float, float]:
         build_world,
         evaluate_phase,
         iteration_searches,
+        study_streams,
     )
 
     c = replace(config, blind_chars=typing.blind_chars, scan_continue=typing.scan_continue)
     c = c.resolved()
-    world_seed, train_seed, eval_seed = np.random.SeedSequence(c.seed).spawn(3)
+    world_seed, train_seed, eval_seed, _ = study_streams(c.seed)
     world = build_world(c, np.random.default_rng(world_seed))
     world.branch[:] = 1  # every user in control
     rng = np.random.default_rng(train_seed)

@@ -32,6 +32,7 @@ from fedrank.experiments.frecency.study import (
     build_world,
     evaluate_phase,
     run_study,
+    study_streams,
 )
 from fedrank.experiments.stats import per_user_means, required_users, smallest_n
 from fedrank.simulation.frecency_world import TREATMENT
@@ -59,7 +60,7 @@ def effect_power(
     if metric not in ("chars_typed", "selected_rank"):
         raise ConfigError(f"metric must be chars_typed or selected_rank, got {metric!r}")
     c = config.resolved()
-    world_seed, train_seed, eval_seed = np.random.SeedSequence(c.seed).spawn(3)
+    world_seed, train_seed, eval_seed, _ = study_streams(c.seed)
     world = build_world(c, np.random.default_rng(world_seed))
     half = np.random.default_rng(train_seed).permutation(world.n_users) < world.n_users // 2
     world.branch[:] = np.where(half, TREATMENT, 1)
