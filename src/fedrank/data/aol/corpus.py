@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fedrank.data.aol.log import ClickRows
 from fedrank.data.aol.split import (
     BACKGROUND,
     TimeSplit,
@@ -243,7 +244,7 @@ def normalized_query_keys(queries: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True, eq=False)
-class UserLog:
+class UserLog(ClickRows):
     """One user's search log, as their client would store it (FedPS Sec. 3.1-3.2).
 
     Events are in time order. Attributes (``E`` events):
@@ -287,19 +288,6 @@ class UserLog:
             )
         if e > 1 and np.any(np.diff(self.time.astype(np.int64)) < 0):
             raise DataFormatError(f"UserLog {self.user_id}: events must be in time order")
-
-    @property
-    def n_events(self) -> int:
-        return int(self.time.shape[0])
-
-    @property
-    def clicks_per_event(self) -> np.ndarray:
-        return np.diff(self.click_ptr)
-
-    @property
-    def click_event(self) -> np.ndarray:
-        """``(n_clicks,)`` int64 event index of every click."""
-        return np.repeat(np.arange(self.n_events, dtype=np.int64), self.clicks_per_event)
 
 
 def user_logs(split: TimeSplit, vocab: Vocabulary, max_query_len: int = 12) -> list[UserLog]:

@@ -32,8 +32,29 @@ SESSION_GAP_SECONDS = 30 * 60
 _TIME_LENGTH = len("2006-03-01 07:33:28")
 
 
+class ClickRows:
+    """Per-event clicks held as CSR offsets ``click_ptr`` (``n_events + 1``) into a click
+    array: shared by :class:`QueryLog` and :class:`~fedrank.data.aol.corpus.UserLog`."""
+
+    click_ptr: np.ndarray
+
+    @property
+    def n_events(self) -> int:
+        return int(self.click_ptr.shape[0]) - 1
+
+    @property
+    def clicks_per_event(self) -> np.ndarray:
+        """``(n_events,)`` int64 number of clicked URLs of every event."""
+        return np.diff(self.click_ptr)
+
+    @property
+    def click_event(self) -> np.ndarray:
+        """``(n_clicks,)`` int64 event index of every click."""
+        return np.repeat(np.arange(self.n_events, dtype=np.int64), self.clicks_per_event)
+
+
 @dataclass(frozen=True, eq=False)
-class QueryLog:
+class QueryLog(ClickRows):
     """Query events of an AOL-style click log, grouped per user (FedPS Sec. 3.1, 4.1).
 
     An event is one ``(user, query, time)``; events are sorted by user index, then time,
@@ -102,10 +123,6 @@ class QueryLog:
         return int(self.user_ids.size)
 
     @property
-    def n_events(self) -> int:
-        return int(self.time.size)
-
-    @property
     def n_clicks(self) -> int:
         return int(self.click_docs.size)
 
@@ -117,16 +134,6 @@ class QueryLog:
     @property
     def n_sessions(self) -> int:
         return int(self.session[-1]) + 1 if self.session.size else 0
-
-    @property
-    def clicks_per_event(self) -> np.ndarray:
-        """``(n_events,)`` int64 number of clicked URLs of every event."""
-        return np.diff(self.click_ptr)
-
-    @property
-    def click_event(self) -> np.ndarray:
-        """``(n_clicks,)`` int64 event index of every click."""
-        return np.repeat(np.arange(self.n_events, dtype=np.int64), self.clicks_per_event)
 
     def select_users(self, users: np.ndarray | Sequence[int]) -> QueryLog:
         """The log of the users with the given indices (not AnonIDs), in ascending order.
