@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from fedrank.core.json_io import write_json
+
 FEDPS = ["fedps", "run", "--mode", "flat", "--users", "100", "--rounds", "1", "--seed", "1"]
 FEDPS_KEYS = ("MAP_mean", "MRR_mean", "P@1_mean", "kl_divergence")
 
@@ -85,10 +87,8 @@ def main() -> None:
         },
         "fedps_flat": compare(FEDPS, FEDPS_KEYS, args.repeats),
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    print(json.dumps(report, indent=2))
+    write_json(report, args.out)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+from fedrank.core.json_io import write_json
+
 TARGET_SECONDS = 30 * 60
 TARGET_BYTES = 8 * 2**30
 
@@ -82,10 +84,8 @@ def main() -> None:
         "targets": {"seconds": TARGET_SECONDS, "peak_rss_bytes": TARGET_BYTES},
         "runs": runs,
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    print(json.dumps(report, indent=2))
+    write_json(report, args.out)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedrank.core.json_io import write_json
 from fedrank.data.letor import load_fold
 from fedrank.experiments.foltr.run import FoltrConfig, run_foltr
 from fedrank.models.click_models import click_model
@@ -98,10 +99,8 @@ def main() -> None:
         "met": full["interactions"] >= 2_000_000 and full["seconds"] < 10.0,
     }
     report["fpdgd_linear"] = vectorized(fold, "linear", "fpdgd", args.interactions, args.seed)
-    text = json.dumps(report, indent=2)
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    print(json.dumps(report, indent=2))
+    write_json(report, args.out)
 
 
 if __name__ == "__main__":

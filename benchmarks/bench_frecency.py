@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedrank.core.json_io import write_json
 from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
 from fedrank.experiments.frecency.study import FrecencyStudyConfig, run_study
 from fedrank.losses.pointwise_svm import pointwise_svm_loss, scaled_scores
@@ -97,10 +98,8 @@ def main() -> None:
     }
     report["fd_gradient_one_search"]["met"] = report["fd_gradient_one_search"]["median_ms"] <= 1.0
     report["study"]["met"] = report["study"]["seconds"] <= 60.0
-    text = json.dumps(report, indent=2)
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    print(json.dumps(report, indent=2))
+    write_json(report, args.out)
 
 
 if __name__ == "__main__":

@@ -85,6 +85,7 @@ import numpy as np
 
 from fedrank.aggregators.es_gradient import ESGradient
 from fedrank.core.codec import BATCH_MAGIC
+from fedrank.core.json_io import write_json
 from fedrank.server.config import load_config
 from fedrank.server.engine import branch_of
 from fedrank.server.process import ServerProcess
@@ -848,10 +849,8 @@ def main() -> None:
     ] + [report["batch_merged_aggregate"]]
     report["machine_quiet"] = all(m["cpu"]["quiet"] for m in measurements)
     report["all_verified"] = all(m["verified"] for m in measurements)
-    text = json.dumps(report, indent=2)
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    print(json.dumps(report, indent=2))
+    write_json(report, args.out)
 
 
 if __name__ == "__main__":
