@@ -40,16 +40,8 @@ HEADER = "AnonID\tQuery\tQueryTime\tClickURL\n"
 
 
 @pytest.fixture(scope="module")
-def aol_path(data_dir: Path) -> Path:
-    path = data_dir / "AOL" / "aol_top1000_users_clicks.tsv.gz"
-    if not path.is_file():
-        pytest.skip(f"{path} is absent: the AOL click log is needed")
-    return path
-
-
-@pytest.fixture(scope="module")
-def full_log(aol_path: Path) -> QueryLog:
-    return load_aol(aol_path)
+def full_log(aol_log: Path) -> QueryLog:
+    return load_aol(aol_log)
 
 
 @pytest.fixture(scope="module")
@@ -94,10 +86,10 @@ def test_events_are_sorted_by_user_then_time(full_log: QueryLog) -> None:
     assert np.array_equal(np.bincount(u, minlength=1000), np.diff(full_log.user_ptr))
 
 
-def test_events_group_the_rows_of_the_file(aol_path: Path, log30: QueryLog) -> None:
+def test_events_group_the_rows_of_the_file(aol_log: Path, log30: QueryLog) -> None:
     keep = {str(x) for x in log30.user_ids}
     expected: dict[tuple[str, str, str], set[str]] = defaultdict(set)
-    with gzip.open(aol_path, "rt", encoding="utf-8") as f:
+    with gzip.open(aol_log, "rt", encoding="utf-8") as f:
         next(f)
         for line in f:
             anon, query, time, url = line.rstrip("\n").split("\t")
@@ -117,16 +109,16 @@ def test_events_group_the_rows_of_the_file(aol_path: Path, log30: QueryLog) -> N
 
 
 def test_first_users_are_the_smallest_anon_ids_and_loading_is_deterministic(
-    aol_path: Path, full_log: QueryLog, log30: QueryLog
+    aol_log: Path, full_log: QueryLog, log30: QueryLog
 ) -> None:
-    direct = load_aol(aol_path, users=30)
+    direct = load_aol(aol_log, users=30)
     assert np.array_equal(direct.user_ids, full_log.user_ids[:30])
     for name in ("time", "query", "click_ptr", "click_docs", "session", "user_rows"):
         assert np.array_equal(getattr(direct, name), getattr(log30, name)), name
     assert np.array_equal(direct.urls, log30.urls)
     assert np.array_equal(direct.queries, log30.queries)
-    a = load_aol(aol_path, users=5, rng=np.random.default_rng(7))
-    b = load_aol(aol_path, users=5, rng=np.random.default_rng(7))
+    a = load_aol(aol_log, users=5, rng=np.random.default_rng(7))
+    b = load_aol(aol_log, users=5, rng=np.random.default_rng(7))
     assert np.array_equal(a.user_ids, b.user_ids) and a.n_users == 5
     assert np.array_equal(a.click_docs, b.click_docs)
     assert set(a.user_ids) <= set(full_log.user_ids)

@@ -94,20 +94,12 @@ def test_no_history_is_refused(tmp_path: Path) -> None:
         aol_world(path, study_start=np.datetime64("2006-01-01T00:00:00"))
 
 
-@pytest.fixture(scope="module")
-def aol_path(data_dir: Path) -> Path:
-    path = data_dir / "AOL" / "aol_top1000_users_clicks.tsv.gz"
-    if not path.is_file():
-        pytest.skip(f"{path} is absent")
-    return path
-
-
-def test_real_log_shapes(aol_path: Path) -> None:
+def test_real_log_shapes(aol_log: Path) -> None:
     """The shapes the synthetic world is calibrated on, on the whole log (every click)
     and on the history period of the AOL world (March-April 2006)."""
     import gzip
 
-    with gzip.open(aol_path, "rt") as lines:
+    with gzip.open(aol_log, "rt") as lines:
         rows = [line.rstrip("\n").split("\t") for line in lines][1:]
     user = np.unique([int(r[0]) for r in rows], return_inverse=True)[1]
     hosts = [r[3].split("/")[2].lower().removeprefix("www.") for r in rows]
