@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from fedrank.aggregators.es_gradient import ESGradient
+from fedrank.core.client_random import ClientRandom
 from fedrank.core.codec import decode_es_message, encode_es_message
 from fedrank.core.seeded_noise import draw_seeds, gaussian_noise
 from fedrank.data.query_bank import QueryBank
@@ -36,12 +37,7 @@ def test_messages_over_the_wire_give_the_simulators_gradient() -> None:
     bank = QueryBank(synthetic_split(np.random.default_rng(0)))
     ranker = LinearRanker(bank.n_features)
     est = ESEstimator(ranker, click_model("navigational"))
-    rep = est.interact(
-        np.ones(ranker.dim),
-        bank,
-        draw_seeds(np.random.default_rng(1), 300),
-        np.random.default_rng(2),
-    )
+    rep = est.interact(np.ones(ranker.dim), bank, ClientRandom(2, 0, np.arange(300)))
     agg = ESGradient(ranker.dim)
     batch = agg.finalize(
         agg.accumulate_batch(agg.zero(), rep.seeds, rep.metric, rep.antithetic_metric)

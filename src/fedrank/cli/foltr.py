@@ -79,6 +79,18 @@ def foltr() -> None:
 @click.option("--dp-epsilon", type=float, default=4.5, show_default=True)
 @click.option("--dp-clip", type=float, default=1.0, show_default=True, help="L1 clip of deltas.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--dask-workers",
+    type=int,
+    default=None,
+    help="FOLtR-ES: run the clients on a local Dask cluster of this many workers (same "
+    "result as one process)",
+)
+@click.option(
+    "--dask-scheduler",
+    default=None,
+    help="FOLtR-ES: run the clients on the Dask cluster at this address (tcp://HOST:PORT)",
+)
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None)
 def foltr_train(
@@ -87,19 +99,31 @@ def foltr_train(
     json_path: Path | None,
     plot_path: Path | None,
     p: float,
+    dask_workers: int | None,
+    dask_scheduler: str | None,
     **settings: object,
 ) -> None:
     """Train a ranker from simulated users' clicks and report how it did."""
+    import contextlib
+
     from fedrank.data.letor import load_fold
+    from fedrank.experiments.executors import check_executor_options, dask_client
     from fedrank.experiments.foltr.plots import plot_curves
     from fedrank.experiments.foltr.run import FoltrConfig, run_foltr
 
     config = FoltrConfig(p=None if p == 1.0 else p, **settings)  # type: ignore[arg-type]
+    on_dask = dask_workers is not None or dask_scheduler is not None
+    check_executor_options(1, dask_workers, dask_scheduler)
+    if on_dask and config.algorithm != "es":
+        raise click.UsageError(
+            "--dask-workers/--dask-scheduler run FOLtR-ES's clients; FPDGD runs in one process"
+        )
     data = load_fold(data_dir, fold)
-    with progress_bar() as bar:
+    with contextlib.ExitStack() as stack, progress_bar() as bar:
+        dask = stack.enter_context(dask_client(dask_workers, dask_scheduler)) if on_dask else None
         task = bar.add_task(f"{config.algorithm} iterations", total=config.iterations)
         result = run_foltr(
-            config, data, progress=lambda done, total: bar.update(task, completed=done)
+            config, data, progress=lambda done, total: bar.update(task, completed=done), dask=dask
         )
     report = result.to_json()
     curve = report["batch_maxrr"]

@@ -36,7 +36,7 @@ from fedrank.errors import ConfigError, DataFormatError
 #: Seeds travel in 4 bytes (FOLtR-ES, Section 3.2): values in [0, 2**32).
 SEED_BITS = 32
 
-_G = np.uint64(0x9E3779B97F4A7C15)
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _K_SEED = np.uint64(0x632BE59BD9B4E019)
 _K_CTR = np.uint64(0x8CB92BA72F3D8DD7)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -46,7 +46,7 @@ _TWO_POW_M32 = np.float32(2.0**-32)
 _TWO_PI = np.float32(2.0 * np.pi)
 
 
-def _mix(z: np.ndarray) -> np.ndarray:
+def mix64(z: np.ndarray) -> np.ndarray:
     """SplitMix64 finalizer on a uint64 array (wrapping arithmetic), in place; returns it."""
     tmp = np.empty_like(z)
     for shift, factor in ((_S30, _M1), (_S27, _M2), (_S31, None)):
@@ -87,9 +87,9 @@ def gaussian_noise(seeds: np.ndarray | int, dim: int) -> np.ndarray:
     scalar = np.ndim(seeds) == 0
     s = check_seeds(seeds)
     pairs = (int(dim) + 1) // 2
-    key = _mix(s.astype(np.uint64) * _G + _K_SEED)
-    ctr = _mix(np.arange(pairs, dtype=np.uint64) * _G + _K_CTR)
-    h = _mix(key[:, None] ^ ctr[None, :])
+    key = mix64(s.astype(np.uint64) * GOLDEN + _K_SEED)
+    ctr = mix64(np.arange(pairs, dtype=np.uint64) * GOLDEN + _K_CTR)
+    h = mix64(key[:, None] ^ ctr[None, :])
     # Viewed as little-endian 32-bit words, each hash is (low half, high half) on any machine.
     words = h.astype("<u8", copy=False).view("<u4").reshape(s.size, pairs, 2)
     u1 = (words[..., 0].astype(np.float32) + np.float32(0.5)) * _TWO_POW_M32

@@ -30,12 +30,14 @@ from the per-position hazard.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from fedrank.core.client_random import SLOTS_PER_INTERACTION, ClientRandom, Stream
 from fedrank.core.message import ESMessage
-from fedrank.core.seeded_noise import check_seeds, draw_seeds, gaussian_noise
+from fedrank.core.seeded_noise import gaussian_noise
 from fedrank.data.query_bank import InteractionGroup, QueryBank
 from fedrank.errors import ConfigError
 from fedrank.metrics.maxrr import maxrr_values
@@ -93,19 +95,20 @@ def first_click_index(
     group: InteractionGroup,
     scores: np.ndarray,
     model: ClickModel,
-    rng: np.random.Generator,
+    coins: Callable[[int], np.ndarray],
 ) -> np.ndarray:
     """``(I_b,)`` MaxRR value index (0 = no click in the top ``depth``, ``v`` = first click
-    at position ``v - 1``) of one bucket's interactions, given their ``(I_b, W)`` scores."""
+    at position ``v - 1``) of one bucket's interactions, given their ``(I_b, W)`` scores;
+    ``coins(n)`` gives ``(I_b, n)`` uniforms (one per document slot, or per position)."""
     labels = group.labels()
     valid = labels >= 0
     if model.position_free_hazard:
-        clickable = rng.random(labels.shape, dtype=np.float32) < model.attraction(labels)
+        clickable = coins(labels.shape[1]) < model.attraction(labels)
         rank = first_clickable_rank(scores, valid, clickable)
         return np.where((rank >= 0) & (rank < model.depth), rank + 1, 0)
     ranked = ranked_labels(np.where(valid, scores, -np.inf), labels, model.depth)
     hazard = model.hazard(ranked)
-    success = rng.random(hazard.shape) < hazard
+    success = coins(hazard.shape[1]) < hazard
     return np.where(success.any(axis=1), np.argmax(success, axis=1) + 1, 0)
 
 
@@ -160,11 +163,11 @@ class ESEstimator:
             signs[self.batch // 2 :] = -1.0
         return signs
 
-    def interact(
-        self, params: np.ndarray, bank: QueryBank, seeds: np.ndarray, rng: np.random.Generator
-    ) -> ESReports:
-        """Run ``B`` interactions for each client of ``seeds`` (one client per seed) against
-        the model ``params``; ``rng`` draws the queries, clicks and privatization coins."""
+    def interact(self, params: np.ndarray, bank: QueryBank, random: ClientRandom) -> ESReports:
+        """Run ``B`` interactions for each client of ``random`` against the model
+        ``params``. Every random number (seed, queries, clicks, privatization coins) is the
+        client's own (:class:`~fedrank.core.client_random.ClientRandom`), so a client's
+        report does not depend on which other clients run in the same call."""
         theta = np.asarray(params, dtype=np.float64)
         if theta.shape != (self.ranker.dim,):
             raise ConfigError(f"expected {self.ranker.dim} parameters, got shape {theta.shape}")
@@ -173,11 +176,12 @@ class ESEstimator:
                 f"the ranker expects {self.ranker.n_features} features, the data has "
                 f"{bank.n_features}"
             )
-        seeds = check_seeds(seeds)
+        seeds = random.seeds()
         n_clients, b = seeds.size, self.batch
         noise = gaussian_noise(seeds, self.ranker.dim)  # (C, d) float32
-        queries = rng.integers(0, bank.n_queries, size=n_clients * b)
-        client = np.repeat(np.arange(n_clients), b)
+        client = np.repeat(np.arange(n_clients), b)  # interactions are client-major
+        step = np.tile(np.arange(b), n_clients)  # the interaction's number at its client
+        queries = random.integers(client, Stream.QUERY, step, bank.n_queries)
         scale = np.tile(self.signs(), n_clients) * np.float32(self.sigma)
         theta32 = theta.astype(np.float32)
         index = np.zeros(n_clients * b, dtype=np.int64)
@@ -185,10 +189,22 @@ class ESEstimator:
             i = group.interactions
             rows = theta32 + scale[i, None] * noise[client[i]]
             scores = self.ranker.score_rows(rows, group.features())
-            index[i] = first_click_index(group, scores, self.click_model, rng)
+            first_slot = step[i, None] * SLOTS_PER_INTERACTION
+
+            def coins(n: int, i: np.ndarray = i, first: np.ndarray = first_slot) -> np.ndarray:
+                return random.uniform(client[i, None], Stream.CLICK, first + np.arange(n))
+
+            index[i] = first_click_index(group, scores, self.click_model, coins)
         values = maxrr_values(self.click_model.depth)
         true = values[index].reshape(n_clients, b)
-        sent = index if self.privatizer is None else self.privatizer.privatize_indices(index, rng)
+        if self.privatizer is None:
+            sent = index
+        else:
+            sent = self.privatizer.respond(
+                index,
+                random.uniform(client, Stream.KEEP, step),
+                random.uniform(client, Stream.SHIFT, step),
+            )
         sent_values = values[sent].reshape(n_clients, b)
         if self.antithetic:
             half = b // 2
@@ -202,6 +218,7 @@ class ESEstimator:
         self, params: np.ndarray, local_data: QueryBank, rng: np.random.Generator
     ) -> ESMessage:
         """One client's message (the :class:`~fedrank.core.protocols.Estimator` protocol):
-        it draws its own seed from ``rng`` and interacts with queries of ``local_data``."""
-        reports = self.interact(params, local_data, draw_seeds(rng, 1), rng)
+        its random numbers are keyed by a run seed drawn from ``rng``."""
+        run_seed = int(rng.integers(2**63))
+        reports = self.interact(params, local_data, ClientRandom(run_seed, 0, np.zeros(1, int)))
         return reports.messages()[0]

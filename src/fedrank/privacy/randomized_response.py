@@ -101,14 +101,19 @@ class RandomizedResponse:
         ``p``, else move it to one of the other ``n - 1`` indices uniformly. Draws two
         uniforms per entry, entry after entry (row-major), so a batch draws exactly what its
         rows privatized one after another would."""
+        u = rng.random((*np.shape(index), 2))
+        return self.respond(index, u[..., 0], u[..., 1])
+
+    def respond(self, index: np.ndarray, keep_u: np.ndarray, shift_u: np.ndarray) -> np.ndarray:
+        """:meth:`privatize_indices` with its two uniforms per entry given (``keep_u < p``
+        keeps the index, else ``shift_u`` picks one of the other ``n - 1``)."""
         idx = np.asarray(index)
         if idx.dtype.kind not in "iu":
             raise DataFormatError(f"value indices must be integers, got dtype {idx.dtype}")
         if idx.size and (idx.min() < 0 or idx.max() >= self.n):
             raise DataFormatError(f"value indices must lie in [0, {self.n}), got {idx.min()}..")
-        u = rng.random((*idx.shape, 2))
-        keep = u[..., 0] < self.p
-        shift = 1 + np.minimum((u[..., 1] * (self.n - 1)).astype(np.int64), self.n - 2)
+        keep = np.asarray(keep_u) < self.p
+        shift = 1 + np.minimum((np.asarray(shift_u) * (self.n - 1)).astype(np.int64), self.n - 2)
         return np.where(keep, idx, (idx + shift) % self.n)
 
     def index_of(self, values: np.ndarray) -> np.ndarray:

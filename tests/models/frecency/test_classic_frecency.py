@@ -633,6 +633,36 @@ def test_decayed_score() -> None:
         np.testing.assert_array_equal(batch[r], model.decayed_score(rows[r], pages))
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(
+        st.one_of(
+            st.integers(-3, 3000).map(float),
+            st.integers(2**20 - 5, 2**20 + 5).map(float),  # around the table's limit
+            st.floats(-5, 500, allow_nan=False),  # non-integers run day by day
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    days=st.integers(0, 400),
+    rate=st.sampled_from([float(np.float32(0.975)), 0.5, 0.1, 1.0, 0.999]),
+)
+def test_daily_decay_equals_the_sql_run_day_by_day(
+    values: list[float], days: int, rate: float
+) -> None:
+    """The table lookups (binary lifting) give what running the SQL once a day gives."""
+    v = np.array(values)
+    d = (np.arange(v.size) * 7 + days) % 401
+    r32 = float(np.float32(rate))  # the pref's float, as the SQL binds it
+    got = classic_module.daily_decay(v, d, r32)
+    want = [sql_daily_decay(x, int(n), rate) for x, n in zip(values, d, strict=True)]
+    assert got.tolist() == want
+    twice = classic_module.daily_decay(np.stack([v, 2 * v]), d, r32)  # (P, n) rows
+    assert twice[0].tolist() == want and twice[1].tolist() == [
+        sql_daily_decay(2 * x, int(n), rate) for x, n in zip(values, d, strict=True)
+    ]
+
+
 def test_decayed_score_rejects_bad_rate() -> None:
     pages = make_pages([{"visits": [(1.0, 1, False)]}])
     for rate in (0.0, 1.5, float("nan")):

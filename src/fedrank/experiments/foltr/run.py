@@ -26,17 +26,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from fedrank.core.client_random import ClientRandom
 from fedrank.core.message import MessageBatch
-from fedrank.core.seeded_noise import draw_seeds
 from fedrank.data.letor import LetorFold
 from fedrank.data.query_bank import QueryBank
 from fedrank.errors import ConfigError
 from fedrank.estimators.evolution_strategies import ESEstimator
 from fedrank.estimators.pdgd import PDGDClients
+from fedrank.experiments.foltr.clients import DaskESClients, ESClients, LocalESClients
 from fedrank.metrics.evaluate import evaluate
 from fedrank.metrics.maxrr import maxrr_values
 from fedrank.models.click_models import CLICK_MODEL_NAMES, click_model, grades_of
@@ -45,6 +46,9 @@ from fedrank.privacy.laplace import DistributedLaplace, LocalLaplace
 from fedrank.privacy.randomized_response import RandomizedResponse
 from fedrank.strategies.fedavg import FedAvgConfig, FedAvgStrategy
 from fedrank.strategies.foltr_es import FoltrEsConfig, FoltrEsStrategy
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 Algorithm = Literal["es", "fpdgd"]
 ALGORITHMS: tuple[str, ...] = ("es", "fpdgd")
@@ -108,6 +112,8 @@ class FoltrConfig:
             raise ConfigError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         if self.clients < 1 or self.batch < 1:
             raise ConfigError(f"clients and batch must be >= 1, got {self.clients}, {self.batch}")
+        if not 0 <= self.seed < 2**63:
+            raise ConfigError(f"seed must be in 0..2**63-1, got {self.seed}")
         if self.interactions < self.clients * self.batch:
             raise ConfigError(
                 f"interactions ({self.interactions}) must cover at least one iteration of "
@@ -193,23 +199,28 @@ def train_es(
     config: FoltrConfig,
     ranker: Ranker,
     bank: QueryBank,
-    rng: np.random.Generator,
     progress: Callable[[int, int], None] | None = None,
+    dask: Client | None = None,
 ) -> tuple[np.ndarray, list[float], float | None]:
-    """FOLtR-ES training; returns ``(final params, batch MaxRR per iteration, epsilon)``."""
+    """FOLtR-ES training; returns ``(final params, batch MaxRR per iteration, epsilon)``.
+    Client ``c`` of iteration ``t`` draws its numbers from ``ClientRandom(config.seed, t,
+    c)``; with ``dask`` the clients run on the cluster's workers, with the same result."""
     model = click_model(config.click_model, grades_of(bank.split.labels))
     privatizer = _privatizer(config, model.depth)
     estimator = ESEstimator(
         ranker, model, config.sigma, config.batch, config.antithetic, privatizer
+    )
+    clients: ESClients = (
+        LocalESClients(estimator, bank) if dask is None else DaskESClients(dask, estimator, bank)
     )
     strategy = FoltrEsStrategy(config.strategy_config(ranker.n_features))
     aggregator = strategy.aggregator
     theta = strategy.initial_params()
     state = strategy.init(theta)
     curve: list[float] = []
+    ids = np.arange(config.clients)
     for iteration in range(config.iterations):
-        seeds = draw_seeds(rng, config.clients)
-        reports = estimator.interact(theta, bank, seeds, rng)
+        reports = clients.interact(theta, ClientRandom(config.seed, iteration, ids))
         curve.append(float(reports.maxrr.mean()))
         batch = MessageBatch.of_es(reports.seeds, reports.metric, reports.antithetic_metric)
         agg = strategy.accumulate(aggregator.zero(), batch)
@@ -224,10 +235,11 @@ def train_fpdgd(
     config: FoltrConfig,
     ranker: Ranker,
     bank: QueryBank,
-    rng: np.random.Generator,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[np.ndarray, list[float], float | None]:
-    """FPDGD training; returns ``(final params, batch MaxRR per iteration, epsilon)``."""
+    """FPDGD training; returns ``(final params, batch MaxRR per iteration, epsilon)``. One
+    generator seeded by ``config.seed`` draws every number, in one process."""
+    rng = np.random.default_rng(np.random.SeedSequence(config.seed))
     model = click_model(config.click_model, grades_of(bank.split.labels))
     clients = PDGDClients(ranker, model)
     privatizer: LocalLaplace | DistributedLaplace | None = None
@@ -268,15 +280,24 @@ def run_foltr(
     config: FoltrConfig,
     fold: LetorFold,
     progress: Callable[[int, int], None] | None = None,
+    dask: Client | None = None,
 ) -> FoltrResult:
-    """Train on ``fold.train`` and evaluate the final model on its train and test queries."""
+    """Train on ``fold.train`` and evaluate the final model on its train and test queries
+    (``dask``: run FOLtR-ES's clients on that cluster's workers)."""
+    if dask is not None and config.algorithm != "es":
+        raise ConfigError(
+            "only FOLtR-ES runs its clients on Dask (its clients' random numbers are their "
+            "own); run FPDGD in one process, or spread whole runs with `fedrank foltr "
+            "reproduce --dask-workers N`"
+        )
     train_bank = QueryBank(fold.train)
     test_bank = QueryBank(fold.test)
     ranker = make_ranker(config.ranker, fold.train.n_features)
-    rng = np.random.default_rng(np.random.SeedSequence(config.seed))
     start = time.perf_counter()
-    train = train_es if config.algorithm == "es" else train_fpdgd
-    theta, curve, epsilon = train(config, ranker, train_bank, rng, progress)
+    if config.algorithm == "es":
+        theta, curve, epsilon = train_es(config, ranker, train_bank, progress, dask)
+    else:
+        theta, curve, epsilon = train_fpdgd(config, ranker, train_bank, progress)
     wall = time.perf_counter() - start
     model = click_model(config.click_model, grades_of(fold.train.labels))
     result = FoltrResult(

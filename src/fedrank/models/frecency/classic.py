@@ -536,17 +536,64 @@ class ClassicFrecency:
 
 def daily_decay(values: np.ndarray, days: np.ndarray, rate: float) -> np.ndarray:
     """``values`` (``(n,)`` or ``(P, n)``) after ``days[i]`` runs of Firefox's idle-daily
-    ``ROUND(frecency * rate) WHERE frecency > 0`` on page ``i``: one vectorized step per
-    day over the pages still decaying (values that no longer change drop out)."""
+    ``ROUND(frecency * rate) WHERE frecency > 0`` on page ``i``.
+
+    One run is the map ``step(v) = ROUND(v * rate)`` for ``v > 0`` (identity otherwise).
+    Integer scores below :data:`_LIFT_LIMIT` (all of Firefox's, which are integers) take
+    ``days`` runs by binary lifting: tables of ``step`` applied ``2**k`` times, one
+    lookup per bit of ``days`` (:func:`_decay_tables`); any other value runs day by day
+    (:func:`_decay_by_day`). Both give the same result as running the days one by one."""
     out = np.array(values, dtype=np.float64, copy=True)
-    flat = out.reshape(-1, out.shape[-1])
-    remaining = np.broadcast_to(days, flat.shape).copy()
+    flat = out.reshape(-1)
+    d = np.broadcast_to(np.asarray(days, dtype=np.int64), out.shape).reshape(-1)
+    todo = (flat > 0) & (d > 0)
+    lift = todo & (flat < _LIFT_LIMIT) & (flat == np.floor(flat))
+    idx = np.flatnonzero(lift)
+    if idx.size:
+        v = flat[idx].astype(np.int64)
+        dd = d[idx]
+        tables = _decay_tables(rate, int(v.max()), int(dd.max()).bit_length())
+        for k, table in enumerate(tables):
+            bit = ((dd >> k) & 1).astype(bool)
+            v[bit] = table[v[bit]]
+        flat[idx] = v
+    rest = np.flatnonzero(todo & ~lift)
+    if rest.size:
+        flat[rest] = _decay_by_day(flat[rest], d[rest], rate)
+    return out
+
+
+_LIFT_LIMIT = 1 << 20  # integer scores up to here are decayed by table lookups
+_DECAY_TABLES: dict[float, list[np.ndarray]] = {}
+
+
+def _decay_tables(rate: float, top: int, n_levels: int) -> list[np.ndarray]:
+    """``n_levels`` int32 tables covering ``0..top``: table ``k`` maps ``v`` to ``v`` after
+    ``2**k`` daily runs (cached per rate, grown on demand; ``step`` never raises a value,
+    so every lookup stays inside the table)."""
+    tables = _DECAY_TABLES.get(rate, [])
+    if not tables or tables[0].size <= top or len(tables) < n_levels:
+        size = max(1024, 1 << int(top).bit_length(), tables[0].size if tables else 0)
+        v = np.arange(size, dtype=np.float64)
+        step = np.where(v > 0, round_half_away(v * rate), v)
+        tables = [np.maximum(step, 0).astype(np.int32)]
+        while len(tables) < max(n_levels, len(_DECAY_TABLES.get(rate, []))):
+            tables.append(tables[-1][tables[-1]])
+        _DECAY_TABLES[rate] = tables  # replaced whole, so concurrent readers stay valid
+    return tables[:n_levels]
+
+
+def _decay_by_day(values: np.ndarray, days: np.ndarray, rate: float) -> np.ndarray:
+    """:func:`daily_decay` of 1-D ``values`` one day at a time (values that no longer change
+    drop out)."""
+    flat = values.copy()
+    remaining = days.copy()
     active = np.flatnonzero((flat > 0) & (remaining > 0))
     while active.size:
-        v = flat.flat[active]
+        v = flat[active]
         new = round_half_away(v * rate)
-        flat.flat[active] = new
-        left = remaining.flat[active] - 1
-        remaining.flat[active] = left
+        flat[active] = new
+        left = remaining[active] - 1
+        remaining[active] = left
         active = active[(left > 0) & (new != v) & (new > 0)]
-    return out
+    return flat

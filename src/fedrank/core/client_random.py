@@ -1,0 +1,109 @@
+"""Random numbers that belong to a client and a round, not to a process.
+
+A simulated round draws, for every client, its seed, its queries, its users' clicks and its
+privatization coins. Drawn from one shared ``numpy.random.Generator``, the numbers a client
+gets depend on how many clients were served before it in the same process, so splitting
+the clients over workers (:mod:`fedrank.experiments.executors`) would change the result.
+:class:`ClientRandom` instead makes every number a pure function of
+
+    (run seed, round, client id, stream, counter)
+
+with the counter-based SplitMix64 hashing of :mod:`fedrank.core.seeded_noise`: a block of
+clients gives the same numbers on one process or spread over many, in any order, and a
+single client computes exactly what the vectorized batch computed for it (the per-client
+reference loop checks this). Streams keep the purposes apart (:class:`Stream`); the counter
+numbers the draws within a stream (e.g. interaction ``b`` and document slot ``j`` of a
+client).
+
+The key of client ``c`` in round ``t`` of run ``s`` is
+``mix(mix(mix(s * G + K_RUN) ^ (t * G + K_ROUND)) ^ (c * G + K_CLIENT))`` and draw
+``(stream, counter)`` is ``mix(key ^ mix((counter * N_STREAMS + stream) * G + K_DRAW))``;
+uniforms take its top 53 bits.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import numpy as np
+
+from fedrank.core.seeded_noise import GOLDEN, SEED_BITS, mix64
+from fedrank.errors import ConfigError
+
+_K_RUN = np.uint64(0x3C6EF372FE94F82B)
+_K_ROUND = np.uint64(0xA54FF53A5F1D36F1)
+_K_CLIENT = np.uint64(0x510E527FADE682D1)
+_K_DRAW = np.uint64(0x9B05688C2B3E6C1F)
+_TWO_POW_M53 = 2.0**-53
+
+
+class Stream(IntEnum):
+    """What a draw is for (one independent sequence per purpose)."""
+
+    SEED = 0  # the client's 32-bit ES seed
+    QUERY = 1  # which query each interaction serves
+    CLICK = 2  # the simulated user's click coins
+    KEEP = 3  # randomized response: keep the true value?
+    SHIFT = 4  # randomized response: which other value
+
+
+N_STREAMS = len(Stream)
+#: Draws per interaction within a stream (e.g. document slots of a result list).
+SLOTS_PER_INTERACTION = 1 << 20
+
+
+class ClientRandom:
+    """The random numbers of clients ``ids`` in round ``round`` of the run seeded ``seed``.
+
+    Methods take ``rows`` (positions in ``ids``) and ``counter`` arrays that broadcast
+    together, so one call draws, e.g., every document slot of every interaction of a
+    bucket of interactions.
+    """
+
+    def __init__(self, seed: int, round: int, ids: np.ndarray) -> None:
+        for name, value in (("seed", seed), ("round", round)):
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+                raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")
+        ids = np.asarray(ids)
+        if ids.ndim != 1 or ids.dtype.kind not in "iu" or (ids.size and ids.min() < 0):
+            raise ConfigError(f"client ids must be a 1-D array of integers >= 0, got {ids!r}")
+        with np.errstate(over="ignore"):
+            run = mix64(np.array([int(seed) % 2**64], dtype=np.uint64) * GOLDEN + _K_RUN)
+            rnd = mix64(run ^ (np.uint64(int(round) % 2**64) * GOLDEN + _K_ROUND))
+            self.keys = mix64(rnd ^ (ids.astype(np.uint64) * GOLDEN + _K_CLIENT))
+        self.ids = ids.astype(np.int64)
+
+    @property
+    def size(self) -> int:
+        return int(self.ids.size)
+
+    def block(self, start: int, stop: int) -> ClientRandom:
+        """The clients at positions ``start:stop`` (their numbers do not change)."""
+        out = object.__new__(ClientRandom)
+        out.keys, out.ids = self.keys[start:stop], self.ids[start:stop]
+        return out
+
+    def bits(self, rows: np.ndarray, stream: Stream, counter: np.ndarray) -> np.ndarray:
+        """uint64 hashes of draws ``counter`` of ``stream`` for the clients at ``rows``."""
+        ctr = np.asarray(counter).astype(np.uint64) * np.uint64(N_STREAMS) + np.uint64(stream)
+        with np.errstate(over="ignore"):
+            return mix64(self.keys[rows] ^ mix64(ctr * GOLDEN + _K_DRAW))
+
+    def uniform(self, rows: np.ndarray, stream: Stream, counter: np.ndarray) -> np.ndarray:
+        """float64 uniforms in ``[0, 1)``, one per broadcast entry of ``rows`` and
+        ``counter``."""
+        return (self.bits(rows, stream, counter) >> np.uint64(11)) * _TWO_POW_M53
+
+    def integers(
+        self, rows: np.ndarray, stream: Stream, counter: np.ndarray, high: int
+    ) -> np.ndarray:
+        """int64 in ``[0, high)`` (``floor(u * high)``; bias below ``high / 2**53``)."""
+        if high < 1:
+            raise ConfigError(f"high must be >= 1, got {high}")
+        return np.minimum((self.uniform(rows, stream, counter) * high).astype(np.int64), high - 1)
+
+    def seeds(self) -> np.ndarray:
+        """Every client's 32-bit ES seed (uint32, :data:`~fedrank.core.seeded_noise.
+        SEED_BITS`)."""
+        h = self.bits(np.arange(self.size), Stream.SEED, np.zeros(self.size, np.int64))
+        return (h >> np.uint64(64 - SEED_BITS)).astype(np.uint32)
