@@ -86,6 +86,7 @@ import numpy as np
 from fedrank.aggregators.es_gradient import ESGradient
 from fedrank.core.codec import BATCH_MAGIC
 from fedrank.core.json_io import write_json
+from fedrank.core.message import MessageBatch
 from fedrank.server.config import load_config
 from fedrank.server.engine import branch_of
 from fedrank.server.process import ServerProcess
@@ -753,9 +754,9 @@ def aggregate(tmp: Path, args: argparse.Namespace, count: int) -> dict:
     rng = np.random.default_rng(4)
     state = agg.accumulate_batch(
         agg.zero(),
-        rng.integers(0, 2**32, count, dtype=np.uint64),
-        rng.random(count),
-        rng.random(count),
+        MessageBatch.of_es(
+            rng.integers(0, 2**32, count, dtype=np.uint64), rng.random(count), rng.random(count)
+        ),
     )
     state_json = json.dumps(agg.state_to_json(state))
     with server(tmp, "aggregate-foltr-es", "foltr-es") as proc:

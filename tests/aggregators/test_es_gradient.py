@@ -8,6 +8,7 @@ import pytest
 from fedrank.aggregators.es_gradient import ESGradient
 from fedrank.core.client_random import ClientRandom
 from fedrank.core.codec import decode_es_message, encode_es_message
+from fedrank.core.message import MessageBatch
 from fedrank.core.seeded_noise import draw_seeds, gaussian_noise
 from fedrank.data.query_bank import QueryBank
 from fedrank.errors import ConfigError, DataFormatError
@@ -26,9 +27,11 @@ def test_unbiased_for_a_linear_objective(antithetic: bool) -> None:
     v = gaussian_noise(seeds, dim).astype(np.float64)
     agg = ESGradient(dim, sigma, antithetic)
     if antithetic:
-        state = agg.accumulate_batch(agg.zero(), seeds, v @ a * sigma, -(v @ a) * sigma)
+        state = agg.accumulate_batch(
+            agg.zero(), MessageBatch.of_es(seeds, v @ a * sigma, -(v @ a) * sigma)
+        )
     else:
-        state = agg.accumulate_batch(agg.zero(), seeds, v @ a * sigma)
+        state = agg.accumulate_batch(agg.zero(), MessageBatch.of_es(seeds, v @ a * sigma))
     g = agg.finalize(state)
     np.testing.assert_allclose(g, a, atol=0.05)
 
@@ -40,7 +43,9 @@ def test_messages_over_the_wire_give_the_simulators_gradient() -> None:
     rep = est.interact(np.ones(ranker.dim), bank, ClientRandom(2, 0, np.arange(300)))
     agg = ESGradient(ranker.dim)
     batch = agg.finalize(
-        agg.accumulate_batch(agg.zero(), rep.seeds, rep.metric, rep.antithetic_metric)
+        agg.accumulate_batch(
+            agg.zero(), MessageBatch.of_es(rep.seeds, rep.metric, rep.antithetic_metric)
+        )
     )
     state = agg.zero()
     for m in rep.messages():
@@ -52,14 +57,16 @@ def test_messages_over_the_wire_give_the_simulators_gradient() -> None:
 def test_inconsistent_reports_are_refused() -> None:
     agg = ESGradient(3, antithetic=True)
     with pytest.raises(DataFormatError, match="antithetic"):
-        agg.accumulate_batch(agg.zero(), np.array([1]), np.array([0.5]))
+        agg.accumulate_batch(agg.zero(), MessageBatch.of_es(np.array([1]), np.array([0.5])))
     with pytest.raises(DataFormatError, match="plain"):
         ESGradient(3, antithetic=False).accumulate_batch(
-            ESGradient(3, antithetic=False).zero(), np.array([1]), [0.5], [0.2]
+            ESGradient(3, antithetic=False).zero(), MessageBatch.of_es(np.array([1]), [0.5], [0.2])
         )
-    with pytest.raises(ConfigError, match="2 seeds but 1"):
-        agg.accumulate_batch(agg.zero(), np.array([1, 2]), [0.5], [0.1])
+    with pytest.raises(DataFormatError, match="column metric has 1 rows"):
+        MessageBatch.of_es(np.array([1, 2]), [0.5], [0.1])
+    with pytest.raises(DataFormatError, match="folds ES reports"):
+        agg.accumulate_batch(agg.zero(), MessageBatch.of_vectors(np.ones((1, 3)), np.ones(1)))
     with pytest.raises(DataFormatError, match="finite"):
-        agg.accumulate_batch(agg.zero(), np.array([1]), [np.nan], [0.1])
+        agg.accumulate_batch(agg.zero(), MessageBatch.of_es(np.array([1]), [np.nan], [0.1]))
     with pytest.raises(ConfigError, match="sigma"):
         ESGradient(3, sigma=0.0)

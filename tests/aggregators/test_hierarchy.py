@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from fedrank.aggregators.hierarchy import ProxyRound, Topology, hierarchical_aggregate
 from fedrank.aggregators.mean import WeightedMean
-from fedrank.core.message import Message
+from fedrank.core.message import Message, MessageBatch
 from fedrank.errors import ConfigError
 
 
@@ -38,7 +38,7 @@ def test_hierarchy_equals_flat_aggregation(
     n = rng.integers(0, 50, size=clients.size).astype(float)
     agg = WeightedMean(5)
     result = hierarchical_aggregate(agg, topology, clients, updates, n)
-    flat = agg.accumulate_batch(agg.zero(), updates, n)
+    flat = agg.accumulate_batch(agg.zero(), MessageBatch.of_vectors(updates, n))
     np.testing.assert_allclose(agg.finalize(result.state), agg.finalize(flat), atol=1e-12)
     assert result.state.count == clients.size
     # every proxy state holds exactly its own sampled clients

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedrank.aggregators import MetricMean, WeightedMean
-from fedrank.core.message import Message
+from fedrank.core.message import Message, MessageBatch
 from fedrank.errors import DataFormatError
 
 
@@ -34,7 +34,7 @@ def test_batch_of_ten_thousand_clients_matches_the_formula() -> None:
     updates = rng.normal(size=(10_000, 22))
     n = rng.integers(1, 30, size=10_000)
     agg = WeightedMean(22)
-    state = agg.accumulate_batch(agg.zero(), updates, n)
+    state = agg.accumulate_batch(agg.zero(), MessageBatch.of_vectors(updates, n))
     expected = (n[:, None] * updates).sum(axis=0) / n.sum()
     np.testing.assert_allclose(agg.finalize(state), expected, rtol=1e-12, atol=1e-15)
     assert state.count == 10_000
@@ -43,7 +43,8 @@ def test_batch_of_ten_thousand_clients_matches_the_formula() -> None:
 def test_integer_and_float32_updates_are_averaged_in_float64() -> None:
     agg = WeightedMean(2)
     state = agg.accumulate_batch(
-        agg.zero(), np.array([[1, 2], [3, 4]], dtype=np.int32), np.array([1, 1])
+        agg.zero(),
+        MessageBatch.of_vectors(np.array([[1, 2], [3, 4]], dtype=np.int32), np.array([1, 1])),
     )
     state = agg.accumulate(state, Message(update=np.array([2.0, 3.0], dtype=np.float32)))
     out = agg.finalize(state)
@@ -56,11 +57,15 @@ def test_bad_inputs_are_refused() -> None:
     with pytest.raises(DataFormatError, match="NaN"):
         agg.accumulate(agg.zero(), Message(update=np.array([np.nan, 0.0])))
     with pytest.raises(DataFormatError, match="row 1"):
-        agg.accumulate_batch(agg.zero(), np.array([[0.0, 0.0], [np.inf, 0.0]]), np.ones(2))
+        agg.accumulate_batch(
+            agg.zero(), MessageBatch.of_vectors(np.array([[0.0, 0.0], [np.inf, 0.0]]), np.ones(2))
+        )
     with pytest.raises(DataFormatError, match=">= 0"):
         agg.accumulate(agg.zero(), Message(update=np.zeros(2), n=-1))
     with pytest.raises(DataFormatError, match=">= 0"):
-        agg.accumulate_batch(agg.zero(), np.zeros((2, 2)), np.array([1, -1]))
+        agg.accumulate_batch(
+            agg.zero(), MessageBatch.of_vectors(np.zeros((2, 2)), np.array([1, -1]))
+        )
 
 
 def test_state_json_is_plain_json() -> None:

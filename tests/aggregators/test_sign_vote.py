@@ -6,13 +6,15 @@ import numpy as np
 import pytest
 
 from fedrank.aggregators import SignVote
-from fedrank.core.message import Message
+from fedrank.core.message import Message, MessageBatch
 from fedrank.errors import ConfigError, DataFormatError
 
 
 def vote(agg: SignVote, rows: list[list[float]], n: list[int] | None = None) -> np.ndarray:
     weights = np.ones(len(rows), dtype=np.int64) if n is None else np.array(n)
-    return agg.finalize(agg.accumulate_batch(agg.zero(), np.array(rows, float), weights))
+    return agg.finalize(
+        agg.accumulate_batch(agg.zero(), MessageBatch.of_vectors(np.array(rows, float), weights))
+    )
 
 
 def test_majority_sign_wins_and_ties_give_zero() -> None:
@@ -31,7 +33,8 @@ def test_magnitudes_do_not_matter() -> None:
 def test_zeros_are_counted_separately_and_never_decide() -> None:
     agg = SignVote(2)
     state = agg.accumulate_batch(
-        agg.zero(), np.array([[0.0, 1.0], [0.0, 0.0], [0.0, -0.0]]), np.ones(3)
+        agg.zero(),
+        MessageBatch.of_vectors(np.array([[0.0, 1.0], [0.0, 0.0], [0.0, -0.0]]), np.ones(3)),
     )
     np.testing.assert_array_equal(state.zero, [3, 2])
     np.testing.assert_array_equal(state.pos, [0, 1])
@@ -51,21 +54,26 @@ def test_weighted_vote_counts_n_votes_per_message() -> None:
 def test_weighted_vote_refuses_fractional_weights() -> None:
     agg = SignVote(1, weighted=True)
     with pytest.raises(DataFormatError, match="integer"):
-        agg.accumulate_batch(agg.zero(), np.ones((2, 1)), np.array([1.5, 1.0]))
+        agg.accumulate_batch(
+            agg.zero(), MessageBatch.of_vectors(np.ones((2, 1)), np.array([1.5, 1.0]))
+        )
 
 
 def test_counts_are_exact_integers_at_scale() -> None:
     rng = np.random.default_rng(1)
     signs = rng.choice([-1.0, 0.0, 1.0], size=(10_000, 22))
     agg = SignVote(22)
-    state = agg.accumulate_batch(agg.zero(), signs, np.ones(10_000))
+    state = agg.accumulate_batch(agg.zero(), MessageBatch.of_vectors(signs, np.ones(10_000)))
     assert state.pos.dtype == np.int64
     np.testing.assert_array_equal(state.pos + state.neg + state.zero, np.full(22, 10_000))
     np.testing.assert_array_equal(state.pos, (signs > 0).sum(axis=0))
     # split into 7 uneven chunks and merge in reverse: identical state
     merged = agg.zero()
     for chunk in reversed(np.array_split(signs, 7)):
-        merged = agg.merge(merged, agg.accumulate_batch(agg.zero(), chunk, np.ones(len(chunk))))
+        merged = agg.merge(
+            merged,
+            agg.accumulate_batch(agg.zero(), MessageBatch.of_vectors(chunk, np.ones(len(chunk)))),
+        )
     assert agg.state_to_json(merged) == agg.state_to_json(state)
 
 

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from fedrank.aggregators import GatedMean, MetricMean, SignVote, WeightedMean
 from fedrank.aggregators.es_gradient import ESGradient
-from fedrank.core.message import ESMessage, Message
-from fedrank.errors import ConfigError
+from fedrank.core.message import ESMessage, Message, MessageBatch
+from fedrank.errors import ConfigError, DataFormatError
 
 METRIC_NAMES = ("loss", "chars_typed", "selected_rank")
 
@@ -38,7 +38,7 @@ def _es_batch(agg: ESGradient, messages: Sequence[ESMessage], dim: int) -> Any:
     seeds = np.array([m.seed for m in messages], dtype=np.int64)
     metric = np.array([m.metric for m in messages], dtype=np.float64)
     anti = np.array([m.antithetic_metric for m in messages], dtype=np.float64)
-    return agg.accumulate_batch(agg.zero(), seeds, metric, anti)
+    return agg.accumulate_batch(agg.zero(), MessageBatch.of_es(seeds, metric, anti))
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def fold_batch(case: AggCase, agg: Any, messages: Sequence[Any], dim: int) -> An
     n = np.array([m.n for m in messages], dtype=np.int64)
     if case.vector:
         updates = np.array([m.update for m in messages], dtype=np.float64).reshape(-1, dim)
-        return agg.accumulate_batch(agg.zero(), updates, n)
+        return agg.accumulate_batch(agg.zero(), MessageBatch.of_vectors(updates, n))
     columns = {
         name: np.array([m.metrics.get(name, np.nan) for m in messages], dtype=np.float64)
         for name in METRIC_NAMES
@@ -303,9 +303,13 @@ def test_dimension_mismatch_is_a_config_error(case: AggCase) -> None:
     with pytest.raises(ConfigError, match=r"expected .*\(3,\).*got .*\(4,\)"):
         agg.accumulate(agg.zero(), Message(update=np.zeros(4)))
     with pytest.raises(ConfigError, match=r"expected .*3.*got .*\(2, 5\)"):
-        agg.accumulate_batch(agg.zero(), np.zeros((2, 5)), np.ones(2))
-    with pytest.raises(ConfigError, match="expected n of shape"):
-        agg.accumulate_batch(agg.zero(), np.zeros((2, 3)), np.ones(3))
+        agg.accumulate_batch(agg.zero(), MessageBatch.of_vectors(np.zeros((2, 5)), np.ones(2)))
+    with pytest.raises(DataFormatError, match="column weight has 3 rows"):
+        MessageBatch.of_vectors(np.zeros((2, 3)), np.ones(3))
+    with pytest.raises(DataFormatError, match="folds vector messages"):
+        agg.accumulate_batch(agg.zero(), MessageBatch.of_es(np.arange(2), np.ones(2)))
+    empty = agg.accumulate_batch(agg.zero(), MessageBatch(0))
+    assert agg.state_to_json(empty) == agg.state_to_json(agg.zero())
     with pytest.raises(ConfigError, match="dimension"):
         agg.merge(agg.zero(), case.build(4).zero())
     with pytest.raises(ConfigError):

@@ -86,9 +86,9 @@ def test_every_strategy_folds_a_batch_like_its_aggregator() -> None:
         agg = strategy.aggregator
         vectors, n = rng.normal(size=(7, strategy.dim)), rng.integers(1, 5, 7) * 1.0
         got = agg.finalize(strategy.accumulate(agg.zero(), MessageBatch.of_vectors(vectors, n)))
-        want = agg.finalize(agg.accumulate_batch(agg.zero(), vectors, n))
+        want = agg.finalize(agg.accumulate_batch(agg.zero(), MessageBatch.of_vectors(vectors, n)))
         np.testing.assert_array_equal(got, want)
-        state = agg.accumulate_batch(agg.zero(), vectors, n)
+        state = agg.accumulate_batch(agg.zero(), MessageBatch.of_vectors(vectors, n))
         assert strategy.accumulate(state, MessageBatch(0)) is state
     es = FoltrEsStrategy(FoltrEsConfig(n_features=5, antithetic=True))
     seeds = rng.integers(0, 2**32, 6, dtype=np.uint64)
@@ -97,7 +97,9 @@ def test_every_strategy_folds_a_batch_like_its_aggregator() -> None:
         es.accumulate(es.aggregator.zero(), MessageBatch.of_es(seeds, metric, anti))
     )
     want = es.aggregator.finalize(
-        es.aggregator.accumulate_batch(es.aggregator.zero(), seeds, metric, anti)
+        es.aggregator.accumulate_batch(
+            es.aggregator.zero(), MessageBatch.of_es(seeds, metric, anti)
+        )
     )
     np.testing.assert_array_equal(got, want)
     assert np.any(got != 0.0)

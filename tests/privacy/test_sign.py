@@ -7,7 +7,7 @@ import pytest
 
 from fedrank.aggregators import SignVote
 from fedrank.core.codec import encode_message, payload_size
-from fedrank.core.message import Message
+from fedrank.core.message import Message, MessageBatch
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.privacy import SignCompressor
 
@@ -40,7 +40,8 @@ def test_one_bit_zero_replacement_does_not_bias_the_vote() -> None:
     balance = 0
     for _ in range(400):
         state = agg.accumulate_batch(
-            agg.zero(), comp.privatize_batch(np.zeros((21, 1)), rng), np.ones(21)
+            agg.zero(),
+            MessageBatch.of_vectors(comp.privatize_batch(np.zeros((21, 1)), rng), np.ones(21)),
         )
         balance += int(agg.finalize(state)[0])
     assert abs(balance) < 5 * np.sqrt(400)  # positive and negative outcomes balance

@@ -21,6 +21,7 @@ import pytest
 
 from fedrank.aggregators.es_gradient import ESGradient
 from fedrank.aggregators.mean import WeightedMean
+from fedrank.core.message import MessageBatch
 from fedrank.server.engine import branch_of
 from fedrank.server.workloads import make_workload
 from tests.server.serverkit import (
@@ -672,7 +673,7 @@ def test_fedavg_updates_and_a_proxy_aggregate_make_one_step(fedavg: Live) -> Non
     proxied = rng.normal(size=(4, dim))
     weights = rng.integers(1, 20, size=4).astype(float)
     mean = WeightedMean(dim)
-    state = mean.accumulate_batch(mean.zero(), proxied, weights)
+    state = mean.accumulate_batch(mean.zero(), MessageBatch.of_vectors(proxied, weights))
     state_json = mean.state_to_json(state)
     batch_id = f"proxy-{version}"
     ok = client.post("/v1/updates:batch", json=_aggregate_body(state_json, 4, batch_id, version))
@@ -725,7 +726,9 @@ def test_fedavg_updates_and_a_proxy_aggregate_make_one_step(fedavg: Live) -> Non
 
 def _mean_state_json(dim: int, rows: int = 2) -> dict[str, object]:
     mean = WeightedMean(dim)
-    state = mean.accumulate_batch(mean.zero(), np.ones((rows, dim)), np.ones(rows))
+    state = mean.accumulate_batch(
+        mean.zero(), MessageBatch.of_vectors(np.ones((rows, dim)), np.ones(rows))
+    )
     return mean.state_to_json(state)
 
 
@@ -849,7 +852,7 @@ def test_es_aggregate_merges_like_the_messages(es: Live) -> None:
     seeds = np.arange(100, 106, dtype=np.uint64)
     metric = np.linspace(0.1, 0.6, 6)
     anti = np.linspace(0.5, 0.0, 6)
-    state = agg.accumulate_batch(agg.zero(), seeds, metric, anti)
+    state = agg.accumulate_batch(agg.zero(), MessageBatch.of_es(seeds, metric, anti))
     body = _aggregate_body(agg.state_to_json(state), 6, f"es-proxy-{version}", version)
     assert client.post("/v1/updates:batch", json=body).status_code == 202
     messages = [es_message(f"es-m-{version}-{i}", version, 200 + i, 0.5, 0.125) for i in range(3)]

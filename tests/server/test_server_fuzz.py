@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedrank.aggregators.mean import WeightedMean
+from fedrank.core.message import MessageBatch
 from tests.server.serverkit import (
     ADMIN_TOKEN,
     BINARY,
@@ -382,7 +383,9 @@ def test_batches(es: Live, body: Any) -> None:
 def _aggregate(count: int) -> dict[str, Any]:
     mean = WeightedMean(DIM)
     rng = np.random.default_rng(count)
-    state = mean.accumulate_batch(mean.zero(), rng.normal(size=(count, DIM)), np.ones(count))
+    state = mean.accumulate_batch(
+        mean.zero(), MessageBatch.of_vectors(rng.normal(size=(count, DIM)), np.ones(count))
+    )
     return mean.state_to_json(state)
 
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedrank.core.codec import encode_es_message, pack_signs
-from fedrank.core.message import ESMessage
+from fedrank.core.message import ESMessage, MessageBatch
 from fedrank.server.config import ServerConfig, load_config
 from fedrank.server.workloads import (
     MAX_ENTRY,
@@ -206,7 +206,8 @@ def test_the_step_goes_the_documented_way(fedavg: FedAvgWorkload, es: FoltrEsWor
     points uphill of MaxRR, which is maximized)."""
     fa = fedavg.strategy
     deltas = fa.aggregator.accumulate_batch(
-        fa.aggregator.zero(), np.array([[1.0, -2.0, 0.5, 0.0]]), np.array([3.0])
+        fa.aggregator.zero(),
+        MessageBatch.of_vectors(np.array([[1.0, -2.0, 0.5, 0.0]]), np.array([3.0])),
     )
     params = fa.initial_params()
     step = fa.server_step(deltas, params, fa.init(params))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedrank.core.message import MessageBatch
 from fedrank.core.seeded_noise import gaussian_noise
 from fedrank.errors import ConfigError
 from fedrank.strategies.fedavg import FedAvgConfig, FedAvgStrategy
@@ -17,7 +18,7 @@ def test_fedavg_adds_eta_s_times_the_weighted_mean_delta() -> None:
     strategy = FedAvgStrategy(FedAvgConfig(dim=3, server_learning_rate=2.0))
     agg = strategy.aggregator
     deltas = np.array([[1.0, 0.0, -4.0], [0.0, 3.0, 0.0]])
-    state = agg.accumulate_batch(agg.zero(), deltas, np.array([1.0, 3.0]))
+    state = agg.accumulate_batch(agg.zero(), MessageBatch.of_vectors(deltas, np.array([1.0, 3.0])))
     params = np.array([10.0, 10.0, 10.0])
     step = strategy.server_step(state, params, strategy.init(params))
     np.testing.assert_array_equal(step.params, [10.5, 14.5, 8.0])  # mean [.25, 2.25, -1]
@@ -30,7 +31,9 @@ def test_fedavg_keeps_a_float32_model_float32() -> None:
     initial = np.zeros(2, dtype=np.float32)
     strategy = FedAvgStrategy(FedAvgConfig(dim=2, server_learning_rate=3.0), initial=initial)
     agg = strategy.aggregator
-    state = agg.accumulate_batch(agg.zero(), np.array([[0.1, -0.2]]), np.array([1.0]))
+    state = agg.accumulate_batch(
+        agg.zero(), MessageBatch.of_vectors(np.array([[0.1, -0.2]]), np.array([1.0]))
+    )
     params = strategy.initial_params()
     step = strategy.server_step(state, params, strategy.init(params))
     assert step.params.dtype == np.float32
@@ -45,7 +48,9 @@ def test_foltr_es_ascends_the_reported_metric() -> None:
     strategy = FoltrEsStrategy(config)
     agg = strategy.aggregator
     seeds = np.array([17], dtype=np.uint64)
-    state = agg.accumulate_batch(agg.zero(), seeds, np.array([0.9]), np.array([0.1]))
+    state = agg.accumulate_batch(
+        agg.zero(), MessageBatch.of_es(seeds, np.array([0.9]), np.array([0.1]))
+    )
     params = strategy.initial_params()
     step = strategy.server_step(state, params, strategy.init(params))
     noise = gaussian_noise(seeds, 5)[0]

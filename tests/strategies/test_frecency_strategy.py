@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedrank.core.message import MessageBatch
 from fedrank.errors import ConfigError
 from fedrank.models.frecency.weights import CLASSIC_WEIGHT_NAMES, classic_defaults
 from fedrank.optim.constraints import ConstraintChain, LowerBound
@@ -17,7 +18,9 @@ DIM = len(CLASSIC_WEIGHT_NAMES)
 
 def _step(strategy: FrecencyStrategy, gradients: np.ndarray, params: np.ndarray | None = None):
     agg = strategy.aggregator
-    state = agg.accumulate_batch(agg.zero(), gradients, np.ones(gradients.shape[0]))
+    state = agg.accumulate_batch(
+        agg.zero(), MessageBatch.of_vectors(gradients, np.ones(gradients.shape[0]))
+    )
     params = strategy.initial_params() if params is None else params
     return strategy.server_step(state, params, strategy.init(params))
 
@@ -89,7 +92,7 @@ def test_a_step_the_safeguards_cannot_repair_is_refused() -> None:
 def test_the_step_does_not_touch_its_inputs() -> None:
     strategy = FrecencyStrategy(FrecencyConfig(significance_z=0.0))
     agg = strategy.aggregator
-    state = agg.accumulate_batch(agg.zero(), np.ones((2, DIM)), np.ones(2))
+    state = agg.accumulate_batch(agg.zero(), MessageBatch.of_vectors(np.ones((2, DIM)), np.ones(2)))
     params = strategy.initial_params()
     opt_state = strategy.init(params)
     before = (params.copy(), agg.state_to_json(state), strategy.optimizer.state_to_json(opt_state))

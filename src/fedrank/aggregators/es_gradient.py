@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fedrank.aggregators.mean import check_dim
-from fedrank.core.message import ESMessage
+from fedrank.core.message import ESMessage, MessageBatch
 from fedrank.core.seeded_noise import check_seeds, gaussian_noise
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.optim.serialization import (
@@ -95,19 +95,23 @@ class ESGradient:
     def accumulate(self, state: ESGradientState, message: ESMessage) -> ESGradientState:
         """Fold one report in (regenerating its noise from the seed)."""
         anti = None if message.antithetic_metric is None else [message.antithetic_metric]
-        return self.accumulate_batch(state, np.array([message.seed]), [message.metric], anti)
+        batch = MessageBatch.of_es(np.array([message.seed]), [message.metric], anti)
+        return self.accumulate_batch(state, batch)
 
-    def accumulate_batch(
-        self,
-        state: ESGradientState,
-        seeds: np.ndarray,
-        metric: np.ndarray,
-        antithetic_metric: np.ndarray | None = None,
-    ) -> ESGradientState:
-        """Fold ``C`` reports at once (one noise matrix for all of them)."""
+    def accumulate_batch(self, state: ESGradientState, batch: MessageBatch) -> ESGradientState:
+        """Fold ``C`` reports at once (columns ``seed``, ``metric`` and, antithetic,
+        ``antithetic``; one noise matrix for all of them)."""
         self._check_state(state)
-        s = check_seeds(seeds)
-        c = self._coefficients(metric, antithetic_metric)
+        if batch.size == 0:
+            return state
+        if batch.seed is None or batch.metric is None:
+            used = [f for f in MessageBatch.FIELDS if getattr(batch, f) is not None]
+            raise DataFormatError(
+                f"the ES aggregator folds ES reports (columns seed and metric); the batch has "
+                f"columns {used}"
+            )
+        s = check_seeds(batch.seed)
+        c = self._coefficients(batch.metric, batch.antithetic)
         if c.shape != s.shape:
             raise ConfigError(f"got {s.size} seeds but {c.size} metrics")
         if s.size == 0:

@@ -25,8 +25,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fedrank.aggregators.mean import check_batch, check_dim, check_update, check_weight
-from fedrank.core.message import Message
+from fedrank.aggregators.mean import check_dim, check_update, check_weight, vector_columns
+from fedrank.core.message import Message, MessageBatch
 from fedrank.errors import ConfigError
 from fedrank.optim.serialization import (
     array_from_json,
@@ -94,13 +94,11 @@ class GatedMean:
             state.count + 1,
         )
 
-    def accumulate_batch(
-        self, state: GatedMeanState, updates: np.ndarray, n: np.ndarray
-    ) -> GatedMeanState:
-        """Fold ``C`` messages at once (rows of ``updates``, weights ``n``); equal to
-        accumulating the rows one by one, up to rounding."""
+    def accumulate_batch(self, state: GatedMeanState, batch: MessageBatch) -> GatedMeanState:
+        """Fold ``C`` messages at once (rows of ``batch.vector``, weights ``batch.weight``);
+        equal to accumulating the rows one by one, up to rounding."""
         self._check_state(state)
-        mat, weights = check_batch(updates, n, self.dim)
+        mat, weights = vector_columns(batch, self.dim)
         mat = mat.astype(np.float64, copy=False)
         w = weights.astype(np.float64, copy=False)
         return GatedMeanState(

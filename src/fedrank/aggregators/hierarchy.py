@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from fedrank.core.message import MessageBatch
 from fedrank.errors import ConfigError
 
 State = TypeVar("State")
@@ -116,7 +117,7 @@ def hierarchical_aggregate(
     for proxy in np.unique(proxies):
         rows = np.flatnonzero(proxies == proxy)
         proxy_states[int(proxy)] = aggregator.accumulate_batch(
-            aggregator.zero(), updates[rows], n[rows]
+            aggregator.zero(), MessageBatch.of_vectors(updates[rows], n[rows])
         )
     return merge_upward(aggregator, topology, proxy_states)
 

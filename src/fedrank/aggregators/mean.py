@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fedrank.core.message import Message
+from fedrank.core.message import Message, MessageBatch
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.optim.serialization import (
     array_from_json,
@@ -59,6 +59,20 @@ def check_weight(n: float) -> float:
     if not np.isfinite(w) or w < 0:
         raise DataFormatError(f"message weight n must be finite and >= 0, got {n!r}")
     return w
+
+
+def vector_columns(batch: MessageBatch, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """A batch's ``(vector, weight)`` columns, validated by :func:`check_batch`; a batch of
+    other messages (e.g. ES seeds and metrics) raises."""
+    if batch.vector is None or batch.weight is None:
+        if batch.size == 0:
+            return np.zeros((0, dim)), np.zeros(0)
+        used = [f for f in MessageBatch.FIELDS if getattr(batch, f) is not None]
+        raise DataFormatError(
+            f"this aggregator folds vector messages (columns vector and weight); the batch "
+            f"has columns {used}"
+        )
+    return check_batch(batch.vector, batch.weight, dim)
 
 
 def check_batch(updates: np.ndarray, n: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
@@ -136,13 +150,12 @@ class WeightedMean:
             state.weighted_sum + w * vec, state.total_weight + w, state.count + 1
         )
 
-    def accumulate_batch(
-        self, state: WeightedMeanState, updates: np.ndarray, n: np.ndarray
-    ) -> WeightedMeanState:
-        """Fold ``C`` messages at once: rows of ``updates`` (``(C, dim)``) with weights ``n``
-        (``(C,)``). Equals accumulating the rows one by one, up to rounding."""
+    def accumulate_batch(self, state: WeightedMeanState, batch: MessageBatch) -> WeightedMeanState:
+        """Fold ``C`` messages at once: rows of ``batch.vector`` (``(C, dim)``) with weights
+        ``batch.weight`` (``(C,)``). Equals accumulating the rows one by one, up to
+        rounding."""
         self._check_state(state)
-        mat, weights = check_batch(updates, n, self.dim)
+        mat, weights = vector_columns(batch, self.dim)
         w = weights.astype(np.float64, copy=False)
         return WeightedMeanState(
             state.weighted_sum + w @ mat.astype(np.float64, copy=False),

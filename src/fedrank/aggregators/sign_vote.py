@@ -20,8 +20,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fedrank.aggregators.mean import check_batch, check_dim, check_update, check_weight
-from fedrank.core.message import Message
+from fedrank.aggregators.mean import check_dim, check_update, check_weight, vector_columns
+from fedrank.core.message import Message, MessageBatch
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.optim.serialization import (
     array_from_json,
@@ -109,13 +109,12 @@ class SignVote:
             state.count + 1,
         )
 
-    def accumulate_batch(
-        self, state: SignVoteState, updates: np.ndarray, n: np.ndarray
-    ) -> SignVoteState:
-        """Add the votes of ``C`` messages at once (rows of ``updates``, weights ``n``, used
-        only when ``weighted``); exactly equal to accumulating the rows one by one."""
+    def accumulate_batch(self, state: SignVoteState, batch: MessageBatch) -> SignVoteState:
+        """Add the votes of ``C`` messages at once (rows of ``batch.vector``, weights
+        ``batch.weight``, used only when ``weighted``); exactly equal to accumulating the
+        rows one by one."""
         self._check_state(state)
-        mat, weights = check_batch(updates, n, self.dim)
+        mat, weights = vector_columns(batch, self.dim)
         if self.weighted:
             w = _integer_weights(weights)
             pos = w @ (mat > 0).astype(np.int64)

@@ -21,7 +21,7 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from fedrank.core.message import Message
+from fedrank.core.message import Message, MessageBatch
 
 State = TypeVar("State")
 LocalData = TypeVar("LocalData", contravariant=True)
@@ -61,6 +61,11 @@ class Aggregator(Protocol, Generic[State]):
 
     def accumulate(self, state: State, message: Message) -> State:
         """Fold one message into ``state`` (returns a new state)."""
+        ...
+
+    def accumulate_batch(self, state: State, batch: MessageBatch) -> State:
+        """Fold a batch of messages (the columnar form every transport carries) at once;
+        equal to folding its messages one by one, up to float rounding."""
         ...
 
     def merge(self, a: State, b: State) -> State:

@@ -78,12 +78,11 @@ class Strategy(ABC):
         return self.optimizer.init(params)
 
     def accumulate(self, state: Any, batch: MessageBatch) -> Any:
-        """Fold a batch of vector messages (rows of ``batch.vector``, weights
-        ``batch.weight``) into the aggregator ``state`` in one vectorized call; the empty
-        batch leaves it unchanged."""
+        """Fold a batch of messages into the aggregator ``state`` in one vectorized call;
+        the empty batch leaves it unchanged."""
         if batch.size == 0:
             return state
-        return self.aggregator.accumulate_batch(state, batch.vector, batch.weight)
+        return self.aggregator.accumulate_batch(state, batch)
 
     def server_step(self, state: Any, params: np.ndarray, opt_state: Any) -> ServerStep:
         """Finalize the aggregator ``state``, step the optimizer chain from ``params`` and

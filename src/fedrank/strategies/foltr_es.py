@@ -19,12 +19,10 @@ simulator builds the same strategy from its run settings
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from fedrank.aggregators.es_gradient import ESGradient
-from fedrank.core.message import MessageBatch
 from fedrank.errors import ConfigError
 from fedrank.models.rankers import RANKER_NAMES, Ranker, make_ranker
 from fedrank.optim.adam import Adam
@@ -87,9 +85,3 @@ class FoltrEsStrategy(Strategy):
 
     def initial_params(self) -> np.ndarray:
         return self.ranker.init_params()
-
-    def accumulate(self, state: Any, batch: MessageBatch) -> Any:
-        """Fold a batch of ES messages (seeds, metrics, antithetic metrics)."""
-        if batch.size == 0:
-            return state
-        return self.aggregator.accumulate_batch(state, batch.seed, batch.metric, batch.antithetic)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedrank.core.message import MessageBatch
 from fedrank.core.protocols import Aggregator
 from fedrank.errors import ConfigError
 
@@ -43,7 +44,9 @@ def subsample_l1_distances(
     for i in range(draws):  # 50 draws, each one vectorized over its reports
         idx = rng.choice(n_reports, size=size, replace=False)
         sub = aggregator.finalize(
-            aggregator.accumulate_batch(aggregator.zero(), updates[idx], n[idx])
+            aggregator.accumulate_batch(
+                aggregator.zero(), MessageBatch.of_vectors(updates[idx], n[idx])
+            )
         )
         distances[i] = np.abs(sub - full_update).sum()
         agreement[i] = np.mean(np.sign(sub) == np.sign(full_update))

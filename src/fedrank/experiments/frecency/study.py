@@ -406,7 +406,9 @@ def optimization_phase(
             # Figure 7 compares plain means (no gate): the update of all reports vs of
             # 2,000 sampled ones; an iteration with fewer than twice that many reports
             # samples half of them (recorded as "sample").
-            plain_state = plain.accumulate_batch(plain.zero(), updates, reports.n)
+            plain_state = plain.accumulate_batch(
+                plain.zero(), MessageBatch.of_vectors(updates, reports.n)
+            )
             result.stability.append(
                 subsample_l1_distances(
                     plain,
