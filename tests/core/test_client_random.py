@@ -12,6 +12,7 @@ from fedrank.core.client_random import ClientRandom, Stream
 from fedrank.errors import ConfigError
 
 GOLDEN_SEEDS = [2085765587, 4139734036, 1504255603]
+GOLDEN_SLOTS = [0.8536447110243689, 0.2890400758415289, 0.3348272949262664, 0.6254700274045266]
 GOLDEN_QUERY_UNIFORMS = [0.200002312211237, 0.47802329056589343, 0.07333223818419743]
 
 
@@ -22,6 +23,8 @@ def test_golden_values_pin_the_function() -> None:
     np.testing.assert_array_equal(
         r.uniform(np.arange(3), Stream.QUERY, np.zeros(3, int)), GOLDEN_QUERY_UNIFORMS
     )
+    slots = r.uniform_slots(np.arange(2), Stream.CLICK, np.array([0, 1]), 2)
+    np.testing.assert_array_equal(slots.ravel(), GOLDEN_SLOTS)
 
 
 @settings(max_examples=40, deadline=None)
@@ -43,6 +46,10 @@ def test_a_clients_numbers_do_not_depend_on_the_others(
             alone.uniform(np.zeros(5, int), Stream.CLICK, ctr),
             together.uniform(np.full(5, k), Stream.CLICK, ctr),
         )
+        np.testing.assert_array_equal(
+            alone.uniform_slots(np.zeros(5, int), Stream.CLICK, ctr, 7),
+            together.uniform_slots(np.full(5, k), Stream.CLICK, ctr, 7),
+        )
     lo = len(ids) // 2
     np.testing.assert_array_equal(together.block(lo, len(ids)).seeds(), together.seeds()[lo:])
 
@@ -58,6 +65,10 @@ def test_uniforms_are_uniform_and_streams_rounds_seeds_independent() -> None:
     for other in (ClientRandom(5, 1, np.arange(2000)), ClientRandom(6, 0, np.arange(2000))):
         u = other.uniform(rows, Stream.CLICK, ctr)
         assert abs(np.corrcoef(u, draws[Stream.CLICK])[0, 1]) < 0.01
+    slots = r.uniform_slots(np.arange(2000), Stream.CLICK, np.zeros(2000, int), 50)
+    assert stats.kstest(slots.ravel(), "uniform").pvalue > 1e-4
+    for a, b in ((0, 1), (0, 49)):  # neighbouring and distant slots are uncorrelated
+        assert abs(np.corrcoef(slots[:, a], slots[:, b])[0, 1]) < 0.1
     ints = r.integers(rows, Stream.QUERY, ctr, 7)
     assert ints.min() == 0 and ints.max() == 6
     assert stats.chisquare(np.bincount(ints, minlength=7)).pvalue > 1e-4

@@ -10,10 +10,12 @@ the clients over workers (:mod:`fedrank.experiments.executors`) would change the
 
 with the counter-based SplitMix64 hashing of :mod:`fedrank.core.seeded_noise`: a block of
 clients gives the same numbers on one process or spread over many, in any order, and a
-single client computes exactly what the vectorized batch computed for it (the per-client
-reference loop checks this). Streams keep the purposes apart (:class:`Stream`); the counter
-numbers the draws within a stream (e.g. interaction ``b`` and document slot ``j`` of a
-client).
+single client computes exactly what the vectorized batch computed for it
+(``tests/core/test_client_random.py``, and for whole FOLtR-ES reports
+``tests/estimators/test_evolution_strategies.py``). Streams keep the purposes apart
+(:class:`Stream`); the counter numbers the draws within a stream (e.g. interaction ``b``
+of a client), and :meth:`ClientRandom.uniform_slots` gives a row of numbers per draw (e.g.
+one per document slot).
 
 The key of client ``c`` in round ``t`` of run ``s`` is
 ``mix(mix(mix(s * G + K_RUN) ^ (t * G + K_ROUND)) ^ (c * G + K_CLIENT))`` and draw
@@ -48,8 +50,6 @@ class Stream(IntEnum):
 
 
 N_STREAMS = len(Stream)
-#: Draws per interaction within a stream (e.g. document slots of a result list).
-SLOTS_PER_INTERACTION = 1 << 20
 
 
 class ClientRandom:
@@ -93,6 +93,19 @@ class ClientRandom:
         """float64 uniforms in ``[0, 1)``, one per broadcast entry of ``rows`` and
         ``counter``."""
         return (self.bits(rows, stream, counter) >> np.uint64(11)) * _TWO_POW_M53
+
+    def uniform_slots(
+        self, rows: np.ndarray, stream: Stream, counter: np.ndarray, n: int
+    ) -> np.ndarray:
+        """``(len(rows), n)`` float64 uniforms: ``n`` per row, e.g. one per document slot of
+        an interaction. Row ``i`` starts a SplitMix64 sequence at its draw ``(stream,
+        counter[i])`` (:meth:`bits`) and slot ``j`` is that sequence's ``j + 1``-th output,
+        ``mix(state + (j + 1) * G)``: one hash per slot."""
+        state = self.bits(np.asarray(rows), stream, np.asarray(counter))
+        with np.errstate(over="ignore"):
+            steps = np.arange(1, n + 1, dtype=np.uint64) * GOLDEN
+            h = mix64(state[:, None] + steps[None, :])
+        return (h >> np.uint64(11)) * _TWO_POW_M53
 
     def integers(
         self, rows: np.ndarray, stream: Stream, counter: np.ndarray, high: int

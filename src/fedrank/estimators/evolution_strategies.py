@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedrank.core.client_random import SLOTS_PER_INTERACTION, ClientRandom, Stream
+from fedrank.core.client_random import ClientRandom, Stream
 from fedrank.core.message import ESMessage
 from fedrank.core.seeded_noise import gaussian_noise
 from fedrank.data.query_bank import InteractionGroup, QueryBank
@@ -189,10 +189,9 @@ class ESEstimator:
             i = group.interactions
             rows = theta32 + scale[i, None] * noise[client[i]]
             scores = self.ranker.score_rows(rows, group.features())
-            first_slot = step[i, None] * SLOTS_PER_INTERACTION
 
-            def coins(n: int, i: np.ndarray = i, first: np.ndarray = first_slot) -> np.ndarray:
-                return random.uniform(client[i, None], Stream.CLICK, first + np.arange(n))
+            def coins(n: int, i: np.ndarray = i) -> np.ndarray:
+                return random.uniform_slots(client[i], Stream.CLICK, step[i], n)
 
             index[i] = first_click_index(group, scores, self.click_model, coins)
         values = maxrr_values(self.click_model.depth)
