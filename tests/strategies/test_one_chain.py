@@ -1,5 +1,6 @@
 """One chain, three places: a fixed list of client messages applied (a) in process by each
-system's strategy, (b) through a real ``fedrank serve`` over HTTP and (c) folded in two
+system's strategy, (b) through a real ``fedrank serve`` over HTTP (message by message, and
+as one columnar ``MessageBatch`` per iteration sent by the client SDK) and (c) folded in two
 blocks on the workers of a real 2-worker Dask cluster, the states merged by the driver,
 gives the same model after several iterations -- equal to 1e-12 relative: the server
 folds messages in as they arrive (one group commit may hold several) and the cluster
@@ -19,6 +20,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from fedrank.client.sdk import Client
+from fedrank.core.message import MessageBatch
 from fedrank.experiments.executors import accumulate_on_cluster, dask_client
 from fedrank.models.frecency.weights import classic_defaults
 from fedrank.server.workloads import make_workload
@@ -112,10 +115,31 @@ def cluster() -> Iterator[Any]:
         yield client
 
 
+def _columnar(payloads: list[dict[str, Any]]) -> MessageBatch:
+    """The payloads as a client-side columnar batch, built from plain arrays."""
+    if "seed" in payloads[0]:
+        return MessageBatch.of_es(
+            np.array([p["seed"] for p in payloads], dtype=np.uint64),
+            np.array([p["metric"] for p in payloads]),
+            np.array([p["antithetic_metric"] for p in payloads]),
+        )
+    key = "gradient" if "gradient" in payloads[0] else "delta"
+    return MessageBatch.of_vectors(
+        np.array([p[key] for p in payloads]), np.array([p["n"] for p in payloads], dtype=float)
+    )
+
+
 def _over_http(live: Live, iterations: list[list[dict[str, Any]]], tag: str) -> np.ndarray:
+    """Even iterations message by message (JSON), odd ones as one columnar batch through
+    the client SDK."""
+    sdk = Client(live.process.url, enrollment_id=f"{tag}-proxy", http=live.client)
     for i, payloads in enumerate(iterations):
         version = live.version()
-        for k, payload in enumerate(payloads):
+        if i % 2:
+            ids = [f"{tag}-{i}-{k}" for k in range(len(payloads))]
+            answer = sdk.send_batch(_columnar(payloads), version, message_ids=ids)
+            assert answer["statuses"] == [202] * len(payloads), answer
+        for k, payload in enumerate([] if i % 2 else payloads):
             msg = {"message_id": f"{tag}-{i}-{k}", "model_version": version, "payload": payload}
             response = live.client.post("/v1/updates", json=msg)
             assert response.status_code == 202, response.text

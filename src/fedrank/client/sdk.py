@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from fedrank.core.message import MessageBatch
 from fedrank.errors import FedrankError
 
 #: Statuses worth retrying: the server may succeed on the next attempt.
@@ -257,6 +258,28 @@ class Client:
                 remaining.append(message)
         self._write_queue(remaining)
         return results
+
+    def send_batch(
+        self,
+        batch: MessageBatch,
+        model_version: int,
+        message_ids: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """Send many clients' messages at once in their columnar form (what a proxy or a
+        simulator forwards: :meth:`MessageBatch.to_json` under ``"batch"``). The batch is
+        updates of the trained branch, accepted or refused whole; the answer has one status
+        per message (202 accepted, 200 duplicate). Resending with the same
+        ``message_ids`` is safe.
+
+        Raises:
+            ClientError: the server refused the batch (e.g. 422 with the reason).
+        """
+        ids = message_ids if message_ids is not None else [self.new_id() for _ in range(batch.size)]
+        body = {"batch": batch.to_json(), "message_ids": ids, "model_version": int(model_version)}
+        response = self._request("POST", "/v1/updates:batch", json=body)
+        if response.status_code != 200:
+            raise ClientError(response.status_code, _body(response))
+        return dict(response.json())
 
     def checkin(self, client_id: str) -> dict[str, Any]:
         """Ask to be selected for the current round."""

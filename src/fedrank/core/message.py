@@ -175,7 +175,9 @@ class MessageBatch:
                         f"column vector has shape {col.shape}, not ({size}, {dim})"
                     )
             elif col.ndim != 1:
-                raise DataFormatError(f"column {f} has shape {col.shape}")
+                raise DataFormatError(
+                    f"column {f} must be a list of {size} numbers, got shape {col.shape}"
+                )
             if col.dtype.kind == "f" and not np.all(np.isfinite(col)):
                 raise DataFormatError(f"column {f} holds non-finite values")
             cols[f] = col

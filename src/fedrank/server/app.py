@@ -38,7 +38,7 @@ from starlette.routing import Route
 
 from fedrank.core.codec import decode_batch
 from fedrank.core.message import MessageBatch
-from fedrank.errors import CodecError, FedrankError
+from fedrank.errors import CodecError, DataFormatError, FedrankError
 from fedrank.server.config import ServerConfig
 from fedrank.server.engine import Engine, Incoming, Messages, Outcome
 from fedrank.server.envelope import (
@@ -376,6 +376,10 @@ class Server:
                 raise BadRequest(422, "invalid", "send {'messages': [...]} or {'aggregate': ...}")
             if "aggregate" in data:
                 return await self._aggregate(data)
+            if "batch" in data:
+                result = await engine.submit_columns(self._columnar_batch(data))
+                self.requests[("batch", 200)] += 1
+                return json_response(batch_answer(result.statuses, result.bodies))
             messages = data.get("messages")
             if set(data) != {"messages"} or not isinstance(messages, list):
                 raise BadRequest(422, "invalid", "send {'messages': [...]} (a list of messages)")
@@ -417,6 +421,38 @@ class Server:
             columns, payloads = engine.workload.parse_binary_batch(records)
         except PayloadError as exc:
             raise BadRequest(422, "invalid_payload", str(exc)) from exc
+        return self._trained_updates(ids, version, columns, payloads)
+
+    def _columnar_batch(self, data: dict[str, Any]) -> Messages:
+        """A columnar JSON batch, ``{"batch": <MessageBatch JSON>, "message_ids": [...],
+        "model_version": v}`` (:meth:`fedrank.core.message.MessageBatch.to_json`; what
+        :meth:`fedrank.client.sdk.Client.send_batch` sends), validated at once and
+        all-or-nothing like a binary batch: updates of the trained branch."""
+        assert self.engine is not None
+        engine = self.engine
+        if set(data) != {"batch", "message_ids", "model_version"}:
+            raise BadRequest(
+                422, "invalid", "a columnar batch is {'batch', 'message_ids', 'model_version'}"
+            )
+        ids = data["message_ids"]
+        if not isinstance(ids, list) or not 1 <= len(ids) <= MAX_BATCH:
+            raise BadRequest(422, "invalid", f"a batch holds 1..{MAX_BATCH} message ids")
+        if not all_ids(ids):
+            raise BadRequest(422, "invalid", "message ids must be 1-128 of A-Z a-z 0-9 . _ : -")
+        version = known_version(data["model_version"], engine.snapshot().version)
+        try:
+            batch = MessageBatch.from_json(data["batch"])
+            if batch.size != len(ids):
+                raise PayloadError(f"the batch has {batch.size} messages and {len(ids)} ids")
+            columns, payloads = engine.workload.parse_columns(batch)
+        except (DataFormatError, PayloadError) as exc:
+            raise BadRequest(422, "invalid_payload", str(exc)) from exc
+        return self._trained_updates(ids, version, columns, payloads)
+
+    def _trained_updates(
+        self, ids: list[str], version: int, columns: MessageBatch, payloads: list[dict[str, Any]]
+    ) -> Messages:
+        """Validated updates of the trained branch (a proxy's forwarded batch)."""
         branch = next(b.name for b in self.config.branches if b.served == "trained")
         n = len(ids)
         return Messages(

@@ -101,7 +101,10 @@ def openapi_document() -> dict[str, Any]:
             },
             "/v1/updates:batch": {
                 "post": {
-                    "summary": "Many messages, or a proxy's merged aggregator state",
+                    "summary": (
+                        "Many messages, one columnar batch (MessageBatch), or a proxy's "
+                        "merged aggregator state"
+                    ),
                     "requestBody": {
                         "required": True,
                         "content": {
@@ -118,6 +121,32 @@ def openapi_document() -> dict[str, Any]:
                                                     "maxItems": 10000,
                                                     "items": _MESSAGE,
                                                 }
+                                            },
+                                        },
+                                        {
+                                            "type": "object",
+                                            "required": ["batch", "message_ids", "model_version"],
+                                            "properties": {
+                                                "batch": {
+                                                    "type": "object",
+                                                    "required": ["size"],
+                                                    "properties": {
+                                                        "size": {"type": "integer", "minimum": 1},
+                                                        "dim": {"type": "integer", "minimum": 1},
+                                                        "vector": {"type": "array"},
+                                                        "weight": {"type": "array"},
+                                                        "seed": {"type": "array"},
+                                                        "metric": {"type": "array"},
+                                                        "antithetic": {"type": "array"},
+                                                    },
+                                                },
+                                                "message_ids": {
+                                                    "type": "array",
+                                                    "minItems": 1,
+                                                    "maxItems": 10000,
+                                                    "items": {"type": "string"},
+                                                },
+                                                "model_version": {"type": "integer", "minimum": 0},
                                             },
                                         },
                                         {

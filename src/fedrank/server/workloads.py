@@ -162,6 +162,27 @@ class Workload(ABC):
         parses them one by one for exact reasons)."""
         return self.columns([self.parse(p) for p in payloads])
 
+    @abstractmethod
+    def payloads_of(self, batch: MessageBatch) -> list[dict[str, Any]]:
+        """Each message of ``batch`` as its JSON payload (the inverse of
+        :meth:`parse_batch`); raises :class:`PayloadError` if the batch has another
+        workload's columns."""
+
+    def parse_columns(self, batch: MessageBatch) -> tuple[MessageBatch, list[dict[str, Any]]]:
+        """Validate a columnar batch (:meth:`MessageBatch.to_json`'s form on the wire):
+        every message must be a payload :meth:`parse_batch` accepts. Returns the columns
+        and each message's JSON payload (what is stored)."""
+        payloads = self.payloads_of(batch)
+        try:
+            return self.parse_batch(payloads), payloads
+        except PayloadError:  # the fast check does not say which: find the first, exactly
+            for k, payload in enumerate(payloads):
+                try:
+                    self.parse(payload)
+                except PayloadError as exc:
+                    raise PayloadError(f"message {k}: {exc}") from None
+            raise
+
     #: Bytes of one message's binary form (0: no binary batch for this workload).
     record_size = 0
 
@@ -239,6 +260,17 @@ class FrecencyWorkload(Workload):
 
     def columns(self, items: list[Parsed]) -> MessageBatch:
         return _vector_columns(items, self.dim)
+
+    def payloads_of(self, batch: MessageBatch) -> list[dict[str, Any]]:
+        if self.section.message == "full":
+            return _vector_payloads(batch, "gradient", self.name)
+        payloads = _vector_payloads(batch, "signs", self.name)
+        for p in payloads:
+            signs = np.asarray(p["signs"])
+            if signs.shape != (self.dim,) or not np.isin(signs, (-1.0, 0.0, 1.0)).all():
+                raise PayloadError(f"sign messages hold {self.dim} values in -1, 0, +1")
+            p["signs"] = base64.b64encode(pack_signs(signs)).decode()
+        return payloads
 
     def parse_batch(self, payloads: list[dict[str, Any]]) -> MessageBatch:
         if self.section.message != "full":
@@ -346,6 +378,23 @@ class FoltrEsWorkload(Workload):
             antithetic=anti,
         )
 
+    def payloads_of(self, batch: MessageBatch) -> list[dict[str, Any]]:
+        anti = self.section.antithetic
+        _only_columns(batch, {"seed", "metric", "antithetic"} if anti else {"seed", "metric"},
+                      self.name)  # fmt: skip
+        if not batch.size:
+            return []
+        assert batch.seed is not None and batch.metric is not None
+        payloads = [
+            {"seed": s, "metric": m}
+            for s, m in zip(batch.seed.tolist(), batch.metric.tolist(), strict=True)
+        ]
+        if anti:
+            assert batch.antithetic is not None
+            for p, a in zip(payloads, batch.antithetic.tolist(), strict=True):
+                p["antithetic_metric"] = a
+        return payloads
+
     def parse_batch(self, payloads: list[dict[str, Any]]) -> MessageBatch:
         anti = self.section.antithetic
         keys = {"seed", "metric", "antithetic_metric"} if anti else {"seed", "metric"}
@@ -386,6 +435,9 @@ class FedAvgWorkload(Workload):
     def columns(self, items: list[Parsed]) -> MessageBatch:
         return _vector_columns(items, self.dim)
 
+    def payloads_of(self, batch: MessageBatch) -> list[dict[str, Any]]:
+        return _vector_payloads(batch, "delta", self.name)
+
     def parse_batch(self, payloads: list[dict[str, Any]]) -> MessageBatch:
         if not all(p.keys() == {"delta", "n"} for p in payloads):
             raise PayloadError("payload fields")
@@ -393,6 +445,32 @@ class FedAvgWorkload(Workload):
         return MessageBatch(
             len(payloads), vector=vectors, weight=_counts([p["n"] for p in payloads])
         )
+
+
+def _only_columns(batch: MessageBatch, wanted: set[str], workload: str) -> None:
+    """Refuse a batch whose columns are not exactly ``wanted`` (another workload's)."""
+    used = {f for f in MessageBatch.FIELDS if getattr(batch, f) is not None}
+    if batch.size and used != wanted:
+        raise PayloadError(
+            f"a {workload} batch has the columns {sorted(wanted)}; got {sorted(used)}"
+        )
+
+
+def _weights_as_sent(weight: np.ndarray) -> list[int | float]:
+    """Weights as JSON numbers: whole values as integers, anything else as it is (so that
+    the count check refuses 1.5 instead of truncating it)."""
+    return [int(w) if float(w).is_integer() else float(w) for w in weight.tolist()]
+
+
+def _vector_payloads(batch: MessageBatch, key: str, workload: str) -> list[dict[str, Any]]:
+    _only_columns(batch, {"vector", "weight"}, workload)
+    if not batch.size:
+        return []
+    assert batch.vector is not None and batch.weight is not None
+    return [
+        {key: row, "n": n}
+        for row, n in zip(batch.vector.tolist(), _weights_as_sent(batch.weight), strict=True)
+    ]
 
 
 def _vector_columns(items: list[Parsed], dim: int) -> MessageBatch:
