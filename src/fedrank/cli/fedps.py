@@ -282,6 +282,12 @@ def lists(log: Path | None, users: int | None, seed: int, split: str, out: Path)
     "needs fedrank and the log at the same path",
 )
 @click.option(
+    "--finished-only",
+    is_flag=True,
+    help="run nothing: write the tables from the runs finished so far (e.g. while a long "
+    "reproduction runs); rows and tables whose runs are missing are named as not finished",
+)
+@click.option(
     "--out",
     "out_dir",
     type=click.Path(path_type=Path, file_okay=False),
@@ -304,6 +310,7 @@ def reproduce(
     jobs: int,
     dask_workers: int | None,
     dask_scheduler: str | None,
+    finished_only: bool,
     out_dir: Path,
 ) -> None:
     """Tables 2-6, the hierarchy comparison and Figure 4 of the FedPS paper: writes
@@ -340,6 +347,7 @@ def reproduce(
         jobs=jobs,
         dask_workers=dask_workers,
         dask_scheduler=dask_scheduler,
+        finished_only=finished_only,
     )
     with progress_bar() as bar:
         text = run_reproduce(config, progress=_Bar(bar))

@@ -324,6 +324,18 @@ def test_cli_reproduce_writes_tables_and_resumes(aol_log: Path, tmp_path: Path) 
     assert second.exit_code == 0, second.output
     assert (tmp_path / "runs" / "flat_s1.json").stat().st_mtime_ns == stamp  # reused
     assert (tmp_path / "tables.md").read_text() == text
+    # --finished-only runs nothing and writes what it has, naming what is missing
+    (tmp_path / "runs" / "proxy_s2.json").unlink()
+    partial = CliRunner().invoke(main, [*args, "--finished-only"])
+    assert partial.exit_code == 0, partial.output
+    assert not (tmp_path / "runs" / "proxy_s2.json").exists()
+    text = (tmp_path / "tables.md").read_text()
+    assert "Not finished yet (runs missing): FedPSProxy (Algorithm 1) (proxy_s2)" in text
+    assert "| FedPSFlat (Algorithm 1) |" in text and "| FedPSProxy (Algorithm 1) |" not in text
+    assert "--finished-only" in text and "waits for GroupUser" in text
+    (tmp_path / "runs" / "central_lr3e-3_s2.json").unlink()
+    no_central = CliRunner().invoke(main, [*args, "--finished-only"])
+    assert no_central.exit_code != 0 and "central runs" in no_central.output
 
 
 def test_hierarchy_runs_on_the_first_hierarchy_seeds(tmp_path: Path) -> None:

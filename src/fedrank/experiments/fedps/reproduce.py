@@ -137,6 +137,8 @@ class ReproduceConfig:
         dask_workers: run the jobs on a local Dask cluster of this many workers instead
             (:func:`fedrank.experiments.executors.job_executor`).
         dask_scheduler: run the jobs on the Dask cluster at this address instead.
+        finished_only: run nothing; write the tables from the runs finished so far, rows
+            and tables whose runs are missing named as not finished.
     """
 
     log: Path
@@ -155,6 +157,7 @@ class ReproduceConfig:
     jobs: int = 2
     dask_workers: int | None = None
     dask_scheduler: str | None = None
+    finished_only: bool = False
 
     def __post_init__(self) -> None:
         unknown = set(self.tables) - set(TABLES)
@@ -314,6 +317,9 @@ def run_jobs(
     """Run the jobs without a result file yet; return every job's result JSON."""
     runs = config.out_dir / "runs"
     runs.mkdir(parents=True, exist_ok=True)
+    if config.finished_only:
+        done_runs = [n for n in jobs if (runs / f"{n}.json").is_file()]
+        return {n: json.loads((runs / f"{n}.json").read_text()) for n in done_runs}
     todo = {n: j for n, j in jobs.items() if not (runs / f"{n}.json").is_file()}
     done = len(jobs) - len(todo)
     if progress is not None:
@@ -354,6 +360,16 @@ def _best_valid(result: dict[str, Any]) -> float:
 
 def choose_learning_rate(config: ReproduceConfig, results: dict[str, dict[str, Any]]) -> float:
     """The central learning rate with the best validation MAP (first training seed)."""
+    missing = [
+        _central_name(lr, config.seeds[0])
+        for lr in config.learning_rates
+        if _central_name(lr, config.seeds[0]) not in results
+    ]
+    if missing:
+        raise ConfigError(
+            f"the learning-rate tuning runs {missing} are not finished; Table 3 needs them "
+            "(run without --finished-only)"
+        )
     valid = {
         lr: _best_valid(results[_central_name(lr, config.seeds[0])]) for lr in config.learning_rates
     }
@@ -442,6 +458,8 @@ def command_line(config: ReproduceConfig) -> str:
         late = ",".join(f"{round(r * 100)}" for r in config.hierarchy_late)
         parts.append(f"--hierarchy-late {late}")
     parts.append(f"--lrs {','.join(_lr_name(lr) for lr in config.learning_rates)}")
+    if config.finished_only:
+        parts.append("--finished-only")
     return " ".join(parts)
 
 
@@ -455,6 +473,11 @@ def _table3(
     rows["central"] = central
     for mode in (*ABLATION_ROWS, *TRAINED_ROWS, "flat_eta3"):
         rows[mode] = [_seeded(mode, s) for s in _row_seeds(config, mode)]
+    if any(n not in results for n in central):
+        raise ConfigError(
+            f"the central runs {[n for n in central if n not in results]} are not finished; "
+            "every Table 3 test compares with them (run without --finished-only)"
+        )
     _, users, ref = _stack(runs, central)
     summary: dict[str, Any] = {"tuned_learning_rate": tuned_lr, "rows": {}}
     lines = [
@@ -478,8 +501,12 @@ def _table3(
     central_stats = _seed_stats(results, central)
     paper_key = kl_settings.PAPER_SETTING.key()
     current_key = kl_settings.CURRENT_SETTING.key()
+    unfinished: dict[str, list[str]] = {}
     for mode in (*RULE_MODES, "central", *ABLATION_ROWS, *TRAINED_ROWS, "flat_eta3"):
         names = rows[mode]
+        if any(n not in results for n in names):  # only with finished_only
+            unfinished[mode] = [n for n in names if n not in results]
+            continue
         st = _seed_stats(results, names)
         test: dict[str, Any] | None = None
         if mode != "central":
@@ -504,6 +531,14 @@ def _table3(
         )
         summary["rows"][mode] = {**st, "test_vs_central": test, "runs": names}
     lines.append("")
+    if unfinished:
+        summary["unfinished"] = unfinished
+        lines += [
+            "Not finished yet (runs missing): "
+            + "; ".join(f"{LABELS[m]} ({', '.join(n)})" for m, n in unfinished.items())
+            + ".",
+            "",
+        ]
     tuning = [
         f"Central learning rate (seed {seeds[0]}; the best validation MAP is used for "
         "central, K-NRM, GroupUser and CoverQuery):",
@@ -577,6 +612,11 @@ def _query_kind_lines(
 def _kl_lines(summary: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     """Table 2's methods under every KL setting: values, order, reversals vs the paper."""
     methods = ("groupuser", "coverquery", "flat", "proxy")
+    if any(m not in summary["rows"] for m in methods):
+        return [
+            "Table 2 in detail: waits for GroupUser, CoverQuery, FedPSFlat, FedPSProxy.",
+            "",
+        ], {}
     grids = {m: summary["rows"][m]["kl"] for m in methods}
     rows = kl_settings.order_sensitivity(grids)
     paper = kl_settings.PAPER_TABLE2_AOL
@@ -638,6 +678,17 @@ def _hierarchy_lines(
     return lines + [""], out
 
 
+def _finished(
+    lines: list[str], what: str, names: list[str], results: dict[str, dict[str, Any]]
+) -> bool:
+    """Whether every run of ``names`` is finished; if not (only with ``finished_only``),
+    say so in ``lines``."""
+    missing = [n for n in names if n not in results]
+    if missing:
+        lines += [f"{what}: not finished yet (runs missing: {', '.join(missing)}).", ""]
+    return not missing
+
+
 def write_tables(
     config: ReproduceConfig,
     results: dict[str, dict[str, Any]],
@@ -673,11 +724,16 @@ def write_tables(
             kinds, summary["query_kinds"] = _query_kind_lines(config, summary["table3"], refinding)
             lines += kinds
         lines += kl_lines
-    if "hierarchy" in config.tables:
+    planned = planned_jobs(config, tuned_lr)
+    hierarchy = [n for n in planned if n.startswith("K100_")]
+    if "hierarchy" in config.tables and _finished(lines, "The hierarchy", hierarchy, results):
         table, summary["hierarchy"] = _hierarchy_lines(config, results)
         lines += table
     for table_id, values, key in (("4", K_VALUES, "K"), ("5", E_VALUES, "E")):
-        if table_id not in config.tables:
+        names = [_sweep_name(v, 1) if key == "K" else _sweep_name(10, v) for v in values]
+        if table_id not in config.tables or not _finished(
+            lines, f"Table {table_id}", names, results
+        ):
             continue
         name = "clients per step K" if key == "K" else "local epochs E"
         lines += [
@@ -719,6 +775,8 @@ def write_tables(
             ]
         lines.append("")
         summary["table6"] = table6
+    if "fig4" in config.tables and continuous is None:
+        lines += ["Figure 4: not finished yet (no continuous.json).", ""]
     if continuous is not None:
         modes = list(continuous["stages"][0]["modes"])
         lines += [
@@ -806,7 +864,10 @@ def reproduce(
         data = prepare_aol(config.log, users=config.users, seed=config.data_seed, word2vec_epochs=1)
         diagnostics = {s: list_diagnostics(data, s) for s in ("train", "valid", "test")}
         refinding = refinding_queries(data, "test")
-    continuous = _continuous(config, progress) if "fig4" in config.tables else None
+    fig4 = "fig4" in config.tables and (
+        not config.finished_only or (config.out_dir / "continuous.json").is_file()
+    )
+    continuous = _continuous(config, progress) if fig4 else None
     text = write_tables(config, results, tuned_lr, diagnostics, continuous, refinding)
     if progress is not None:
         progress(f"done in {time.perf_counter() - start:.0f} s", 1, 1)
