@@ -9,7 +9,7 @@ from fedrank.aggregators.es_gradient import ESGradient
 from fedrank.core.client_random import ClientRandom
 from fedrank.core.codec import decode_es_message, encode_es_message
 from fedrank.core.message import MessageBatch
-from fedrank.core.seeded_noise import draw_seeds, gaussian_noise
+from fedrank.core.seeded_noise import gaussian_noise
 from fedrank.data.query_bank import QueryBank
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.estimators.evolution_strategies import ESEstimator
@@ -23,7 +23,7 @@ def test_unbiased_for_a_linear_objective(antithetic: bool) -> None:
     """For F(theta) = a . theta the ES gradient of Eq. (6) has expectation a."""
     dim, sigma = 6, 0.05
     a = np.array([1.0, -2.0, 0.5, 0.0, 3.0, -1.0])
-    seeds = draw_seeds(np.random.default_rng(0), 200_000)
+    seeds = ClientRandom(0, 0, np.arange(200_000)).seeds()
     v = gaussian_noise(seeds, dim).astype(np.float64)
     agg = ESGradient(dim, sigma, antithetic)
     if antithetic:

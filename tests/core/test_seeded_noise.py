@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from fedrank.core.seeded_noise import draw_seeds, gaussian_noise
+from fedrank.core.client_random import ClientRandom
+from fedrank.core.seeded_noise import gaussian_noise
 from fedrank.errors import ConfigError, DataFormatError
 
 
@@ -41,7 +42,7 @@ def test_a_seed_gives_the_same_row_alone_or_in_any_batch(seeds: list[int], dim: 
 
 
 def test_values_are_standard_normal_and_uncorrelated() -> None:
-    seeds = draw_seeds(np.random.default_rng(1), 4000)
+    seeds = ClientRandom(1, 0, np.arange(4000)).seeds()
     z = gaussian_noise(seeds, 64).astype(np.float64)
     flat = z.ravel()
     assert abs(flat.mean()) < 0.01 and abs(flat.std() - 1.0) < 0.01
@@ -78,12 +79,3 @@ def test_bad_seeds_and_dims_are_refused() -> None:
         gaussian_noise(np.array([0.5]), 3)
     with pytest.raises(ConfigError, match="dim"):
         gaussian_noise(1, 0)
-
-
-def test_draw_seeds_is_reproducible_and_uses_the_given_generator() -> None:
-    before = np.random.get_state()[1].copy()
-    a = draw_seeds(np.random.default_rng(5), 100)
-    b = draw_seeds(np.random.default_rng(5), 100)
-    np.testing.assert_array_equal(a, b)
-    assert a.dtype == np.uint32 and len(set(a.tolist())) > 95
-    np.testing.assert_array_equal(np.random.get_state()[1], before)

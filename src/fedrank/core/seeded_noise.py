@@ -101,8 +101,3 @@ def gaussian_noise(seeds: np.ndarray | int, dim: int) -> np.ndarray:
     np.multiply(radius, np.sin(angle), out=out[:, 1::2])
     out = out[:, : int(dim)]
     return out[0] if scalar else np.ascontiguousarray(out)
-
-
-def draw_seeds(rng: np.random.Generator, n: int) -> np.ndarray:
-    """``n`` fresh client seeds (uint32) from ``rng``: what each client draws for itself."""
-    return rng.integers(0, 2**SEED_BITS, size=int(n), dtype=np.uint64).astype(np.uint32)
