@@ -312,6 +312,10 @@ def test_cli_reproduce_writes_tables_and_resumes(aol_log: Path, tmp_path: Path) 
     assert "## Table 3 by query kind" in text and "Central minus GBDT on new-document" in text
     summary = json.loads((tmp_path / "results.json").read_text())["summary"]
     kinds, rows = summary["query_kinds"], summary["table3"]["rows"]
+    assert rows["gbdt"]["test_vs_gbdt"] is None and "| vs LightGBM [95% CI], p |" in text
+    assert rows["central"]["test_vs_gbdt"]["diff"] == pytest.approx(
+        rows["central"]["MAP"] - rows["gbdt"]["MAP"], abs=1e-9
+    )
     share = kinds["refinding_share"]
     for mode, by_kind in kinds["rows"].items():  # the two kinds make up the whole MAP
         assert share * by_kind["refinding"] + (1 - share) * by_kind["new"] == pytest.approx(

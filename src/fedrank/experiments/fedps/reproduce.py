@@ -479,6 +479,8 @@ def _table3(
             "every Table 3 test compares with them (run without --finished-only)"
         )
     _, users, ref = _stack(runs, central)
+    gbdt = rows["gbdt"]
+    gbdt_values = _stack(runs, gbdt)[2] if all(n in results for n in gbdt) else None
     summary: dict[str, Any] = {"tuned_learning_rate": tuned_lr, "rows": {}}
     lines = [
         "## Tables 2-3: ranking quality and privacy",
@@ -489,14 +491,15 @@ def _table3(
         "(sd over seeds) of the test metrics at the evaluation with the best validation MAP. "
         "p: two-sided test of the MAP difference to the tuned central model, covering "
         "training randomness (paired over seeds) and user sampling (clustered by user), "
-        "`fedrank.experiments.stats.seed_user_test`; 95% CI of the difference. KL: mean "
+        "`fedrank.experiments.stats.seed_user_test`; 95% CI of the difference. 'vs "
+        "LightGBM': the same test against the LightGBM on the hand features. KL: mean "
         "KL(real profile || server's profile), nats, larger = less disclosed; 'server' = the "
         "paper's setting (training server separate from the search engine), 'engine+server' "
         "= one party.",
         "",
-        "| model | seeds | MAP | MRR | P@1 | vs central | 95% CI | p | KL server "
-        "| KL engine+server | best round | paper MAP |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | seeds | MAP | MRR | P@1 | vs central | 95% CI | p | vs LightGBM [95% CI], p "
+        "| KL server | KL engine+server | best round | paper MAP |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     central_stats = _seed_stats(results, central)
     paper_key = kl_settings.PAPER_SETTING.key()
@@ -509,10 +512,19 @@ def _table3(
             continue
         st = _seed_stats(results, names)
         test: dict[str, Any] | None = None
+        _, _, values = _stack(runs, names)
+        values = np.repeat(values, len(seeds), axis=0) if values.shape[0] == 1 else values
         if mode != "central":
-            _, _, values = _stack(runs, names)
-            values = np.repeat(values, len(seeds), axis=0) if values.shape[0] == 1 else values
             test = seed_user_test(values, ref, users)
+        vs_gbdt = None
+        if gbdt_values is not None and mode != "gbdt":
+            vs_gbdt = seed_user_test(values, gbdt_values, users)
+        gbdt_text = (
+            "-"
+            if vs_gbdt is None
+            else f"{vs_gbdt['diff']:+.4f} [{vs_gbdt['ci95_low']:+.4f}, "
+            f"{vs_gbdt['ci95_high']:+.4f}], {_p_text(vs_gbdt['p'])}"
+        )
 
         def sd(m: str, st: dict[str, Any] = st, n: int = len(names)) -> str:
             return f" ({st[f'{m}_sd']:.4f})" if n > 1 else ""
@@ -524,12 +536,18 @@ def _table3(
             f"{st['MAP']:.4f}{sd('MAP')} | {st['MRR']:.4f}{sd('MRR')} | "
             f"{st['P@1']:.4f}{sd('P@1')} | "
             f"{'-' if mode == 'central' else _pct(st['MAP'], central_stats['MAP'])} | {ci} | "
-            f"{_p_text(None if test is None else test['p'])} | {st['kl'][paper_key]:.3f} | "
+            f"{_p_text(None if test is None else test['p'])} | {gbdt_text} | "
+            f"{st['kl'][paper_key]:.3f} | "
             f"{st['kl'][current_key]:.3f} | "
             f"{', '.join(f'{b:g}' for b in best) if best else '-'} | "
             f"{PAPER_MAP.get(mode, '-')} |"
         )
-        summary["rows"][mode] = {**st, "test_vs_central": test, "runs": names}
+        summary["rows"][mode] = {
+            **st,
+            "test_vs_central": test,
+            "test_vs_gbdt": vs_gbdt,
+            "runs": names,
+        }
     lines.append("")
     if unfinished:
         summary["unfinished"] = unfinished
