@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -12,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from fedrank.core.json_io import write_json
 from fedrank.errors import FedrankError
 
-__all__ = ["FedrankGroup", "progress_bar", "read_json", "write_json"]
+__all__ = ["FedrankGroup", "dask_options", "progress_bar", "read_json", "write_json"]
 
 
 def progress_bar() -> Progress:
@@ -71,3 +72,27 @@ def invocation() -> str:
         else:
             parts.append(f"{flag} {value}")
     return " ".join(p for p in parts if p)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def dask_options(what: str, note: str = "") -> Callable[[_F], _F]:
+    """``--dask-workers N`` (a local cluster) and ``--dask-scheduler tcp://HOST:PORT`` (an
+    existing one), the same on every command that runs on Dask; ``what`` says what runs
+    there, ``note`` adds to both helps."""
+
+    def decorate(func: _F) -> _F:
+        func = click.option(
+            "--dask-scheduler",
+            default=None,
+            help=f"run {what} on the Dask cluster at this address (tcp://HOST:PORT){note}",
+        )(func)
+        return click.option(
+            "--dask-workers",
+            type=int,
+            default=None,
+            help=f"run {what} on a local Dask cluster of this many workers{note}",
+        )(func)
+
+    return decorate

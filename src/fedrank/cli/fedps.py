@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from fedrank.cli._common import progress_bar, write_json
+from fedrank.cli._common import dask_options, progress_bar, write_json
 
 _LOG_HELP = "AOL click log (.tsv or .tsv.gz); default: the shared 1,000-user sample"
 
@@ -116,18 +116,7 @@ def _seed_list(text: str | None) -> list[int] | None:
     default=None,
     help="probability of dropping a query's text scores in training (default 0.3)",
 )
-@click.option(
-    "--dask-workers",
-    type=int,
-    default=None,
-    help="flat, proxy: run the clients in blocks on a local Dask cluster of this many "
-    "workers (same result as one process)",
-)
-@click.option(
-    "--dask-scheduler",
-    default=None,
-    help="flat, proxy: run the clients on the Dask cluster at this address (tcp://HOST:PORT)",
-)
+@dask_options("the clients of a flat or proxy run", "; same result as one process")
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False))
 def run(
     mode: str,
@@ -269,17 +258,8 @@ def lists(log: Path | None, users: int | None, seed: int, split: str, out: Path)
     help="comma-separated subset of 3 (Tables 2-3), hierarchy, 4, 5, 6, fig4",
 )
 @click.option("--jobs", type=int, default=2, show_default=True, help="local worker processes")
-@click.option(
-    "--dask-workers",
-    type=int,
-    default=None,
-    help="run the jobs on a local Dask cluster of this many workers instead of --jobs",
-)
-@click.option(
-    "--dask-scheduler",
-    default=None,
-    help="run the jobs on the Dask cluster at this address (tcp://HOST:PORT); every worker "
-    "needs fedrank and the log at the same path",
+@dask_options(
+    "the jobs", " instead of --jobs; every worker needs fedrank and the log at the same path"
 )
 @click.option(
     "--finished-only",

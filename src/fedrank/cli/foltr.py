@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from fedrank.cli._common import FedrankGroup, progress_bar, write_json
+from fedrank.cli._common import FedrankGroup, dask_options, progress_bar, write_json
 
 
 def _data_option(func):  # noqa: ANN001, ANN202 (click decorator)
@@ -79,18 +79,7 @@ def foltr() -> None:
 @click.option("--dp-epsilon", type=float, default=4.5, show_default=True)
 @click.option("--dp-clip", type=float, default=1.0, show_default=True, help="L1 clip of deltas.")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option(
-    "--dask-workers",
-    type=int,
-    default=None,
-    help="FOLtR-ES: run the clients on a local Dask cluster of this many workers (same "
-    "result as one process)",
-)
-@click.option(
-    "--dask-scheduler",
-    default=None,
-    help="FOLtR-ES: run the clients on the Dask cluster at this address (tcp://HOST:PORT)",
-)
+@dask_options("FOLtR-ES's clients", "; same result as one process")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None)
 def foltr_train(
@@ -229,17 +218,7 @@ def foltr_baselines(
 @click.option("--fpdgd/--no-fpdgd", default=True, show_default=True, help="Also train FPDGD.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--jobs", type=int, default=1, show_default=True, help="local worker processes")
-@click.option(
-    "--dask-workers",
-    type=int,
-    default=None,
-    help="run the grid's runs on a local Dask cluster of this many workers",
-)
-@click.option(
-    "--dask-scheduler",
-    default=None,
-    help="run the grid's runs on the Dask cluster at this address (tcp://HOST:PORT)",
-)
+@dask_options("the grid's runs")
 def foltr_reproduce(
     data_dir: Path,
     out_dir: Path,

@@ -71,6 +71,7 @@ class ClientRandom:
             run = mix64(np.array([int(seed) % 2**64], dtype=np.uint64) * GOLDEN + _K_RUN)
             rnd = mix64(run ^ (np.uint64(int(round) % 2**64) * GOLDEN + _K_ROUND))
             self.keys = mix64(rnd ^ (ids.astype(np.uint64) * GOLDEN + _K_CLIENT))
+        self.seed, self.round = int(seed), int(round)
         self.ids = ids.astype(np.int64)
 
     @property
@@ -79,9 +80,7 @@ class ClientRandom:
 
     def block(self, start: int, stop: int) -> ClientRandom:
         """The clients at positions ``start:stop`` (their numbers do not change)."""
-        out = object.__new__(ClientRandom)
-        out.keys, out.ids = self.keys[start:stop], self.ids[start:stop]
-        return out
+        return ClientRandom(self.seed, self.round, self.ids[start:stop])
 
     def bits(self, rows: np.ndarray, stream: Stream, counter: np.ndarray) -> np.ndarray:
         """uint64 hashes of draws ``counter`` of ``stream`` for the clients at ``rows``."""

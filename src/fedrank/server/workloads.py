@@ -265,11 +265,12 @@ class FrecencyWorkload(Workload):
         if self.section.message == "full":
             return _vector_payloads(batch, "gradient", self.name)
         payloads = _vector_payloads(batch, "signs", self.name)
-        for p in payloads:
-            signs = np.asarray(p["signs"])
-            if signs.shape != (self.dim,) or not np.isin(signs, (-1.0, 0.0, 1.0)).all():
+        if payloads:
+            assert batch.vector is not None
+            if batch.vector.shape[1] != self.dim or not np.isin(batch.vector, (-1, 0, 1)).all():
                 raise PayloadError(f"sign messages hold {self.dim} values in -1, 0, +1")
-            p["signs"] = base64.b64encode(pack_signs(signs)).decode()
+            for p, row in zip(payloads, batch.vector, strict=True):
+                p["signs"] = base64.b64encode(pack_signs(row)).decode()
         return payloads
 
     def parse_batch(self, payloads: list[dict[str, Any]]) -> MessageBatch:

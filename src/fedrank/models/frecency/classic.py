@@ -571,15 +571,15 @@ def _decay_tables(rate: float, top: int, n_levels: int) -> list[np.ndarray]:
     """``n_levels`` int32 tables covering ``0..top``: table ``k`` maps ``v`` to ``v`` after
     ``2**k`` daily runs (cached per rate, grown on demand; ``step`` never raises a value,
     so every lookup stays inside the table)."""
-    tables = _DECAY_TABLES.get(rate, [])
-    if not tables or tables[0].size <= top or len(tables) < n_levels:
-        size = max(1024, 1 << int(top).bit_length(), tables[0].size if tables else 0)
-        v = np.arange(size, dtype=np.float64)
-        step = np.where(v > 0, round_half_away(v * rate), v)
-        tables = [np.maximum(step, 0).astype(np.int32)]
-        while len(tables) < max(n_levels, len(_DECAY_TABLES.get(rate, []))):
-            tables.append(tables[-1][tables[-1]])
-        _DECAY_TABLES[rate] = tables  # replaced whole, so concurrent readers stay valid
+    old = _DECAY_TABLES.get(rate, [])
+    if old and old[0].size > top and len(old) >= n_levels:
+        return old[:n_levels]
+    size = max(1024, 1 << int(top).bit_length(), old[0].size if old else 0)
+    v = np.arange(size, dtype=np.float64)
+    tables = [np.maximum(np.where(v > 0, round_half_away(v * rate), v), 0).astype(np.int32)]
+    while len(tables) < max(n_levels, len(old)):
+        tables.append(tables[-1][tables[-1]])
+    _DECAY_TABLES[rate] = tables  # replaced whole, so concurrent readers stay valid
     return tables[:n_levels]
 
 
