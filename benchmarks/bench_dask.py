@@ -9,7 +9,11 @@ their ratio, and whether the results are equal:
   and KL to 1e-9; they are in fact bitwise equal);
 * ``fedrank foltr train --data MQ2008 --seed 1`` (FOLtR-ES, 2M interactions; same
   expected MaxRR and final parameters; no speed target: an iteration's work is a few
-  milliseconds).
+  milliseconds);
+* ``fedrank frecency simulate --users 3000 --iterations 20 --seed 1`` (the clients'
+  finite-difference messages on the workers, the simulated users' searches in the driver;
+  same ``loss_per_iteration`` and published weights; no speed target: the searches are
+  most of the time).
 
 Prints JSON and writes results/benchmarks/dask.json.
 
@@ -34,6 +38,8 @@ from fedrank.core.json_io import write_json
 FEDPS = ["fedps", "run", "--mode", "flat", "--users", "100", "--rounds", "1", "--seed", "1"]
 FEDPS_KEYS = ("MAP_mean", "MRR_mean", "P@1_mean", "kl_divergence")
 FOLTR_KEYS = ("expected_maxrr.train", "expected_maxrr.test", "final_params")
+FRECENCY = ["frecency", "simulate", "--users", "3000", "--iterations", "20", "--seed", "1"]
+FRECENCY_KEYS = ("loss_per_iteration", "published_weights")
 
 
 def _get(data: dict, key: str) -> object:
@@ -43,6 +49,8 @@ def _get(data: dict, key: str) -> object:
 
 
 def _close(a: object, b: object) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=True))
     return abs(float(a) - float(b)) <= 1e-9  # type: ignore[arg-type]
@@ -94,7 +102,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--mq2008", type=Path, default=Path("../shared/data/MQ2008"))
-    parser.add_argument("--only", choices=["fedps", "foltr"], default=None)
+    parser.add_argument("--only", choices=["fedps", "foltr", "frecency"], default=None)
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks/dask.json"))
     args = parser.parse_args()
     foltr = ["foltr", "train", "--data", str(args.mq2008), "--seed", "1"]
@@ -109,6 +117,8 @@ def main() -> None:
         report["fedps_flat"] = compare(FEDPS, FEDPS_KEYS, args.repeats, 0.7)
     if args.only in (None, "foltr"):
         report["foltr_es_train"] = compare(foltr, FOLTR_KEYS, args.repeats, None)
+    if args.only in (None, "frecency"):
+        report["frecency_simulate"] = compare(FRECENCY, FRECENCY_KEYS, args.repeats, None)
     print(json.dumps(report, indent=2))
     write_json(report, args.out)
 

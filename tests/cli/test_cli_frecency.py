@@ -274,6 +274,18 @@ def test_simulate_same_seed_gives_identical_json(
     assert again.read_text() == first.read_text()
 
 
+def test_simulate_on_dask_gives_identical_json(
+    simulate_run: tuple[Result, Path, Path], tmp_path: Path
+) -> None:
+    """The clients' messages computed on a real 2-worker Dask cluster: the driver folds the
+    same messages in the same order, so the JSON is the same byte for byte."""
+    _, first, _ = simulate_run
+    spread = tmp_path / "dask.json"
+    _ok(["frecency", "simulate", *SMALL_STUDY, "--dask-workers", "2", "--json", str(spread)])
+    assert _load(spread)["loss_per_iteration"] == _load(first)["loss_per_iteration"]
+    assert spread.read_text() == first.read_text()
+
+
 def test_simulate_other_seed_gives_other_results(
     simulate_run: tuple[Result, Path, Path], tmp_path: Path
 ) -> None:
@@ -311,6 +323,8 @@ def test_simulate_sign_messages_and_stability(tmp_path: Path) -> None:
         (["--searches-per-iteration", "0"], "searches_per_iteration must be > 0"),
         (["--eval-searches", "0"], "eval_searches_per_user must be >= 1"),
         (["--delta", "-1"], "delta (the SVM margin) must be a finite number >= 0"),
+        (["--dask-workers", "2", "--dask-scheduler", "tcp://h:1"], "not both"),
+        (["--dask-workers", "0"], "dask_workers must be in 1..256"),
     ],
 )
 def test_simulate_bad_values_fail_cleanly(args: list[str], message: str, tmp_path: Path) -> None:

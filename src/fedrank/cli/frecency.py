@@ -9,7 +9,14 @@ from typing import Any
 import click
 import numpy as np
 
-from fedrank.cli._common import FedrankGroup, invocation, progress_bar, read_json, write_json
+from fedrank.cli._common import (
+    FedrankGroup,
+    dask_options,
+    invocation,
+    progress_bar,
+    read_json,
+    write_json,
+)
 
 
 @click.group(cls=FedrankGroup)
@@ -254,12 +261,22 @@ def _study_options(func: Any) -> Any:
     return func
 
 
-def _run_study(config: Any) -> Any:
+def _run_study(
+    config: Any, dask_workers: int | None = None, dask_scheduler: str | None = None
+) -> Any:
+    import contextlib
+
+    from fedrank.experiments.executors import check_executor_options, dask_client
     from fedrank.experiments.frecency.study import run_study
 
-    with progress_bar() as bar:
+    on_dask = dask_workers is not None or dask_scheduler is not None
+    check_executor_options(1, dask_workers, dask_scheduler)
+    with contextlib.ExitStack() as stack, progress_bar() as bar:
+        dask = stack.enter_context(dask_client(dask_workers, dask_scheduler)) if on_dask else None
         task = bar.add_task("optimization iterations", total=config.iterations)
-        return run_study(config, progress=lambda done, total: bar.update(task, completed=done))
+        return run_study(
+            config, progress=lambda done, total: bar.update(task, completed=done), dask=dask
+        )
 
 
 def _summarize(result: Any) -> None:
@@ -302,8 +319,17 @@ def _summarize(result: Any) -> None:
     default=False,
     help="Also run the Fig. 7 update-stability analysis each iteration.",
 )
+@dask_options(
+    "the clients' messages (the simulated users' searches stay in this process)",
+    "; same result as one process",
+)
 def frecency_simulate(
-    json_path: Path | None, out_dir: Path | None, stability: bool, **settings: Any
+    json_path: Path | None,
+    out_dir: Path | None,
+    stability: bool,
+    dask_workers: int | None,
+    dask_scheduler: str | None,
+    **settings: Any,
 ) -> None:
     """Simulate the federated frecency study (optimization + evaluation phases); with
     --out, also write the plots and a markdown report."""
@@ -314,7 +340,7 @@ def frecency_simulate(
     if settings["world"] == "aol" and settings["n_users"] == 0:
         settings["n_users"] = None  # every user of the log
     config = FrecencyStudyConfig(track_stability=stability, **settings)
-    result = _run_study(config)
+    result = _run_study(config, dask_workers, dask_scheduler)
     _summarize(result)
     if stability:
         few = [r["n_reports"] for r in result.stability if r["n_reports"] < 10_000]

@@ -26,6 +26,8 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 from multiprocessing import get_context
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from fedrank.core.message import MessageBatch
 from fedrank.errors import ConfigError
 from fedrank.strategies.base import Strategy
@@ -110,6 +112,22 @@ def dask_client(dask_workers: int | None, dask_scheduler: str | None) -> Iterato
         # cannot be exited in another (the CLI starts the cluster in a helper thread)
         stack.callback(client.close)
         yield client
+
+
+def blocks(work: np.ndarray, n_blocks: int) -> list[range]:
+    """Contiguous blocks of client indices with nearly equal total ``work`` (one entry per
+    client), at most one block per client."""
+    work = np.asarray(work, dtype=np.float64)
+    n = min(n_blocks, work.size)
+    if n == 0:
+        return []
+    cum = np.cumsum(work)
+    targets = cum[-1] * np.arange(1, n) / n
+    at = np.searchsorted(cum, targets, side="left")  # the client where a target falls
+    before = np.where(at > 0, cum[np.maximum(at - 1, 0)], 0.0)
+    cut = np.where(cum[at] - targets > targets - before, at, at + 1)  # the nearer edge
+    edges = np.maximum.accumulate(np.r_[0, cut, work.size])
+    return [range(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
 
 
 def _fold(strategy: Strategy, batch: MessageBatch) -> Any:

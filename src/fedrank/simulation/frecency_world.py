@@ -34,7 +34,7 @@ What a search is for:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -83,6 +83,77 @@ class ClientReports:
     updates: np.ndarray  # (C, d) mean gradient per client
     n: np.ndarray  # (C,) searches behind each update
     loss: np.ndarray  # (C,) mean loss per client
+
+    @classmethod
+    def concat(cls, parts: list[ClientReports]) -> ClientReports:
+        """Reports of consecutive client blocks as one (client order kept)."""
+        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in _REPORT_FIELDS))
+
+
+_REPORT_FIELDS: tuple[str, ...] = ("users", "updates", "n", "loss")
+
+
+@dataclass(frozen=True)
+class ClientSearches:
+    """One iteration's searches as their clients hold them: the client half's whole input
+    (Sec. 5.4). For every search, the histories of the ``k`` pages it showed (``-1`` padded
+    rows invalid) and the rank the user selected; the scorer, loss scale and margin the
+    clients compute the SVM loss with. A client's message depends on its own searches only,
+    so any block of clients reports what it reports among all (:meth:`block`).
+
+    Attributes:
+        users: ``(C,)`` the clients' user ids, ascending.
+        client: ``(S,)`` each search's client (an index into ``users``).
+        selected: ``(S,)`` the selected rank of each search.
+        valid: bool ``(S, k)``: which shown rows are pages.
+        pages: the shown pages' histories, ``S * k`` rows, search-major.
+        now: the clients' clock (days).
+    """
+
+    users: np.ndarray
+    client: np.ndarray
+    selected: np.ndarray
+    valid: np.ndarray
+    pages: PageHistories
+    now: float
+    scorer: PageScorer
+    score_scale: str
+    delta: float
+
+    @property
+    def n_clients(self) -> int:
+        return int(self.users.size)
+
+    def work(self) -> np.ndarray:
+        """``(C,)`` searches per client (to balance blocks)."""
+        return np.bincount(self.client, minlength=self.n_clients)
+
+    def block(self, lo: int, hi: int) -> ClientSearches:
+        """Clients ``lo .. hi - 1`` and their searches, in the same order."""
+        rows = np.flatnonzero((self.client >= lo) & (self.client < hi))
+        k = self.valid.shape[1]
+        return replace(
+            self,
+            users=self.users[lo:hi],
+            client=self.client[rows] - lo,
+            selected=self.selected[rows],
+            valid=self.valid[rows],
+            pages=self.pages.take(rows[:, None] * k + np.arange(k)),
+        )
+
+    def reports(self, theta: np.ndarray, estimator: FiniteDifferenceEstimator) -> ClientReports:
+        """Every client's message: the mean finite-difference gradient of the SVM loss over
+        its own searches, with their number as its weight ``n_i``, and its mean loss."""
+        n_searches, k = self.valid.shape
+
+        def objective(rows: np.ndarray) -> np.ndarray:
+            scores = scaled_scores(self.scorer.fresh(rows, self.pages, self.now), self.score_scale)
+            return pointwise_svm_loss(
+                scores.reshape(rows.shape[0], n_searches, k), self.selected, self.valid, self.delta
+            )
+
+        updates, n, loss = estimator.estimate_clients(theta, objective, self.client, self.n_clients)
+        return ClientReports(users=self.users, updates=updates, n=n, loss=loss)
 
 
 @dataclass(frozen=True)
@@ -361,6 +432,25 @@ class FrecencyWorld:
         )
         return np.where(batch.found, loss, np.nan)
 
+    def client_searches(self, batch: SearchBatch, branch: int = TREATMENT) -> ClientSearches:
+        """What the ``branch`` users who selected a history row in ``batch`` hold for their
+        messages (:class:`ClientSearches`)."""
+        keep = batch.found & (self.branch[batch.user] == branch)
+        shown = batch.shown[keep]
+        valid = shown >= 0
+        users, client = np.unique(batch.user[keep], return_inverse=True)
+        return ClientSearches(
+            users=users,
+            client=client,
+            selected=batch.selected_rank[keep],
+            valid=valid,
+            pages=self.histories(np.where(valid, shown, 0).reshape(-1)),
+            now=self.now,
+            scorer=self.scorer,
+            score_scale=self.score_scale,
+            delta=self.delta,
+        )
+
     def client_reports(
         self,
         batch: SearchBatch,
@@ -369,25 +459,8 @@ class FrecencyWorld:
         branch: int = TREATMENT,
     ) -> ClientReports:
         """The finite-difference messages of the ``branch`` users who selected a history row
-        in ``batch``: each client sends the mean gradient of the SVM loss over its own
-        searches, with their number as its weight ``n_i``."""
-        keep = batch.found & (self.branch[batch.user] == branch)
-        shown = batch.shown[keep]
-        valid = shown >= 0
-        selected = batch.selected_rank[keep]
-        users, client = np.unique(batch.user[keep], return_inverse=True)
-        flat_index = np.where(valid, shown, 0).reshape(-1)
-        n_searches, k = shown.shape
-        pages = self.histories(flat_index)
-
-        def objective(rows: np.ndarray) -> np.ndarray:
-            scores = scaled_scores(self.scorer.fresh(rows, pages, self.now), self.score_scale)
-            return pointwise_svm_loss(
-                scores.reshape(rows.shape[0], n_searches, k), selected, valid, self.delta
-            )
-
-        updates, n, loss = estimator.estimate_clients(theta, objective, client, users.size)
-        return ClientReports(users=users, updates=updates, n=n, loss=loss)
+        in ``batch`` (:meth:`ClientSearches.reports`)."""
+        return self.client_searches(batch, branch).reports(theta, estimator)
 
     # ------------------------------------------------------------------ helpers
 

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from fedrank.cli import main
 from fedrank.errors import ConfigError
 from fedrank.estimators.local_sgd import LocalTraining
-from fedrank.experiments.executors import dask_client
+from fedrank.experiments.executors import blocks, dask_client
 from fedrank.experiments.fedps import run as fedps_run
-from fedrank.experiments.fedps.clients import LocalClients, blocks
+from fedrank.experiments.fedps.clients import LocalClients
 from fedrank.experiments.fedps.data import FedPSData
 from fedrank.experiments.fedps.run import FedPSResult, FedPSSettings, run_fedps
 from tests.untimed import untimed

@@ -29,6 +29,7 @@ import torch
 from fedrank.core.message import Message
 from fedrank.errors import ConfigError
 from fedrank.estimators.local_sgd import FedPSClient, LocalTraining
+from fedrank.experiments.executors import blocks
 from fedrank.models.peps import PEPSConfig, PEPSRanker
 from fedrank.retrieval.candidates import FEATURE_EDGES, FEATURE_NAMES, UserData
 
@@ -152,22 +153,6 @@ class LocalClients:
     def evaluate(self, parameters: np.ndarray, split: str) -> np.ndarray:
         self.model.set_flat_parameters(parameters)
         return np.concatenate([c.evaluate(self.model, split) for c in self._clients])
-
-
-def blocks(work: np.ndarray, n_blocks: int) -> list[range]:
-    """Contiguous blocks of client indices with nearly equal total ``work`` (one entry per
-    client), at most one block per client."""
-    work = np.asarray(work, dtype=np.float64)
-    n = min(n_blocks, work.size)
-    if n == 0:
-        return []
-    cum = np.cumsum(work)
-    targets = cum[-1] * np.arange(1, n) / n
-    at = np.searchsorted(cum, targets, side="left")  # the client where a target falls
-    before = np.where(at > 0, cum[np.maximum(at - 1, 0)], 0.0)
-    cut = np.where(cum[at] - targets > targets - before, at, at + 1)  # the nearer edge
-    edges = np.maximum.accumulate(np.r_[0, cut, work.size])
-    return [range(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
 
 
 def _sparse(message: Message) -> tuple[np.ndarray, np.ndarray, Message]:

@@ -155,10 +155,9 @@ class ServiceServer:
         batch: SearchBatch,
         losses: np.ndarray,
         reports: ClientReports,
-        updates: np.ndarray,
     ) -> None:
         n_users = len(self.clients)
-        payload = {int(u): (updates[i], int(reports.n[i]))
+        payload = {int(u): (reports.updates[i], int(reports.n[i]))
                    for i, u in enumerate(reports.users) if reports.n[i] > 0}  # fmt: skip
         metric = {
             "loss": _per_user(losses, batch.user, n_users),

@@ -27,13 +27,18 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from fedrank.core.message import MessageBatch
 from fedrank.data.browsing import BrowsingWorld
 from fedrank.errors import ConfigError
+from fedrank.experiments.frecency.clients import (
+    DaskFrecencyClients,
+    FrecencyClients,
+    LocalFrecencyClients,
+)
 from fedrank.experiments.frecency.presets import hidden_weights
 from fedrank.experiments.frecency.stability import subsample_l1_distances
 from fedrank.experiments.stats import compare_branches_by_user, intra_user_correlation
@@ -47,6 +52,9 @@ from fedrank.simulation.frecency_world import (
 )
 from fedrank.simulation.urlbar import SearchBatch, TypingModel, UrlbarConfig
 from fedrank.strategies.frecency import FrecencyConfig, FrecencyStrategy
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 WORLDS: tuple[str, ...] = ("synthetic", "aol")
 
@@ -324,10 +332,10 @@ class StudyServer(Protocol):
         batch: SearchBatch,
         losses: np.ndarray,
         reports: ClientReports,
-        updates: np.ndarray,
     ) -> None:
-        """Deliver the iteration's client messages (``updates``: the treatment clients'
-        privatized gradients, ``reports.n`` their weights) and per-search ``losses``."""
+        """Deliver the iteration's client messages (``reports.updates``: the treatment
+        clients' privatized gradients, ``reports.n`` their weights) and per-search
+        ``losses``."""
         ...
 
     def close(self) -> None:
@@ -358,9 +366,8 @@ class InProcessServer:
         batch: SearchBatch,
         losses: np.ndarray,
         reports: ClientReports,
-        updates: np.ndarray,
     ) -> None:
-        batch_of = MessageBatch.of_vectors(updates, reports.n)
+        batch_of = MessageBatch.of_vectors(reports.updates, reports.n)
         self.state = self.strategy.accumulate(self.state, batch_of)
 
     def close(self) -> None:
@@ -377,12 +384,15 @@ def optimization_phase(
     rng: np.random.Generator,
     result: StudyResult,
     progress: Callable[[int, int], None] | None = None,
+    clients: FrecencyClients | None = None,
 ) -> None:
     """The study's iterations (Sec. 6.2): every iteration the clients take the published
     model, search, compute and privatize their finite-difference gradients (the client
-    half of ``strategy``), deliver them to ``server`` and the server closes the iteration.
-    Records the losses, weights and reports per iteration in ``result``."""
+    half of ``strategy``, in this process or on Dask: ``clients``), deliver them to
+    ``server`` and the server closes the iteration. Records the losses, weights and
+    reports per iteration in ``result``."""
     c = config
+    clients = LocalFrecencyClients(strategy) if clients is None else clients
     plain = FrecencyStrategy(replace(c, significance_z=0.0)).aggregator  # Figure 7
     result.branch_loss_per_iteration = {name: [] for name in BRANCHES}
     result.paper_loss_per_iteration = {name: [] for name in BRANCHES}
@@ -399,9 +409,9 @@ def optimization_phase(
             result.branch_loss_per_iteration[name].append(_nanmean(losses[mask]))
             result.paper_loss_per_iteration[name].append(_nanmean(paper[mask]))
 
-        reports = world.client_reports(batch, published, strategy.estimator, TREATMENT)
-        updates = strategy.privatize(reports.updates, rng)
-        server.report(world, batch, losses, reports, updates)
+        reports = clients.messages(world.client_searches(batch, TREATMENT), published)
+        updates = reports.updates
+        server.report(world, batch, losses, reports)
         if c.track_stability:
             # Figure 7 compares plain means (no gate): the update of all reports vs of
             # 2,000 sampled ones; an iteration with fewer than twice that many reports
@@ -445,11 +455,14 @@ def run_study(
     progress: Callable[[int, int], None] | None = None,
     *,
     branches: np.ndarray | None = None,
+    dask: Client | None = None,
 ) -> StudyResult:
     """Run the optimization and evaluation phases; ``progress(done, total)`` is called after
     every iteration. ``branches``: each user's branch index (default: an exact random split
     by the configured shares), e.g. the branches a real server assigned in the service
-    demo, to run the same study in this process."""
+    demo, to run the same study in this process. ``dask``: compute the clients' messages on
+    this cluster's workers (:mod:`fedrank.experiments.frecency.clients`; the same result
+    bit for bit)."""
     world_seed, train_seed, eval_seed, _ = study_streams(config.seed)
     c = config.resolved()
     strategy = FrecencyStrategy(c)
@@ -458,8 +471,9 @@ def run_study(
         world.set_branches(branches)
     server = InProcessServer(strategy)
     result = StudyResult(config=config, world_stats=dict(world.browsing.stats))
+    clients = None if dask is None else DaskFrecencyClients(dask, strategy)
     optimization_phase(
-        world, c, strategy, server, np.random.default_rng(train_seed), result, progress
+        world, c, strategy, server, np.random.default_rng(train_seed), result, progress, clients
     )
     result.final_weights = strategy.scorer.to_dict(server.params)
     final = server.model()

@@ -1,0 +1,91 @@
+"""Where the frecency study's clients compute their messages: in this process, or in
+blocks on the workers of a Dask cluster (``fedrank frecency simulate --dask-workers N``).
+
+The client half of federated frecency (Sec. 5.4: finite-difference gradients of the SVM
+loss over a client's own searches, then its signs for sign messages) needs only what the
+client holds: the histories of the pages its searches showed, and what it selected
+(:class:`~fedrank.simulation.frecency_world.ClientSearches`). A client's message depends on
+its own searches alone and the client half draws no random numbers, so a block of clients
+reports the same wherever it runs. On Dask, every iteration splits the clients into one
+contiguous block per worker (balanced by their numbers of searches), each worker computes
+and privatizes its block's messages, and the driver puts the blocks back in client order:
+its aggregator folds exactly the messages an in-process run folds, in the same order, and
+the two runs are identical bit for bit (``tests/cli/test_cli_frecency.py``).
+
+What stays on the driver is the world: what the simulated users browse, type and select
+(the searches themselves), which is most of a study's time; so Dask does not make a study
+faster on one machine (``python benchmarks/bench_dask.py --only frecency``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from fedrank.errors import ConfigError
+from fedrank.experiments.executors import blocks
+from fedrank.simulation.frecency_world import ClientReports, ClientSearches
+from fedrank.strategies.frecency import FrecencyStrategy
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+
+class FrecencyClients(Protocol):
+    """The clients of one frecency study."""
+
+    def messages(self, searches: ClientSearches, theta: np.ndarray) -> ClientReports:
+        """Every client's report against the published model ``theta``, its update
+        privatized as the strategy says (signs for sign messages), in client order."""
+        ...
+
+
+def _messages(
+    strategy: FrecencyStrategy, searches: ClientSearches, theta: np.ndarray
+) -> ClientReports:
+    reports = searches.reports(theta, strategy.estimator)
+    # The frecency strategy's privatizer (signs with zeros kept) draws no random number;
+    # the generator only fills the privatizer's signature.
+    updates = strategy.privatize(reports.updates, np.random.default_rng(0))
+    return ClientReports(reports.users, updates, reports.n, reports.loss)
+
+
+class LocalFrecencyClients:
+    """All clients in this process, one vectorized call per iteration."""
+
+    def __init__(self, strategy: FrecencyStrategy) -> None:
+        self.strategy = strategy
+
+    def messages(self, searches: ClientSearches, theta: np.ndarray) -> ClientReports:
+        return _messages(self.strategy, searches, theta)
+
+
+class DaskFrecencyClients:
+    """The clients spread over the workers of a Dask cluster, one contiguous block each
+    (module docstring). The strategy reaches each worker once."""
+
+    def __init__(self, client: Client, strategy: FrecencyStrategy) -> None:
+        self.workers = sorted(client.scheduler_info()["workers"])
+        if not self.workers:
+            raise ConfigError("the Dask cluster has no workers; start at least one")
+        self.client, self.strategy = client, strategy
+        self._strategy = client.scatter(strategy, broadcast=True, hash=False)
+
+    def messages(self, searches: ClientSearches, theta: np.ndarray) -> ClientReports:
+        parts = blocks(searches.work(), len(self.workers))
+        if not parts:
+            return _messages(self.strategy, searches, theta)  # no client searched
+        futures = [
+            self.client.submit(
+                _messages,
+                self._strategy,
+                searches.block(part.start, part.stop),
+                theta,
+                workers=[worker],
+                allow_other_workers=False,
+                pure=False,
+            )
+            for part, worker in zip(parts, self.workers, strict=False)
+        ]
+        return ClientReports.concat(self.client.gather(futures))

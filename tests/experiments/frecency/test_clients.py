@@ -1,0 +1,77 @@
+"""The frecency clients' messages are their own: any block of clients reports what it reports
+among all (what lets ``fedrank frecency simulate --dask-workers N`` give the same study; the
+real 2-worker cluster run is in ``tests/cli/test_cli_frecency.py``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedrank.experiments.executors import blocks
+from fedrank.experiments.frecency.clients import LocalFrecencyClients
+from fedrank.experiments.frecency.study import (
+    FrecencyStudyConfig,
+    build_world,
+    iteration_searches,
+)
+from fedrank.simulation.frecency_world import TREATMENT, ClientReports, ClientSearches
+from fedrank.strategies.frecency import FrecencyStrategy
+
+
+@pytest.fixture(scope="module", params=("classic", "modern"))
+def searches(request: pytest.FixtureRequest) -> tuple[FrecencyStrategy, ClientSearches]:
+    config = FrecencyStudyConfig(
+        n_users=300, iterations=1, seed=3, history_days=14, model=request.param
+    ).resolved()
+    rng = np.random.default_rng(7)
+    world = build_world(config, rng)
+    strategy = FrecencyStrategy(config)
+    batch = world.search(
+        iteration_searches(world, config, 2.0, 1.0, rng), strategy.initial_params(), rng
+    )
+    return strategy, world.client_searches(batch, TREATMENT)
+
+
+@pytest.mark.parametrize("n_blocks", [2, 3, 7])
+def test_blocks_of_clients_report_what_all_clients_report(
+    searches: tuple[FrecencyStrategy, ClientSearches], n_blocks: int
+) -> None:
+    strategy, all_searches = searches
+    assert all_searches.n_clients > 20
+    theta = strategy.initial_params()
+    whole = all_searches.reports(theta, strategy.estimator)
+    assert np.all(whole.n > 0) and np.any(whole.updates != 0)
+    parts = blocks(all_searches.work(), n_blocks)
+    assert len(parts) == n_blocks
+    joined = ClientReports.concat(
+        [all_searches.block(p.start, p.stop).reports(theta, strategy.estimator) for p in parts]
+    )
+    for name in ("users", "updates", "n", "loss"):
+        np.testing.assert_array_equal(getattr(joined, name), getattr(whole, name))
+
+
+def test_a_block_holds_exactly_its_clients_searches(
+    searches: tuple[FrecencyStrategy, ClientSearches],
+) -> None:
+    _, all_searches = searches
+    lo, hi = 5, 12
+    part = all_searches.block(lo, hi)
+    rows = np.flatnonzero((all_searches.client >= lo) & (all_searches.client < hi))
+    np.testing.assert_array_equal(part.users, all_searches.users[lo:hi])
+    np.testing.assert_array_equal(part.client, all_searches.client[rows] - lo)
+    np.testing.assert_array_equal(part.selected, all_searches.selected[rows])
+    k = all_searches.valid.shape[1]
+    ages = all_searches.pages.visit_age_days.reshape(-1, k, all_searches.pages.visit_type.shape[1])
+    np.testing.assert_array_equal(part.pages.visit_age_days.reshape(rows.size, k, -1), ages[rows])
+
+
+def test_sign_messages_are_the_signs_of_the_gradients(
+    searches: tuple[FrecencyStrategy, ClientSearches],
+) -> None:
+    strategy, all_searches = searches
+    sign = FrecencyStrategy(FrecencyStudyConfig(model=strategy.config.model, message="sign"))
+    theta = strategy.initial_params()
+    plain = LocalFrecencyClients(strategy).messages(all_searches, theta)
+    signs = LocalFrecencyClients(sign).messages(all_searches, theta)
+    np.testing.assert_array_equal(signs.updates, np.sign(plain.updates))
+    np.testing.assert_array_equal(signs.n, plain.n)
