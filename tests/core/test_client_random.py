@@ -14,6 +14,10 @@ from fedrank.errors import ConfigError
 GOLDEN_SEEDS = [2085765587, 4139734036, 1504255603]
 GOLDEN_SLOTS = [0.8536447110243689, 0.2890400758415289, 0.3348272949262664, 0.6254700274045266]
 GOLDEN_QUERY_UNIFORMS = [0.200002312211237, 0.47802329056589343, 0.07333223818419743]
+GOLDEN_LATER = {
+    Stream.GUMBEL: (0, [0.8543743932647674, 0.91915011380178, 0.26113434844281325]),
+    Stream.NOISE: (1, [0.8148387615661153, 0.47353879302956225, 0.09394955341411915]),
+}
 
 
 def test_golden_values_pin_the_function() -> None:
@@ -25,6 +29,17 @@ def test_golden_values_pin_the_function() -> None:
     )
     slots = r.uniform_slots(np.arange(2), Stream.CLICK, np.array([0, 1]), 2)
     np.testing.assert_array_equal(slots.ravel(), GOLDEN_SLOTS)
+    for stream, (counter, values) in GOLDEN_LATER.items():
+        drawn = r.uniform(np.arange(3), stream, np.full(3, counter))
+        np.testing.assert_array_equal(drawn, values)
+
+
+def test_no_two_draws_of_a_client_share_a_hash() -> None:
+    """Every (stream, counter) of a client is its own draw, across both hashing domains."""
+    r = ClientRandom(0, 0, np.arange(1))
+    ctr = np.arange(20_000)
+    drawn = np.concatenate([r.bits(np.zeros(ctr.size, int), s, ctr) for s in Stream])
+    assert np.unique(drawn).size == drawn.size
 
 
 @settings(max_examples=40, deadline=None)
@@ -61,7 +76,12 @@ def test_uniforms_are_uniform_and_streams_rounds_seeds_independent() -> None:
     for u in draws.values():
         assert u.min() >= 0.0 and u.max() < 1.0
         assert stats.kstest(u, "uniform").pvalue > 1e-4
-    assert abs(np.corrcoef(draws[Stream.CLICK], draws[Stream.KEEP])[0, 1]) < 0.01
+    for a, b in (
+        (Stream.CLICK, Stream.KEEP),
+        (Stream.CLICK, Stream.GUMBEL),
+        (Stream.SEED, Stream.NOISE),
+    ):
+        assert abs(np.corrcoef(draws[a], draws[b])[0, 1]) < 0.01
     for other in (ClientRandom(5, 1, np.arange(2000)), ClientRandom(6, 0, np.arange(2000))):
         u = other.uniform(rows, Stream.CLICK, ctr)
         assert abs(np.corrcoef(u, draws[Stream.CLICK])[0, 1]) < 0.01

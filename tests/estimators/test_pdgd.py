@@ -6,8 +6,10 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 from scipy import stats
 
+from fedrank.core.client_random import ClientRandom
 from fedrank.data.query_bank import QueryBank
 from fedrank.estimators.pdgd import (
     PDGDClients,
@@ -18,6 +20,7 @@ from fedrank.estimators.pdgd import (
 from fedrank.metrics.evaluate import evaluate
 from fedrank.models.click_models import click_model
 from fedrank.models.linear import LinearRanker
+from fedrank.models.mlp import TwoLayerRanker
 from tests.conftest import synthetic_split
 
 
@@ -75,13 +78,15 @@ def test_debiasing_weights_equal_brute_force_plackett_luce() -> None:
 def test_sampled_rankings_follow_plackett_luce() -> None:
     scores = np.log(np.array([[0.5, 0.3, 0.2]]))
     rng = np.random.default_rng(1)
-    draws = sample_plackett_luce(np.repeat(scores, 60_000, axis=0), np.ones((60_000, 3), bool), rng)
+    draws = sample_plackett_luce(
+        np.repeat(scores, 60_000, axis=0), np.ones((60_000, 3), bool), rng.random((60_000, 3))
+    )
     perms = list(itertools.permutations(range(3)))
     observed = np.array([np.all(draws == p, axis=1).sum() for p in perms])
     expected = np.array([np.exp(_pl_log_prob(scores[0], list(p), 3)) for p in perms]) * 60_000
     assert stats.chisquare(observed, expected).pvalue > 1e-4
     padded = sample_plackett_luce(
-        np.zeros((50, 4)), np.array([[True, True, False, False]] * 50), rng
+        np.zeros((50, 4)), np.array([[True, True, False, False]] * 50), rng.random((50, 4))
     )
     assert set(map(tuple, padded[:, 2:].tolist())) == {(2, 3)}  # padding last, in order
 
@@ -92,13 +97,32 @@ def test_pdgd_clients_learn_a_learnable_split() -> None:
     ranker = LinearRanker(split.n_features)
     model = click_model("navigational")
     clients = PDGDClients(ranker, model)
-    rng = np.random.default_rng(4)
-    params = np.zeros((50, ranker.dim))
-    for _ in range(20):
-        step = clients.step(params, bank, rng.integers(0, bank.n_queries, 50), rng)
-        params += 0.1 * step.gradients
-    theta = params.mean(axis=0)
+    theta = np.zeros(ranker.dim)
+    for iteration in range(20):
+        local, _ = clients.train(theta, bank, ClientRandom(4, iteration, np.arange(50)), 1, 0.1)
+        theta = local.mean(axis=0)
     assert np.argmax(theta) == 0  # labels depend on feature 0
     before = evaluate(bank, lambda x: ranker.score(np.zeros(ranker.dim), x), {"m": model})["m"]
     after = evaluate(bank, lambda x: ranker.score(theta, x), {"m": model})["m"]
     assert after > before + 0.05
+
+
+@pytest.mark.parametrize("model_name", ["navigational", "perfect"])
+def test_a_client_trains_the_same_alone_or_among_others(model_name: str) -> None:
+    """Interaction b of a client draws its query, Gumbel keys and click coins from its own
+    numbers: a block of clients (here every client alone) ends exactly where it ends among
+    all, which is what lets FPDGD's clients run on any worker."""
+    split = synthetic_split(np.random.default_rng(5), n_queries=40, max_docs=15)
+    bank = QueryBank(split)
+    ranker = TwoLayerRanker(split.n_features, hidden=4)
+    clients = PDGDClients(ranker, click_model(model_name))
+    theta = ranker.init_params(np.random.default_rng(6))
+    random = ClientRandom(9, 2, np.arange(12))
+    together, maxrr = clients.train(theta, bank, random, 4, 0.1)
+    assert np.any(together != theta) and maxrr.shape == (12, 4)
+    for lo, hi in ((0, 1), (3, 4), (5, 12)):
+        alone, alone_maxrr = clients.train(theta, bank, random.block(lo, hi), 4, 0.1)
+        np.testing.assert_array_equal(alone, together[lo:hi])
+        np.testing.assert_array_equal(alone_maxrr, maxrr[lo:hi])
+    other, _ = clients.train(theta, bank, ClientRandom(9, 3, np.arange(12)), 4, 0.1)
+    assert np.any(other != together)  # another round, other numbers

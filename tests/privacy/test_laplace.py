@@ -45,3 +45,25 @@ def test_bad_parameters_are_refused() -> None:
         LocalLaplace(-1.0, 1.0)
     with pytest.raises(ConfigError, match="n_clients"):
         DistributedLaplace(1.0, 1.0, 0)
+
+
+@pytest.mark.parametrize(
+    "mech", [LocalLaplace(1.0, 2.0), DistributedLaplace(1.0, 2.0, n_clients=50)]
+)
+def test_noise_is_a_function_of_the_uniforms_finite_at_the_ends(
+    mech: LocalLaplace | DistributedLaplace,
+) -> None:
+    """Noise by inverse CDFs: the same uniforms give the same noise (what lets a client's
+    own random numbers privatize it anywhere), and the generator's extreme outputs stay
+    finite; a wrong number of uniforms is refused."""
+    updates = np.zeros((3, 4))
+    shape = mech.uniform_shape(updates.shape)
+    u = np.random.default_rng(2).random(shape)
+    np.testing.assert_array_equal(
+        mech.privatize_uniforms(updates, u), mech.privatize_uniforms(updates, u.copy())
+    )
+    ends = np.full(shape, 1.0 - 2.0**-53)
+    ends[0] = 0.0
+    assert np.all(np.isfinite(mech.privatize_uniforms(updates, ends)))
+    with pytest.raises(ConfigError, match="uniforms of shape"):
+        mech.privatize_uniforms(updates, u[:, :, :2])

@@ -79,7 +79,7 @@ def foltr() -> None:
 @click.option("--dp-epsilon", type=float, default=4.5, show_default=True)
 @click.option("--dp-clip", type=float, default=1.0, show_default=True, help="L1 clip of deltas.")
 @click.option("--seed", type=int, default=0, show_default=True)
-@dask_options("FOLtR-ES's clients", "; same result as one process")
+@dask_options("the clients (FOLtR-ES or FPDGD)", "; same result as one process")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None)
 def foltr_train(
@@ -103,10 +103,6 @@ def foltr_train(
     config = FoltrConfig(p=None if p == 1.0 else p, **settings)  # type: ignore[arg-type]
     on_dask = dask_workers is not None or dask_scheduler is not None
     check_executor_options(1, dask_workers, dask_scheduler)
-    if on_dask and config.algorithm != "es":
-        raise click.UsageError(
-            "--dask-workers/--dask-scheduler run FOLtR-ES's clients; FPDGD runs in one process"
-        )
     data = load_fold(data_dir, fold)
     with contextlib.ExitStack() as stack, progress_bar() as bar:
         dask = stack.enter_context(dask_client(dask_workers, dask_scheduler)) if on_dask else None

@@ -19,8 +19,9 @@ one per document slot).
 
 The key of client ``c`` in round ``t`` of run ``s`` is
 ``mix(mix(mix(s * G + K_RUN) ^ (t * G + K_ROUND)) ^ (c * G + K_CLIENT))`` and draw
-``(stream, counter)`` is ``mix(key ^ mix((counter * N_STREAMS + stream) * G + K_DRAW))``;
-uniforms take its top 53 bits.
+``(stream, counter)`` is ``mix(key ^ mix((counter * N_STREAMS + stream) * G + K_DRAW))``
+for the first five streams (later ones: ``(counter * N_LATER + stream - 5) * G +
+K_DRAW_LATER``); uniforms take its top 53 bits.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ _K_RUN = np.uint64(0x3C6EF372FE94F82B)
 _K_ROUND = np.uint64(0xA54FF53A5F1D36F1)
 _K_CLIENT = np.uint64(0x510E527FADE682D1)
 _K_DRAW = np.uint64(0x9B05688C2B3E6C1F)
+_K_DRAW_LATER = np.uint64(0x1F83D9ABFB41BD6B)
 _TWO_POW_M53 = 2.0**-53
 
 
@@ -47,9 +49,15 @@ class Stream(IntEnum):
     CLICK = 2  # the simulated user's click coins
     KEEP = 3  # randomized response: keep the true value?
     SHIFT = 4  # randomized response: which other value
+    GUMBEL = 5  # PDGD: the Gumbel keys that sample a displayed ranking
+    NOISE = 6  # differential privacy: the noise added to a client's update
 
 
-N_STREAMS = len(Stream)
+#: Streams ``SEED .. SHIFT`` hash as ``counter * N_STREAMS + stream`` with ``_K_DRAW`` (their
+#: numbers are pinned by golden values and the published FOLtR-ES figures); streams added
+#: later hash in their own domain (``_K_DRAW_LATER``), so adding one changes no number.
+N_STREAMS = 5
+_N_LATER = len(Stream) - N_STREAMS
 
 
 class ClientRandom:
@@ -84,9 +92,13 @@ class ClientRandom:
 
     def bits(self, rows: np.ndarray, stream: Stream, counter: np.ndarray) -> np.ndarray:
         """uint64 hashes of draws ``counter`` of ``stream`` for the clients at ``rows``."""
-        ctr = np.asarray(counter).astype(np.uint64) * np.uint64(N_STREAMS) + np.uint64(stream)
+        first = stream < N_STREAMS
+        width, index = (N_STREAMS, stream) if first else (_N_LATER, stream - N_STREAMS)
+        ctr = np.asarray(counter).astype(np.uint64) * np.uint64(width) + np.uint64(index)
         with np.errstate(over="ignore"):
-            return mix64(self.keys[rows] ^ mix64(ctr * GOLDEN + _K_DRAW))
+            return mix64(
+                self.keys[rows] ^ mix64(ctr * GOLDEN + (_K_DRAW if first else _K_DRAW_LATER))
+            )
 
     def uniform(self, rows: np.ndarray, stream: Stream, counter: np.ndarray) -> np.ndarray:
         """float64 uniforms in ``[0, 1)``, one per broadcast entry of ``rows`` and

@@ -37,22 +37,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedrank.core.client_random import ClientRandom, Stream
 from fedrank.data.query_bank import QueryBank
 from fedrank.errors import ConfigError
 from fedrank.metrics.maxrr import maxrr_index_from_clicks, maxrr_values
-from fedrank.models.click_models import ClickModel
+from fedrank.models.click_models import ClickModel, coin_shape
 from fedrank.models.rankers import Ranker
 
 #: Documents displayed (and clickable) per interaction.
 DISPLAYED = 10
 
 
-def sample_plackett_luce(
-    scores: np.ndarray, valid: np.ndarray, rng: np.random.Generator
-) -> np.ndarray:
+def sample_plackett_luce(scores: np.ndarray, valid: np.ndarray, u: np.ndarray) -> np.ndarray:
     """``(I, W)`` full rankings (slot indices, best first; padding slots last) sampled from
-    the Plackett-Luce distribution of each row's scores (Gumbel-max trick)."""
-    gumbel = -np.log(-np.log(rng.random(scores.shape)))
+    the Plackett-Luce distribution of each row's scores (Gumbel-max trick), given one
+    uniform per slot ``u`` ``(I, W)``."""
+    gumbel = -np.log(-np.log(u))
     keys = np.where(valid, scores.astype(np.float64) + gumbel, -np.inf)
     return np.argsort(-keys, axis=1, kind="stable")
 
@@ -136,11 +136,41 @@ class PDGDClients:
         self.ranker = ranker
         self.click_model = click_model
 
+    def train(
+        self,
+        theta: np.ndarray,
+        bank: QueryBank,
+        random: ClientRandom,
+        batch: int,
+        learning_rate: float,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Every client of ``random`` starts from ``theta`` and learns from its ``batch``
+        interactions in turn (step 5); returns the ``(C, dim)`` final parameters and the
+        ``(C, batch)`` MaxRR its users saw. Interaction ``b`` of a client draws its query,
+        ranking and clicks from the client's own numbers (counter ``b``), so a client
+        trains the same alone, in any block, or on any worker."""
+        rows = np.arange(random.size)
+        local = np.tile(np.asarray(theta, dtype=np.float64), (random.size, 1))
+        maxrr = np.zeros((random.size, batch))
+        for b in range(batch):
+            queries = random.integers(rows, Stream.QUERY, np.full(rows.size, b), bank.n_queries)
+            step = self.step(local, bank, queries, random, b)
+            local += learning_rate * step.gradients
+            maxrr[:, b] = step.maxrr
+        return local, maxrr
+
     def step(
-        self, params: np.ndarray, bank: QueryBank, queries: np.ndarray, rng: np.random.Generator
+        self,
+        params: np.ndarray,
+        bank: QueryBank,
+        queries: np.ndarray,
+        random: ClientRandom,
+        counter: int,
     ) -> PDGDStep:
-        """Client ``c`` (parameters ``params[c]``) issues query ``queries[c]``; returns the
-        PDGD gradient of each client and the MaxRR of the list it was shown."""
+        """Client ``c`` (parameters ``params[c]``, random numbers ``random`` row ``c``)
+        issues query ``queries[c]``; returns the PDGD gradient of each client and the MaxRR
+        of the list it was shown. ``counter`` numbers the interaction in the client's
+        streams (its Gumbel keys and click coins)."""
         n_clients = params.shape[0]
         gradients = np.zeros((n_clients, self.ranker.dim))
         maxrr = np.zeros(n_clients)
@@ -152,14 +182,19 @@ class PDGDClients:
             scores = self.ranker.score_rows(params[c], features).astype(np.float64)
             scores = np.where(valid, scores, -np.inf)
             scores -= scores.max(axis=1, keepdims=True)  # exp(0) = 1 at the top: no overflow
-            ranking = sample_plackett_luce(scores, valid, rng)
+            at = np.full(c.size, counter)
+            ranking = sample_plackett_luce(
+                scores, valid, random.uniform_slots(c, Stream.GUMBEL, at, scores.shape[1])
+            )
             ranked_scores = np.take_along_axis(scores, ranking, axis=1)
             suffix = np.cumsum(np.exp(ranked_scores)[:, ::-1], axis=1)[:, ::-1]
             k = min(DISPLAYED, labels.shape[1])
             shown = ranking[:, :k]
             shown_labels = np.take_along_axis(labels, shown, axis=1).astype(np.int64)
             present = shown_labels >= 0
-            clicks = self.click_model.simulate(shown_labels, rng)
+            shape = coin_shape(self.click_model, shown_labels)
+            coins = random.uniform_slots(c, Stream.CLICK, at, shape[1] * shape[2])
+            clicks = self.click_model.clicks_from_coins(shown_labels, coins.reshape(shape))
             maxrr[c] = values[maxrr_index_from_clicks(clicks, self.click_model.depth)]
             pairs = inferred_pairs(clicks, present)
             if not pairs.any():

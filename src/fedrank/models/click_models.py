@@ -135,18 +135,21 @@ class CascadeClickModel:
     def simulate(self, ranked: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Clicks ``(I, K)`` (bool) of users scanning each list top-down, vectorized over
         lists (a loop over the ``depth`` positions only)."""
+        return self.clicks_from_coins(ranked, rng.random(coin_shape(self, ranked)))
+
+    def clicks_from_coins(self, ranked: np.ndarray, coins: np.ndarray) -> np.ndarray:
+        """:meth:`simulate` with the user's uniforms given: ``coins[:, 0, k]`` decides a
+        click at position ``k``, ``coins[:, 1, k]`` a stop after it (:func:`coin_shape`)."""
         arr = check_ranked_labels(ranked, self.n_grades)
         n, k = arr.shape
         clicks = np.zeros((n, k), dtype=bool)
         active = np.ones(n, dtype=bool)
         for pos in range(min(k, self.depth)):
             lab = arr[:, pos]
-            present = lab >= 0
             grade = np.maximum(lab, 0)
-            click = active & present & (rng.random(n) < self.click_prob[grade])
+            click = active & (lab >= 0) & (coins[:, 0, pos] < self.click_prob[grade])
             clicks[:, pos] = click
-            stop = click & (rng.random(n) < self.stop_prob[grade])
-            active &= ~stop
+            active &= ~(click & (coins[:, 1, pos] < self.stop_prob[grade]))
         return clicks
 
 
@@ -185,17 +188,29 @@ class PositionBasedModel:
         return _pad_to_depth(probs, self.depth)
 
     def simulate(self, ranked: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return self.clicks_from_coins(ranked, rng.random(coin_shape(self, ranked)))
+
+    def clicks_from_coins(self, ranked: np.ndarray, coins: np.ndarray) -> np.ndarray:
+        """Clicks from the user's uniforms: ``coins[:, 0, k]`` decides whether position
+        ``k`` is examined, ``coins[:, 1, k]`` whether its document attracts."""
         arr = check_ranked_labels(ranked, self.n_grades)
         n, k = arr.shape
         clicks = np.zeros((n, k), dtype=bool)
         d = min(k, self.depth)
-        examined = rng.random((n, d)) < self.examination[None, :d]
-        attracted = rng.random((n, d)) < self.attraction(arr[:, :d])
+        examined = coins[:, 0, :d] < self.examination[None, :d]
+        attracted = coins[:, 1, :d] < self.attraction(arr[:, :d])
         clicks[:, :d] = examined & attracted
         return clicks
 
 
 ClickModel = CascadeClickModel | PositionBasedModel
+
+
+def coin_shape(model: ClickModel, ranked: np.ndarray) -> tuple[int, int, int]:
+    """``(I, 2, d)``: the uniforms a user needs to scan ``I`` lists of ``K`` documents,
+    two per position it may examine (``d = min(K, depth)``)."""
+    n, k = np.shape(ranked)
+    return (n, 2, min(k, model.depth))
 
 
 def _pad_to_depth(probs: np.ndarray, depth: int) -> np.ndarray:

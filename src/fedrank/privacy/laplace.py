@@ -29,10 +29,24 @@ from abc import ABC, abstractmethod
 from dataclasses import replace
 
 import numpy as np
+from scipy import special
 
 from fedrank.core.message import Message
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.optim.serialization import check_hyperparameter
+
+#: Half the spacing of ``Generator.random``'s outputs (multiples of ``2**-53`` in [0, 1)).
+_HALF_ULP = 2.0**-54
+
+
+def _both_tails(u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For uniforms ``u`` on the grid of ``Generator.random``, the point ``v = u + 2**-54``
+    (strictly inside (0, 1)) as ``(v, 1 - v, v < 1/2)``, each exact where it is used: ``v``
+    in the lower half, ``1 - v`` in the upper half (so quantiles keep their tails)."""
+    low = u < 0.5
+    v = np.where(low, u + _HALF_ULP, 0.25)
+    tail = np.where(low, 0.25, (1.0 - u) - _HALF_ULP)
+    return v, tail, low
 
 
 def clip_l1(updates: np.ndarray, clip: float) -> np.ndarray:
@@ -62,9 +76,19 @@ class _LaplaceBase(ABC):
     def epsilon(self) -> float:
         return self.epsilon_
 
+    #: Uniforms each noised coordinate takes (:meth:`noise_from_uniforms`).
+    uniforms_per_entry: int = 1
+
     @abstractmethod
-    def _noise(self, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-        """Noise of the given shape."""
+    def noise_from_uniforms(self, u: np.ndarray) -> np.ndarray:
+        """``(C, d)`` noise from ``(C, uniforms_per_entry, d)`` uniforms in ``[0, 1)``, by
+        inverse CDFs: the noise is a pure function of the uniforms, so a client whose
+        uniforms are its own (:class:`~fedrank.core.client_random.ClientRandom`) adds the
+        same noise wherever it runs."""
+
+    def uniform_shape(self, shape: tuple[int, int]) -> tuple[int, int, int]:
+        """The uniforms :meth:`privatize_uniforms` needs for ``(C, d)`` updates."""
+        return (shape[0], self.uniforms_per_entry, shape[1])
 
     def privatize_batch(self, updates: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Clip and noise a ``(C, d)`` matrix of updates (the input's float dtype, float64
@@ -73,8 +97,19 @@ class _LaplaceBase(ABC):
         mat = np.asarray(updates)
         if mat.ndim != 2:
             raise ConfigError(f"expected updates of shape (C, d), got shape {mat.shape}")
+        return self.privatize_uniforms(mat, rng.random(self.uniform_shape(mat.shape)))
+
+    def privatize_uniforms(self, updates: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """:meth:`privatize_batch` with the noise's uniforms given (:meth:`uniform_shape`)."""
+        mat = np.asarray(updates)
+        if mat.ndim != 2 or np.shape(u) != self.uniform_shape(mat.shape):
+            raise ConfigError(
+                f"expected updates of shape (C, d) and uniforms of shape (C, "
+                f"{self.uniforms_per_entry}, d), got {mat.shape} and {np.shape(u)}"
+            )
         dtype = mat.dtype if mat.dtype.kind == "f" else np.dtype(np.float64)
-        return (clip_l1(mat, self.clip) + self._noise(mat.shape, rng)).astype(dtype, copy=False)
+        noise = self.noise_from_uniforms(np.asarray(u, dtype=np.float64))
+        return (clip_l1(mat, self.clip) + noise).astype(dtype, copy=False)
 
     def privatize(self, message: Message, rng: np.random.Generator) -> Message:
         """A copy of ``message`` with its update clipped and noised."""
@@ -92,8 +127,9 @@ class LocalLaplace(_LaplaceBase):
     def __repr__(self) -> str:
         return f"LocalLaplace(clip={self.clip}, epsilon={self.epsilon_})"
 
-    def _noise(self, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-        return rng.laplace(0.0, self.scale, size=shape)
+    def noise_from_uniforms(self, u: np.ndarray) -> np.ndarray:
+        v, tail, low = _both_tails(u[:, 0])
+        return self.scale * np.where(low, np.log(2.0 * v), -np.log(2.0 * tail))
 
 
 class DistributedLaplace(_LaplaceBase):
@@ -118,7 +154,11 @@ class DistributedLaplace(_LaplaceBase):
             f"n_clients={self.n_clients})"
         )
 
-    def _noise(self, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-        # Both gammas of a row in one call: a row's draws are contiguous in the stream.
-        g = rng.gamma(1.0 / self.n_clients, self.scale, size=(shape[0], 2, *shape[1:]))
+    uniforms_per_entry = 2
+
+    def noise_from_uniforms(self, u: np.ndarray) -> np.ndarray:
+        # Two Gamma(1/K, b) quantiles per coordinate, the upper half from its own tail.
+        a = 1.0 / self.n_clients
+        v, tail, low = _both_tails(u)
+        g = np.where(low, special.gammaincinv(a, v), special.gammainccinv(a, tail)) * self.scale
         return g[:, 0] - g[:, 1]

@@ -1,30 +1,42 @@
-"""Where the FOLtR-ES clients of a training run interact: in this process, or spread over
-the workers of a Dask cluster (``fedrank foltr train --dask-workers N``).
+"""Where the clients of a FOLtR-ES or FPDGD training run interact: in this process, or
+spread over the workers of a Dask cluster (``fedrank foltr train --dask-workers N``).
 
 Every client's random numbers are its own (:class:`~fedrank.core.client_random.
 ClientRandom`, keyed by the run seed, the iteration and the client's number), so a block of
-clients reports the same wherever it runs. On Dask, the estimator and the query bank reach
-each worker once (scattered); every iteration sends the model, each worker runs
-:meth:`~fedrank.estimators.evolution_strategies.ESEstimator.interact` for one contiguous
-block of clients, and the driver puts the blocks' reports back in client order. The
-reports are the clients' messages (a seed and one or two metrics, 8-12 bytes each), so the
-driver's aggregator folds exactly the messages an in-process run folds, in the same order:
-the two runs are identical bit for bit (``tests/experiments/foltr/test_clients.py``).
+clients reports the same wherever it runs. On Dask, the client code and the query bank
+reach each worker once (scattered); every iteration sends the model, each worker runs one
+contiguous block of clients (:class:`DaskBlocks`), and the driver puts the blocks' reports
+back in client order:
+
+* FOLtR-ES: :meth:`~fedrank.estimators.evolution_strategies.ESEstimator.interact`; the
+  reports are the clients' messages (a seed and one or two metrics, 8-12 bytes each);
+* FPDGD: :class:`FPDGDUpdate`, each client's ``B`` PDGD interactions from the global
+  model, then its (privatized) parameter change.
+
+Either way the driver's aggregator folds exactly the messages an in-process run folds, in
+the same order: the two runs are identical bit for bit (``tests/cli/test_cli_foltr.py``,
+on a real 2-worker cluster).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import numpy as np
 
-from fedrank.core.client_random import ClientRandom
+from fedrank.core.client_random import ClientRandom, Stream
 from fedrank.data.query_bank import QueryBank
 from fedrank.errors import ConfigError
 from fedrank.estimators.evolution_strategies import ESEstimator, ESReports
+from fedrank.estimators.pdgd import PDGDClients
+from fedrank.privacy.laplace import DistributedLaplace, LocalLaplace
 
 if TYPE_CHECKING:
     from distributed import Client
+
+T = TypeVar("T")
 
 
 class ESClients(Protocol):
@@ -62,24 +74,25 @@ def concat_reports(parts: list[ESReports]) -> ESReports:
     )
 
 
-class DaskESClients:
-    """The clients spread over the workers of a Dask cluster, one contiguous block each
-    (module docstring)."""
+class DaskBlocks:
+    """Runs one function per contiguous block of clients, one block per worker of a Dask
+    cluster, on objects scattered to every worker once (the estimator, the query bank);
+    returns the blocks' results in client order."""
 
-    def __init__(self, client: Client, estimator: ESEstimator, bank: QueryBank) -> None:
+    def __init__(self, client: Client, *shared: object) -> None:
         self.workers = sorted(client.scheduler_info()["workers"])
         if not self.workers:
             raise ConfigError("the Dask cluster has no workers; start at least one")
         self.client = client
-        self._estimator, self._bank = client.scatter([estimator, bank], broadcast=True, hash=False)
+        self.shared = client.scatter(list(shared), broadcast=True, hash=False)
 
-    def interact(self, theta: np.ndarray, random: ClientRandom) -> ESReports:
+    def run(self, fn: Callable[..., T], theta: np.ndarray, random: ClientRandom) -> list[T]:
+        """``fn(*shared, theta, block)`` for every block of ``random``'s clients."""
         edges = np.linspace(0, random.size, len(self.workers) + 1).round().astype(int)
         futures = [
             self.client.submit(
-                _interact,
-                self._estimator,
-                self._bank,
+                fn,
+                *self.shared,
                 theta,
                 random.block(int(lo), int(hi)),
                 workers=[worker],
@@ -89,4 +102,75 @@ class DaskESClients:
             for lo, hi, worker in zip(edges[:-1], edges[1:], self.workers, strict=True)
             if hi > lo
         ]
-        return concat_reports(self.client.gather(futures))
+        return self.client.gather(futures)
+
+
+class DaskESClients:
+    """The clients spread over the workers of a Dask cluster, one contiguous block each
+    (module docstring)."""
+
+    def __init__(self, client: Client, estimator: ESEstimator, bank: QueryBank) -> None:
+        self.blocks = DaskBlocks(client, estimator, bank)
+
+    def interact(self, theta: np.ndarray, random: ClientRandom) -> ESReports:
+        return concat_reports(self.blocks.run(_interact, theta, random))
+
+
+@dataclass(frozen=True)
+class FPDGDReports:
+    """What FPDGD's clients of one iteration send and what their users saw."""
+
+    deltas: np.ndarray  # (C, dim) privatized local change of the parameters
+    maxrr: np.ndarray  # (C, B) MaxRR of each displayed list
+
+
+@dataclass(frozen=True)
+class FPDGDUpdate:
+    """An FPDGD client's round (Wang et al. 2021): ``batch`` PDGD interactions from the
+    global model, each followed by a step of ``learning_rate``, then the change of its
+    parameters, clipped and noised by ``privatizer`` (from the client's own
+    :attr:`~fedrank.core.client_random.Stream.NOISE` numbers) when there is one."""
+
+    pdgd: PDGDClients
+    batch: int
+    learning_rate: float
+    privatizer: LocalLaplace | DistributedLaplace | None = None
+
+    def run(self, theta: np.ndarray, bank: QueryBank, random: ClientRandom) -> FPDGDReports:
+        local, maxrr = self.pdgd.train(theta, bank, random, self.batch, self.learning_rate)
+        deltas = local - theta
+        if self.privatizer is not None:
+            shape = self.privatizer.uniform_shape(deltas.shape)
+            slots = np.arange(shape[1] * shape[2]).reshape(1, shape[1], shape[2])
+            u = random.uniform(np.arange(random.size)[:, None, None], Stream.NOISE, slots)
+            deltas = self.privatizer.privatize_uniforms(deltas, u)
+        return FPDGDReports(deltas, maxrr)
+
+
+def _fpdgd(
+    update: FPDGDUpdate, bank: QueryBank, theta: np.ndarray, random: ClientRandom
+) -> FPDGDReports:
+    return update.run(theta, bank, random)
+
+
+class LocalFPDGDClients:
+    """FPDGD's clients in this process, one vectorized pass per interaction."""
+
+    def __init__(self, update: FPDGDUpdate, bank: QueryBank) -> None:
+        self.update, self.bank = update, bank
+
+    def train(self, theta: np.ndarray, random: ClientRandom) -> FPDGDReports:
+        return self.update.run(theta, self.bank, random)
+
+
+class DaskFPDGDClients:
+    """FPDGD's clients in contiguous blocks on the workers of a Dask cluster."""
+
+    def __init__(self, client: Client, update: FPDGDUpdate, bank: QueryBank) -> None:
+        self.blocks = DaskBlocks(client, update, bank)
+
+    def train(self, theta: np.ndarray, random: ClientRandom) -> FPDGDReports:
+        parts = self.blocks.run(_fpdgd, theta, random)
+        return FPDGDReports(
+            np.concatenate([p.deltas for p in parts]), np.concatenate([p.maxrr for p in parts])
+        )

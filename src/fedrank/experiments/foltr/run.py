@@ -37,7 +37,14 @@ from fedrank.data.query_bank import QueryBank
 from fedrank.errors import ConfigError
 from fedrank.estimators.evolution_strategies import ESEstimator
 from fedrank.estimators.pdgd import PDGDClients
-from fedrank.experiments.foltr.clients import DaskESClients, ESClients, LocalESClients
+from fedrank.experiments.foltr.clients import (
+    DaskESClients,
+    DaskFPDGDClients,
+    ESClients,
+    FPDGDUpdate,
+    LocalESClients,
+    LocalFPDGDClients,
+)
 from fedrank.metrics.evaluate import evaluate
 from fedrank.metrics.maxrr import maxrr_values
 from fedrank.models.click_models import CLICK_MODEL_NAMES, click_model, grades_of
@@ -236,41 +243,40 @@ def train_fpdgd(
     ranker: Ranker,
     bank: QueryBank,
     progress: Callable[[int, int], None] | None = None,
+    dask: Client | None = None,
 ) -> tuple[np.ndarray, list[float], float | None]:
-    """FPDGD training; returns ``(final params, batch MaxRR per iteration, epsilon)``. One
-    generator seeded by ``config.seed`` draws every number, in one process."""
+    """FPDGD training; returns ``(final params, batch MaxRR per iteration, epsilon)``. The
+    initial parameters come from a generator seeded by ``config.seed``; client ``c`` of
+    iteration ``t`` draws its queries, rankings, clicks and noise from ``ClientRandom(
+    config.seed, t, c)``; with ``dask`` the clients run on the cluster's workers, with the
+    same result."""
     rng = np.random.default_rng(np.random.SeedSequence(config.seed))
     model = click_model(config.click_model, grades_of(bank.split.labels))
-    clients = PDGDClients(ranker, model)
     privatizer: LocalLaplace | DistributedLaplace | None = None
     if config.dp == "local":
         privatizer = LocalLaplace(config.dp_clip, config.dp_epsilon)
     elif config.dp == "distributed":
         privatizer = DistributedLaplace(config.dp_clip, config.dp_epsilon, config.clients)
+    update = FPDGDUpdate(PDGDClients(ranker, model), config.batch, config.lr, privatizer)
+    clients = (
+        LocalFPDGDClients(update, bank) if dask is None else DaskFPDGDClients(dask, update, bank)
+    )
     theta = ranker.init_params(rng)
     strategy = FedAvgStrategy(FedAvgConfig(dim=ranker.dim), initial=theta)
     aggregator = strategy.aggregator
     server_state = strategy.init(theta)
     n = np.full(config.clients, config.batch)
+    ids = np.arange(config.clients)
     curve: list[float] = []
     for iteration in range(config.iterations):
-        local = np.tile(theta, (config.clients, 1))
-        maxrr = np.zeros((config.clients, config.batch))
-        for b in range(config.batch):
-            queries = rng.integers(0, bank.n_queries, size=config.clients)
-            step = clients.step(local, bank, queries, rng)
-            local += config.lr * step.gradients
-            maxrr[:, b] = step.maxrr
-        deltas = local - theta
-        if privatizer is not None:
-            deltas = privatizer.privatize_batch(deltas, rng)
+        reports = clients.train(theta, ClientRandom(config.seed, iteration, ids))
         step = strategy.server_step(
-            strategy.accumulate(aggregator.zero(), MessageBatch.of_vectors(deltas, n)),
+            strategy.accumulate(aggregator.zero(), MessageBatch.of_vectors(reports.deltas, n)),
             theta,
             server_state,
         )
         theta, server_state = step.params, step.opt_state
-        curve.append(float(maxrr.mean()))
+        curve.append(float(reports.maxrr.mean()))
         if progress is not None:
             progress(iteration + 1, config.iterations)
     return theta, curve, None if privatizer is None else privatizer.epsilon()
@@ -283,13 +289,7 @@ def run_foltr(
     dask: Client | None = None,
 ) -> FoltrResult:
     """Train on ``fold.train`` and evaluate the final model on its train and test queries
-    (``dask``: run FOLtR-ES's clients on that cluster's workers)."""
-    if dask is not None and config.algorithm != "es":
-        raise ConfigError(
-            "only FOLtR-ES runs its clients on Dask (its clients' random numbers are their "
-            "own); run FPDGD in one process, or spread whole runs with `fedrank foltr "
-            "reproduce --dask-workers N`"
-        )
+    (``dask``: run the clients on that cluster's workers, with the same result)."""
     train_bank = QueryBank(fold.train)
     test_bank = QueryBank(fold.test)
     ranker = make_ranker(config.ranker, fold.train.n_features)
@@ -297,7 +297,7 @@ def run_foltr(
     if config.algorithm == "es":
         theta, curve, epsilon = train_es(config, ranker, train_bank, progress, dask)
     else:
-        theta, curve, epsilon = train_fpdgd(config, ranker, train_bank, progress)
+        theta, curve, epsilon = train_fpdgd(config, ranker, train_bank, progress, dask)
     wall = time.perf_counter() - start
     model = click_model(config.click_model, grades_of(fold.train.labels))
     result = FoltrResult(
