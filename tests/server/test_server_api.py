@@ -342,9 +342,12 @@ RAW = "raw"  # marks a case whose body is raw bytes
         (_env(metrics={f"m{i}": 1 for i in range(33)}), 422, "invalid", "at most 32"),
         (_env(metrics={"": 1.0}), 422, "invalid", "1-64 characters"),
         (_env(metrics={"x" * 65: 1.0}), 422, "invalid", "1-64 characters"),
-        (_env(metrics={"loss": "1"}), 422, "invalid", "finite number"),
-        (_env(metrics={"loss": True}), 422, "invalid", "finite number"),
-        (_env(metrics={"loss": None}), 422, "invalid", "finite number"),
+        (_env(metrics={"ndcg": "1"}), 422, "invalid", "finite number"),
+        (_env(metrics={"ndcg": True}), 422, "invalid", "finite number"),
+        (_env(metrics={"ndcg": None}), 422, "invalid", "finite number"),
+        (_env(metrics={"loss": 1.0}), 422, "unknown_metric", "clicks, maxrr, ndcg"),
+        (_env(metrics={"ndcg": 1e308}), 422, "metric_range", "outside its range [0, 1]"),
+        (_env(metrics={"clicks": -1}), 422, "metric_range", "outside its range [0, 10000]"),
         (_payload(metric="0.5"), 422, "invalid_payload", "metric must be a finite number"),
         (_payload(metric=True), 422, "invalid_payload", "metric must be a finite number"),
         (_payload(metric=[0.5]), 422, "invalid_payload", "metric must be a finite number"),
@@ -432,7 +435,7 @@ def test_ping_carries_metrics_only(es: Live) -> None:
     assert row["kind"] == "ping" and row["payload"] == {} and row["metrics"] == {"clicks": 3.0}
 
 
-def test_stale_version_is_409_and_pings_are_exempt(es: Live) -> None:
+def test_stale_version_is_409_for_updates_and_pings(es: Live) -> None:
     client = es.client
     ensure_closable(es, "api-stale")
     old = es.version()
@@ -450,7 +453,13 @@ def test_stale_version_is_409_and_pings_are_exempt(es: Live) -> None:
     # A stale message is not remembered as seen: the same id on the new version is accepted.
     fresh = client.post("/v1/updates", json=es_message("api-stale-1", old + 1, 3, 0.5, 0.5))
     assert fresh.status_code == 202
-    ping = {"message_id": "api-stale-ping", "model_version": old}
+    # A ping's metrics describe the model it names: an old one's would be counted in the new
+    # iteration's summary, so it is refused like a stale update (issue 15, F6).
+    ping = {"message_id": "api-stale-ping", "model_version": old, "metrics": {"ndcg": 0.5}}
+    assert_error(client.post("/v1/updates", json=ping), 409, "stale", f"model version {old}")
+    batch = client.post("/v1/updates:batch", json={"messages": [ping]})
+    assert batch.status_code == 200 and batch.json()["statuses"] == [409]
+    ping["model_version"] = old + 1
     assert client.post("/v1/updates", json=ping).status_code == 202
 
 

@@ -140,7 +140,8 @@ def test_checkin_selects_k_and_a_complete_round_closes_the_iteration(es_rounds: 
     malformed = client.post("/v1/updates", json=es_message("r-2", 0, 1, 9.0, 0.5, client_id="es-a"))
     assert_error(malformed, 422, "invalid_payload", "[0, 1]")
     assert state_of(client) == refused
-    ping = {"message_id": "r-ping", "model_version": 0, "client_id": "es-d", "metrics": {"x": 1}}
+    ping = {"message_id": "r-ping", "model_version": 0, "client_id": "es-d"}
+    ping["metrics"] = {"clicks": 1}
     assert client.post("/v1/updates", json=ping).status_code == 202  # metrics need no selection
 
     # The three selected clients report: JSON, binary (X-Client-Id), batch.

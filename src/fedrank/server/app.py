@@ -47,14 +47,13 @@ from fedrank.server.envelope import (
     ENVELOPE,
     JSON,
     MAX_BATCH,
-    MAX_METRICS,
     BadRequest,
+    MetricSchema,
     all_ids,
     batch_answer,
     identifier,
     json_response,
     known_version,
-    metrics_field,
 )
 from fedrank.server.openapi import openapi_document
 from fedrank.server.prometheus import prometheus_text
@@ -70,6 +69,7 @@ class Server:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
+        self.metric_schema = MetricSchema(config.metrics)
         self.engine: Engine | None = None
         self.requests: Counter[tuple[str, int]] = Counter()
         self._branches: dict[str | None, str] = {}
@@ -183,7 +183,7 @@ class Server:
         payload = data.get("payload", {})
         if not isinstance(payload, dict):
             raise BadRequest(422, "invalid", "payload must be a JSON object")
-        metrics = metrics_field(data.get("metrics"))
+        metrics = self.metric_schema.check(data.get("metrics"))
         parsed: Parsed = EMPTY
         if payload:
             try:
@@ -527,13 +527,7 @@ class Server:
             type(None),
         }:
             return None
-        given = [mt for mt in metrics if mt]
-        values = [v for mt in given for v in mt.values()]
-        if any(len(mt) > MAX_METRICS for mt in given) or not set(map(type, values)) <= {int, float}:
-            return None
-        if not all(1 <= len(name) <= 64 for mt in given for name in mt):
-            return None
-        if values and not np.all(np.isfinite(np.array(values, dtype=np.float64))):
+        if not self.metric_schema.all_valid([mt for mt in metrics if mt]):
             return None
         metrics = [
             {}

@@ -53,6 +53,12 @@ A complete example (every key optional; these are the defaults)::
     clients_per_round = 100      # K
     t_max_seconds = 60.0         # reporting deadline after selection
 
+    [metrics]                    # the metrics clients may report: name = [low, high]
+    loss = [0.0, 1e9]            # (given, the table replaces the workload's defaults,
+    chars_typed = [0.0, 2048.0]  #  METRIC_DEFAULTS; these are frecency's)
+    evaluation = [0.0, 1.0]
+    selected_rank = [0.0, 1000.0]
+
     [[branches]]                 # study branches (Mozilla Section 6.2)
     name = "treatment"
     share = 0.6
@@ -75,6 +81,7 @@ workloads a single ``treatment`` branch with share 1.
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -86,6 +93,29 @@ from fedrank.strategies.foltr_es import FoltrEsConfig
 from fedrank.strategies.frecency import FrecencyConfig
 
 WORKLOADS: tuple[str, ...] = ("frecency", "foltr-es", "fedavg")
+
+#: The metrics each workload's clients report by default, with the range a value must lie
+#: in (``[metrics]`` replaces them): frecency's add-on reports the SVM loss, the characters
+#: typed and the selected rank (Mozilla Sec. 6.3), and 1 in ``evaluation`` for the pings of
+#: an evaluation phase (``fedrank demo``); FOLtR-ES clients their users' MaxRR,
+#: nDCG and clicks; FedPS clients their local training loss (only when the user turns
+#: metrics on). A name outside the schema, or a value outside its range, is refused.
+METRIC_DEFAULTS: dict[str, tuple[tuple[str, float, float], ...]] = {
+    "frecency": (
+        ("chars_typed", 0.0, 2048.0),
+        ("evaluation", 0.0, 1.0),
+        ("loss", 0.0, 1e9),
+        ("selected_rank", 0.0, 1000.0),
+    ),
+    "foltr-es": (("clicks", 0.0, 1e4), ("maxrr", 0.0, 1.0), ("ndcg", 0.0, 1.0)),
+    "fedavg": (("loss", 0.0, 1e9), ("ndcg", 0.0, 1.0), ("train_loss", 0.0, 1e9)),
+}
+#: Largest metric bound: a summary adds up to ``10**12`` values of at most this size, far
+#: from float64's range, so summaries stay finite.
+METRIC_LIMIT = 1e12
+#: Most metrics a schema (and so a message) may have.
+MAX_METRIC_NAMES = 32
+METRIC_NAME = re.compile(r"[A-Za-z0-9._:\-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -140,6 +170,9 @@ class ServerConfig:
     fedavg: FedAvgConfig = field(default_factory=FedAvgConfig)
     rounds: RoundsSection = field(default_factory=RoundsSection)
     branches: tuple[Branch, ...] = ()
+    #: ``(name, low, high)`` per metric clients may report, sorted by name (``[metrics]``,
+    #: or the workload's :data:`METRIC_DEFAULTS`).
+    metrics: tuple[tuple[str, float, float], ...] = ()
 
     @property
     def workload(self) -> str:
@@ -242,6 +275,31 @@ def _branches(data: Any) -> tuple[Branch, ...]:
     return tuple(out)
 
 
+def _metrics(data: Any) -> tuple[tuple[str, float, float], ...]:
+    """``[metrics]``: ``name = [low, high]`` per metric, names of 1-64 characters of
+    ``A-Z a-z 0-9 . _ : -``, finite bounds within +-:data:`METRIC_LIMIT`, ``low <= high``."""
+    if not isinstance(data, dict) or not data:
+        raise ConfigError("[metrics] must be a table of name = [low, high], e.g. loss = [0, 1e9]")
+    if len(data) > MAX_METRIC_NAMES:
+        raise ConfigError(f"[metrics] may name at most {MAX_METRIC_NAMES} metrics, got {len(data)}")
+    out = []
+    for name, bounds in sorted(data.items()):
+        if not METRIC_NAME.fullmatch(name):
+            raise ConfigError(
+                f"[metrics] {name!r}: names have 1-64 characters of A-Z a-z 0-9 . _ : -"
+            )
+        if not isinstance(bounds, list) or len(bounds) != 2:
+            raise ConfigError(f"[metrics] {name} must be [low, high], got {bounds!r}")
+        low, high = (_typed("metrics", name, b, float) for b in bounds)
+        if not -METRIC_LIMIT <= low <= high <= METRIC_LIMIT:
+            raise ConfigError(
+                f"[metrics] {name} = [{low:g}, {high:g}]: need low <= high, both within "
+                f"+-{METRIC_LIMIT:g}"
+            )
+        out.append((name, low, high))
+    return tuple(out)
+
+
 def _check(config: ServerConfig) -> None:
     """Every cross-field and range rule."""
     s, it, ro = config.server, config.iteration, config.rounds
@@ -296,10 +354,11 @@ def load_config(path: Path | None = None, **overrides: Any) -> ServerConfig:
             raise ConfigError(f"cannot read the configuration {path}: {exc.strerror}") from exc
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
-    unknown = sorted(set(data) - set(_SECTIONS) - {"branches"})
+    unknown = sorted(set(data) - set(_SECTIONS) - {"branches", "metrics"})
     if unknown:
         raise ConfigError(
-            f"unknown section(s) {', '.join(unknown)}; known: {', '.join(_SECTIONS)}, branches"
+            f"unknown section(s) {', '.join(unknown)}; known: {', '.join(_SECTIONS)}, "
+            "metrics, branches"
         )
     sections = {name: _section(name, cls, data.get(name, {})) for name, cls in _SECTIONS.items()}
     for key, value in overrides.items():
@@ -316,6 +375,8 @@ def load_config(path: Path | None = None, **overrides: Any) -> ServerConfig:
         branches = _FRECENCY_BRANCHES
     else:
         branches = (Branch("treatment", 1.0, "trained"),)
-    config = ServerConfig(branches=branches, **sections)
+    workload = sections["server"].workload
+    metrics = _metrics(data["metrics"]) if "metrics" in data else METRIC_DEFAULTS.get(workload, ())
+    config = ServerConfig(branches=branches, metrics=metrics, **sections)
     _check(config)
     return replace(config, frecency=config.frecency.resolved())

@@ -522,8 +522,9 @@ class Engine:
                     seen.add(mid)
         self.duplicates_total += int(np.count_nonzero(status == 200))
         oldest = self.version - self.config.server.max_staleness
-        is_ping = msgs.kind_codes == PING
-        stale = (status == 202) & ~is_ping & (msgs.versions < oldest)
+        # A ping is stale like an update: its metrics describe an older model, and counted
+        # in this iteration's summary they would be credited to the new one.
+        stale = (status == 202) & (msgs.versions < oldest)
         for k in np.flatnonzero(stale):
             status[k] = 409
             bodies[int(k)] = self._stale(int(msgs.versions[k]), oldest).body
@@ -601,7 +602,7 @@ class Engine:
     def _stale(self, version: int, oldest: int) -> Outcome:
         detail = (
             f"computed on model version {version}; the server accepts versions >= {oldest} "
-            f"(current {self.version}); fetch the model and compute the update again"
+            f"(current {self.version}); fetch the model and compute the report again"
         )
         return Outcome(409, {"error": "stale", "detail": detail, "current_version": self.version})
 

@@ -3,8 +3,8 @@ identifiers, model versions, metrics and the envelope of an update, each refused
 :class:`BadRequest` that says what is wrong (status, machine code, human detail).
 
 Every size an attacker controls is bounded here: ids of 1-128 characters from a fixed
-alphabet, at most :data:`MAX_METRICS` metrics with names of 1-64 characters and finite
-values, at most :data:`MAX_BATCH` messages per batch.
+alphabet, metrics only from the server's schema (:class:`MetricSchema`: known names,
+values in their ranges), at most :data:`MAX_BATCH` messages per batch.
 """
 
 from __future__ import annotations
@@ -84,18 +84,55 @@ def known_version(value: Any, current: int) -> int:
     return value
 
 
-def metrics_field(value: Any) -> dict[str, float]:
-    """An update's optional ``metrics``: at most :data:`MAX_METRICS` names of 1-64
-    characters with finite numbers; :class:`BadRequest` (422) otherwise."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or len(value) > MAX_METRICS:
-        raise BadRequest(422, "invalid", f"metrics must be an object of at most {MAX_METRICS}")
-    out = {}
-    for name, v in value.items():
-        if not 1 <= len(name) <= 64:
-            raise BadRequest(422, "invalid", "metric names must have 1-64 characters")
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-            raise BadRequest(422, "invalid", f"metric {name[:64]!r} must be a finite number")
-        out[name] = float(v)
-    return out
+class MetricSchema:
+    """The metrics this server accepts (``ServerConfig.metrics``: ``(name, low, high)``
+    each): a message names only these, each at most once, with a number in its range, so
+    no client can grow the summaries (one column per known name) or overflow them."""
+
+    def __init__(self, entries: tuple[tuple[str, float, float], ...]) -> None:
+        self.bounds = {name: (low, high) for name, low, high in entries}
+        self.known = ", ".join(self.bounds) or "none"
+
+    def check(self, value: Any) -> dict[str, float]:
+        """An update's optional ``metrics``; :class:`BadRequest` (422) with the reason."""
+        if value is None:
+            return {}
+        if not isinstance(value, dict) or len(value) > MAX_METRICS:
+            raise BadRequest(422, "invalid", f"metrics must be an object of at most {MAX_METRICS}")
+        out = {}
+        for name, v in value.items():
+            if not 1 <= len(name) <= 64:
+                raise BadRequest(422, "invalid", "metric names must have 1-64 characters")
+            if name not in self.bounds:
+                raise BadRequest(
+                    422,
+                    "unknown_metric",
+                    f"metric {name!r} is not one this server accepts ({self.known}; "
+                    "[metrics] in its configuration)",
+                )
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise BadRequest(422, "invalid", f"metric {name!r} must be a finite number")
+            low, high = self.bounds[name]
+            if not low <= v <= high:
+                raise BadRequest(
+                    422,
+                    "metric_range",
+                    f"metric {name!r} = {v:g} is outside its range [{low:g}, {high:g}]",
+                )
+            out[name] = float(v)
+        return out
+
+    def all_valid(self, given: list[dict[str, Any]]) -> bool:
+        """Whether every metrics object in ``given`` passes :meth:`check` (the batch fast
+        path: type sets and one numpy comparison; linear in the number of values)."""
+        names = [name for mt in given for name in mt]
+        if not set(names) <= self.bounds.keys() or any(len(mt) > MAX_METRICS for mt in given):
+            return False
+        values = [v for mt in given for v in mt.values()]
+        if not set(map(type, values)) <= {int, float}:
+            return False
+        if not values:
+            return True
+        bounds = np.array([self.bounds[name] for name in names])
+        x = np.array(values, dtype=np.float64)
+        return bool(np.all((bounds[:, 0] <= x) & (x <= bounds[:, 1])))

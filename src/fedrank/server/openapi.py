@@ -29,6 +29,8 @@ _MESSAGE = {
             "type": ["object", "null"],
             "maxProperties": 32,
             "additionalProperties": {"type": "number"},
+            "description": "names and ranges from the server's [metrics] schema; anything "
+            "else is refused with 422 unknown_metric or metric_range",
         },
     },
 }
