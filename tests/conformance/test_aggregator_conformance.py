@@ -20,7 +20,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedrank.aggregators import GatedMean, MetricMean, SignVote, WeightedMean
-from fedrank.aggregators.es_gradient import ESGradient
+from fedrank.aggregators.es_gradient import ESGradient, ESGradientState
+from fedrank.aggregators.gated_mean import GatedMeanState
+from fedrank.aggregators.mean import WeightedMeanState
+from fedrank.aggregators.metrics import MetricMeanState
+from fedrank.aggregators.sign_vote import SignVoteState
 from fedrank.core.message import ESMessage, Message, MessageBatch
 from fedrank.errors import ConfigError, DataFormatError
 
@@ -331,3 +335,73 @@ def test_no_global_rng_is_used(case: AggCase) -> None:
     )
     agg.finalize(fold(agg, messages))
     np.testing.assert_array_equal(np.random.get_state()[1], before)
+
+
+@parametrize_cases
+@SETTINGS
+@given(data=message_lists(), cut=st.integers(0, 12))
+def test_every_reachable_state_is_consistent(
+    case: AggCase, data: tuple[int, list], cut: int
+) -> None:
+    """What messages and merges produce passes ``check_consistent`` (so a server never
+    refuses an honest proxy's merged state)."""
+    dim, messages = data
+    messages = case.messages(messages)
+    agg = case.build(dim)
+    a, b = fold(agg, messages[:cut]), fold(agg, messages[cut:])
+    for state in (agg.zero(), a, b, agg.merge(a, b)):
+        agg.check_consistent(state)
+
+
+def _forged(case: str) -> tuple[Any, Any]:
+    """An aggregator and a state no messages can produce (the forgeries of a merged state
+    a hostile proxy could send)."""
+    dim = 3
+    one = np.ones(dim)
+    if case == "WeightedMean":
+        return WeightedMean(dim), WeightedMeanState(one, -5.0, 2)
+    if case == "WeightedMean-weight-without-messages":
+        return WeightedMean(dim), WeightedMeanState(one, 3.0, 0)
+    if case == "GatedMean-zero-square-weight":  # gave a ZeroDivisionError (500) on close
+        return GatedMean(dim), GatedMeanState(one, one, 4.0, 0.0, 2)
+    if case == "GatedMean-negative-weight":
+        return GatedMean(dim), GatedMeanState(one, one, -1.0, 1.0, 1)
+    if case == "GatedMean-cauchy-schwarz":
+        return GatedMean(dim), GatedMeanState(10 * one, one, 1.0, 1.0, 1)
+    if case == "SignVote-negative":
+        return SignVote(dim), SignVoteState(
+            -one.astype(int), 2 * one.astype(int), 0 * one.astype(int), 1
+        )
+    if case == "SignVote-uneven":
+        return SignVote(dim), SignVoteState(
+            np.array([1, 0, 0]), np.array([0, 0, 0]), np.array([0, 1, 0]), 1
+        )
+    if case == "SignVote-count":
+        return SignVote(dim), SignVoteState(
+            one.astype(int), 0 * one.astype(int), 0 * one.astype(int), 5
+        )
+    if case == "ESGradient":
+        return ESGradient(dim, sigma=0.01), ESGradientState(np.array([np.inf, 0, 0]), 1)
+    assert case == "MetricMean"
+    return MetricMean(), MetricMeanState((("loss", 1.0, -2.0),), 1)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "WeightedMean",
+        "WeightedMean-weight-without-messages",
+        "GatedMean-zero-square-weight",
+        "GatedMean-negative-weight",
+        "GatedMean-cauchy-schwarz",
+        "SignVote-negative",
+        "SignVote-uneven",
+        "SignVote-count",
+        "ESGradient",
+        "MetricMean",
+    ],
+)
+def test_forged_states_are_refused(case: str) -> None:
+    agg, state = _forged(case)
+    with pytest.raises(DataFormatError):
+        agg.check_consistent(state)

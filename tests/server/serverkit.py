@@ -25,7 +25,16 @@ from fedrank.server.config import ServerConfig, load_config
 from fedrank.server.process import ServerProcess
 
 BINARY = "application/vnd.fedrank.update"
-ADMIN_TOKEN = "s3cret-token"
+ADMIN_TOKEN = "s3cret-token-for-tests"
+#: The proxy a test server accepts merged aggregates from (``PROXIES_TOML``), and its header.
+PROXY_TOKEN = "proxy-token-for-tests"
+PROXIES_TOML = f"""
+[[proxies]]
+name = "test-proxy"
+token = "{PROXY_TOKEN}"
+max_clients = 1000
+"""
+PROXY = {"Authorization": f"Bearer {PROXY_TOKEN}"}
 #: Fields of ``GET /v1/status`` that a refused request must leave as they were.
 STATE_FIELDS = (
     "model_version",

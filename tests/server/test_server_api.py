@@ -20,12 +20,16 @@ import numpy as np
 import pytest
 
 from fedrank.aggregators.es_gradient import ESGradient
+from fedrank.aggregators.gated_mean import GatedMean
 from fedrank.aggregators.mean import WeightedMean
 from fedrank.core.message import MessageBatch
+from fedrank.models.frecency.weights import CLASSIC_WEIGHT_NAMES
 from fedrank.server.engine import branch_of
 from fedrank.server.workloads import make_workload
 from tests.server.serverkit import (
     ADMIN_TOKEN,
+    PROXIES_TOML,
+    PROXY,
     Live,
     admin,
     assert_error,
@@ -51,7 +55,7 @@ ES_TOML = f"""
 workload = "foltr-es"
 admin_token = "{ADMIN_TOKEN}"
 max_body_bytes = 4096
-"""
+{PROXIES_TOML}"""
 
 ES_PLAIN_TOML = """
 [server]
@@ -67,13 +71,13 @@ admin_token = "{ADMIN_TOKEN}"
 [frecency]
 message = "sign"
 significance_z = 0.0
-"""
+{PROXIES_TOML}"""
 
 FRECENCY_FULL_TOML = f"""
 [server]
 workload = "frecency"
 admin_token = "{ADMIN_TOKEN}"
-"""
+{PROXIES_TOML}"""
 
 FEDAVG_TOML = f"""
 [server]
@@ -82,7 +86,7 @@ admin_token = "{ADMIN_TOKEN}"
 [fedavg]
 dim = 8
 server_learning_rate = 0.5
-"""
+{PROXIES_TOML}"""
 
 
 def _live(factory: pytest.TempPathFactory, name: str, text: str) -> Iterator[Live]:
@@ -642,9 +646,8 @@ def test_batch_of_mixed_messages_answers_each(es: Live) -> None:
 def test_batch_envelope_refusals(fedavg: Live, body: bytes, status_code: int, detail: str) -> None:
     client = fedavg.client
     before, rows = state_of(client), row_count(fedavg.store)
-    response = client.post(
-        "/v1/updates:batch", content=body, headers={"Content-Type": "application/json"}
-    )
+    headers = {"Content-Type": "application/json", **PROXY}
+    response = client.post("/v1/updates:batch", content=body, headers=headers)
     assert_error(response, status_code, "bad_json" if status_code == 400 else "invalid", detail)
     assert state_of(client) == before and row_count(fedavg.store) == rows
 
@@ -685,14 +688,18 @@ def test_fedavg_updates_and_a_proxy_aggregate_make_one_step(fedavg: Live) -> Non
     state = mean.accumulate_batch(mean.zero(), MessageBatch.of_vectors(proxied, weights))
     state_json = mean.state_to_json(state)
     batch_id = f"proxy-{version}"
-    ok = client.post("/v1/updates:batch", json=_aggregate_body(state_json, 4, batch_id, version))
+    ok = client.post(
+        "/v1/updates:batch", headers=PROXY, json=_aggregate_body(state_json, 4, batch_id, version)
+    )
     assert ok.status_code == 202, ok.text
     assert ok.json() == {
         "status": "accepted",
         "message_id": batch_id,
         "iteration": before["iteration"],
     }
-    again = client.post("/v1/updates:batch", json=_aggregate_body(state_json, 4, batch_id, version))
+    again = client.post(
+        "/v1/updates:batch", headers=PROXY, json=_aggregate_body(state_json, 4, batch_id, version)
+    )
     assert again.status_code == 200 and again.json()["status"] == "duplicate"
     after = status(client)
     assert after["updates_in_iteration"] == before["updates_in_iteration"] + 3 + 4
@@ -728,7 +735,9 @@ def test_fedavg_updates_and_a_proxy_aggregate_make_one_step(fedavg: Live) -> Non
     assert record["summary"]["treatment"]["metrics"] == {"loss": 1.0}
     # An aggregate computed on the old version is now stale.
     stale = client.post(
-        "/v1/updates:batch", json=_aggregate_body(state_json, 4, "proxy-stale", version)
+        "/v1/updates:batch",
+        headers=PROXY,
+        json=_aggregate_body(state_json, 4, "proxy-stale", version),
     )
     assert_error(stale, 409, "stale", f"model version {version}")
 
@@ -836,7 +845,7 @@ def test_aggregate_refusals(fedavg: Live, body: dict[str, object], code: str, de
     if body.get("model_version") == 0:
         body = {**body, "model_version": fedavg.version()}
     before, rows = state_of(client), row_count(fedavg.store)
-    response = client.post("/v1/updates:batch", json=body)
+    response = client.post("/v1/updates:batch", headers=PROXY, json=body)
     assert_error(response, 422, code, detail)
     assert state_of(client) == before and row_count(fedavg.store) == rows
     # The server still closes iterations normally afterwards (nothing was poisoned).
@@ -847,6 +856,58 @@ def test_aggregate_refusals(fedavg: Live, body: dict[str, object], code: str, de
     }
     assert client.post("/v1/updates", json=msg).status_code == 202
     assert admin(client, "close").status_code == 200
+
+
+def test_aggregates_need_a_proxy_token_and_a_consistent_state(
+    fedavg: Live, frecency_full: Live, es_plain: Live
+) -> None:
+    """Issue 15, F3: anyone could post an aggregate standing for 1e9 updates, with negative
+    weights, or a GatedMean state with sum n_i^2 = 0 whose close then failed with a 500
+    (ZeroDivisionError) in a loop. Now: a configured proxy's token, at most its
+    max_clients, and a state some messages could produce; nothing else changes state."""
+    version = fedavg.version()
+    body = _aggregate_body(GOOD, 2, "f3-agg", version)
+    before, rows = state_of(fedavg.client), row_count(fedavg.store)
+    no_token = fedavg.client.post("/v1/updates:batch", json=body)
+    assert_error(no_token, 401, "unauthorized", "proxy's bearer token")
+    wrong = {"Authorization": "Bearer " + "x" * 21}
+    assert_error(
+        fedavg.client.post("/v1/updates:batch", headers=wrong, json=body), 401, "unauthorized"
+    )
+    too_many = _aggregate_body(_with(GOOD, count=2000), 2000, "f3-agg", version)
+    assert_error(
+        fedavg.client.post("/v1/updates:batch", headers=PROXY, json=too_many),
+        422,
+        "invalid",
+        "exceeds proxy 'test-proxy''s max_clients (1000)",
+    )
+    negative = _aggregate_body(_with(GOOD, total_weight=-2.0), 2, "f3-agg", version)
+    assert_error(
+        fedavg.client.post("/v1/updates:batch", headers=PROXY, json=negative),
+        422,
+        "invalid_aggregate",
+        "must be >= 0",
+    )
+    assert state_of(fedavg.client) == before and row_count(fedavg.store) == rows
+    # No [[proxies]]: aggregates are refused whoever sends them.
+    plain = es_plain.client.post("/v1/updates:batch", headers=PROXY, json=body)
+    assert_error(plain, 403, "aggregates_disabled", "[[proxies]]")
+    # The GatedMean forgery (sum of squared weights 0) that once made every close fail.
+    agg = GatedMean(len(CLASSIC_WEIGHT_NAMES))
+    honest = agg.accumulate_batch(
+        agg.zero(), MessageBatch.of_vectors(np.ones((2, agg.dim)), np.ones(2))
+    )
+    forged = agg.state_to_json(honest._replace(total_sq_weight=0.0))
+    version = frecency_full.version()
+    response = frecency_full.client.post(
+        "/v1/updates:batch", headers=PROXY, json=_aggregate_body(forged, 2, "f3-g", version)
+    )
+    assert_error(response, 422, "invalid_aggregate", "sum of squared weights 0 is impossible")
+    real = _aggregate_body(agg.state_to_json(honest), 2, "f3-g", version)
+    assert (
+        frecency_full.client.post("/v1/updates:batch", headers=PROXY, json=real).status_code == 202
+    )
+    assert admin(frecency_full.client, "close").status_code == 200
 
 
 def test_es_aggregate_merges_like_the_messages(es: Live) -> None:
@@ -863,7 +924,7 @@ def test_es_aggregate_merges_like_the_messages(es: Live) -> None:
     anti = np.linspace(0.5, 0.0, 6)
     state = agg.accumulate_batch(agg.zero(), MessageBatch.of_es(seeds, metric, anti))
     body = _aggregate_body(agg.state_to_json(state), 6, f"es-proxy-{version}", version)
-    assert client.post("/v1/updates:batch", json=body).status_code == 202
+    assert client.post("/v1/updates:batch", headers=PROXY, json=body).status_code == 202
     messages = [es_message(f"es-m-{version}-{i}", version, 200 + i, 0.5, 0.125) for i in range(3)]
     assert client.post("/v1/updates:batch", json={"messages": messages}).json()["accepted"] == 3
     close_now(es)

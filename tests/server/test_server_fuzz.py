@@ -29,6 +29,8 @@ from fedrank.core.message import MessageBatch
 from tests.server.serverkit import (
     ADMIN_TOKEN,
     BINARY,
+    PROXIES_TOML,
+    PROXY,
     Live,
     admin,
     es_bytes,
@@ -60,7 +62,7 @@ admin_token = "{ADMIN_TOKEN}"
 max_body_bytes = {LIMIT}
 [fedavg]
 dim = {DIM}
-[rounds]
+{PROXIES_TOML}[rounds]
 enabled = true
 clients_per_round = 1000
 t_max_seconds = 3600.0
@@ -458,7 +460,7 @@ def test_mutated_aggregates(fedavg: Live, body: dict[str, Any]) -> None:
         body["model_version"] = _current(fedavg, body["model_version"])
     if body.get("batch_id") == A_FRESH_ID:
         body["batch_id"] = f"fz-agg-{next(_message_numbers)}"
-    response = check(fedavg, lambda c: c.post("/v1/updates:batch", json=body))
+    response = check(fedavg, lambda c: c.post("/v1/updates:batch", headers=PROXY, json=body))
     closes_after_acceptance(fedavg, response)
 
 

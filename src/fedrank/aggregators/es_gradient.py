@@ -92,6 +92,16 @@ class ESGradient:
                 f"expected a state of dimension {self.dim}, got {state.weighted_noise.shape}"
             )
 
+    def check_consistent(self, state: ESGradientState) -> None:
+        """Refuse a state no sequence of reports can produce: non-finite sums, a negative
+        count, or a non-zero sum of no reports. Raises
+        :class:`~fedrank.errors.DataFormatError`."""
+        self._check_state(state)
+        if not np.isfinite(state.weighted_noise).all():
+            raise DataFormatError("the state holds non-finite values")
+        if state.count < 0 or (state.count == 0 and np.any(state.weighted_noise)):
+            raise DataFormatError("a state of 0 reports must be all zeros, and counts >= 0")
+
     def accumulate(self, state: ESGradientState, message: ESMessage) -> ESGradientState:
         """Fold one report in (regenerating its noise from the seed)."""
         anti = None if message.antithetic_metric is None else [message.antithetic_metric]

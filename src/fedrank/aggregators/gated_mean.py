@@ -27,7 +27,7 @@ import numpy as np
 
 from fedrank.aggregators.mean import check_dim, check_update, check_weight, vector_columns
 from fedrank.core.message import Message, MessageBatch
-from fedrank.errors import ConfigError
+from fedrank.errors import ConfigError, DataFormatError
 from fedrank.optim.serialization import (
     array_from_json,
     array_to_json,
@@ -80,6 +80,33 @@ class GatedMean:
                 raise ConfigError(
                     f"expected a state of dimension {self.dim}, got shape {arr.shape}"
                 )
+
+    def check_consistent(self, state: GatedMeanState) -> None:
+        """Refuse a state no sequence of messages can produce (e.g. a proxy's forged merge):
+        non-finite sums, negative weights or second moments, ``sum n_i^2`` outside
+        ``[(sum n_i)^2 / count, (sum n_i)^2]``, or a coordinate whose ``(sum n_i H_i)^2``
+        exceeds ``sum n_i * sum n_i H_i^2`` (Cauchy-Schwarz). Raises
+        :class:`~fedrank.errors.DataFormatError` naming the broken rule."""
+        self._check_state(state)
+        w, w2, count = state.total_weight, state.total_sq_weight, state.count
+        arrays = (state.weighted_sum, state.weighted_sq_sum)
+        if not (np.isfinite([w, w2]).all() and all(np.isfinite(a).all() for a in arrays)):
+            raise DataFormatError("the state holds non-finite values")
+        if count < 0 or w < 0 or w2 < 0 or np.any(state.weighted_sq_sum < 0):
+            raise DataFormatError("weights, squared weights and second moments must be >= 0")
+        slack = 1e-9
+        if count == 0 and (w or w2 or np.any(state.weighted_sum) or np.any(state.weighted_sq_sum)):
+            raise DataFormatError("a state of 0 messages must be all zeros")
+        if count and not (w * w / count * (1 - slack) <= w2 <= w * w * (1 + slack)):
+            raise DataFormatError(
+                f"sum of squared weights {w2:g} is impossible for total weight {w:g} over "
+                f"{count} messages (needs total^2 / count <= it <= total^2)"
+            )
+        bound = w * state.weighted_sq_sum * (1 + slack) + 1e-300
+        if np.any(state.weighted_sum**2 > bound):
+            raise DataFormatError(
+                "a coordinate's weighted sum is larger than its weights and second moment allow"
+            )
 
     def accumulate(self, state: GatedMeanState, message: Message) -> GatedMeanState:
         """Fold one message into ``state``."""

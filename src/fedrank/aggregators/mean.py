@@ -141,6 +141,18 @@ class WeightedMean:
                 f"expected a state of dimension {self.dim}, got shape {state.weighted_sum.shape}"
             )
 
+    def check_consistent(self, state: WeightedMeanState) -> None:
+        """Refuse a state no sequence of messages can produce: non-finite sums, a negative
+        total weight or count, or weight without messages. Raises
+        :class:`~fedrank.errors.DataFormatError`."""
+        self._check_state(state)
+        if not (np.isfinite(state.total_weight) and np.isfinite(state.weighted_sum).all()):
+            raise DataFormatError("the state holds non-finite values")
+        if state.count < 0 or state.total_weight < 0:
+            raise DataFormatError("the total weight and the count must be >= 0")
+        if state.count == 0 and (state.total_weight or np.any(state.weighted_sum)):
+            raise DataFormatError("a state of 0 messages must be all zeros")
+
     def accumulate(self, state: WeightedMeanState, message: Message) -> WeightedMeanState:
         """Fold one message into ``state``."""
         self._check_state(state)

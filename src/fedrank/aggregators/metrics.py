@@ -74,6 +74,15 @@ class MetricMean:
         """The empty aggregate."""
         return MetricMeanState((), 0)
 
+    def check_consistent(self, state: MetricMeanState) -> None:
+        """Refuse a state no sequence of messages can produce: non-finite sums, negative
+        weights or count. Raises :class:`~fedrank.errors.DataFormatError`."""
+        if state.count < 0:
+            raise DataFormatError("the count must be >= 0")
+        for name, s, w in state.entries:
+            if not (math.isfinite(s) and math.isfinite(w)) or w < 0:
+                raise DataFormatError(f"metric {name!r}: sums must be finite, weights >= 0")
+
     def accumulate(self, state: MetricMeanState, message: Message) -> MetricMeanState:
         """Fold the metrics of one message into ``state``."""
         w = check_weight(message.n)

@@ -97,6 +97,23 @@ class SignVote:
                     f"expected a state of dimension {self.dim}, got {name} of shape {arr.shape}"
                 )
 
+    def check_consistent(self, state: SignVoteState) -> None:
+        """Refuse a state no sequence of messages can produce: negative votes, or a
+        coordinate whose votes do not add up to the same total as every other (each
+        message votes once per coordinate, ``n_i >= 0`` times when weighted), or, unweighted,
+        a total other than the count. Raises :class:`~fedrank.errors.DataFormatError`."""
+        self._check_state(state)
+        votes = np.stack([state.pos, state.neg, state.zero])
+        if state.count < 0 or np.any(votes < 0):
+            raise DataFormatError("votes and the count must be >= 0")
+        totals = votes.sum(axis=0)
+        if np.any(totals != totals[0]):
+            raise DataFormatError("every coordinate must hold the same number of votes")
+        if totals.size and not self.weighted and totals[0] != state.count:
+            raise DataFormatError(
+                f"{int(totals[0])} votes per coordinate cannot come from {state.count} messages"
+            )
+
     def accumulate(self, state: SignVoteState, message: Message) -> SignVoteState:
         """Add the votes of one message."""
         self._check_state(state)

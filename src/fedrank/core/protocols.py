@@ -76,6 +76,12 @@ class Aggregator(Protocol, Generic[State]):
         """The update vector the optimizer consumes."""
         ...
 
+    def check_consistent(self, state: State) -> None:
+        """Raise :class:`~fedrank.errors.DataFormatError` for a state that no sequence of
+        messages can produce (negative weights, counts that do not match the sums,
+        non-finite values): what a server checks on a merged state a proxy sends."""
+        ...
+
     def state_to_json(self, state: State) -> dict[str, Any]:
         """A JSON-compatible dict that :meth:`state_from_json` restores exactly."""
         ...

@@ -39,7 +39,7 @@ from starlette.routing import Route
 from fedrank.core.codec import decode_batch
 from fedrank.core.message import MessageBatch
 from fedrank.errors import CodecError, DataFormatError, FedrankError
-from fedrank.server.config import ServerConfig
+from fedrank.server.config import Proxy, ServerConfig
 from fedrank.server.engine import Engine, Incoming, Messages, Outcome
 from fedrank.server.envelope import (
     BINARY,
@@ -375,7 +375,7 @@ class Server:
             if not isinstance(data, dict):
                 raise BadRequest(422, "invalid", "send {'messages': [...]} or {'aggregate': ...}")
             if "aggregate" in data:
-                return await self._aggregate(data)
+                return await self._aggregate(data, self._proxy(request.headers))
             if "batch" in data:
                 result = await engine.submit_columns(self._columnar_batch(data))
                 self.requests[("batch", 200)] += 1
@@ -571,8 +571,28 @@ class Server:
             branch = self._branches[enrollment] = self.engine.branch(enrollment)
         return branch
 
-    async def _aggregate(self, data: dict[str, Any]) -> Response:
-        """A proxy's merged aggregator state standing for ``count`` updates."""
+    def _proxy(self, headers: Mapping[str, str]) -> Proxy:
+        """The configured proxy whose bearer token ``headers`` carry (compared in constant
+        time); 403 when the server takes no aggregates, 401 for any other token."""
+        if not self.config.proxies:
+            raise BadRequest(
+                403,
+                "aggregates_disabled",
+                "this server accepts no aggregates; configure [[proxies]] with a token each",
+            )
+        given = headers.get("authorization", "").encode()
+        found = None
+        for proxy in self.config.proxies:  # every token compared: no timing hint of which
+            if hmac.compare_digest(given, f"Bearer {proxy.token}".encode()):
+                found = proxy
+        if found is None:
+            raise BadRequest(401, "unauthorized", "an aggregate needs a proxy's bearer token")
+        return found
+
+    async def _aggregate(self, data: dict[str, Any], proxy: Proxy) -> Response:
+        """A proxy's merged aggregator state standing for ``count`` updates: authenticated,
+        at most the proxy's ``max_clients``, and internally consistent (a state some
+        messages could produce: ``Aggregator.check_consistent``)."""
         assert self.engine is not None
         engine = self.engine
         if set(data) != {"aggregate", "count", "batch_id", "model_version"}:
@@ -586,6 +606,12 @@ class Server:
         count = data["count"]
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 10**9:
             raise BadRequest(422, "invalid", "count must be an integer in 1..1e9")
+        if count > proxy.max_clients:
+            raise BadRequest(
+                422,
+                "invalid",
+                f"count {count} exceeds proxy {proxy.name!r}'s max_clients ({proxy.max_clients})",
+            )
         try:
             state = engine.aggregator.state_from_json(data["aggregate"])
             stated = getattr(state, "count", count)
@@ -596,11 +622,15 @@ class Server:
                 for v in state
                 if isinstance(v, np.ndarray | float)
             )
-            if not finite or not np.all(np.isfinite(engine.aggregator.finalize(state))):
-                raise BadRequest(
-                    422, "invalid", "the aggregate holds non-finite or huge (> 1e250) values"
-                )
-        except (FedrankError, TypeError, ValueError, KeyError, OverflowError) as exc:
+            huge = BadRequest(
+                422, "invalid", "the aggregate holds non-finite or huge (> 1e250) values"
+            )
+            if not finite:
+                raise huge
+            engine.aggregator.check_consistent(state)  # before finalize: it may divide
+            if not np.all(np.isfinite(engine.aggregator.finalize(state))):
+                raise huge
+        except (FedrankError, TypeError, ValueError, KeyError, ArithmeticError) as exc:
             if isinstance(exc, BadRequest):
                 raise
             raise BadRequest(

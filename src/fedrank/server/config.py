@@ -59,6 +59,11 @@ A complete example (every key optional; these are the defaults)::
     evaluation = [0.0, 1.0]
     selected_rank = [0.0, 1000.0]
 
+    [[proxies]]                  # proxies that may send merged aggregates (none by default)
+    name = "proxy-eu"
+    token = "a secret of 16 or more characters"   # sent as Authorization: Bearer <token>
+    max_clients = 100000         # most client messages one aggregate may stand for
+
     [[branches]]                 # study branches (Mozilla Section 6.2)
     name = "treatment"
     share = 0.6
@@ -152,6 +157,23 @@ class Branch:
     decay: bool = False
 
 
+@dataclass(frozen=True)
+class Proxy:
+    """A proxy allowed to send merged aggregates (``POST /v1/updates:batch`` with
+    ``{"aggregate": ...}``), authenticated by its bearer ``token``; each aggregate stands
+    for at most ``max_clients`` client messages."""
+
+    name: str
+    token: str
+    max_clients: int = 100_000
+
+    def __repr__(self) -> str:  # never print a token
+        return f"Proxy(name={self.name!r}, max_clients={self.max_clients})"
+
+
+#: Shortest accepted secret (admin and proxy tokens).
+MIN_TOKEN_LENGTH = 16
+
 _FRECENCY_BRANCHES = (
     Branch("treatment", 0.6, "trained"),
     Branch("control", 0.2, "defaults", decay=True),
@@ -173,6 +195,8 @@ class ServerConfig:
     #: ``(name, low, high)`` per metric clients may report, sorted by name (``[metrics]``,
     #: or the workload's :data:`METRIC_DEFAULTS`).
     metrics: tuple[tuple[str, float, float], ...] = ()
+    #: The proxies that may send merged aggregates (``[[proxies]]``; none: refused).
+    proxies: tuple[Proxy, ...] = ()
 
     @property
     def workload(self) -> str:
@@ -275,6 +299,40 @@ def _branches(data: Any) -> tuple[Branch, ...]:
     return tuple(out)
 
 
+def _proxies(data: Any) -> tuple[Proxy, ...]:
+    if not isinstance(data, list) or not data:
+        raise ConfigError("[[proxies]] must be a non-empty array of tables")
+    out = []
+    for i, item in enumerate(data):
+        if not isinstance(item, dict):
+            raise ConfigError(f"proxy {i} must be a table, got {item!r}")
+        unknown = sorted(set(item) - {"name", "token", "max_clients"})
+        if unknown:
+            raise ConfigError(f"unknown key(s) {', '.join(unknown)} in proxy {i}")
+        for key in ("name", "token"):
+            if key not in item:
+                raise ConfigError(f"proxy {i} needs a {key!r}")
+        name = _typed("proxies", "name", item["name"], str)
+        token = _typed("proxies", "token", item["token"], str)
+        if len(token.strip()) < MIN_TOKEN_LENGTH or token != token.strip():
+            raise ConfigError(
+                f"proxy {name!r}: the token must have at least {MIN_TOKEN_LENGTH} characters "
+                "and no surrounding spaces (make one with: python -c 'import secrets; "
+                "print(secrets.token_hex())')"
+            )
+        limit = _typed("proxies", "max_clients", item.get("max_clients", 100_000), int)
+        if not 1 <= limit <= 10**9:
+            raise ConfigError(f"proxy {name!r}: max_clients must be in 1..1e9, got {limit}")
+        out.append(Proxy(name, token, limit))
+    names = [p.name for p in out]
+    tokens = [p.token for p in out]
+    if len(set(names)) != len(names) or not all(names):
+        raise ConfigError(f"proxy names must be distinct and non-empty, got {names}")
+    if len(set(tokens)) != len(tokens):
+        raise ConfigError("every proxy needs its own token")
+    return tuple(out)
+
+
 def _metrics(data: Any) -> tuple[tuple[str, float, float], ...]:
     """``[metrics]``: ``name = [low, high]`` per metric, names of 1-64 characters of
     ``A-Z a-z 0-9 . _ : -``, finite bounds within +-:data:`METRIC_LIMIT`, ``low <= high``."""
@@ -354,11 +412,11 @@ def load_config(path: Path | None = None, **overrides: Any) -> ServerConfig:
             raise ConfigError(f"cannot read the configuration {path}: {exc.strerror}") from exc
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
-    unknown = sorted(set(data) - set(_SECTIONS) - {"branches", "metrics"})
+    unknown = sorted(set(data) - set(_SECTIONS) - {"branches", "metrics", "proxies"})
     if unknown:
         raise ConfigError(
             f"unknown section(s) {', '.join(unknown)}; known: {', '.join(_SECTIONS)}, "
-            "metrics, branches"
+            "metrics, branches, proxies"
         )
     sections = {name: _section(name, cls, data.get(name, {})) for name, cls in _SECTIONS.items()}
     for key, value in overrides.items():
@@ -377,6 +435,7 @@ def load_config(path: Path | None = None, **overrides: Any) -> ServerConfig:
         branches = (Branch("treatment", 1.0, "trained"),)
     workload = sections["server"].workload
     metrics = _metrics(data["metrics"]) if "metrics" in data else METRIC_DEFAULTS.get(workload, ())
-    config = ServerConfig(branches=branches, metrics=metrics, **sections)
+    proxies = _proxies(data["proxies"]) if "proxies" in data else ()
+    config = ServerConfig(branches=branches, metrics=metrics, proxies=proxies, **sections)
     _check(config)
     return replace(config, frecency=config.frecency.resolved())

@@ -153,6 +153,8 @@ def openapi_document() -> dict[str, Any]:
                                         },
                                         {
                                             "type": "object",
+                                            "description": "a proxy's merged state; needs "
+                                            "Authorization: Bearer <its [[proxies]] token>",
                                             "required": [
                                                 "aggregate",
                                                 "count",
@@ -168,7 +170,7 @@ def openapi_document() -> dict[str, Any]:
                     "responses": {
                         "200": _json_response("per-message results"),
                         "202": _json_response("aggregate accepted"),
-                        **_errors(400, 409, 413, 422, 503),
+                        **_errors(400, 401, 403, 409, 413, 422, 503),
                     },
                 }
             },
