@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from fedrank.core.codec import encode_es_message, pack_signs
 from fedrank.core.message import ESMessage, MessageBatch
+from fedrank.errors import ConfigError
 from fedrank.server.config import ServerConfig, load_config
 from fedrank.server.workloads import (
     MAX_ENTRY,
@@ -96,9 +97,10 @@ def test_frecency_full_gradients(frecency_full: FrecencyWorkload) -> None:
         ({"gradient": [0.0] * 21 + [float("nan")]}, "gradient entries must be finite"),
         ({"gradient": [0.0] * 21 + [float("-inf")]}, "gradient entries must be finite"),
         ({"gradient": [0.0] * 21 + [MAX_ENTRY * 1.01]}, "magnitude <= 1e+100"),
-        ({"gradient": [0.0] * 22, "n": 0}, "n must be an integer in 1..1e9"),
-        ({"gradient": [0.0] * 22, "n": 10**9 + 1}, "n must be an integer in 1..1e9"),
-        ({"gradient": [0.0] * 22, "n": True}, "n must be an integer in 1..1e9"),
+        ({"gradient": [0.0] * 22, "n": 0}, "n must be an integer in 1..100 ([server] max_n)"),
+        ({"gradient": [0.0] * 22, "n": 101}, "n must be an integer in 1..100"),
+        ({"gradient": [0.0] * 22, "n": 10**9}, "n must be an integer in 1..100"),
+        ({"gradient": [0.0] * 22, "n": True}, "n must be an integer in 1..100"),
         ({"gradient": [0.0] * 22, "signs": "AA"}, "unknown payload field(s) ['signs']"),
         ({"n": 1}, "payload lacks ['gradient']"),
     ]:
@@ -219,11 +221,12 @@ def test_the_step_goes_the_documented_way(fedavg: FedAvgWorkload, es: FoltrEsWor
     assert np.all(step > 0)
 
 
-def test_extreme_accepted_payloads_still_close(
-    frecency_full: FrecencyWorkload, fedavg: FedAvgWorkload
-) -> None:
-    """The largest accepted entries with the largest weight: the aggregate and the step stay
-    finite (one such message once made every later close of its iteration fail)."""
+def test_extreme_accepted_payloads_still_close() -> None:
+    """The largest accepted entries with the largest weight any configuration allows
+    (``max_n = 1e9``): the aggregate and the step stay finite (one such message once made
+    every later close of its iteration fail)."""
+    frecency_full = make_workload(load_config(workload="frecency", max_n=10**9))
+    fedavg = make_workload(load_config(workload="fedavg", max_n=10**9))
     for workload, key in ((fedavg, "delta"), (frecency_full, "gradient")):
         strategy = workload.strategy
         payloads = [
@@ -290,3 +293,19 @@ def test_the_batch_fast_path_agrees_with_parsing_one_by_one(
             np.testing.assert_array_equal(
                 np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
             )
+
+
+def test_the_weight_n_is_bounded_by_the_configuration() -> None:
+    """Issue 15, F5: one ``{"gradient": [1.0] * 22, "n": 1e9}`` among 100 honest updates
+    flipped 15 of 22 weights. ``n`` is now at most ``[server] max_n`` (the workload's
+    default when 0), in single messages and batches."""
+    assert make_workload(load_config(workload="frecency")).max_n == 100
+    assert make_workload(load_config(workload="fedavg")).max_n == 100_000
+    workload = make_workload(load_config(workload="frecency", max_n=5))
+    assert workload.parse({"gradient": [1.0] * 22, "n": 5}).weight == 5.0
+    with pytest.raises(PayloadError, match=r"1\.\.5 \(\[server\] max_n\)"):
+        workload.parse({"gradient": [1.0] * 22, "n": 6})
+    with pytest.raises(PayloadError, match=r"n must lie in 1\.\.5"):
+        workload.parse_batch([{"gradient": [1.0] * 22, "n": 1}, {"gradient": [1.0] * 22, "n": 6}])
+    with pytest.raises(ConfigError, match="max_n must be in 0..1e9"):
+        load_config(workload="frecency", max_n=-1)

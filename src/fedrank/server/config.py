@@ -12,6 +12,8 @@ A complete example (every key optional; these are the defaults)::
     admin_token = ""             # bearer token of the admin endpoints; empty: admin disabled
     max_body_bytes = 16777216    # larger requests get 413 (a 10,000-message batch: 1-4 MB)
     max_staleness = 0            # accept updates computed on up to this many versions back
+    max_n = 0                    # largest weight n of a message; 0: the workload's default
+                                 # (frecency 100 searches, fedavg 100000 training queries)
 
     [iteration]
     seconds = 1800.0             # fixed-time policy (the paper's 30 minutes); 0: off
@@ -132,6 +134,7 @@ class ServerSection:
     admin_token: str = ""
     max_body_bytes: int = 16_777_216
     max_staleness: int = 0
+    max_n: int = 0
 
 
 @dataclass(frozen=True)
@@ -370,6 +373,7 @@ def _check(config: ServerConfig) -> None:
         (0 <= s.port <= 65535, f"[server] port must be in 0..65535, got {s.port}"),
         (s.max_body_bytes >= 1024, "[server] max_body_bytes must be >= 1024"),
         (s.max_staleness >= 0, "[server] max_staleness must be >= 0"),
+        (0 <= s.max_n <= 10**9, "[server] max_n must be in 0..1e9 (0: the workload's default)"),
         (it.seconds >= 0, "[iteration] seconds must be >= 0 (0: no fixed-time policy)"),
         (it.min_updates >= 1, "[iteration] min_updates must be >= 1"),
         (it.stable_ticks >= 0, "[iteration] stable_ticks must be >= 0"),

@@ -83,12 +83,12 @@ def _vectors(values: list[Any], dim: int, name: str) -> np.ndarray:
     return mat
 
 
-def _counts(values: list[Any]) -> np.ndarray:
+def _counts(values: list[Any], limit: int) -> np.ndarray:
     if not set(map(type, values)) <= {int}:
         raise PayloadError("n must be integers")
     arr = np.array(values, dtype=np.float64)
-    if arr.size and (arr.min() < 1 or arr.max() > 1e9):
-        raise PayloadError("n must lie in 1..1e9")
+    if arr.size and (arr.min() < 1 or arr.max() > limit):
+        raise PayloadError(f"n must lie in 1..{limit} ([server] max_n)")
     return arr
 
 
@@ -105,10 +105,22 @@ def _finite_vector(value: Any, dim: int, name: str) -> np.ndarray:
     return vec
 
 
-def _count(value: Any, name: str = "n") -> float:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10**9:
-        raise PayloadError(f"{name} must be an integer in 1..1e9, got {value!r}")
+def _count(value: Any, limit: int) -> float:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+        raise PayloadError(f"n must be an integer in 1..{limit} ([server] max_n), got {value!r}")
     return float(value)
+
+
+#: The largest ``n`` (a message's weight) each workload accepts when ``[server] max_n`` is
+#: 0: a frecency client reports the searches of one iteration (100 in the paper's 30
+#: minutes is already one every 18 s), a FedPS client its training queries. A client
+#: cannot outweigh everyone else by claiming a billion searches.
+DEFAULT_MAX_N: dict[str, int] = {"frecency": 100, "fedavg": 100_000, "foltr-es": 1}
+
+
+def max_n(config: ServerConfig) -> int:
+    """``[server] max_n``, or the workload's :data:`DEFAULT_MAX_N` when it is 0."""
+    return config.server.max_n or DEFAULT_MAX_N[config.workload]
 
 
 def _keys(payload: dict[str, Any], allowed: set[str], required: set[str]) -> None:
@@ -200,6 +212,7 @@ class FrecencyWorkload(Workload):
     def __init__(self, config: ServerConfig) -> None:
         self.section = config.frecency
         self.strategy = FrecencyStrategy(config.frecency)
+        self.max_n = max_n(config)
 
     def parse(self, payload: dict[str, Any]) -> Parsed:
         if self.section.message == "full":
@@ -207,7 +220,7 @@ class FrecencyWorkload(Workload):
             if "signs" in payload:
                 raise PayloadError("this server takes full gradients ([frecency] message = full)")
             vec = _finite_vector(payload["gradient"], self.dim, "gradient")
-            return Parsed(vector=vec, weight=_count(payload.get("n", 1)))
+            return Parsed(vector=vec, weight=_count(payload.get("n", 1), self.max_n))
         _keys(payload, {"signs", "n"}, {"signs"})
         raw = payload["signs"]
         if not isinstance(raw, str):
@@ -216,7 +229,7 @@ class FrecencyWorkload(Workload):
             data = base64.b64decode(raw, validate=True)
         except (binascii.Error, ValueError) as exc:
             raise PayloadError(f"signs is not valid base64: {exc}") from exc
-        return Parsed(vector=self._signs(data), weight=_count(payload.get("n", 1)))
+        return Parsed(vector=self._signs(data), weight=_count(payload.get("n", 1), self.max_n))
 
     def _signs(self, data: bytes) -> np.ndarray:
         try:
@@ -280,7 +293,7 @@ class FrecencyWorkload(Workload):
         if not all(p.keys() <= keys and "gradient" in p for p in payloads):
             raise PayloadError("payload fields")
         vectors = _vectors([p["gradient"] for p in payloads], self.dim, "gradient")
-        weights = _counts([p.get("n", 1) for p in payloads])
+        weights = _counts([p.get("n", 1) for p in payloads], self.max_n)
         return MessageBatch(len(payloads), vector=vectors, weight=weights)
 
 
@@ -292,6 +305,7 @@ class FoltrEsWorkload(Workload):
     def __init__(self, config: ServerConfig) -> None:
         self.section = config.foltr_es
         self.strategy = FoltrEsStrategy(config.foltr_es)
+        self.max_n = max_n(config)
 
     def parse(self, payload: dict[str, Any]) -> Parsed:
         anti = self.section.antithetic
@@ -426,11 +440,13 @@ class FedAvgWorkload(Workload):
     def __init__(self, config: ServerConfig) -> None:
         self.section = config.fedavg
         self.strategy = FedAvgStrategy(config.fedavg)
+        self.max_n = max_n(config)
 
     def parse(self, payload: dict[str, Any]) -> Parsed:
         _keys(payload, {"delta", "n"}, {"delta", "n"})
         return Parsed(
-            vector=_finite_vector(payload["delta"], self.dim, "delta"), weight=_count(payload["n"])
+            vector=_finite_vector(payload["delta"], self.dim, "delta"),
+            weight=_count(payload["n"], self.max_n),
         )
 
     def columns(self, items: list[Parsed]) -> MessageBatch:
@@ -444,7 +460,7 @@ class FedAvgWorkload(Workload):
             raise PayloadError("payload fields")
         vectors = _vectors([p["delta"] for p in payloads], self.dim, "delta")
         return MessageBatch(
-            len(payloads), vector=vectors, weight=_counts([p["n"] for p in payloads])
+            len(payloads), vector=vectors, weight=_counts([p["n"] for p in payloads], self.max_n)
         )
 
 
