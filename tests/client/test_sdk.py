@@ -47,7 +47,9 @@ def test_model_is_cached_with_its_etag(server: ServerProcess) -> None:
 
 def test_send_is_idempotent_and_reports_stale(tmp_path: Path) -> None:
     config = tmp_path / "server.toml"
-    config.write_text('[server]\nadmin_token = "secret"\n[iteration]\nseconds = 3600.0\n')
+    config.write_text(
+        '[server]\nadmin_token = "secret-token-for-sdk-tests"\n[iteration]\nseconds = 3600.0\n'
+    )
     rng = np.random.default_rng(1)
     with (
         ServerProcess(tmp_path / "store", config=config) as s,
@@ -59,7 +61,7 @@ def test_send_is_idempotent_and_reports_stale(tmp_path: Path) -> None:
         assert (first.status, again.status) == ("accepted", "duplicate")
         with pytest.raises(ClientError, match="422"):
             c.send({"gradient": [1.0]}, version)  # wrong length: a retry cannot fix it
-        auth = {"Authorization": "Bearer secret"}
+        auth = {"Authorization": "Bearer secret-token-for-sdk-tests"}
         assert httpx.post(s.url + "/v1/admin/close", headers=auth).status_code == 200
         stale = c.send(GRADIENT, version)
         assert stale.status == "stale" and stale.body["current_version"] == version + 1

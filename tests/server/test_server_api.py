@@ -482,6 +482,20 @@ def test_admin_requires_the_bearer_token(es: Live, es_plain: Live) -> None:
     assert_error(admin(es_plain.client, "pause"), 403, "admin_disabled", "admin_token")
 
 
+def test_refused_admin_calls_are_not_refused_updates(es: Live) -> None:
+    """Issue 15, F10: a 401 or 404 from the admin endpoints once counted as a rejected
+    update; it is a refused request, counted apart."""
+    client = es.client
+    before = status(client)
+    assert_error(admin(client, "close", "wrong-token-of-many-chars"), 401, "unauthorized")
+    assert_error(admin(client, "explode"), 404, "not_found")
+    after = status(client)
+    assert after["updates_rejected_total"] == before["updates_rejected_total"]
+    assert after["requests_refused_total"] == before["requests_refused_total"] + 2
+    text = prometheus(client.get("/metrics").text)
+    assert text['fedrank_requests_refused_total{endpoint="admin",reason="unauthorized"}'] >= 1
+
+
 def test_pause_answers_503_then_resume(es: Live) -> None:
     client, version = es.client, es.version()
     paused = admin(client, "pause")

@@ -46,7 +46,7 @@ def test_a_full_file_and_flag_overrides(tmp_path: Path) -> None:
 [server]
 workload = "foltr-es"
 port = 9000
-admin_token = "t"
+admin_token = "a-token-of-16-characters"
 [iteration]
 seconds = 60
 min_updates = 10
@@ -222,3 +222,35 @@ def test_a_store_made_for_another_workload_is_refused(tmp_path: Path) -> None:
     # The right workload still starts on it.
     with ServerProcess(store, workload="foltr-es", iteration_seconds=0) as again:
         assert again.process is not None
+
+
+@pytest.mark.parametrize("token", ["short", " " * 20, " padded-token-of-many-chars "])
+def test_weak_admin_tokens_are_refused_at_start(tmp_path: Path, token: str) -> None:
+    """Issue 15, F10: a whitespace-only admin token was accepted."""
+    with pytest.raises(ConfigError, match="admin_token must have at least 16 characters"):
+        _load(tmp_path, f'[server]\nadmin_token = "{token}"\n')
+
+
+@pytest.mark.parametrize(
+    ("proxies", "message"),
+    [
+        ('[[proxies]]\nname = "p"\ntoken = "short"\n', "at least 16 characters"),
+        ('[[proxies]]\nname = "p"\n', "needs a 'token'"),
+        ('[[proxies]]\nname = "p"\ntoken = "0123456789abcdef"\nmax_clients = 0\n', "1..1e9"),
+        (
+            '[[proxies]]\nname = "p"\ntoken = "0123456789abcdef"\n'
+            '[[proxies]]\nname = "q"\ntoken = "0123456789abcdef"\n',
+            "its own token",
+        ),
+        ('[[proxies]]\nname = "p"\ntoken = "0123456789abcdef"\nx = 1\n', "unknown key"),
+    ],
+)
+def test_bad_proxies_are_refused_at_start(tmp_path: Path, proxies: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _load(tmp_path, proxies)
+
+
+def test_proxy_tokens_never_print() -> None:
+    from fedrank.server.config import Proxy
+
+    assert "secret" not in repr(Proxy("p", "secret-secret-secret", 5))

@@ -62,6 +62,8 @@ from fedrank.server.store import ModelVersion, Store
 from fedrank.server.workloads import EMPTY, Parsed, PayloadError
 
 log = logging.getLogger("fedrank.server")
+#: The endpoints whose refusals count as refused updates (``updates_rejected_total``).
+UPDATE_ENDPOINTS = frozenset({"updates", "batch"})
 
 
 class Server:
@@ -72,6 +74,8 @@ class Server:
         self.metric_schema = MetricSchema(config.metrics)
         self.engine: Engine | None = None
         self.requests: Counter[tuple[str, int]] = Counter()
+        #: Refused requests that are not updates (model, check-in, admin), by endpoint and code.
+        self.refused: Counter[tuple[str, str]] = Counter()
         self._branches: dict[str | None, str] = {}
         self.round: Round | None = None
         self._scheduler: asyncio.Task[None] | None = None
@@ -143,8 +147,13 @@ class Server:
     # -- helpers -----------------------------------------------------------------------
 
     def _count_rejection(self, endpoint: str, err: BadRequest) -> None:
+        """Count a refusal: as a refused *update* only on the endpoints that carry updates;
+        a refused model fetch, check-in or admin call is a refused request, not an update."""
         assert self.engine is not None
-        self.engine.loop_rejected[err.code] += 1
+        if endpoint in UPDATE_ENDPOINTS:
+            self.engine.loop_rejected[err.code] += 1
+        else:
+            self.refused[(endpoint, err.code)] += 1
         self.requests[(endpoint, err.status)] += 1
 
     def _reject(self, endpoint: str, err: BadRequest) -> Response:
@@ -678,6 +687,7 @@ class Server:
                 "updates_in_iteration": snap.updates_in_iteration,
                 "updates_rejected_total": sum(e.rejected().values()),
                 "updates_duplicate_total": e.duplicates_total,
+                "requests_refused_total": sum(self.refused.values()),
                 "paused": snap.paused,
                 "policy": e.policy.name if self.round is None else "rounds",
             }
@@ -691,7 +701,7 @@ class Server:
 
     async def metrics(self, request: Request) -> Response:
         assert self.engine is not None
-        text = prometheus_text(self.engine, self.requests)
+        text = prometheus_text(self.engine, self.requests, self.refused)
         return Response(text, media_type="text/plain; version=0.0.4")
 
     async def admin(self, request: Request) -> Response:

@@ -370,6 +370,13 @@ def _check(config: ServerConfig) -> None:
             f"[server] workload must be one of {WORKLOADS}, got {s.workload!r}",
         ),
         (bool(s.store), "[server] store must name a directory"),
+        (
+            not s.admin_token
+            or (len(s.admin_token) >= MIN_TOKEN_LENGTH and s.admin_token == s.admin_token.strip()),
+            f"[server] admin_token must have at least {MIN_TOKEN_LENGTH} characters and no "
+            "surrounding spaces (or be empty: admin disabled); make one with: python -c "
+            "'import secrets; print(secrets.token_hex())'",
+        ),
         (0 <= s.port <= 65535, f"[server] port must be in 0..65535, got {s.port}"),
         (s.max_body_bytes >= 1024, "[server] max_body_bytes must be >= 1024"),
         (s.max_staleness >= 0, "[server] max_staleness must be >= 0"),

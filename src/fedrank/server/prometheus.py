@@ -8,10 +8,15 @@ from collections.abc import Mapping
 from fedrank.server.engine import Engine
 
 
-def prometheus_text(engine: Engine, requests: Mapping[tuple[str, int], int]) -> str:
+def prometheus_text(
+    engine: Engine,
+    requests: Mapping[tuple[str, int], int],
+    server_refused: Mapping[tuple[str, str], int],
+) -> str:
     """Every metric of ``engine`` (messages accepted, refused by reason, duplicates, group
-    commits and their duration histogram, model version, open iteration) and the HTTP
-    ``requests`` counted by endpoint and status."""
+    commits and their duration histogram, model version, open iteration), the HTTP
+    ``requests`` counted by endpoint and status, and the refused requests that are not
+    updates (``server_refused``, by endpoint and reason)."""
     e, snap = engine, engine.snapshot()
     lines: list[str] = []
 
@@ -26,6 +31,15 @@ def prometheus_text(engine: Engine, requests: Mapping[tuple[str, int], int]) -> 
         "counter",
         "Messages refused, by reason.",
         [(f'{{reason="{k}"}}', v) for k, v in sorted(e.rejected().items())],
+    )
+    metric(
+        "requests_refused_total",
+        "counter",
+        "Refused requests that are not updates (model, checkin, admin), by endpoint and reason.",
+        [
+            (f'{{endpoint="{endpoint}",reason="{code}"}}', v)
+            for (endpoint, code), v in sorted(server_refused.items())
+        ],
     )
     metric(
         "updates_duplicate_total",
