@@ -311,7 +311,7 @@ class Engine:
                 chunk = []
         self._replay(chunk)
         self.accepted_total, self.counted_total = self.store.counts()
-        self.paused = False
+        self.paused = self.store.paused()  # an operator's pause survives restarts
         self._publish()
         for path in self.store.export_missing_parquet():
             log.info("wrote missing Parquet partition %s", path)
@@ -689,6 +689,7 @@ class Engine:
             if job.command == "close":
                 outcome = self._close(job.args.get("reason", "admin"), job.args.get("force", False))
             elif job.command in ("pause", "resume"):
+                self.store.set_paused(job.command == "pause")
                 self.paused = job.command == "pause"
                 self._publish()
                 outcome = Outcome(200, {"paused": self.paused})

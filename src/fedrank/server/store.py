@@ -166,6 +166,18 @@ class Store:
             )
         return False
 
+    def paused(self) -> bool:
+        """Whether the operator paused the server (kept across restarts)."""
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'paused'").fetchone()
+        return row is not None and row[0] == "1"
+
+    def set_paused(self, paused: bool) -> None:
+        """Record a pause or a resume durably (one committed write)."""
+        self.db.execute(
+            "INSERT INTO meta VALUES ('paused', ?) ON CONFLICT(key) DO UPDATE SET value = ?",
+            ("1" if paused else "0",) * 2,
+        )
+
     # -- models and iterations ----------------------------------------------------------
 
     def publish_first(self, params: np.ndarray, optimizer_state: dict[str, Any]) -> None:
