@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from fedrank.client.outbox import Outbox
 from fedrank.core.message import MessageBatch
 from fedrank.errors import FedrankError
 
@@ -107,6 +108,7 @@ class Client:
         self._own_http = http is None
         self.http = http or httpx.Client(timeout=timeout)
         self.enrollment_id = enrollment_id or self._stored_enrollment()
+        self.outbox = Outbox(self.state_dir)
         self._model: ServedModel | None = None
 
     def close(self) -> None:
@@ -129,32 +131,24 @@ class Client:
         if self.state_dir is None:
             return self.new_id()
         path = self.state_dir / "enrollment.json"
-        if path.exists():
-            return str(json.loads(path.read_text())["enrollment_id"])
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        enrollment = self.new_id()
-        path.write_text(json.dumps({"enrollment_id": enrollment}))
-        return enrollment
-
-    @property
-    def _outbox(self) -> Path | None:
-        return None if self.state_dir is None else self.state_dir / "outbox.jsonl"
+        try:
+            with path.open("x") as created:  # exclusive: two clients starting at once agree
+                enrollment = self.new_id()
+                created.write(json.dumps({"enrollment_id": enrollment}))
+                return enrollment
+        except FileExistsError:
+            pass
+        for _ in range(100):  # the other client may still be writing it
+            text = path.read_text()
+            if text:
+                return str(json.loads(text)["enrollment_id"])
+            time.sleep(0.01)
+        raise FedrankError(f"{path} stays empty; delete it to enroll again")
 
     def queued(self) -> list[dict[str, Any]]:
-        """Messages waiting in the offline queue."""
-        box = self._outbox
-        if box is None or not box.exists():
-            return []
-        return [json.loads(line) for line in box.read_text().splitlines() if line.strip()]
-
-    def _write_queue(self, messages: list[dict[str, Any]]) -> None:
-        box = self._outbox
-        if box is None:
-            return
-        box.parent.mkdir(parents=True, exist_ok=True)
-        partial = box.with_suffix(".partial")
-        partial.write_text("".join(json.dumps(m) + "\n" for m in messages))
-        partial.replace(box)
+        """Messages waiting in the offline queue (:mod:`fedrank.client.outbox`)."""
+        return self.outbox.messages()
 
     # -- requests -------------------------------------------------------------------------
 
@@ -230,7 +224,7 @@ class Client:
         except (httpx.TransportError, ClientError) as exc:
             if not queue_on_failure:
                 raise
-            self._write_queue([*self.queued(), message])
+            self.outbox.add(message)
             return SendResult("queued", mid, getattr(exc, "status", None), str(exc))
         body = _body(response)
         if response.status_code == 202:
@@ -245,7 +239,7 @@ class Client:
     def flush(self) -> list[SendResult]:
         """Resend queued messages (same ``message_id``); the ones the server answered are
         removed from the queue, the ones it still cannot take stay."""
-        results, remaining = [], []
+        results, done = [], []
         for message in self.queued():
             try:
                 results.append(self._deliver(message, queue_on_failure=False))
@@ -254,9 +248,12 @@ class Client:
                     results.append(
                         SendResult("refused", message["message_id"], exc.status, exc.body)
                     )
-                    continue
-                remaining.append(message)
-        self._write_queue(remaining)
+                    done.append(message["message_id"])
+                continue
+            done.append(message["message_id"])
+        # Only what this flush settled leaves the queue: messages another client queued
+        # meanwhile stay.
+        self.outbox.remove(done)
         return results
 
     def send_batch(
