@@ -12,7 +12,7 @@ from fedrank.cli.client import client
 from fedrank.cli.fedps import fedps
 from fedrank.cli.foltr import foltr
 from fedrank.cli.frecency import frecency
-from fedrank.cli.service import serve
+from fedrank.cli.service import serve, store
 
 
 @click.group(cls=FedrankGroup)
@@ -24,6 +24,7 @@ def main() -> None:
 main.add_command(frecency)
 main.add_command(foltr)
 main.add_command(serve)
+main.add_command(store)
 main.add_command(client)
 main.add_command(fedps)
 

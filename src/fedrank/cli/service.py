@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from fedrank.cli._common import FedrankGroup
+
 
 @click.command("serve")
 @click.option(
@@ -40,14 +42,27 @@ import click
     default="info",
     show_default=True,
 )
-def serve(config_path: Path | None, log_level: str, **overrides: object) -> None:
+@click.option(
+    "--new-store",
+    is_flag=True,
+    help="The store's database is gone and you want an empty store: move its identity file "
+    "and Parquet audit log to abandoned-<time>/ in the store and start at version 0 "
+    "(without it, such a store is refused; see `fedrank store recover`).",
+)
+def serve(config_path: Path | None, log_level: str, new_store: bool, **overrides: object) -> None:
     """Run the federation server (HTTP on uvicorn) until interrupted."""
     import uvicorn
 
     from fedrank.server.app import create_app
     from fedrank.server.config import load_config
+    from fedrank.server.store import abandon, check_directory
 
     config = load_config(config_path, **overrides)
+    if new_store:
+        moved = abandon(Path(config.server.store))
+        if moved is not None:
+            click.echo(f"moved the old store's files to {moved}")
+    check_directory(Path(config.server.store))  # before binding the port: a clear refusal
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     click.echo(
         f"fedrank server: workload {config.workload}, store {config.server.store}, "
@@ -62,4 +77,32 @@ def serve(config_path: Path | None, log_level: str, **overrides: object) -> None
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=10,
+    )
+
+
+@click.group("store", cls=FedrankGroup)
+def store() -> None:
+    """Look after a server's durable store."""
+
+
+@store.command("recover")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="The server.toml the store was served with (workload, model, branches).",
+)
+@click.option("--store", "store_dir", default=None, help="The store directory.")
+def store_recover(config_path: Path | None, store_dir: str | None) -> None:
+    """Rebuild a store's lost database from its Parquet audit log: every closed iteration
+    replayed through the server's engine (the open iteration's messages are lost)."""
+    from fedrank.server.config import load_config
+    from fedrank.server.recovery import recover_store
+
+    config = load_config(config_path, store=store_dir)
+    done = recover_store(config)
+    click.echo(
+        f"recovered {done['store']}: {done['iterations']} iterations, {done['messages']} "
+        f"messages; the model is at version {done['model_version']}"
     )

@@ -323,6 +323,28 @@ class Engine:
             self.accepted_total,
         )
 
+    def recover_iteration(self, rows: list[Row]) -> None:
+        """Recovery only (:mod:`fedrank.server.recovery`), before the server takes any
+        request: store the audit log's messages of the open iteration (one group per
+        original group commit, i.e. per time stamp), fold them as a restart replays them,
+        and close the iteration with the strategy's server step."""
+        if any(r.iteration != self.iteration for r in rows):
+            raise ConfigError(f"recovery: rows of another iteration than {self.iteration}")
+        start = 0
+        while start < len(rows):
+            stop = start + 1
+            while stop < len(rows) and rows[stop].received_at == rows[start].received_at:
+                stop += 1
+            group = rows[start:stop]
+            self.store.insert(group)
+            self._replay([self._reparse(r) for r in group])
+            start = stop
+        outcome = self._close("recovered", force=True)
+        if outcome.status != 200:
+            raise ConfigError(
+                f"recovery: iteration {self.iteration} could not be closed again: {outcome.body}"
+            )
+
     def _replay(self, items: list[Incoming]) -> None:
         if items:
             self._apply(Messages.of(items, self.workload), np.arange(len(items)))

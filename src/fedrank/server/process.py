@@ -64,7 +64,11 @@ class ServerProcess:
         if self.config is not None:
             cmd += ["--config", str(self.config)]
         for key, value in self.flags.items():
-            cmd += [f"--{key.replace('_', '-')}", str(value)]
+            flag = f"--{key.replace('_', '-')}"
+            if value is True:  # a switch, e.g. new_store=True
+                cmd.append(flag)
+            elif value is not False:
+                cmd += [flag, str(value)]
         return cmd
 
     def start(self, timeout: float = 30.0) -> ServerProcess:

@@ -38,6 +38,7 @@ import logging
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +97,66 @@ FROM groups AS g, json_each(g.messages) AS j;
 
 #: Update kinds: a client update, a metrics-only ping, a proxy's merged aggregate state.
 KINDS = ("update", "ping", "aggregate")
+#: The database file and the identity file of a store directory.
+DATABASE = "fedrank.sqlite3"
+IDENTITY = "STORE.json"
+
+
+def leftovers(directory: Path) -> list[Path]:
+    """What a store directory holds besides its database: the identity file and the
+    Parquet partitions (evidence that a database existed)."""
+    directory = Path(directory)
+    found = sorted(directory.glob("parquet/iteration=*/updates.parquet"))
+    return ([directory / IDENTITY] if (directory / IDENTITY).exists() else []) + found
+
+
+def check_directory(directory: Path) -> None:
+    """Refuse to start on a store whose database is gone (deleted, or truncated to
+    nothing) while its identity file or Parquet audit log remain: starting anyway would
+    begin again at version 0, accept acknowledged message ids a second time and overwrite
+    the audit log (issue 15, F2). Raises :class:`~fedrank.errors.ConfigError` saying how to
+    recover."""
+    directory = Path(directory)
+    database = directory / DATABASE
+    if database.exists() and database.stat().st_size > 0:
+        return
+    left = leftovers(directory)
+    if not left:
+        return
+    partitions = sum(1 for p in left if p.name == "updates.parquet")
+    state = "is missing" if not database.exists() else "is empty (truncated)"
+    raise ConfigError(
+        f"the store {directory} has an identity file or a Parquet audit log ({partitions} "
+        f"closed iterations) but its database {DATABASE} {state}. Starting would begin again "
+        "at version 0 and count acknowledged updates twice. Restore the database from a "
+        f"backup; or rebuild it from the audit log with `fedrank store recover --store "
+        f"{directory} --config <server.toml>`; or start an empty store with `fedrank serve "
+        "--new-store` (the old files are moved to abandoned-<time>/ in the store)."
+    )
+
+
+def abandon(directory: Path) -> Path | None:
+    """For ``fedrank serve --new-store``: move the leftovers of a store whose database is
+    gone into ``abandoned-<UTC time>/`` in the store directory (kept, never deleted) and
+    return that directory (``None`` if there was nothing to move). Refuses a store whose
+    database is there: that one is not abandoned, use another ``--store``."""
+    directory = Path(directory)
+    database = directory / DATABASE
+    if database.exists() and database.stat().st_size > 0:
+        raise ConfigError(
+            f"the store {directory} has a database; --new-store only replaces a store whose "
+            "database is gone. Use another --store directory for a new store."
+        )
+    moved = [p for p in (directory / IDENTITY, directory / "parquet", database,
+                         database.with_name(DATABASE + "-wal"),
+                         database.with_name(DATABASE + "-shm")) if p.exists()]  # fmt: skip
+    if not moved:
+        return None
+    target = directory / time.strftime("abandoned-%Y%m%dT%H%M%SZ", time.gmtime())
+    target.mkdir()
+    for path in moved:
+        path.rename(target / path.name)
+    return target
 
 
 class Row(NamedTuple):
@@ -124,16 +185,22 @@ class ModelVersion:
 
 class Store:
     """The SQLite database and Parquet log of one server. The writer uses one instance from
-    one thread; readers open their own with ``read_only=True``."""
+    one thread; readers open their own with ``read_only=True``. A directory whose database
+    is gone but whose identity file or audit log remain is refused (:func:`check_directory`)
+    unless ``allow_missing_database`` (recovery, :mod:`fedrank.server.recovery`)."""
 
-    def __init__(self, directory: Path, read_only: bool = False) -> None:
+    def __init__(
+        self, directory: Path, read_only: bool = False, allow_missing_database: bool = False
+    ) -> None:
         self.directory = Path(directory)
-        path = self.directory / "fedrank.sqlite3"
+        path = self.directory / DATABASE
         if read_only:
             # A second connection for readers; WAL lets it read while the writer commits.
             self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
             return
         self.directory.mkdir(parents=True, exist_ok=True)
+        if not allow_missing_database:  # only recovery creates a database among leftovers
+            check_directory(self.directory)
         # Opened at start-up, then used by the writer thread alone.
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
@@ -152,19 +219,41 @@ class Store:
     # -- identity ------------------------------------------------------------------------
 
     def check_identity(self, identity: dict[str, Any]) -> bool:
-        """Record what this store is for (workload, model size) on first use; on later
-        starts refuse a different one. Returns True for a fresh store."""
+        """Record what this store is for (workload, model size) on first use, with a random
+        store id that the identity file (``STORE.json``) repeats; on later starts refuse a
+        different workload, or a database and an identity file of different stores. Returns
+        True for a fresh store."""
         row = self.db.execute("SELECT value FROM meta WHERE key = 'identity'").fetchone()
         text = json.dumps(identity, sort_keys=True)
-        if row is None:
+        fresh = row is None
+        if fresh:
             self.db.execute("INSERT INTO meta VALUES ('identity', ?)", (text,))
-            return True
-        if row[0] != text:
+        elif row[0] != text:
             raise ConfigError(
                 f"the store {self.directory} was created for {row[0]}, not {text}; use another "
                 "--store directory for a different workload or model"
             )
-        return False
+        self._check_identity_file(identity)
+        return fresh
+
+    def _check_identity_file(self, identity: dict[str, Any]) -> None:
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
+        store_id = row[0] if row is not None else uuid.uuid4().hex
+        if row is None:
+            self.db.execute("INSERT INTO meta VALUES ('store_id', ?)", (store_id,))
+        path = self.directory / IDENTITY
+        if path.exists():
+            written = json.loads(path.read_text()).get("store_id")
+            if written != store_id:
+                raise ConfigError(
+                    f"the database of {self.directory} belongs to store {store_id}, but its "
+                    f"{IDENTITY} names store {written}: the database was replaced. Put the "
+                    "right database back, or move the directory's files aside and start anew"
+                )
+            return
+        partial = path.with_suffix(".partial")
+        partial.write_text(json.dumps({"store_id": store_id, **identity}, sort_keys=True))
+        partial.replace(path)
 
     def paused(self) -> bool:
         """Whether the operator paused the server (kept across restarts)."""

@@ -1,0 +1,92 @@
+"""``fedrank store recover``: rebuild a store's database from its Parquet audit log.
+
+A store whose database was lost (deleted, or truncated to nothing) keeps, per closed
+iteration, every accepted message in ``parquet/iteration=<n>/updates.parquet``. Recovery
+replays them through the server's own engine (:class:`~fedrank.server.engine.Engine`):
+iteration by iteration the messages are stored again, folded into the aggregate exactly as
+a restart replays an open iteration, and the iteration is closed with the strategy's server
+step, so the recovered models are the ones the server published (equal up to the order of
+float summation: the server folded each group commit as it arrived). The store keeps its
+id (the identity file's), so the directory stays one store.
+
+What cannot come back: the messages of the iteration that was open when the database was
+lost (they were acknowledged but never reached the audit log), the close reasons (each
+recovered iteration records ``recovered``) and the original time stamps of the closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from fedrank.errors import ConfigError
+from fedrank.server.config import ServerConfig
+from fedrank.server.engine import Engine
+from fedrank.server.store import DATABASE, IDENTITY, Row, Store
+
+_PARTITION = re.compile(r"iteration=(\d{6})")
+
+
+def audit_partitions(directory: Path) -> list[tuple[int, Path]]:
+    """``(iteration, path)`` of every Parquet partition, in iteration order; refuses a log
+    with a gap (an iteration's messages missing: its close cannot be recomputed)."""
+    found = []
+    for path in sorted(Path(directory).glob("parquet/iteration=*/updates.parquet")):
+        match = _PARTITION.fullmatch(path.parent.name)
+        if match:
+            found.append((int(match.group(1)), path))
+    numbers = [n for n, _ in found]
+    if numbers != list(range(len(numbers))):
+        missing = sorted(set(range(max(numbers, default=-1) + 1)) - set(numbers))
+        raise ConfigError(
+            f"the audit log of {directory} lacks the partitions of iterations {missing}; the "
+            "models after them cannot be recomputed"
+        )
+    return found
+
+
+def recover_store(config: ServerConfig) -> dict[str, Any]:
+    """Rebuild the database of ``config.server.store`` from its audit log (module
+    docstring); returns what was recovered. Refuses a store that still has a database."""
+    directory = Path(config.server.store)
+    database = directory / DATABASE
+    if database.exists() and database.stat().st_size > 0:
+        raise ConfigError(f"the store {directory} has a database: there is nothing to recover")
+    partitions = audit_partitions(directory)
+    if not partitions:
+        raise ConfigError(f"the store {directory} has no Parquet audit log to recover from")
+    for stale in (database, database.with_name(DATABASE + "-wal")):
+        stale.unlink(missing_ok=True)  # an empty (truncated) file, or a WAL of the lost one
+    identity = directory / IDENTITY
+    store_id = json.loads(identity.read_text())["store_id"] if identity.exists() else None
+    seed = Store(directory, allow_missing_database=True)
+    if store_id is not None:
+        seed.db.execute("INSERT INTO meta VALUES ('store_id', ?)", (store_id,))
+    seed.close()
+    loop = asyncio.new_event_loop()
+    engine = Engine(config, loop)
+    try:
+        messages = 0
+        for iteration, path in partitions:
+            table = pq.read_table(path).to_pylist()
+            rows = [
+                Row(r["message_id"], iteration, r["model_version"], r["branch"], r["kind"],
+                    r["payload"], r["metrics"], r["count"], r["received_at"])
+                for r in table
+            ]  # fmt: skip
+            engine.recover_iteration(rows)
+            messages += len(rows)
+        return {
+            "store": str(directory),
+            "iterations": len(partitions),
+            "messages": messages,
+            "model_version": engine.version,
+        }
+    finally:
+        engine.stop()
+        loop.close()
