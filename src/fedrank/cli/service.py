@@ -55,6 +55,7 @@ def serve(config_path: Path | None, log_level: str, new_store: bool, **overrides
 
     from fedrank.server.app import create_app
     from fedrank.server.config import load_config
+    from fedrank.server.connections import uvicorn_limits
     from fedrank.server.store import abandon, check_directory
 
     config = load_config(config_path, **overrides)
@@ -73,10 +74,10 @@ def serve(config_path: Path | None, log_level: str, new_store: bool, **overrides
         host=config.server.host,
         port=config.server.port,
         loop="uvloop",
-        http="httptools",
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=10,
+        **uvicorn_limits(config.server),  # header, body and keep-alive timeouts; connections
     )
 
 

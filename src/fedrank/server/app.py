@@ -170,11 +170,18 @@ class Server:
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise BadRequest(413, "too_large", f"the body exceeds {limit} bytes")
         parts, size = [], 0
-        async for chunk in chunks:
-            size += len(chunk)
-            if size > limit:
-                raise BadRequest(413, "too_large", f"the body exceeds {limit} bytes")
-            parts.append(chunk)
+        seconds = self.config.server.body_timeout
+        try:
+            async with asyncio.timeout(seconds):  # a slow body cannot hold the connection
+                async for chunk in chunks:
+                    size += len(chunk)
+                    if size > limit:
+                        raise BadRequest(413, "too_large", f"the body exceeds {limit} bytes")
+                    parts.append(chunk)
+        except TimeoutError as exc:
+            raise BadRequest(
+                408, "body_timeout", f"the body did not arrive within {seconds:g} s"
+            ) from exc
         return b"".join(parts)
 
     def _incoming(self, data: Any, current: int) -> tuple[Incoming, str | None]:

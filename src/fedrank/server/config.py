@@ -14,6 +14,10 @@ A complete example (every key optional; these are the defaults)::
     max_staleness = 0            # accept updates computed on up to this many versions back
     max_n = 0                    # largest weight n of a message; 0: the workload's default
                                  # (frecency 100 searches, fedavg 100000 training queries)
+    header_timeout = 10.0        # a request's headers must arrive within this (s), or closed
+    body_timeout = 60.0          # its body within this (s), or 408
+    keep_alive_timeout = 5.0     # an idle connection between requests is closed after this
+    max_connections = 1000       # concurrent connections; beyond, new requests get 503
 
     [iteration]
     seconds = 1800.0             # fixed-time policy (the paper's 30 minutes); 0: off
@@ -135,6 +139,10 @@ class ServerSection:
     max_body_bytes: int = 16_777_216
     max_staleness: int = 0
     max_n: int = 0
+    header_timeout: float = 10.0
+    body_timeout: float = 60.0
+    keep_alive_timeout: float = 5.0
+    max_connections: int = 1000
 
 
 @dataclass(frozen=True)
@@ -381,6 +389,11 @@ def _check(config: ServerConfig) -> None:
         (s.max_body_bytes >= 1024, "[server] max_body_bytes must be >= 1024"),
         (s.max_staleness >= 0, "[server] max_staleness must be >= 0"),
         (0 <= s.max_n <= 10**9, "[server] max_n must be in 0..1e9 (0: the workload's default)"),
+        (
+            min(s.header_timeout, s.body_timeout, s.keep_alive_timeout) > 0,
+            "[server] header_timeout, body_timeout and keep_alive_timeout must be > 0",
+        ),
+        (s.max_connections >= 1, "[server] max_connections must be >= 1"),
         (it.seconds >= 0, "[iteration] seconds must be >= 0 (0: no fixed-time policy)"),
         (it.min_updates >= 1, "[iteration] min_updates must be >= 1"),
         (it.stable_ticks >= 0, "[iteration] stable_ticks must be >= 0"),

@@ -97,7 +97,7 @@ def openapi_document() -> dict[str, Any]:
                     "responses": {
                         "202": _json_response("accepted and durably stored"),
                         "200": _json_response("duplicate message_id: already counted"),
-                        **_errors(400, 409, 413, 415, 422, 503),
+                        **_errors(400, 408, 409, 413, 415, 422, 503),
                     },
                 }
             },
@@ -170,7 +170,7 @@ def openapi_document() -> dict[str, Any]:
                     "responses": {
                         "200": _json_response("per-message results"),
                         "202": _json_response("aggregate accepted"),
-                        **_errors(400, 401, 403, 409, 413, 422, 503),
+                        **_errors(400, 401, 403, 408, 409, 413, 422, 503),
                     },
                 }
             },
