@@ -2,7 +2,8 @@
 
 Tests read real data from ``../shared/data`` relative to the repository root, or from the
 directory in ``FEDRANK_DATA_DIR``. Tests that need it are skipped, with the reason, only when
-that directory does not exist.
+that directory does not exist; when it exists, a skipped test fails the run (no silent
+skips: a file missing from the data directory is an error, not a pass).
 """
 
 from __future__ import annotations
@@ -27,6 +28,21 @@ def shared_data_dir() -> Path:
     """The real-data directory (``FEDRANK_DATA_DIR`` or ``<repo>/../shared/data``)."""
     override = os.environ.get("FEDRANK_DATA_DIR")
     return Path(override) if override else REPO_ROOT.parent / "shared" / "data"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """With the real data present, any skipped test fails the run (reported with -rs)."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or not shared_data_dir().is_dir() or exitstatus != 0:
+        return
+    skipped = len(reporter.stats.get("skipped", []))
+    if skipped:
+        reporter.write_line(
+            f"{skipped} test(s) skipped although the data directory {shared_data_dir()} "
+            "exists: failing the run (see the skip reasons above)",
+            red=True,
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")
