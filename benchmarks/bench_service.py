@@ -154,10 +154,14 @@ def _filesystem(path: Path) -> str | None:
 
 
 @contextlib.contextmanager
-def server(tmp: Path, name: str, workload: str) -> Iterator:
-    """A fresh ``fedrank serve`` (default configuration) with its store under ``tmp``;
-    always stopped."""
-    proc = ServerProcess(tmp / name, workload=workload, iteration_seconds=NEVER)
+def server(tmp: Path, name: str, workload: str, config_text: str | None = None) -> Iterator:
+    """A fresh ``fedrank serve`` (default configuration, or ``config_text``) with its store
+    under ``tmp``; always stopped."""
+    config = None
+    if config_text is not None:
+        config = tmp / f"{name}.toml"
+        config.write_text(config_text)
+    proc = ServerProcess(tmp / name, config=config, workload=workload, iteration_seconds=NEVER)
     try:
         proc.start()
         yield proc
@@ -749,7 +753,7 @@ def batch(
 def aggregate(tmp: Path, args: argparse.Namespace, count: int) -> dict:
     """A proxy's merged ES aggregate standing for ``count`` updates per request."""
     es = make_workload(load_config(workload="foltr-es"))
-    agg = es.make_aggregator()
+    agg = es.strategy.aggregator
     assert isinstance(agg, ESGradient)
     rng = np.random.default_rng(4)
     state = agg.accumulate_batch(
@@ -759,15 +763,18 @@ def aggregate(tmp: Path, args: argparse.Namespace, count: int) -> dict:
         ),
     )
     state_json = json.dumps(agg.state_to_json(state))
-    with server(tmp, "aggregate-foltr-es", "foltr-es") as proc:
+    token = "bench-proxy-token-0123456789"
+    proxies = f'[[proxies]]\nname = "bench"\ntoken = "{token}"\nmax_clients = {count}\n'
+    with server(tmp, "aggregate-foltr-es", "foltr-es", proxies) as proc:
         port = proc.port
+        auth = f"Authorization: Bearer {token}\r\n"
 
         def make(k: int) -> tuple[bytes, int]:
             body = (
                 f'{{"aggregate":{state_json},"count":{count},"batch_id":"proxy-{k}",'
                 f'"model_version":0}}'
             ).encode()
-            return post("/v1/updates:batch", port, body), count
+            return post("/v1/updates:batch", port, body, extra=auth), count
 
         before = settled_status(proc.url)
         with CpuMeter(proc.process.pid) as cpu:
