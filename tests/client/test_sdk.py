@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import httpx
@@ -10,7 +11,7 @@ import pytest
 
 from fedrank.client import Client, ClientError
 from fedrank.server.engine import branch_of
-from fedrank.server.process import ServerProcess, free_port
+from fedrank.server.process import ServerProcess
 
 SHARES = [("treatment", 0.6), ("control", 0.2), ("control-no-decay", 0.2)]
 GRADIENT = {"gradient": [0.1] + [0.0] * 21, "n": 2}
@@ -75,8 +76,15 @@ def test_enrollment_id_is_kept_in_the_state_dir(tmp_path: Path, server: ServerPr
         assert c.enrollment_id != a.enrollment_id
 
 
+def _unused_port() -> int:
+    """A port nothing listens on now (this test needs the URL before the server exists)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def test_offline_queue_is_resent_with_the_same_message_id(tmp_path: Path) -> None:
-    port = free_port()
+    port = _unused_port()
     url = f"http://127.0.0.1:{port}"
     state = tmp_path / "client"
     client = Client(

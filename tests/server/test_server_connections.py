@@ -64,7 +64,7 @@ def test_a_half_sent_body_gets_408(live: Live) -> None:
     with _connect(live) as sock:
         sock.sendall(
             b"POST /v1/updates HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: 100\r\n\r\n{\"message_id\":"
+            b'Content-Length: 100\r\n\r\n{"message_id":'
         )
         start = time.monotonic()
         answer = sock.recv(65536)

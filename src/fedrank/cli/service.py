@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 from pathlib import Path
 
 import click
@@ -49,7 +50,19 @@ from fedrank.cli._common import FedrankGroup
     "and Parquet audit log to abandoned-<time>/ in the store and start at version 0 "
     "(without it, such a store is refused; see `fedrank store recover`).",
 )
-def serve(config_path: Path | None, log_level: str, new_store: bool, **overrides: object) -> None:
+@click.option(
+    "--port-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the bound port here once listening is set up (with --port 0: a free port).",
+)
+def serve(
+    config_path: Path | None,
+    log_level: str,
+    new_store: bool,
+    port_file: Path | None,
+    **overrides: object,
+) -> None:
     """Run the federation server (HTTP on uvicorn) until interrupted."""
     import uvicorn
 
@@ -65,20 +78,30 @@ def serve(config_path: Path | None, log_level: str, new_store: bool, **overrides
             click.echo(f"moved the old store's files to {moved}")
     check_directory(Path(config.server.store))  # before binding the port: a clear refusal
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    # Bound here, so that --port 0 takes a free port without a race and reports it.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((config.server.host, config.server.port))
+    port = sock.getsockname()[1]
     click.echo(
         f"fedrank server: workload {config.workload}, store {config.server.store}, "
-        f"http://{config.server.host}:{config.server.port}"
+        f"http://{config.server.host}:{port}"
     )
-    uvicorn.run(
-        create_app(config),
-        host=config.server.host,
-        port=config.server.port,
-        loop="uvloop",
-        log_level="warning",
-        access_log=False,
-        timeout_graceful_shutdown=10,
-        **uvicorn_limits(config.server),  # header, body and keep-alive timeouts; connections
+    if port_file is not None:
+        partial = port_file.with_suffix(".partial")
+        partial.write_text(str(port))
+        partial.replace(port_file)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(config),
+            loop="uvloop",
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=10,
+            **uvicorn_limits(config.server),  # header, body and keep-alive timeouts; connections
+        )
     )
+    server.run(sockets=[sock])
 
 
 @click.group("store", cls=FedrankGroup)

@@ -1,12 +1,12 @@
 """Run ``fedrank serve`` as a real child process on loopback (for the demo, the tests and
-the benchmarks): pick a free port, wait until the server answers, stop it gracefully or
-kill it with SIGKILL."""
+the benchmarks): the first start binds port 0 and reads the bound port back (no race with
+another process taking a port picked in advance), later starts keep it; wait until the
+server answers, stop it gracefully or kill it with SIGKILL."""
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,20 +18,13 @@ import httpx
 from fedrank.errors import FedrankError
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class ServerProcess:
     """``fedrank serve`` in a child process.
 
     Args:
         store: the store directory.
         config: optional ``server.toml``.
-        port: the port (default: a free one).
+        port: the port (default: a free one, bound by the server itself).
         log: file the server's output goes to (default: ``<store>.log`` beside the store).
         **flags: more ``fedrank serve`` flags, e.g. ``workload="foltr-es"``,
             ``iteration_seconds=2``.
@@ -49,8 +42,9 @@ class ServerProcess:
     ) -> None:
         self.store = Path(store)
         self.config = config
-        self.port = port or free_port()
+        self.port = port  # None: the first start binds port 0 and reads the bound port back
         self.log = log or self.store.with_name(self.store.name + ".log")
+        self.port_file = self.store.with_name(self.store.name + ".port")
         self.flags = flags
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -60,7 +54,8 @@ class ServerProcess:
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "fedrank.cli", "serve", "--store", str(self.store)]
-        cmd += ["--port", str(self.port), "--host", "127.0.0.1", "--log-level", "warning"]
+        cmd += ["--port", str(self.port or 0), "--port-file", str(self.port_file)]
+        cmd += ["--host", "127.0.0.1", "--log-level", "warning"]
         if self.config is not None:
             cmd += ["--config", str(self.config)]
         for key, value in self.flags.items():
@@ -74,6 +69,7 @@ class ServerProcess:
     def start(self, timeout: float = 30.0) -> ServerProcess:
         """Start the server and wait until ``/v1/status`` answers."""
         self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.port_file.unlink(missing_ok=True)
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
                 self.command(), stdout=out, stderr=subprocess.STDOUT, env={**os.environ}
@@ -85,8 +81,10 @@ class ServerProcess:
                     f"the server exited with code {self.process.returncode} during start-up; "
                     f"see {self.log}:\n{self.log.read_text()[-2000:]}"
                 )
+            if self.port is None and self.port_file.exists():
+                self.port = int(self.port_file.read_text())  # later starts keep this port
             try:
-                if httpx.get(self.url + "/v1/status", timeout=1.0).status_code == 200:
+                if self.port and httpx.get(self.url + "/v1/status", timeout=1.0).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
