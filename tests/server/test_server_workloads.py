@@ -309,3 +309,32 @@ def test_the_weight_n_is_bounded_by_the_configuration() -> None:
         workload.parse_batch([{"gradient": [1.0] * 22, "n": 1}, {"gradient": [1.0] * 22, "n": 6}])
     with pytest.raises(ConfigError, match="max_n must be in 0..1e9"):
         load_config(workload="frecency", max_n=-1)
+
+
+def _f5_aggregate(tmp_path: Path, max_update_norm: float) -> np.ndarray:
+    """The F5 probe at the workload level: 100 honest frecency gradients whose mean points
+    along ``+direction`` and one ``-1e6 * direction`` with the largest allowed ``n``,
+    parsed as one batch and aggregated by the frecency strategy (the plain mean, z = 0,
+    so that no gate hides who wins)."""
+    text = f"[server]\nmax_update_norm = {max_update_norm}\n[frecency]\nsignificance_z = 0.0\n"
+    workload = make_workload(_config(tmp_path, text))
+    rng = np.random.default_rng(5)
+    direction = np.where(rng.random(22) < 0.5, -1.0, 1.0)
+    honest = direction + rng.normal(0.0, 1.0, size=(100, 22))
+    payloads = [{"gradient": g.tolist(), "n": int(rng.integers(1, 5))} for g in honest]
+    payloads.append({"gradient": (-1e6 * direction).tolist(), "n": workload.max_n})
+    batch = workload.parse_batch(payloads)
+    aggregator = workload.strategy.aggregator
+    state = aggregator.accumulate_batch(aggregator.zero(), batch)
+    return np.sign(aggregator.finalize(state)) * direction  # +1 where the honest sign won
+
+
+def test_a_norm_bound_keeps_one_client_from_steering_the_aggregate(tmp_path: Path) -> None:
+    """Issue 15, F5: with n bounded but no norm bound one huge gradient still decides every
+    weight; with ``[server] max_update_norm`` (here below the honest norms, about 6.6) it
+    decides none."""
+    assert np.all(_f5_aggregate(tmp_path, 0.0) == -1)  # the attacker wins all 22 weights
+    assert np.all(_f5_aggregate(tmp_path, 5.0) == 1)  # bounded: the honest majority wins
+    workload = make_workload(load_config(workload="fedavg", max_update_norm=1.0))
+    parsed = workload.parse({"delta": [3.0, 4.0] + [0.0] * 98, "n": 1})
+    np.testing.assert_allclose(parsed.vector[:2], [0.6, 0.8])

@@ -14,6 +14,8 @@ A complete example (every key optional; these are the defaults)::
     max_staleness = 0            # accept updates computed on up to this many versions back
     max_n = 0                    # largest weight n of a message; 0: the workload's default
                                  # (frecency 100 searches, fedavg 100000 training queries)
+    max_update_norm = 0.0        # frecency gradients / fedavg deltas scaled down to this L2
+                                 # norm before aggregation; 0: as sent
     header_timeout = 10.0        # a request's headers must arrive within this (s), or closed
     body_timeout = 60.0          # its body within this (s), or 408
     keep_alive_timeout = 5.0     # an idle connection between requests is closed after this
@@ -139,6 +141,7 @@ class ServerSection:
     max_body_bytes: int = 16_777_216
     max_staleness: int = 0
     max_n: int = 0
+    max_update_norm: float = 0.0
     header_timeout: float = 10.0
     body_timeout: float = 60.0
     keep_alive_timeout: float = 5.0
@@ -394,6 +397,7 @@ def _check(config: ServerConfig) -> None:
             "[server] header_timeout, body_timeout and keep_alive_timeout must be > 0",
         ),
         (s.max_connections >= 1, "[server] max_connections must be >= 1"),
+        (s.max_update_norm >= 0, "[server] max_update_norm must be >= 0 (0: no bound)"),
         (it.seconds >= 0, "[iteration] seconds must be >= 0 (0: no fixed-time policy)"),
         (it.min_updates >= 1, "[iteration] min_updates must be >= 1"),
         (it.stable_ticks >= 0, "[iteration] stable_ticks must be >= 0"),

@@ -32,6 +32,7 @@ import numpy as np
 from fedrank.core.codec import ES_MESSAGE_SIZES, decode_es_message, pack_signs, unpack_signs
 from fedrank.core.message import MessageBatch
 from fedrank.errors import CodecError, FedrankError
+from fedrank.privacy.clipping import clip_l2
 from fedrank.server.config import ServerConfig
 from fedrank.strategies.base import Strategy
 from fedrank.strategies.fedavg import FedAvgStrategy
@@ -121,6 +122,13 @@ DEFAULT_MAX_N: dict[str, int] = {"frecency": 100, "fedavg": 100_000, "foltr-es":
 def max_n(config: ServerConfig) -> int:
     """``[server] max_n``, or the workload's :data:`DEFAULT_MAX_N` when it is 0."""
     return config.server.max_n or DEFAULT_MAX_N[config.workload]
+
+
+def _bounded(vectors: np.ndarray, max_norm: float) -> np.ndarray:
+    """Updates scaled down to L2 norm ``max_norm`` (``[server] max_update_norm``; 0: as
+    sent). The stored payload stays as sent; a restart or a recovery re-parses it, so the
+    bound applies the same way again."""
+    return vectors if max_norm == 0 else clip_l2(vectors, max_norm)
 
 
 def _keys(payload: dict[str, Any], allowed: set[str], required: set[str]) -> None:
@@ -213,13 +221,14 @@ class FrecencyWorkload(Workload):
         self.section = config.frecency
         self.strategy = FrecencyStrategy(config.frecency)
         self.max_n = max_n(config)
+        self.max_norm = config.server.max_update_norm
 
     def parse(self, payload: dict[str, Any]) -> Parsed:
         if self.section.message == "full":
             _keys(payload, {"gradient", "n"}, {"gradient"})
             if "signs" in payload:
                 raise PayloadError("this server takes full gradients ([frecency] message = full)")
-            vec = _finite_vector(payload["gradient"], self.dim, "gradient")
+            vec = _bounded(_finite_vector(payload["gradient"], self.dim, "gradient"), self.max_norm)
             return Parsed(vector=vec, weight=_count(payload.get("n", 1), self.max_n))
         _keys(payload, {"signs", "n"}, {"signs"})
         raw = payload["signs"]
@@ -292,7 +301,8 @@ class FrecencyWorkload(Workload):
         keys = {"gradient", "n"}
         if not all(p.keys() <= keys and "gradient" in p for p in payloads):
             raise PayloadError("payload fields")
-        vectors = _vectors([p["gradient"] for p in payloads], self.dim, "gradient")
+        vectors = _bounded(_vectors([p["gradient"] for p in payloads], self.dim, "gradient"),
+                           self.max_norm)  # fmt: skip
         weights = _counts([p.get("n", 1) for p in payloads], self.max_n)
         return MessageBatch(len(payloads), vector=vectors, weight=weights)
 
@@ -441,11 +451,12 @@ class FedAvgWorkload(Workload):
         self.section = config.fedavg
         self.strategy = FedAvgStrategy(config.fedavg)
         self.max_n = max_n(config)
+        self.max_norm = config.server.max_update_norm
 
     def parse(self, payload: dict[str, Any]) -> Parsed:
         _keys(payload, {"delta", "n"}, {"delta", "n"})
         return Parsed(
-            vector=_finite_vector(payload["delta"], self.dim, "delta"),
+            vector=_bounded(_finite_vector(payload["delta"], self.dim, "delta"), self.max_norm),
             weight=_count(payload["n"], self.max_n),
         )
 
@@ -458,7 +469,9 @@ class FedAvgWorkload(Workload):
     def parse_batch(self, payloads: list[dict[str, Any]]) -> MessageBatch:
         if not all(p.keys() == {"delta", "n"} for p in payloads):
             raise PayloadError("payload fields")
-        vectors = _vectors([p["delta"] for p in payloads], self.dim, "delta")
+        vectors = _bounded(
+            _vectors([p["delta"] for p in payloads], self.dim, "delta"), self.max_norm
+        )
         return MessageBatch(
             len(payloads), vector=vectors, weight=_counts([p["n"] for p in payloads], self.max_n)
         )

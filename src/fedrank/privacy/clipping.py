@@ -1,0 +1,24 @@
+"""Bounding the L2 norm of client updates.
+
+A server that averages updates lets one client with a huge update steer the model: a probe's
+single frecency gradient among 100 honest ones flipped 15 of 22 weights (issue 15, F5).
+Scaling every update down to L2 norm at most ``bound`` before aggregation caps what one
+message can move (the same clipping that differential privacy needs before it adds noise:
+McMahan et al. 2018, "Learning Differentially Private Recurrent Language Models").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedrank.errors import ConfigError
+
+
+def clip_l2(updates: np.ndarray, bound: float) -> np.ndarray:
+    """Each row of ``(C, d)`` ``updates`` (or a single ``(d,)`` vector) scaled down to L2
+    norm at most ``bound`` (rows within it unchanged; a float64 copy)."""
+    if not (np.isfinite(bound) and bound > 0):
+        raise ConfigError(f"the norm bound must be a finite number > 0, got {bound}")
+    mat = np.array(updates, dtype=np.float64, ndmin=1)
+    norms = np.linalg.norm(mat, axis=-1, keepdims=True)
+    return mat * np.minimum(1.0, bound / np.maximum(norms, np.finfo(np.float64).tiny))
