@@ -52,9 +52,17 @@ def client(
             raise ConfigError(f"the server runs the {model.workload} workload, not {workload}")
         section = FrecencyConfig.from_view(model.config)
         searches = ProfileSearches(places, model=section.model)
-        payload, metrics = frecency_update(searches, model.params, section)
+        payload, metrics = frecency_update(
+            searches, model.params, section, max_n=model.config.get("max_n")
+        )
         if model.served != "trained":
             payload = {}  # a control branch reports its metrics only
+        accepted = model.config.get("metrics")
+        if accepted is not None:  # the server's metric schema: send only what it takes
+            dropped = sorted(set(metrics) - set(accepted))
+            if dropped:
+                click.echo(f"not sent (the server does not accept them): {', '.join(dropped)}")
+            metrics = {k: v for k, v in metrics.items() if k in accepted}
         result = c.send(payload, model.version, metrics)
         click.echo(
             f"branch {model.branch}, model version {model.version}: {searches.n_searches} "

@@ -163,13 +163,15 @@ def frecency_update(
     params: np.ndarray,
     config: FrecencyConfig | None = None,
     rng: np.random.Generator | None = None,
+    max_n: int | None = None,
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """``(payload, metrics)`` of this profile for the served ``params``: the weighted mean
     finite-difference gradient of the SVM loss over the replayed searches, privatized and
     encoded by the strategy of the served ``config`` (the server's ``[frecency]`` section:
     its ``eps``, margin, loss scale and message form; default: the defaults of
-    ``searches.model``), with ``n`` = the number of searches; ``({}, metrics)`` when there
-    is nothing to learn from. ``rng`` seeds the privatizer (none of today's is random)."""
+    ``searches.model``), with ``n`` = the number of searches, at most ``max_n`` (the
+    server's bound on a message's weight); ``({}, metrics)`` when there is nothing to learn
+    from. ``rng`` seeds the privatizer (none of today's is random)."""
     strategy = FrecencyStrategy(config or FrecencyConfig(model=searches.model))
     if strategy.config.model != searches.model:
         raise ConfigError(
@@ -206,5 +208,6 @@ def frecency_update(
         "selected_rank": float(np.mean(selected)),
         "searches": float(len(replayed)),
     }
-    payload = strategy.client_payload(gradient, len(replayed), rng or np.random.default_rng(0))
+    n = len(replayed) if max_n is None else min(len(replayed), int(max_n))
+    payload = strategy.client_payload(gradient, n, rng or np.random.default_rng(0))
     return payload, metrics

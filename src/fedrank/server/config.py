@@ -65,6 +65,7 @@ A complete example (every key optional; these are the defaults)::
     loss = [0.0, 1e9]            # (given, the table replaces the workload's defaults,
     chars_typed = [0.0, 2048.0]  #  METRIC_DEFAULTS; these are frecency's)
     evaluation = [0.0, 1.0]
+    searches = [0.0, 1e6]
     selected_rank = [0.0, 1000.0]
 
     [[proxies]]                  # proxies that may send merged aggregates (none by default)
@@ -109,8 +110,9 @@ WORKLOADS: tuple[str, ...] = ("frecency", "foltr-es", "fedavg")
 
 #: The metrics each workload's clients report by default, with the range a value must lie
 #: in (``[metrics]`` replaces them): frecency's add-on reports the SVM loss, the characters
-#: typed and the selected rank (Mozilla Sec. 6.3), and 1 in ``evaluation`` for the pings of
-#: an evaluation phase (``fedrank demo``); FOLtR-ES clients their users' MaxRR,
+#: typed and the selected rank (Mozilla Sec. 6.3), ``fedrank client`` also the searches it
+#: replayed, and 1 in ``evaluation`` marks the pings of an evaluation phase (``fedrank
+#: demo``); FOLtR-ES clients their users' MaxRR,
 #: nDCG and clicks; FedPS clients their local training loss (only when the user turns
 #: metrics on). A name outside the schema, or a value outside its range, is refused.
 METRIC_DEFAULTS: dict[str, tuple[tuple[str, float, float], ...]] = {
@@ -118,11 +120,17 @@ METRIC_DEFAULTS: dict[str, tuple[tuple[str, float, float], ...]] = {
         ("chars_typed", 0.0, 2048.0),
         ("evaluation", 0.0, 1.0),
         ("loss", 0.0, 1e9),
+        ("searches", 0.0, 1e6),
         ("selected_rank", 0.0, 1000.0),
     ),
     "foltr-es": (("clicks", 0.0, 1e4), ("maxrr", 0.0, 1.0), ("ndcg", 0.0, 1.0)),
     "fedavg": (("loss", 0.0, 1e9), ("ndcg", 0.0, 1.0), ("train_loss", 0.0, 1e9)),
 }
+#: The largest ``n`` (a message's weight) each workload accepts when ``[server] max_n`` is
+#: 0: a frecency client reports the searches it replays (100 is already one every 18 s of
+#: the paper's 30-minute iterations), a FedPS client its training queries. A client cannot
+#: outweigh everyone else by claiming a billion searches.
+DEFAULT_MAX_N: dict[str, int] = {"frecency": 100, "fedavg": 100_000, "foltr-es": 1}
 #: Largest metric bound: a summary adds up to ``10**12`` values of at most this size, far
 #: from float64's range, so summaries stay finite.
 METRIC_LIMIT = 1e12
@@ -216,6 +224,11 @@ class ServerConfig:
     def workload(self) -> str:
         return self.server.workload
 
+    @property
+    def max_n(self) -> int:
+        """``[server] max_n``, or the workload's :data:`DEFAULT_MAX_N` when it is 0."""
+        return self.server.max_n or DEFAULT_MAX_N[self.workload]
+
     def client_view(self) -> dict[str, Any]:
         """What clients need to know (served with the model): the workload's section and
         the rounds, never the admin token or paths."""
@@ -227,6 +240,8 @@ class ServerConfig:
         view = {k: getattr(section, k) for k in (f.name for f in fields(section))}
         view["rounds"] = {f.name: getattr(self.rounds, f.name) for f in fields(self.rounds)}
         view["max_staleness"] = self.server.max_staleness
+        view["max_n"] = self.max_n  # a client caps its weight n here
+        view["metrics"] = {name: [low, high] for name, low, high in self.metrics}
         return view
 
 

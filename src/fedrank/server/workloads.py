@@ -112,18 +112,6 @@ def _count(value: Any, limit: int) -> float:
     return float(value)
 
 
-#: The largest ``n`` (a message's weight) each workload accepts when ``[server] max_n`` is
-#: 0: a frecency client reports the searches of one iteration (100 in the paper's 30
-#: minutes is already one every 18 s), a FedPS client its training queries. A client
-#: cannot outweigh everyone else by claiming a billion searches.
-DEFAULT_MAX_N: dict[str, int] = {"frecency": 100, "fedavg": 100_000, "foltr-es": 1}
-
-
-def max_n(config: ServerConfig) -> int:
-    """``[server] max_n``, or the workload's :data:`DEFAULT_MAX_N` when it is 0."""
-    return config.server.max_n or DEFAULT_MAX_N[config.workload]
-
-
 def _bounded(vectors: np.ndarray, max_norm: float) -> np.ndarray:
     """Updates scaled down to L2 norm ``max_norm`` (``[server] max_update_norm``; 0: as
     sent). The stored payload stays as sent; a restart or a recovery re-parses it, so the
@@ -220,7 +208,7 @@ class FrecencyWorkload(Workload):
     def __init__(self, config: ServerConfig) -> None:
         self.section = config.frecency
         self.strategy = FrecencyStrategy(config.frecency)
-        self.max_n = max_n(config)
+        self.max_n = config.max_n
         self.max_norm = config.server.max_update_norm
 
     def parse(self, payload: dict[str, Any]) -> Parsed:
@@ -315,7 +303,7 @@ class FoltrEsWorkload(Workload):
     def __init__(self, config: ServerConfig) -> None:
         self.section = config.foltr_es
         self.strategy = FoltrEsStrategy(config.foltr_es)
-        self.max_n = max_n(config)
+        self.max_n = config.max_n
 
     def parse(self, payload: dict[str, Any]) -> Parsed:
         anti = self.section.antithetic
@@ -450,7 +438,7 @@ class FedAvgWorkload(Workload):
     def __init__(self, config: ServerConfig) -> None:
         self.section = config.fedavg
         self.strategy = FedAvgStrategy(config.fedavg)
-        self.max_n = max_n(config)
+        self.max_n = config.max_n
         self.max_norm = config.server.max_update_norm
 
     def parse(self, payload: dict[str, Any]) -> Parsed:
