@@ -91,3 +91,43 @@ def test_max_staleness_accepts_one_version_back_and_no_further(live: Live) -> No
     too_old = live.client.post("/v1/updates", json=update("st-2", first))
     assert_error(too_old, 409, "stale", f"accepts versions >= {first + 1}")
     assert live.client.post("/v1/updates", json=update("st-3", first + 1)).status_code == 202
+
+
+@pytest.mark.parametrize(
+    ("section", "payloads", "wrong"),
+    [
+        (
+            '[server]\nworkload = "frecency"\n[frecency]\nmodel = "modern"\n',
+            [{"gradient": [0.2, -0.1, 0.3, 0.1, -0.2], "n": 3}] * 3,
+            {"gradient": [0.1] * 22, "n": 1},
+        ),
+        (
+            '[server]\nworkload = "foltr-es"\n[foltr_es]\nranker = "two-layer"\n',
+            [{"seed": s, "metric": 0.1 * s, "antithetic_metric": 0.05} for s in range(1, 5)],
+            {"seed": 1, "metric": 1.5, "antithetic_metric": 0.0},
+        ),
+    ],
+    ids=["modern-frecency", "two-layer-foltr-es"],
+)
+def test_other_models_learn_through_the_server(
+    tmp_path: Path, section: str, payloads: list[dict[str, object]], wrong: dict[str, object]
+) -> None:
+    """Modern frecency (5 parameters) and the two-layer FOLtR-ES ranker run through the
+    service like the defaults: their updates are folded and a close moves the model;
+    a message for another model is refused."""
+    text = f"{section}[iteration]\nseconds = 0\nmin_updates = 1000000\n"
+    text = text.replace("[server]\n", f'[server]\nadmin_token = "{ADMIN_TOKEN}"\n', 1)
+    with live_server(tmp_path, text) as live:
+        model = live.client.get("/v1/model").json()
+        before = model["params"]
+        for i, payload in enumerate(payloads):
+            msg = {"message_id": f"om-{i}", "model_version": 0, "payload": payload}
+            assert live.client.post("/v1/updates", json=msg).status_code == 202
+        bad = live.client.post(
+            "/v1/updates", json={"message_id": "om-bad", "model_version": 0, "payload": wrong}
+        )
+        assert bad.status_code == 422
+        assert admin(live.client, "close").status_code == 200
+        after = live.client.get("/v1/model").json()
+        assert after["model_version"] == 1 and len(after["params"]) == len(before)
+        assert after["params"] != before

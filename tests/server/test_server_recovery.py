@@ -119,3 +119,29 @@ def test_a_database_of_another_store_is_refused(tmp_path: Path) -> None:
     with pytest.raises(FedrankError, match="exited"):
         ServerProcess(two, config=config).start(timeout=15)
     assert "the database was replaced" in (tmp_path / "two.log").read_text()
+
+
+def test_a_partition_that_cannot_be_written_does_not_stop_the_start(tmp_path: Path) -> None:
+    """Issue 15, F11: a restart on a full disk failed in the Parquet export although the
+    database was intact. A partition that cannot be written (here a file stands where its
+    directory goes: a real OSError) is logged and written at a later start."""
+    config = write_config(tmp_path, CONFIG)
+    store = tmp_path / "store"
+    with ServerProcess(store, config=config) as server, httpx.Client(base_url=server.url) as c:
+        assert c.post("/v1/updates", json=es_message("p-0", 0, 1, 0.5, 0.5)).status_code == 202
+        assert admin(c, "close").status_code == 200
+    partition = store / "parquet" / "iteration=000000"
+    table = pq.read_table(partition / "updates.parquet")
+    (partition / "updates.parquet").unlink()
+    partition.rmdir()
+    partition.write_text("not a directory")
+    with ServerProcess(store, config=config) as server, httpx.Client(base_url=server.url) as c:
+        assert status(c)["model_version"] == 1  # started, from the intact database
+    assert (
+        "writing the Parquet partition of iteration 0 failed"
+        in (tmp_path / "store.log").read_text()
+    )
+    partition.unlink()
+    with ServerProcess(store, config=config):
+        pass
+    assert pq.read_table(partition / "updates.parquet").equals(table)

@@ -449,12 +449,22 @@ class Store:
         return path
 
     def export_missing_parquet(self) -> list[Path]:
-        """Partitions of closed iterations that a crash left unwritten."""
-        return [
-            self.export_parquet(it["iteration"])
-            for it in self.closed_iterations()
-            if not self.parquet_path(it["iteration"]).exists()
-        ]
+        """Write the partitions of closed iterations that a crash left unwritten; returns
+        them. A partition that cannot be written now (a full disk) is logged and left for
+        the next start: the database holds its messages, so the server still starts."""
+        written = []
+        for it in self.closed_iterations():
+            if self.parquet_path(it["iteration"]).exists():
+                continue
+            try:
+                written.append(self.export_parquet(it["iteration"]))
+            except OSError:
+                log.exception(
+                    "writing the Parquet partition of iteration %d failed; the database holds "
+                    "its messages and the next start tries again",
+                    it["iteration"],
+                )
+        return written
 
     # -- internals ----------------------------------------------------------------------
 
