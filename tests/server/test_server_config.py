@@ -38,7 +38,7 @@ def test_defaults_match_the_documented_example() -> None:
     assert [b.share for b in config.branches] == [0.6, 0.2, 0.2]
     assert load_config(workload="fedavg").branches == (Branch("treatment", 1.0, "trained"),)
     names = [name for name, _, _ in config.metrics]
-    assert names == ["chars_typed", "evaluation", "loss", "selected_rank"]
+    assert names == ["chars_typed", "evaluation", "loss", "searches", "selected_rank"]
 
 
 def test_a_full_file_and_flag_overrides(tmp_path: Path) -> None:
