@@ -69,6 +69,8 @@ def test_a_half_sent_body_gets_408(live: Live) -> None:
         start = time.monotonic()
         answer = sock.recv(65536)
         assert 0.5 < time.monotonic() - start < 5
+        while b"body_timeout" not in answer and (chunk := sock.recv(65536)):
+            answer += chunk  # the head and the chunked body may come in two segments
     assert answer.startswith(b"HTTP/1.1 408") and b"body_timeout" in answer
 
 
