@@ -1,7 +1,9 @@
 """Issue acceptance on real data: on MQ2008, over the five folds, FOLtR-ES final models
 (paper settings: 2,000 clients, B = 4, antithetic, p = 0.9, 2M interactions) reach an
 expected MaxRR within 0.02 of the MSE baseline for the Navigational and Perfect click
-models, on train and test (means over folds, as the paper's Table 3). About 80 s."""
+models, on train and test (means over folds, as the paper's Table 3): the linear ranker
+for both click models, the two-layer ranker for Navigational (its Perfect runs would add
+about 90 s of CPU to every CI run; `fedrank foltr reproduce` measures all four)."""
 
 from __future__ import annotations
 
@@ -30,8 +32,10 @@ def mse(folds: list[LetorFold]) -> dict[str, dict[str, float]]:
     }
 
 
-@pytest.mark.parametrize("ranker", ["linear", "two-layer"])
-@pytest.mark.parametrize("click_model", MODELS)
+@pytest.mark.parametrize(
+    ("ranker", "click_model"),
+    [("linear", "navigational"), ("linear", "perfect"), ("two-layer", "navigational")],
+)
 def test_foltr_es_is_within_002_of_mse(
     folds: list[LetorFold], mse: dict[str, dict[str, float]], ranker: str, click_model: str
 ) -> None:
