@@ -21,10 +21,10 @@ run's clients over the workers (:mod:`fedrank.experiments.fedps.clients`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from multiprocessing import get_context
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -34,6 +34,8 @@ from fedrank.strategies.base import Strategy
 
 if TYPE_CHECKING:
     from distributed import Client
+
+T = TypeVar("T")
 
 
 def check_executor_options(
@@ -128,6 +130,44 @@ def blocks(work: np.ndarray, n_blocks: int) -> list[range]:
     cut = np.where(cum[at] - targets > targets - before, at, at + 1)  # the nearer edge
     edges = np.maximum.accumulate(np.r_[0, cut, work.size])
     return [range(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
+
+
+class DaskBlocks:
+    """One task per block of a run's clients, each pinned to its own worker of a Dask
+    cluster, on objects scattered to every worker once (the client code, the query bank);
+    the blocks' results come back in block order. The runners that spread one run's
+    clients use it: FOLtR-ES and FPDGD (:mod:`fedrank.experiments.foltr.clients`), the
+    frecency study (:mod:`fedrank.experiments.frecency.clients`)."""
+
+    def __init__(self, client: Client, *shared: object) -> None:
+        self.workers = sorted(client.scheduler_info()["workers"])
+        if not self.workers:
+            raise ConfigError("the Dask cluster has no workers; start at least one")
+        self.client = client
+        self.shared = client.scatter(list(shared), broadcast=True, hash=False)
+
+    @property
+    def n_workers(self) -> int:
+        return len(self.workers)
+
+    def run(self, fn: Callable[..., T], theta: np.ndarray, parts: Sequence[object]) -> list[T]:
+        """``fn(*shared, theta, part)`` for every block ``part`` (at most one per worker),
+        results in the order of ``parts``."""
+        if len(parts) > len(self.workers):
+            raise ConfigError(f"{len(parts)} blocks for {len(self.workers)} workers")
+        futures = [
+            self.client.submit(
+                fn,
+                *self.shared,
+                theta,
+                part,
+                workers=[worker],
+                allow_other_workers=False,
+                pure=False,
+            )
+            for part, worker in zip(parts, self.workers, strict=False)
+        ]
+        return self.client.gather(futures)
 
 
 def _fold(strategy: Strategy, batch: MessageBatch) -> Any:

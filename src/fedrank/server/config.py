@@ -304,19 +304,28 @@ def _kind(hint: Any) -> type:
     return hint if isinstance(hint, type) else str
 
 
-def _branches(data: Any) -> tuple[Branch, ...]:
+def _tables(data: Any, section: str, what: str, allowed: set[str], required: tuple[str, ...]
+            ) -> list[dict[str, Any]]:  # fmt: skip
+    """``[[section]]``: a non-empty array of tables with only ``allowed`` keys and every
+    ``required`` one (``what`` names one table in the messages)."""
     if not isinstance(data, list) or not data:
-        raise ConfigError("[[branches]] must be a non-empty array of tables")
-    out = []
+        raise ConfigError(f"[[{section}]] must be a non-empty array of tables")
     for i, item in enumerate(data):
         if not isinstance(item, dict):
-            raise ConfigError(f"branch {i} must be a table, got {item!r}")
-        unknown = sorted(set(item) - {"name", "share", "served", "decay"})
+            raise ConfigError(f"{what} {i} must be a table, got {item!r}")
+        unknown = sorted(set(item) - allowed)
         if unknown:
-            raise ConfigError(f"unknown key(s) {', '.join(unknown)} in branch {i}")
-        for key in ("name", "share"):
+            raise ConfigError(f"unknown key(s) {', '.join(unknown)} in {what} {i}")
+        for key in required:
             if key not in item:
-                raise ConfigError(f"branch {i} needs a {key!r}")
+                raise ConfigError(f"{what} {i} needs a {key!r}")
+    return data
+
+
+def _branches(data: Any) -> tuple[Branch, ...]:
+    out = []
+    for item in _tables(data, "branches", "branch", {"name", "share", "served", "decay"},
+                        ("name", "share")):  # fmt: skip
         out.append(
             Branch(
                 name=_typed("branches", "name", item["name"], str),
@@ -329,18 +338,9 @@ def _branches(data: Any) -> tuple[Branch, ...]:
 
 
 def _proxies(data: Any) -> tuple[Proxy, ...]:
-    if not isinstance(data, list) or not data:
-        raise ConfigError("[[proxies]] must be a non-empty array of tables")
     out = []
-    for i, item in enumerate(data):
-        if not isinstance(item, dict):
-            raise ConfigError(f"proxy {i} must be a table, got {item!r}")
-        unknown = sorted(set(item) - {"name", "token", "max_clients"})
-        if unknown:
-            raise ConfigError(f"unknown key(s) {', '.join(unknown)} in proxy {i}")
-        for key in ("name", "token"):
-            if key not in item:
-                raise ConfigError(f"proxy {i} needs a {key!r}")
+    for item in _tables(data, "proxies", "proxy", {"name", "token", "max_clients"},
+                        ("name", "token")):  # fmt: skip
         name = _typed("proxies", "name", item["name"], str)
         token = _typed("proxies", "token", item["token"], str)
         if len(token.strip()) < MIN_TOKEN_LENGTH or token != token.strip():

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import hashlib
+import itertools
 import json
 import logging
 import operator
@@ -330,15 +331,10 @@ class Engine:
         and close the iteration with the strategy's server step."""
         if any(r.iteration != self.iteration for r in rows):
             raise ConfigError(f"recovery: rows of another iteration than {self.iteration}")
-        start = 0
-        while start < len(rows):
-            stop = start + 1
-            while stop < len(rows) and rows[stop].received_at == rows[start].received_at:
-                stop += 1
-            group = rows[start:stop]
+        for _, same_time in itertools.groupby(rows, key=lambda r: r.received_at):
+            group = list(same_time)
             self.store.insert(group)
             self._replay([self._reparse(r) for r in group])
-            start = stop
         outcome = self._close("recovered", force=True)
         if outcome.status != 200:
             raise ConfigError(

@@ -5,8 +5,8 @@ Every client's random numbers are its own (:class:`~fedrank.core.client_random.
 ClientRandom`, keyed by the run seed, the iteration and the client's number), so a block of
 clients reports the same wherever it runs. On Dask, the client code and the query bank
 reach each worker once (scattered); every iteration sends the model, each worker runs one
-contiguous block of clients (:class:`DaskBlocks`), and the driver puts the blocks' reports
-back in client order:
+contiguous block of clients (:class:`~fedrank.experiments.executors.DaskBlocks`), and the
+driver puts the blocks' reports back in client order:
 
 * FOLtR-ES: :meth:`~fedrank.estimators.evolution_strategies.ESEstimator.interact`; the
   reports are the clients' messages (a seed and one or two metrics, 8-12 bytes each);
@@ -20,23 +20,20 @@ on a real 2-worker cluster).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from fedrank.core.client_random import ClientRandom, Stream
 from fedrank.data.query_bank import QueryBank
-from fedrank.errors import ConfigError
 from fedrank.estimators.evolution_strategies import ESEstimator, ESReports
 from fedrank.estimators.pdgd import PDGDClients
+from fedrank.experiments.executors import DaskBlocks, blocks
 from fedrank.privacy.laplace import DistributedLaplace, LocalLaplace
 
 if TYPE_CHECKING:
     from distributed import Client
-
-T = TypeVar("T")
 
 
 class ESClients(Protocol):
@@ -74,35 +71,10 @@ def concat_reports(parts: list[ESReports]) -> ESReports:
     )
 
 
-class DaskBlocks:
-    """Runs one function per contiguous block of clients, one block per worker of a Dask
-    cluster, on objects scattered to every worker once (the estimator, the query bank);
-    returns the blocks' results in client order."""
-
-    def __init__(self, client: Client, *shared: object) -> None:
-        self.workers = sorted(client.scheduler_info()["workers"])
-        if not self.workers:
-            raise ConfigError("the Dask cluster has no workers; start at least one")
-        self.client = client
-        self.shared = client.scatter(list(shared), broadcast=True, hash=False)
-
-    def run(self, fn: Callable[..., T], theta: np.ndarray, random: ClientRandom) -> list[T]:
-        """``fn(*shared, theta, block)`` for every block of ``random``'s clients."""
-        edges = np.linspace(0, random.size, len(self.workers) + 1).round().astype(int)
-        futures = [
-            self.client.submit(
-                fn,
-                *self.shared,
-                theta,
-                random.block(int(lo), int(hi)),
-                workers=[worker],
-                allow_other_workers=False,
-                pure=False,
-            )
-            for lo, hi, worker in zip(edges[:-1], edges[1:], self.workers, strict=True)
-            if hi > lo
-        ]
-        return self.client.gather(futures)
+def client_blocks(random: ClientRandom, n_blocks: int) -> list[ClientRandom]:
+    """The clients of ``random`` in at most ``n_blocks`` contiguous blocks of nearly equal
+    size (their numbers do not change)."""
+    return [random.block(b.start, b.stop) for b in blocks(np.ones(random.size), n_blocks)]
 
 
 class DaskESClients:
@@ -113,7 +85,8 @@ class DaskESClients:
         self.blocks = DaskBlocks(client, estimator, bank)
 
     def interact(self, theta: np.ndarray, random: ClientRandom) -> ESReports:
-        return concat_reports(self.blocks.run(_interact, theta, random))
+        parts = client_blocks(random, self.blocks.n_workers)
+        return concat_reports(self.blocks.run(_interact, theta, parts))
 
 
 @dataclass(frozen=True)
@@ -170,7 +143,7 @@ class DaskFPDGDClients:
         self.blocks = DaskBlocks(client, update, bank)
 
     def train(self, theta: np.ndarray, random: ClientRandom) -> FPDGDReports:
-        parts = self.blocks.run(_fpdgd, theta, random)
+        parts = self.blocks.run(_fpdgd, theta, client_blocks(random, self.blocks.n_workers))
         return FPDGDReports(
             np.concatenate([p.deltas for p in parts]), np.concatenate([p.maxrr for p in parts])
         )

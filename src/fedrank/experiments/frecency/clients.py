@@ -23,8 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from fedrank.errors import ConfigError
-from fedrank.experiments.executors import blocks
+from fedrank.experiments.executors import DaskBlocks, blocks
 from fedrank.simulation.frecency_world import ClientReports, ClientSearches
 from fedrank.strategies.frecency import FrecencyStrategy
 
@@ -42,7 +41,7 @@ class FrecencyClients(Protocol):
 
 
 def _messages(
-    strategy: FrecencyStrategy, searches: ClientSearches, theta: np.ndarray
+    strategy: FrecencyStrategy, theta: np.ndarray, searches: ClientSearches
 ) -> ClientReports:
     reports = searches.reports(theta, strategy.estimator)
     # The frecency strategy's privatizer (signs with zeros kept) draws no random number;
@@ -58,34 +57,22 @@ class LocalFrecencyClients:
         self.strategy = strategy
 
     def messages(self, searches: ClientSearches, theta: np.ndarray) -> ClientReports:
-        return _messages(self.strategy, searches, theta)
+        return _messages(self.strategy, theta, searches)
 
 
 class DaskFrecencyClients:
-    """The clients spread over the workers of a Dask cluster, one contiguous block each
-    (module docstring). The strategy reaches each worker once."""
+    """The clients spread over the workers of a Dask cluster, one contiguous block each,
+    balanced by their numbers of searches (module docstring). The strategy reaches each
+    worker once."""
 
     def __init__(self, client: Client, strategy: FrecencyStrategy) -> None:
-        self.workers = sorted(client.scheduler_info()["workers"])
-        if not self.workers:
-            raise ConfigError("the Dask cluster has no workers; start at least one")
-        self.client, self.strategy = client, strategy
-        self._strategy = client.scatter(strategy, broadcast=True, hash=False)
+        self.strategy = strategy
+        self.blocks = DaskBlocks(client, strategy)
 
     def messages(self, searches: ClientSearches, theta: np.ndarray) -> ClientReports:
-        parts = blocks(searches.work(), len(self.workers))
-        if not parts:
-            return _messages(self.strategy, searches, theta)  # no client searched
-        futures = [
-            self.client.submit(
-                _messages,
-                self._strategy,
-                searches.block(part.start, part.stop),
-                theta,
-                workers=[worker],
-                allow_other_workers=False,
-                pure=False,
-            )
-            for part, worker in zip(parts, self.workers, strict=False)
+        parts = [
+            searches.block(b.start, b.stop) for b in blocks(searches.work(), self.blocks.n_workers)
         ]
-        return ClientReports.concat(self.client.gather(futures))
+        if not parts:
+            return _messages(self.strategy, theta, searches)  # no client searched
+        return ClientReports.concat(self.blocks.run(_messages, theta, parts))
