@@ -2,8 +2,11 @@
 ``parametrize_with_checks``): monoid laws, order independence, batch == sequential, empty
 input, dtype/shape, exact JSON state round trips, no mutation of inputs.
 
-Integer-count aggregators (SignVote) must agree exactly; float sums (WeightedMean,
-MetricMean) agree to ``rtol=1e-12`` (plus ``atol=1e-9`` for coordinates whose terms cancel).
+Integer-count aggregators (SignVote) must agree exactly, and so must the robust statistics
+(TrimmedMean, CoordinateMedian, also behind a NormBounded clip): their state is each
+coordinate's sorted values, one canonical form for any order or grouping. Float sums
+(WeightedMean, MetricMean, NormBounded around a mean) agree to ``rtol=1e-12`` (plus
+``atol=1e-9`` for coordinates whose terms cancel).
 """
 
 from __future__ import annotations
@@ -19,11 +22,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedrank.aggregators import GatedMean, MetricMean, SignVote, WeightedMean
+from fedrank.aggregators import (
+    CoordinateMedian,
+    GatedMean,
+    MetricMean,
+    NormBounded,
+    SignVote,
+    TrimmedMean,
+    WeightedMean,
+)
 from fedrank.aggregators.es_gradient import ESGradient, ESGradientState
 from fedrank.aggregators.gated_mean import GatedMeanState
 from fedrank.aggregators.mean import WeightedMeanState
 from fedrank.aggregators.metrics import MetricMeanState
+from fedrank.aggregators.norm_bounded import NormBoundedState
+from fedrank.aggregators.robust import SortedColumnsState
 from fedrank.aggregators.sign_vote import SignVoteState
 from fedrank.core.message import ESMessage, Message, MessageBatch
 from fedrank.errors import ConfigError, DataFormatError
@@ -68,6 +81,22 @@ CASES = [
     AggCase("SignVote-gated", lambda d: SignVote(d, z=1.0), exact=True, vector=True),
     AggCase("GatedMean", GatedMean, exact=False, vector=True),
     AggCase("MetricMean", lambda d: MetricMean(), exact=False, vector=False),
+    AggCase("TrimmedMean", lambda d: TrimmedMean(d, trim=0.2), exact=True, vector=True),
+    AggCase("TrimmedMean-untrimmed", lambda d: TrimmedMean(d, trim=0.0), exact=True, vector=True),
+    AggCase("CoordinateMedian", CoordinateMedian, exact=True, vector=True),
+    # Bounds of 10 clip many of the drawn updates (entries up to 1e3).
+    AggCase(
+        "NormBounded-WeightedMean",
+        lambda d: NormBounded(WeightedMean(d), bound=10.0, quantile=0.5),
+        exact=False,
+        vector=True,
+    ),
+    AggCase(
+        "NormBounded-TrimmedMean",
+        lambda d: NormBounded(TrimmedMean(d, trim=0.2), bound=10.0),
+        exact=True,
+        vector=True,
+    ),
     AggCase(
         "ESGradient",
         lambda d: ESGradient(d, sigma=0.01, antithetic=True),
@@ -382,6 +411,29 @@ def _forged(case: str) -> tuple[Any, Any]:
         )
     if case == "ESGradient":
         return ESGradient(dim, sigma=0.01), ESGradientState(np.array([np.inf, 0, 0]), 1)
+    if case == "TrimmedMean-count":
+        return TrimmedMean(dim), SortedColumnsState(np.zeros((2, dim), order="F"), 3)
+    if case == "TrimmedMean-unsorted":
+        return TrimmedMean(dim), SortedColumnsState(np.array([[1.0, 0, 0], [0.0, 0, 0]]), 2)
+    if case == "TrimmedMean-non-finite":
+        return TrimmedMean(dim), SortedColumnsState(np.full((1, dim), np.inf), 1)
+    if case == "CoordinateMedian-too-many-rows":
+        return CoordinateMedian(dim, max_rows=2), SortedColumnsState(np.zeros((3, dim)), 3)
+    if case == "NormBounded-within-above-count":
+        agg = NormBounded(WeightedMean(dim), bound=1.0)
+        return agg, NormBoundedState(WeightedMeanState(one, 1.0, 1), 1.0, 2, 1)
+    if case == "NormBounded-not-the-fixed-bound":
+        agg = NormBounded(WeightedMean(dim), bound=1.0)
+        return agg, NormBoundedState(WeightedMeanState(one, 1.0, 1), 2.0, 1, 1)
+    if case == "NormBounded-bound-out-of-range":
+        agg = NormBounded(WeightedMean(dim), bound=1.0, quantile=0.5, max_bound=10.0)
+        return agg, NormBoundedState(WeightedMeanState(one, 1.0, 1), 11.0, 1, 1)
+    if case == "NormBounded-inner-count":
+        agg = NormBounded(WeightedMean(dim), bound=1.0)
+        return agg, NormBoundedState(WeightedMeanState(one, 1.0, 1), 1.0, 1, 2)
+    if case == "NormBounded-inner":
+        agg = NormBounded(WeightedMean(dim), bound=1.0)
+        return agg, NormBoundedState(WeightedMeanState(one, -5.0, 2), 1.0, 2, 2)
     assert case == "MetricMean"
     return MetricMean(), MetricMeanState((("loss", 1.0, -2.0),), 1)
 
@@ -399,6 +451,15 @@ def _forged(case: str) -> tuple[Any, Any]:
         "SignVote-count",
         "ESGradient",
         "MetricMean",
+        "TrimmedMean-count",
+        "TrimmedMean-unsorted",
+        "TrimmedMean-non-finite",
+        "CoordinateMedian-too-many-rows",
+        "NormBounded-within-above-count",
+        "NormBounded-not-the-fixed-bound",
+        "NormBounded-bound-out-of-range",
+        "NormBounded-inner-count",
+        "NormBounded-inner",
     ],
 )
 def test_forged_states_are_refused(case: str) -> None:

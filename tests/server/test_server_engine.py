@@ -107,3 +107,47 @@ def test_pause_is_a_barrier_for_messages_already_past_the_front_door(tmp_path: P
     assert batch.statuses.tolist() == [503]
     assert retried.status == 202  # it was not stored while paused
     assert snap.updates_in_iteration == 2
+
+
+def _versioned(engine: Engine, message_id: str, version: int) -> Incoming:
+    item = _message(engine, message_id, 7)
+    return Incoming(
+        message_id, version, "treatment", "update", item.payload, {}, parsed=item.parsed
+    )
+
+
+def test_ids_are_remembered_for_the_staleness_window_only(tmp_path: Path) -> None:
+    """F11: the writer keeps the ids of the last max_staleness + 1 iterations, not all ids
+    ever stored; a resend inside the window is a duplicate, one outside it is stale, and no
+    message is ever counted twice -- also after a restart."""
+    toml = TOML + "max_staleness = 1\n"
+    config = offline_config(toml, tmp_path, store=str(tmp_path / "store"))
+
+    async def scenario() -> dict[str, Any]:
+        engine = Engine(config, asyncio.get_running_loop())
+        try:
+            out: dict[str, Any] = {}
+            out["a"] = (await engine.submit([_versioned(engine, "a", 0)]))[0].status
+            await engine.command("close", reason="test", force=True)  # version 1
+            out["a_again"] = (await engine.submit([_versioned(engine, "a", 0)]))[0].status
+            out["b"] = (await engine.submit([_versioned(engine, "b", 1)]))[0].status
+            await engine.command("close", reason="test", force=True)  # version 2
+            out["remembered"] = len(engine.ids)  # "a"'s iteration fell out of the window
+            out["a_late"] = (await engine.submit([_versioned(engine, "a", 0)]))[0].status
+            out["b_again"] = (await engine.submit([_versioned(engine, "b", 1)]))[0].status
+            out["counted"] = engine.snapshot().updates_in_iteration
+        finally:
+            engine.stop()
+        restarted = Engine(config, asyncio.get_running_loop())
+        try:
+            out["after_restart"] = len(restarted.ids)
+            out["b_restart"] = (await restarted.submit([_versioned(restarted, "b", 1)]))[0]
+        finally:
+            restarted.stop()
+        return out
+
+    r = asyncio.run(scenario())
+    assert (r["a"], r["a_again"], r["b"]) == (202, 200, 202)
+    assert r["remembered"] == 1 and r["a_late"] == 409 and r["b_again"] == 200
+    assert r["counted"] == 0
+    assert r["after_restart"] == 1 and r["b_restart"].status == 200

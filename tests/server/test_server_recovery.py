@@ -28,6 +28,7 @@ CONFIG = f"""
 [server]
 workload = "foltr-es"
 admin_token = "{ADMIN_TOKEN}"
+max_staleness = 3  # every stored message's id is remembered (server/recent_ids.py)
 [iteration]
 seconds = 0
 min_updates = 1000000
@@ -79,7 +80,7 @@ def test_a_lost_database_is_refused_then_recovered_from_the_audit_log(tmp_path: 
     with ServerProcess(store, config=config) as server, httpx.Client(base_url=server.url) as c:
         assert status(c)["model_version"] == 3
         np.testing.assert_allclose(_model(c), published["params"], rtol=1e-12, atol=1e-15)
-        again = c.post("/v1/updates", json=es_message("m-1-2", 3, 12, 0.5, 0.5))
+        again = c.post("/v1/updates", json=es_message("m-1-2", 1, 12, 0.5, 0.5))
         assert again.status_code == 200  # acknowledged before the loss: still a duplicate
         lost = c.post("/v1/updates", json=es_message("open-0", 3, 90, 0.5, 0.1))
         assert lost.status_code == 202  # the open iteration's messages are what was lost

@@ -64,11 +64,13 @@ def test_a_group_commit_is_one_row_and_the_view_gives_one_row_per_message(store:
     view = store.db.execute("SELECT message_id, count FROM updates ORDER BY seq").fetchall()
     assert view == [("a", 1), ("b", 5), ("c", 1)]
     store.insert([_row("d"), _row("e")])
-    assert store.message_ids() == {"a", "b", "c", "d", "e"}
+    assert store.message_ids() == {0: {"a", "b", "c", "d", "e"}}
+    store.insert([_row("h", iteration=1)])
+    assert store.message_ids(1) == {1: {"h"}}
     assert [r.message_id for r in store.iteration_rows(0)] == ["a", "b", "c", "d", "e"]
     with pytest.raises(ValueError, match="one iteration"):
         store.insert([_row("f"), _row("g", iteration=1)])
-    assert store.counts() == (5, 9)
+    assert store.counts() == (6, 10)
 
 
 def test_a_failed_group_commit_stores_nothing(store: Store) -> None:
@@ -77,7 +79,7 @@ def test_a_failed_group_commit_stores_nothing(store: Store) -> None:
                      "SELECT RAISE(ABORT, 'disk full'); END")  # fmt: skip
     with pytest.raises(sqlite3.IntegrityError, match="disk full"):
         store.insert([_row("b"), _row("c")])
-    assert store.message_ids() == {"a"} and store.counts() == (1, 1)
+    assert store.message_ids() == {0: {"a"}} and store.counts() == (1, 1)
 
 
 def test_close_is_one_transaction(store: Store) -> None:

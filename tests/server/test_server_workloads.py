@@ -311,12 +311,13 @@ def test_the_weight_n_is_bounded_by_the_configuration() -> None:
         load_config(workload="frecency", max_n=-1)
 
 
-def _f5_aggregate(tmp_path: Path, max_update_norm: float) -> np.ndarray:
+def _f5_aggregate(tmp_path: Path, frecency: str) -> np.ndarray:
     """The F5 probe at the workload level: 100 honest frecency gradients whose mean points
     along ``+direction`` and one ``-1e6 * direction`` with the largest allowed ``n``,
-    parsed as one batch and aggregated by the frecency strategy (the plain mean, z = 0,
-    so that no gate hides who wins)."""
-    text = f"[server]\nmax_update_norm = {max_update_norm}\n[frecency]\nsignificance_z = 0.0\n"
+    parsed as one batch and aggregated by the frecency strategy configured by the
+    ``[frecency]`` lines ``frecency`` (on the plain mean, z = 0, so that no gate hides who
+    wins)."""
+    text = f"[frecency]\nsignificance_z = 0.0\n{frecency}"
     workload = make_workload(_config(tmp_path, text))
     rng = np.random.default_rng(5)
     direction = np.where(rng.random(22) < 0.5, -1.0, 1.0)
@@ -331,10 +332,23 @@ def _f5_aggregate(tmp_path: Path, max_update_norm: float) -> np.ndarray:
 
 def test_a_norm_bound_keeps_one_client_from_steering_the_aggregate(tmp_path: Path) -> None:
     """Issue 15, F5: with n bounded but no norm bound one huge gradient still decides every
-    weight; with ``[server] max_update_norm`` (here below the honest norms, about 6.6) it
-    decides none."""
-    assert np.all(_f5_aggregate(tmp_path, 0.0) == -1)  # the attacker wins all 22 weights
-    assert np.all(_f5_aggregate(tmp_path, 5.0) == 1)  # bounded: the honest majority wins
-    workload = make_workload(load_config(workload="fedavg", max_update_norm=1.0))
-    parsed = workload.parse({"delta": [3.0, 4.0] + [0.0] * 98, "n": 1})
-    np.testing.assert_allclose(parsed.vector[:2], [0.6, 0.8])
+    weight; with ``[frecency] norm_bound`` (here below the honest norms, about 6.6), fixed
+    or adaptive, or with the median, it decides none."""
+    assert np.all(_f5_aggregate(tmp_path, "") == -1)  # the attacker wins all 22 weights
+    assert np.all(_f5_aggregate(tmp_path, "norm_bound = 5.0\n") == 1)  # the honest win
+    adaptive = "norm_bound = 5.0\nnorm_quantile = 0.5\n"
+    assert np.all(_f5_aggregate(tmp_path, adaptive) == 1)
+    assert np.all(_f5_aggregate(tmp_path, 'aggregator = "median"\n') == 1)
+    # FedAvg: the stored payload stays as sent; the aggregator bounds it when folding it in.
+    workload = make_workload(_config(tmp_path, '[server]\nworkload = "fedavg"\n'
+                                     "[fedavg]\nnorm_bound = 1.0\n"))  # fmt: skip
+    batch = workload.parse_batch([{"delta": [3.0, 4.0] + [0.0] * 98, "n": 1}])
+    np.testing.assert_array_equal(batch.vector[0, :2], [3.0, 4.0])
+    strategy = workload.strategy
+    state = strategy.accumulate(strategy.zero(), batch)
+    np.testing.assert_allclose(strategy.aggregator.finalize(state)[:2], [0.6, 0.8])
+
+
+def test_max_update_norm_moved_to_the_workload_section(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"max_update_norm is now norm_bound.*\[frecency\]"):
+        _config(tmp_path, "[server]\nmax_update_norm = 5.0\n")

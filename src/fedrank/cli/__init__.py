@@ -12,6 +12,7 @@ from fedrank.cli.client import client
 from fedrank.cli.fedps import fedps
 from fedrank.cli.foltr import foltr
 from fedrank.cli.frecency import frecency
+from fedrank.cli.privacy import privacy
 from fedrank.cli.service import serve, store
 
 
@@ -27,6 +28,7 @@ main.add_command(serve)
 main.add_command(store)
 main.add_command(client)
 main.add_command(fedps)
+main.add_command(privacy)
 
 
 @main.command("demo")

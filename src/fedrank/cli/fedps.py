@@ -9,7 +9,9 @@ from typing import Any
 
 import click
 
+from fedrank.cli._attack import attack_from_options, attack_options, echo_attack
 from fedrank.cli._common import dask_options, progress_bar, write_json
+from fedrank.simulation.attacks import SYSTEM_ATTACKS
 
 _LOG_HELP = "AOL click log (.tsv or .tsv.gz); default: the shared 1,000-user sample"
 
@@ -116,6 +118,7 @@ def _seed_list(text: str | None) -> list[int] | None:
     default=None,
     help="probability of dropping a query's text scores in training (default 0.3)",
 )
+@attack_options(SYSTEM_ATTACKS["fedps"], "the users (a fixed set; flat and proxy modes)")
 @dask_options("the clients of a flat or proxy run", "; same result as one process")
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False))
 def run(
@@ -127,10 +130,14 @@ def run(
     dask_workers: int | None,
     dask_scheduler: str | None,
     json_path: Path | None,
+    malicious: float,
+    attack: str | None,
+    attack_factor: float | None,
     **overrides: Any,
 ) -> None:
     """Train and evaluate one FedPS mode over one or more training seeds; print MAP, MRR,
-    P@1 (mean and spread over seeds) and the KL divergence."""
+    P@1 (mean and spread over seeds) and the KL divergence (with --malicious and --attack,
+    while a share of the users poisons its updates)."""
     from fedrank.experiments.executors import dask_client
     from fedrank.experiments.fedps.data import prepare_aol
     from fedrank.experiments.fedps.run import FedPSSettings, run_seeds
@@ -138,6 +145,12 @@ def run(
     training_seeds = _seed_list(seeds) or [seed]
     given = {k: v for k, v in overrides.items() if v is not None}
     settings = FedPSSettings(mode=mode, seed=training_seeds[0], **given)
+    poison = attack_from_options("fedps", malicious, attack, attack_factor)
+    if poison is not None and mode not in ("flat", "proxy"):
+        raise click.UsageError(
+            f"--attack poisons the clients' updates of a federated run (flat, proxy); mode "
+            f"{mode} has none"
+        )
     path = _log_path(log)
     on_dask = dask_workers is not None or dask_scheduler is not None
     if on_dask and mode not in ("flat", "proxy"):
@@ -157,7 +170,9 @@ def run(
         bar.update(task, completed=1)
         if on_dask:
             dask = starting.result()
-        results = run_seeds(data, settings, training_seeds, progress=_Bar(bar), dask=dask)
+        results = run_seeds(
+            data, settings, training_seeds, progress=_Bar(bar), dask=dask, attack=poison
+        )
     summary = results.summary()
     first = results.results[0].to_json()
     spread = (
@@ -173,6 +188,7 @@ def run(
         f"({len(training_seeds)} seed(s), best round {summary['best_round_per_seed']}, "
         f"{first['data']['users']} users, {first['data']['test_queries']} test queries)"
     )
+    echo_attack(first.get("attack", {}))
     if json_path is not None:
         write_json(
             {

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import click
 
+from fedrank.cli._attack import attack_from_options, attack_options, echo_attack
 from fedrank.cli._common import FedrankGroup, dask_options, progress_bar, write_json
+from fedrank.simulation.attacks import ES_ATTACKS
 
 
 def _data_option(func):  # noqa: ANN001, ANN202 (click decorator)
@@ -79,6 +81,7 @@ def foltr() -> None:
 @click.option("--dp-epsilon", type=float, default=4.5, show_default=True)
 @click.option("--dp-clip", type=float, default=1.0, show_default=True, help="L1 clip of deltas.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@attack_options(ES_ATTACKS, "each iteration's clients (FPDGD: sign-flip, scale, random)", es=True)
 @dask_options("the clients (FOLtR-ES or FPDGD)", "; same result as one process")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None)
@@ -90,9 +93,15 @@ def foltr_train(
     p: float,
     dask_workers: int | None,
     dask_scheduler: str | None,
+    malicious: float,
+    attack: str | None,
+    attack_factor: float | None,
+    attack_seeds: int | None,
+    server_seeds: bool,
     **settings: object,
 ) -> None:
-    """Train a ranker from simulated users' clicks and report how it did."""
+    """Train a ranker from simulated users' clicks and report how it did (with
+    --malicious and --attack, while a share of the clients poisons its messages)."""
     import contextlib
 
     from fedrank.data.letor import load_fold
@@ -101,6 +110,14 @@ def foltr_train(
     from fedrank.experiments.foltr.run import FoltrConfig, run_foltr
 
     config = FoltrConfig(p=None if p == 1.0 else p, **settings)  # type: ignore[arg-type]
+    poison = attack_from_options(
+        "foltr-es" if config.algorithm == "es" else "fpdgd",
+        malicious,
+        attack,
+        attack_factor,
+        attack_seeds,
+        server_seeds,
+    )
     on_dask = dask_workers is not None or dask_scheduler is not None
     check_executor_options(1, dask_workers, dask_scheduler)
     data = load_fold(data_dir, fold)
@@ -108,7 +125,11 @@ def foltr_train(
         dask = stack.enter_context(dask_client(dask_workers, dask_scheduler)) if on_dask else None
         task = bar.add_task(f"{config.algorithm} iterations", total=config.iterations)
         result = run_foltr(
-            config, data, progress=lambda done, total: bar.update(task, completed=done), dask=dask
+            config,
+            data,
+            progress=lambda done, total: bar.update(task, completed=done),
+            dask=dask,
+            attack=poison,
         )
     report = result.to_json()
     curve = report["batch_maxrr"]
@@ -125,6 +146,7 @@ def foltr_train(
         )
     if report["epsilon"] is not None:
         click.echo(f"  epsilon {report['epsilon']:.3f}")
+    echo_attack(report.get("attack", {}))
     if json_path:
         write_json(report, json_path)
         click.echo(f"wrote {json_path}")

@@ -9,6 +9,7 @@ from typing import Any
 import click
 import numpy as np
 
+from fedrank.cli._attack import attack_from_options, attack_options, echo_attack
 from fedrank.cli._common import (
     FedrankGroup,
     dask_options,
@@ -17,6 +18,8 @@ from fedrank.cli._common import (
     read_json,
     write_json,
 )
+from fedrank.cli.privacy import dp_from_options, dp_options, echo_privacy
+from fedrank.simulation.attacks import VECTOR_ATTACKS
 
 
 @click.group(cls=FedrankGroup)
@@ -100,7 +103,7 @@ def _study_options(func: Any) -> Any:
     from fedrank.experiments.frecency.study import WORLDS, FrecencyStudyConfig
     from fedrank.losses.pointwise_svm import SCORE_SCALES
     from fedrank.models.frecency.scorer import MODELS, PAGE_SCORERS
-    from fedrank.strategies.frecency import RPROP_SETTINGS, SETTINGS
+    from fedrank.strategies.frecency import AGGREGATORS, RPROP_SETTINGS, SETTINGS
 
     d = FrecencyStudyConfig()
     r = d.resolved()
@@ -203,6 +206,36 @@ def _study_options(func: Any) -> Any:
             help="Per-weight significance gate of the aggregate.",
         ),
         click.option(
+            "--aggregator",
+            type=click.Choice(AGGREGATORS),
+            default=d.aggregator,
+            show_default=True,
+            help="Defense: the coordinate-wise median or trimmed mean (Yin et al. 2018) of "
+            "full gradients instead of the paper's gated mean.",
+        ),
+        click.option(
+            "--trim",
+            type=float,
+            default=d.trim,
+            show_default=True,
+            help="--aggregator trimmed-mean: the fraction dropped from each end.",
+        ),
+        click.option(
+            "--norm-bound",
+            type=float,
+            default=d.norm_bound,
+            show_default=True,
+            help="Defense: scale every full gradient down to this L2 norm (0: none); with "
+            "--norm-quantile, the first iteration's bound.",
+        ),
+        click.option(
+            "--norm-quantile",
+            type=float,
+            default=d.norm_quantile,
+            help="Defense: adapt the norm bound every iteration toward this quantile of the "
+            "gradient norms, in (0, 1) (Andrew et al. 2021; needs --norm-bound > 0).",
+        ),
+        click.option(
             "--eps", type=float, default=d.eps, show_default=True, help="Finite-difference epsilon."
         ),
         click.option(
@@ -262,7 +295,11 @@ def _study_options(func: Any) -> Any:
 
 
 def _run_study(
-    config: Any, dask_workers: int | None = None, dask_scheduler: str | None = None
+    config: Any,
+    dask_workers: int | None = None,
+    dask_scheduler: str | None = None,
+    attack: Any = None,
+    dp: Any = None,
 ) -> Any:
     import contextlib
 
@@ -275,7 +312,11 @@ def _run_study(
         dask = stack.enter_context(dask_client(dask_workers, dask_scheduler)) if on_dask else None
         task = bar.add_task("optimization iterations", total=config.iterations)
         return run_study(
-            config, progress=lambda done, total: bar.update(task, completed=done), dask=dask
+            config,
+            progress=lambda done, total: bar.update(task, completed=done),
+            dask=dask,
+            attack=attack,
+            dp=dp,
         )
 
 
@@ -319,6 +360,11 @@ def _summarize(result: Any) -> None:
     default=False,
     help="Also run the Fig. 7 update-stability analysis each iteration.",
 )
+@attack_options(
+    VECTOR_ATTACKS,
+    "the treatment users (a fixed set for the whole study)",
+)
+@dp_options
 @dask_options(
     "the clients' messages (the simulated users' searches stay in this process)",
     "; same result as one process",
@@ -329,10 +375,17 @@ def frecency_simulate(
     stability: bool,
     dask_workers: int | None,
     dask_scheduler: str | None,
+    malicious: float,
+    attack: str | None,
+    attack_factor: float | None,
+    dp_epsilon: float | None,
+    dp_delta: float,
+    dp_clip: float,
     **settings: Any,
 ) -> None:
     """Simulate the federated frecency study (optimization + evaluation phases); with
-    --out, also write the plots and a markdown report."""
+    --out, also write the plots and a markdown report; with --malicious and --attack, a
+    share of the treatment users poisons its updates."""
     from fedrank.experiments.frecency.plots import plot_study
     from fedrank.experiments.frecency.report import write_report
     from fedrank.experiments.frecency.study import FrecencyStudyConfig
@@ -340,8 +393,12 @@ def frecency_simulate(
     if settings["world"] == "aol" and settings["n_users"] == 0:
         settings["n_users"] = None  # every user of the log
     config = FrecencyStudyConfig(track_stability=stability, **settings)
-    result = _run_study(config, dask_workers, dask_scheduler)
+    poison = attack_from_options("frecency", malicious, attack, attack_factor)
+    dp = dp_from_options(dp_epsilon, dp_delta, dp_clip)
+    result = _run_study(config, dask_workers, dask_scheduler, poison, dp)
     _summarize(result)
+    echo_attack(result.attack)
+    echo_privacy(result.privacy)
     if stability:
         few = [r["n_reports"] for r in result.stability if r["n_reports"] < 10_000]
         if few:

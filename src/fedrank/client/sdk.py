@@ -9,7 +9,13 @@
   retried with exponential backoff and jitter on connection errors, ``5xx`` and ``429``;
   if every retry fails the message goes to an offline queue on disk, and ``flush()``
   resends it later with the same ``message_id``;
-* ``checkin()`` -- ask to be selected for the current round (FedAvg / FOLtR-ES servers).
+* ``checkin()`` -- ask to be selected for the current round (FedAvg / FOLtR-ES servers); a
+  :class:`Checkin`, with the server-issued ``seed`` and ``seed_token`` when the server
+  issues FOLtR-ES seeds (``[foltr_es] server_seeds``, :mod:`fedrank.server.seeds`);
+* FOLtR-ES (Kharitonov, WSDM 2019, Sec. 3.2): ``es_task(checkin, model)`` gives the seed to
+  perturb the model with (the server's when it issued one, else one the client draws) and
+  the perturbed models; ``send_es(task, metric, ...)`` reports the seed and the metric, with
+  the seed's token.
 
 Identity: the client's study branch comes from its ``enrollment_id``, a random UUID it
 makes itself and keeps in ``state_dir`` (never anything identifying). Nothing else about
@@ -29,7 +35,9 @@ import httpx
 import numpy as np
 
 from fedrank.client.outbox import Outbox
-from fedrank.core.message import MessageBatch
+from fedrank.core.codec import encode_es_message
+from fedrank.core.message import ESMessage, MessageBatch
+from fedrank.core.seeded_noise import gaussian_noise
 from fedrank.errors import FedrankError
 
 #: Statuses worth retrying: the server may succeed on the next attempt.
@@ -70,6 +78,126 @@ class SendResult:
     message_id: str
     http_status: int | None
     body: Any
+
+
+@dataclass(frozen=True)
+class Checkin:
+    """The answer to ``POST /v1/checkin``.
+
+    ``selected`` clients get the round's ``model_version`` and reporting ``deadline``; the
+    others ``retry_after_seconds``. ``seed`` and ``seed_token`` are set when the server
+    issues FOLtR-ES seeds: perturb the model with that seed and send the token with the
+    report (:meth:`Client.es_task`, :meth:`Client.send_es`). The answer's JSON fields also
+    read by name, ``checkin["selected"]``.
+    """
+
+    client_id: str
+    selected: bool
+    round: int
+    model_version: int | None = None
+    deadline: float | None = None
+    retry_after_seconds: float | None = None
+    seed: int | None = None
+    seed_token: str | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "client_id" or getattr(self, key, None) is None:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    @staticmethod
+    def from_answer(client_id: str, answer: dict[str, Any]) -> Checkin:
+        """Read the server's JSON answer; anything unexpected raises :class:`FedrankError`."""
+        try:
+            seed = answer.get("seed")
+            token = answer.get("seed_token")
+            if (seed is None) != (token is None):
+                raise ValueError("seed and seed_token come together")
+            return Checkin(
+                client_id=client_id,
+                selected=bool(answer["selected"]),
+                round=int(answer["round"]),
+                model_version=_maybe(int, answer.get("model_version")),
+                deadline=_maybe(float, answer.get("deadline")),
+                retry_after_seconds=_maybe(float, answer.get("retry_after_seconds")),
+                seed=_maybe(int, seed),
+                seed_token=_maybe(str, token),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FedrankError(
+                f"the server's check-in answer is malformed ({exc}): {answer}"
+            ) from exc
+
+
+@dataclass(frozen=True)
+class ESTask:
+    """What a FOLtR-ES client evaluates and reports (Sec. 3.2): perturb the model of
+    ``model_version`` with the noise of ``seed`` (:meth:`perturbed`), average the
+    (privatized) metric over its ``B`` interactions, and send it with :meth:`Client.send_es`.
+    ``seed_token`` is the server's token for an issued seed (``None``: the client drew the
+    seed itself); ``client_id`` is the id the client checked in with (rounds)."""
+
+    model_version: int
+    seed: int
+    seed_token: str | None = None
+    client_id: str | None = None
+
+    def perturbed(self, params: np.ndarray, sigma: float) -> tuple[np.ndarray, np.ndarray]:
+        """``(phi + sigma v_s, phi - sigma v_s)`` (Eq. 4; the second is the antithetic
+        perturbation), float32 as the simulator's clients compute them
+        (:class:`fedrank.estimators.evolution_strategies.ESEstimator`)."""
+        theta = np.asarray(params, dtype=np.float32)
+        step = np.float32(sigma) * gaussian_noise(self.seed, theta.size)
+        return theta + step, theta - step
+
+
+def es_payload(
+    seed: int,
+    metric: float,
+    antithetic_metric: float | None = None,
+    seed_token: str | None = None,
+) -> dict[str, Any]:
+    """The JSON payload of a FOLtR-ES report (what ``POST /v1/updates`` takes); metrics are
+    mean MaxRR values in ``[0, 1]``."""
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or not 0 <= seed < 2**32:
+        raise FedrankError(f"seed must be an integer in [0, 2**32), got {seed!r}")
+    payload: dict[str, Any] = {"seed": int(seed), "metric": _unit("metric", metric)}
+    if antithetic_metric is not None:
+        payload["antithetic_metric"] = _unit("antithetic_metric", antithetic_metric)
+    if seed_token is not None:
+        payload["seed_token"] = seed_token
+    return payload
+
+
+def es_record(
+    seed: int,
+    metric: float,
+    antithetic_metric: float | None = None,
+    seed_token: str | None = None,
+) -> bytes:
+    """The binary form of a FOLtR-ES report (``application/vnd.fedrank.update``, and one
+    record of a binary batch): the 8 / 12-byte ES message, then the 32 bytes of the seed's
+    token when the server issued the seed."""
+    payload = es_payload(seed, metric, antithetic_metric, seed_token)
+    anti = payload.get("antithetic_metric")
+    message = encode_es_message(ESMessage(payload["seed"], payload["metric"], anti))
+    if seed_token is None:
+        return message
+    try:
+        return message + bytes.fromhex(seed_token)
+    except ValueError as exc:
+        raise FedrankError(f"seed_token must be hex, as the check-in returned it: {exc}") from exc
+
+
+def _unit(name: str, value: float) -> float:
+    number = float(value)
+    if not 0.0 <= number <= 1.0:  # also NaN
+        raise FedrankError(f"{name} is a mean MaxRR, in [0, 1]; got {value}")
+    return number
+
+
+def _maybe(kind: Any, value: Any) -> Any:
+    return None if value is None else kind(value)
 
 
 class Client:
@@ -278,12 +406,61 @@ class Client:
             raise ClientError(response.status_code, _body(response))
         return dict(response.json())
 
-    def checkin(self, client_id: str) -> dict[str, Any]:
-        """Ask to be selected for the current round."""
+    def checkin(self, client_id: str) -> Checkin:
+        """Ask to be selected for the current round (``client_id``: the client's own random
+        id for rounds); the answer holds the issued seed when the server issues them."""
         response = self._request("POST", "/v1/checkin", json={"client_id": client_id})
         if response.status_code != 200:
             raise ClientError(response.status_code, _body(response))
-        return dict(response.json())
+        return Checkin.from_answer(client_id, response.json())
+
+    def es_task(self, checkin: Checkin | None, model: ServedModel) -> ESTask:
+        """The FOLtR-ES report this client computes on ``model``: with the seed the server
+        issued at ``checkin`` (and its token), or, on a server that lets clients choose
+        (``config["server_seeds"]`` false), a seed drawn from the client's generator.
+
+        Raises:
+            FedrankError: not a FOLtR-ES server; not selected; the server issues seeds but
+                none was issued; or the seed was issued for another model version than
+                ``model`` (check in again: a new version gets a new seed).
+        """
+        if model.workload != "foltr-es":
+            raise FedrankError(f"the server runs the {model.workload} workload, not foltr-es")
+        client_id = None if checkin is None else checkin.client_id
+        if checkin is not None and not checkin.selected:
+            raise FedrankError(
+                f"client {client_id!r} is not selected in round {checkin.round}; check in "
+                f"again in {checkin.retry_after_seconds} s"
+            )
+        if checkin is not None and checkin.seed is not None:
+            if checkin.model_version != model.version:
+                raise FedrankError(
+                    f"the seed was issued for model version {checkin.model_version}, but the "
+                    f"served model is version {model.version}: check in again for its seed"
+                )
+            return ESTask(model.version, checkin.seed, checkin.seed_token, client_id)
+        if model.config.get("server_seeds"):
+            raise FedrankError(
+                "this server issues the seeds ([foltr_es] server_seeds): check in "
+                "(Client.checkin) and pass the answer, which holds the seed"
+            )
+        return ESTask(model.version, int(self.rng.integers(2**32)), None, client_id)
+
+    def send_es(
+        self,
+        task: ESTask,
+        metric: float,
+        antithetic_metric: float | None = None,
+        metrics: dict[str, float] | None = None,
+        message_id: str | None = None,
+    ) -> SendResult:
+        """Report a FOLtR-ES task's (privatized) metric, and the antithetic one when the
+        server uses antithetic variates, with the seed's token (:meth:`send`: retries, the
+        offline queue)."""
+        payload = es_payload(task.seed, metric, antithetic_metric, task.seed_token)
+        return self.send(
+            payload, task.model_version, metrics, client_id=task.client_id, message_id=message_id
+        )
 
 
 def _body(response: httpx.Response) -> Any:

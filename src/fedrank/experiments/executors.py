@@ -170,22 +170,27 @@ class DaskBlocks:
         return self.client.gather(futures)
 
 
-def _fold(strategy: Strategy, batch: MessageBatch) -> Any:
-    return strategy.accumulate(strategy.aggregator.zero(), batch)
+def _fold(strategy: Strategy, empty: Any, batch: MessageBatch) -> Any:
+    return strategy.accumulate(empty, batch)
 
 
 def accumulate_on_cluster(
-    client: Client, strategy: Strategy, blocks: Sequence[MessageBatch]
+    client: Client, strategy: Strategy, blocks: Sequence[MessageBatch], empty: Any = None
 ) -> Any:
     """One iteration's aggregator state, folded on a Dask cluster: each worker folds one
-    block of messages into a state (``strategy.accumulate``), and the driver merges the
-    states pairwise (a tree, ``aggregator.merge``) -- the mergeable-aggregator contract
-    makes the result equal to folding every message in one process, up to float summation
-    order. The strategy travels to the workers once per call."""
+    block of messages into the iteration's ``empty`` state (default ``strategy.zero()``;
+    after a close, ``strategy.next_zero`` of the last one, which carries an adaptive norm
+    bound), and the driver merges the states pairwise (a tree, ``aggregator.merge``) -- the
+    mergeable-aggregator contract makes the result equal to folding every message in one
+    process, up to float summation order. The strategy travels to the workers once per
+    call."""
+    empty = strategy.zero() if empty is None else empty
     if not blocks:
-        return strategy.aggregator.zero()
+        return empty
     shared = client.scatter(strategy, broadcast=True, hash=False)
-    states = client.gather(client.map(_fold, [shared] * len(blocks), list(blocks), pure=False))
+    states = client.gather(
+        client.map(_fold, [shared] * len(blocks), [empty] * len(blocks), list(blocks), pure=False)
+    )
     merge = strategy.aggregator.merge
     while len(states) > 1:
         pairs = [merge(a, b) for a, b in zip(states[::2], states[1::2], strict=False)]

@@ -21,4 +21,4 @@ def clip_l2(updates: np.ndarray, bound: float) -> np.ndarray:
         raise ConfigError(f"the norm bound must be a finite number > 0, got {bound}")
     mat = np.array(updates, dtype=np.float64, ndmin=1)
     norms = np.linalg.norm(mat, axis=-1, keepdims=True)
-    return mat * np.minimum(1.0, bound / np.maximum(norms, np.finfo(np.float64).tiny))
+    return mat * (bound / np.maximum(norms, bound))  # 1 within the bound: no 0-division

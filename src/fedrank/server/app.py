@@ -10,7 +10,9 @@ Endpoints (all JSON unless noted; the OpenAPI document is at ``/openapi.json``):
   (``Content-Type: application/vnd.fedrank.update``, ids in ``X-Message-Id`` /
   ``X-Model-Version`` / ``X-Enrollment-Id`` / ``X-Client-Id`` headers).
 * ``POST /v1/updates:batch`` -- many messages, or a proxy's merged aggregate.
-* ``POST /v1/checkin`` -- round selection (foltr-es and fedavg with ``[rounds]``).
+* ``POST /v1/checkin`` -- round selection (foltr-es and fedavg with ``[rounds]``); with
+  ``[foltr_es] server_seeds`` a selected client also gets its ``seed`` and ``seed_token``
+  (:mod:`fedrank.server.seeds`), and its update must carry the token.
 * ``GET /v1/status``, ``GET /v1/summary``, ``GET /metrics`` (Prometheus text).
 * ``POST /v1/admin/{close,pause,resume}`` -- bearer token of ``[server] admin_token``.
 
@@ -58,6 +60,7 @@ from fedrank.server.envelope import (
 from fedrank.server.openapi import openapi_document
 from fedrank.server.prometheus import prometheus_text
 from fedrank.server.rounds import Round
+from fedrank.server.seeds import ClaimKey, SeedClaims, SeedIssuer, open_seeds
 from fedrank.server.store import ModelVersion, Store
 from fedrank.server.workloads import EMPTY, Parsed, PayloadError
 
@@ -78,7 +81,17 @@ class Server:
         self.refused: Counter[tuple[str, str]] = Counter()
         self._branches: dict[str | None, str] = {}
         self.round: Round | None = None
+        #: Server-issued FOLtR-ES seeds (``[foltr_es] server_seeds``): the issuer and the
+        #: seeds reported so far; ``None`` when clients draw their own seeds.
+        self.seeds: SeedIssuer | None = None
+        self.claims: SeedClaims | None = None
         self._scheduler: asyncio.Task[None] | None = None
+        #: Scheduled closes that failed (safeguards, a failing store): in a row, in all,
+        #: the last error, and when the scheduler may try again (back-off, never a loop).
+        self.close_failures = 0
+        self.close_failures_total = 0
+        self.last_close_error: dict[str, Any] | None = None
+        self._close_retry_at = 0.0
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -86,6 +99,11 @@ class Server:
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
         self.engine = await loop.run_in_executor(None, Engine, self.config, loop)
+        if self.config.workload == "foltr-es" and self.config.foltr_es_server_seeds:
+            oldest = self.engine.snapshot().version - self.config.server.max_staleness
+            self.seeds, self.claims = await loop.run_in_executor(
+                None, open_seeds, self.engine.store.directory, oldest
+            )
         if self.config.rounds.enabled:
             self.round = self._new_round(0)
         self._scheduler = asyncio.create_task(self._schedule())
@@ -99,7 +117,8 @@ class Server:
 
     def _new_round(self, number: int) -> Round:
         r = self.config.rounds
-        return Round(number, r.clients_per_round, r.t_max_seconds)
+        issue = None if self.seeds is None else self.seeds.issue
+        return Round(number, r.clients_per_round, r.t_max_seconds, issue_seed=issue)
 
     async def _schedule(self) -> None:
         """Close iterations by the configured policy (or when a round completes)."""
@@ -120,7 +139,7 @@ class Server:
         assert self.engine is not None
         engine = self.engine
         snap = engine.snapshot()
-        if snap.paused:
+        if snap.paused or time.monotonic() < self._close_retry_at:
             return stable, last_sign, last_iteration
         if snap.iteration != last_iteration:
             stable, last_sign, last_iteration = 0, None, snap.iteration
@@ -132,8 +151,32 @@ class Server:
             same = last_sign is not None and np.array_equal(sign, last_sign)
             stable, last_sign = (stable + 1 if same else 0), sign
         if engine.policy.should_close(engine.policy_view(stable)):
-            await engine.command("close", reason=engine.policy.name)
+            await self._scheduled_close(engine.policy.name)
         return stable, last_sign, last_iteration
+
+    async def _scheduled_close(self, reason: str) -> None:
+        """Close the iteration for the scheduler. A close that fails (a safeguard refuses
+        the step, the store fails) is logged and retried after an exponential back-off of
+        ``tick * 2**k`` seconds, at most 5 minutes, never in a loop; ``/v1/status`` shows
+        the failures and the last error until a close succeeds."""
+        assert self.engine is not None
+        outcome = await self.engine.command("close", reason=reason)
+        if outcome.status == 200:
+            self.close_failures, self.last_close_error = 0, None
+            return
+        if outcome.body.get("error") in ("empty", "too_few"):
+            return  # nothing to close yet: not a failure
+        self.close_failures += 1
+        self.close_failures_total += 1
+        self.last_close_error = outcome.body
+        delay = min(self.config.iteration.tick_seconds * 2.0**self.close_failures, 300.0)
+        self._close_retry_at = time.monotonic() + delay
+        log.error(
+            "closing the iteration failed (%s: %s); next try in %.2g s",
+            outcome.body.get("error"),
+            outcome.body.get("detail"),
+            delay,
+        )
 
     async def _schedule_round(self, n_updates: int) -> None:
         assert self.engine is not None and self.round is not None
@@ -141,7 +184,9 @@ class Server:
         if not self.round.complete(now):
             return
         if n_updates >= self.config.iteration.min_updates:
-            await self.engine.command("close", reason=f"round {self.round.number} complete")
+            await self._scheduled_close(f"round {self.round.number} complete")
+            if self.close_failures:
+                return  # the round stays open until its close succeeds
         self.round = self._new_round(self.round.number + 1)
 
     # -- helpers -----------------------------------------------------------------------
@@ -205,7 +250,7 @@ class Server:
             try:
                 parsed = self.engine.workload.parse(payload)
             except PayloadError as exc:
-                raise BadRequest(422, "invalid_payload", str(exc)) from exc
+                raise BadRequest(422, exc.code, str(exc)) from exc
         return self._make(message_id, version, enrollment, payload, metrics, parsed), client
 
     def _make(
@@ -251,6 +296,86 @@ class Server:
             if item.kind == "update" and client and client in self.round.pending:
                 self.round.settle(client, accepted=outcome.status == 202)
 
+    @staticmethod
+    def _reports(
+        items: list[tuple[Incoming, str | None]],
+    ) -> list[tuple[str, int, int, bytes | None] | None]:
+        """``(message_id, model_version, seed, seed token)`` of each update (``None`` for a
+        ping or an aggregate): what :meth:`_seed_check` looks at."""
+        return [
+            (i.message_id, i.model_version, i.parsed.seed, i.parsed.seed_token)
+            if i.kind == "update"
+            else None
+            for i, _ in items
+        ]
+
+    def _seed_check(
+        self, reports: list[tuple[str, int, int, bytes | None] | None], numbered: bool = False
+    ) -> list[tuple[int, ClaimKey, str]]:
+        """Server-issued FOLtR-ES seeds (:mod:`fedrank.server.seeds`): refuse an update
+        whose ``seed_token`` is missing or was not issued for its seed (422
+        ``bad_seed_token``), was issued for another model version than the message names
+        (409 ``stale``), or whose seed was already reported under another ``message_id``
+        (409 ``duplicate_seed``). Returns ``(index, claim, message_id)`` of the claims to
+        make with :meth:`_seed_claim` once every other check has passed (nothing is
+        reserved here). A server that does not issue seeds refuses a token. A message
+        already stored is a retry, answered 200 duplicate by the writer: not checked.
+        ``numbered``: refusals name the message's index (a batch refused whole)."""
+        assert self.engine is not None
+        engine = self.engine
+        if self.seeds is None or self.claims is None:
+            for k, report in enumerate(reports):
+                if report is not None and report[3] is not None and report[0] not in engine.ids:
+                    where = f"message {k}: " if numbered else ""
+                    raise BadRequest(
+                        422,
+                        "invalid_payload",
+                        f"{where}this server does not issue seeds ([foltr_es] server_seeds = "
+                        "false): drop seed_token and report the seed you drew",
+                    )
+            return []
+        self.claims.forget_before(engine.snapshot().version - self.config.server.max_staleness)
+        out: list[tuple[int, ClaimKey, str]] = []
+        here: dict[ClaimKey, tuple[int, str]] = {}  # seeds reported earlier in this request
+        for k, report in enumerate(reports):
+            if report is None or report[0] in engine.ids:
+                continue
+            message_id, version, seed, token = report
+            where = f"message {k}: " if numbered else ""
+            if token is None:
+                raise BadRequest(
+                    422,
+                    "bad_seed_token",
+                    f"{where}this server issues the seeds ([foltr_es] server_seeds): check in "
+                    "(POST /v1/checkin) and send the seed and seed_token it returned",
+                )
+            refused = self.seeds.refusal(token, seed, version)
+            key = SeedIssuer.claim_key(token)
+            if refused is None:
+                refused = self.claims.refusal(key, message_id)
+            if refused is None and here.get(key, (k, message_id))[1] != message_id:
+                first = here[key][0]
+                detail = f"message {first} reports the same issued seed; each counts once"
+                refused = (409, "duplicate_seed", detail)
+            if refused is not None:
+                status, code, detail = refused
+                raise BadRequest(status, code, where + detail)
+            here[key] = (k, message_id)
+            out.append((k, key, message_id))
+        return out
+
+    def _seed_claim(self, claims: list[tuple[int, ClaimKey, str]]) -> None:
+        """Claim the seeds :meth:`_seed_check` passed (their updates go to the writer)."""
+        if self.claims is not None:
+            for _, key, message_id in claims:
+                self.claims.claim(key, message_id)
+
+    def _seed_settle(self, claims: list[tuple[int, ClaimKey, str]], statuses: list[int]) -> None:
+        """The writer answered: keep the claims of stored updates, release the others."""
+        if self.claims is not None:
+            for k, key, message_id in claims:
+                self.claims.settle(key, message_id, int(statuses[k]))
+
     def _paused(self) -> None:
         assert self.engine is not None
         if self.engine.snapshot().paused:
@@ -284,6 +409,8 @@ class Server:
             "parameter_names": engine.workload.parameter_names(),
             "config": {**self.config.client_view(), "decay": served.decay},
         }
+        if snap.norm_bound is not None:  # it changes only with the version (the ETag)
+            body["norm_bound"] = snap.norm_bound
         self.requests[("model", 200)] += 1
         return json_response(body, headers={"ETag": etag, "Cache-Control": "no-cache"})
 
@@ -343,12 +470,15 @@ class Server:
                 item = self._incoming(data, current)
             else:
                 raise BadRequest(415, "media_type", f"send {JSON} or {BINARY}, not {ctype!r}")
+            claims = self._seed_check(self._reports([item]))
             self._round_check([item])
+            self._seed_claim(claims)
         except BadRequest as err:
             self._count_rejection("updates", err)
             return err.status, orjson.dumps({"error": err.code, "detail": err.detail})
         (outcome,) = await engine.submit([item[0]])
         self._round_reported([item], [outcome])
+        self._seed_settle(claims, [outcome.status])
         self.requests[("updates", outcome.status)] += 1
         return outcome.status, orjson.dumps(outcome.body)
 
@@ -366,7 +496,7 @@ class Server:
         try:
             parsed = self.engine.workload.parse_binary(body)
         except PayloadError as exc:
-            raise BadRequest(422, "invalid_payload", str(exc)) from exc
+            raise BadRequest(422, exc.code, str(exc)) from exc
         payload = self.engine.workload.stored_payload(parsed)
         return self._make(message_id, version, enrollment, payload, {}, parsed), client
 
@@ -378,8 +508,10 @@ class Server:
             body = await self._body(request)
             ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
             if ctype == BINARY_BATCH:
-                messages_in_columns = self._binary_batch(body)
+                messages_in_columns, claims = self._binary_batch(body)
+                self._seed_claim(claims)
                 result = await engine.submit_columns(messages_in_columns)
+                self._seed_settle(claims, result.statuses.tolist())
                 self.requests[("batch", 200)] += 1
                 return json_response(batch_answer(result.statuses, result.bodies))
             if ctype not in (JSON, ""):
@@ -413,11 +545,13 @@ class Server:
         self.requests[("batch", 200)] += 1
         return json_response(batch_answer(statuses, errors))
 
-    def _binary_batch(self, body: bytes) -> Messages:
+    def _binary_batch(self, body: bytes) -> tuple[Messages, list[tuple[int, ClaimKey, str]]]:
         """A binary batch (``application/vnd.fedrank.batch``, see
         :func:`fedrank.core.codec.encode_batch`) of the workload's tiny messages, validated
         at once and all-or-nothing: any bad message refuses the whole request with its index
-        and reason. Its messages are updates of the trained branch (what a proxy forwards)."""
+        and reason. Its messages are updates of the trained branch (what a proxy forwards).
+        With server-issued seeds each record ends in its seed token; returns the messages and
+        the seed claims to make (:meth:`_seed_check`)."""
         assert self.engine is not None
         engine = self.engine
         size = engine.workload.record_size
@@ -436,8 +570,15 @@ class Server:
         try:
             columns, payloads = engine.workload.parse_binary_batch(records)
         except PayloadError as exc:
-            raise BadRequest(422, "invalid_payload", str(exc)) from exc
-        return self._trained_updates(ids, version, columns, payloads)
+            raise BadRequest(422, exc.code, str(exc)) from exc
+        reports = [  # FOLtR-ES records carry a seed, and its token with server seeds
+            (mid, version, p["seed"], bytes.fromhex(p["seed_token"]) if "seed_token" in p else None)
+            if "seed" in p
+            else None
+            for mid, p in zip(ids, payloads, strict=True)
+        ]
+        claims = self._seed_check(reports, numbered=True)
+        return self._trained_updates(ids, version, columns, payloads), claims
 
     def _columnar_batch(self, data: dict[str, Any]) -> Messages:
         """A columnar JSON batch, ``{"batch": <MessageBatch JSON>, "message_ids": [...],
@@ -461,7 +602,9 @@ class Server:
             if batch.size != len(ids):
                 raise PayloadError(f"the batch has {batch.size} messages and {len(ids)} ids")
             columns, payloads = engine.workload.parse_columns(batch)
-        except (DataFormatError, PayloadError) as exc:
+        except PayloadError as exc:
+            raise BadRequest(422, exc.code, str(exc)) from exc
+        except DataFormatError as exc:
             raise BadRequest(422, "invalid_payload", str(exc)) from exc
         return self._trained_updates(ids, version, columns, payloads)
 
@@ -494,10 +637,13 @@ class Server:
         errors: dict[int, dict[str, Any]] = {}
         valid: list[tuple[Incoming, str | None]] = []
         where: list[int] = []
+        claimed: list[list[tuple[int, ClaimKey, str]]] = []
         for i, m in enumerate(messages):
             try:
                 item = self._incoming(m, current)
+                claims = self._seed_check(self._reports([item]))
                 self._round_check([item])
+                self._seed_claim(claims)
             except BadRequest as err:
                 engine.loop_rejected[err.code] += 1
                 statuses[i] = err.status
@@ -505,9 +651,12 @@ class Server:
                 continue
             valid.append(item)
             where.append(i)
+            claimed.append(claims)
         if valid:
             outcomes = await engine.submit([v[0] for v in valid])
             self._round_reported(valid, outcomes)
+            for claims, outcome in zip(claimed, outcomes, strict=True):
+                self._seed_settle(claims, [outcome.status])
             for i, outcome in zip(where, outcomes, strict=True):
                 statuses[i] = outcome.status
                 if outcome.status >= 400:
@@ -518,11 +667,13 @@ class Server:
         """The batch endpoint's fast path: validate all messages at once with C-level
         checks (one regex over all ids, type sets, numpy ranges) and build their columns.
         Returns ``None`` whenever anything is unusual (an invalid message, a control-branch
-        update, rounds), and the caller then validates message by message, so every
-        refusal still gets its exact reason."""
+        update, rounds, server-issued seeds), and the caller then validates message by
+        message, so every refusal still gets its exact reason."""
         assert self.engine is not None
         engine = self.engine
-        if self.round is not None or not all(type(m) is dict for m in messages):
+        if self.round is not None or self.seeds is not None:
+            return None
+        if not all(type(m) is dict for m in messages):
             return None
         if not all(m.keys() <= ENVELOPE for m in messages):
             return None
@@ -695,6 +846,8 @@ class Server:
                 "updates_rejected_total": sum(e.rejected().values()),
                 "updates_duplicate_total": e.duplicates_total,
                 "requests_refused_total": sum(self.refused.values()),
+                "close_failures_total": self.close_failures_total,
+                "last_close_error": self.last_close_error,
                 "paused": snap.paused,
                 "policy": e.policy.name if self.round is None else "rounds",
             }

@@ -14,8 +14,6 @@ A complete example (every key optional; these are the defaults)::
     max_staleness = 0            # accept updates computed on up to this many versions back
     max_n = 0                    # largest weight n of a message; 0: the workload's default
                                  # (frecency 100 searches, fedavg 100000 training queries)
-    max_update_norm = 0.0        # frecency gradients / fedavg deltas scaled down to this L2
-                                 # norm before aggregation; 0: as sent
     header_timeout = 10.0        # a request's headers must arrive within this (s), or closed
     body_timeout = 60.0          # its body within this (s), or 408
     keep_alive_timeout = 5.0     # an idle connection between requests is closed after this
@@ -33,6 +31,13 @@ A complete example (every key optional; these are the defaults)::
     message = "full"             # full (float gradients) | sign (2 bits per weight)
     optimizer = "rprop"          # rprop | sgd | adam
     significance_z = 2.0         # per-weight significance gate (default: 2 paper, 0 deployed)
+    aggregator = "gated-mean"    # gated-mean (sign vote for sign messages) | median |
+                                 # trimmed-mean (coordinate-wise, unweighted; full only)
+    trim = 0.1                   # trimmed-mean: fraction dropped from each end, [0, 0.5)
+    norm_bound = 0.0             # full gradients scaled down to this L2 norm; 0: as sent
+    # norm_quantile = 0.5        # adapt norm_bound towards this quantile of the gradient
+                                 # norms every iteration (Andrew et al. 2021); unset: fixed
+    max_rows = 100000            # most gradients a median / trimmed mean holds per iteration
     eps = 1.0                    # finite-difference epsilon the clients use
     max_change = 3.0             # safeguard: change per iteration (paper setting)
     eta_plus = 1.2               # Rprop (Eq. 2); defaults: the setting's
@@ -51,10 +56,18 @@ A complete example (every key optional; these are the defaults)::
     antithetic = true
     p = 0.9                      # randomized response; 1.0: no privatization
     learning_rate = 0.001        # Adam
+    server_seeds = false         # the server issues each selected client's seed at check-in
+                                 # and updates carry its seed_token (needs [rounds]; no
+                                 # [[proxies]]); false: clients draw their own (the paper)
 
     [fedavg]                     # FedAvg of parameter deltas (FedPS, Algorithm 1)
     dim = 100                    # number of shared parameters
     server_learning_rate = 1.0
+    aggregator = "mean"          # mean (n-weighted) | median | trimmed-mean (unweighted)
+    trim = 0.1
+    norm_bound = 0.0             # deltas scaled down to this L2 norm; 0: as sent
+    # norm_quantile = 0.5        # adaptive bound (see [frecency])
+    max_rows = 100000
 
     [rounds]                     # server-selected rounds (foltr-es and fedavg only)
     enabled = false
@@ -149,7 +162,6 @@ class ServerSection:
     max_body_bytes: int = 16_777_216
     max_staleness: int = 0
     max_n: int = 0
-    max_update_norm: float = 0.0
     header_timeout: float = 10.0
     body_timeout: float = 60.0
     keep_alive_timeout: float = 5.0
@@ -219,6 +231,10 @@ class ServerConfig:
     metrics: tuple[tuple[str, float, float], ...] = ()
     #: The proxies that may send merged aggregates (``[[proxies]]``; none: refused).
     proxies: tuple[Proxy, ...] = ()
+    #: ``[foltr_es] server_seeds``: the server issues FOLtR-ES seeds at check-in and
+    #: verifies their tokens (:mod:`fedrank.server.seeds`). A setting of the service, not of
+    #: the algorithm, so it is kept here rather than in :class:`FoltrEsConfig`.
+    foltr_es_server_seeds: bool = False
 
     @property
     def workload(self) -> str:
@@ -242,6 +258,8 @@ class ServerConfig:
         view["max_staleness"] = self.server.max_staleness
         view["max_n"] = self.max_n  # a client caps its weight n here
         view["metrics"] = {name: [low, high] for name, low, high in self.metrics}
+        if self.workload == "foltr-es":
+            view["server_seeds"] = self.foltr_es_server_seeds  # check in for the seed
         return view
 
 
@@ -276,15 +294,18 @@ def _typed(section: str, key: str, value: Any, kind: type) -> Any:
     return value
 
 
-def _section(name: str, cls: type, data: Any) -> Any:
+def _section(name: str, cls: type, data: Any, also: tuple[str, ...] = ()) -> Any:
+    """``[name]`` as ``cls``; ``also``: further keys of the table, read by the caller."""
     if not isinstance(data, dict):
         raise ConfigError(f"[{name}] must be a table, got {data!r}")
     known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(data) - set(known))
+    unknown = sorted(set(data) - set(known) - set(also))
     if unknown:
         raise ConfigError(
-            f"unknown key(s) {', '.join(unknown)} in [{name}]; known keys: {', '.join(known)}"
+            f"unknown key(s) {', '.join(unknown)} in [{name}]; known keys: "
+            f"{', '.join([*known, *also])}"
         )
+    data = {k: v for k, v in data.items() if k in known}
     kinds = {k: _kind(hint) for k, hint in get_type_hints(cls).items() if k in known}
     values = {k: _typed(name, k, v, kinds[k]) for k, v in data.items()}
     try:
@@ -412,7 +433,6 @@ def _check(config: ServerConfig) -> None:
             "[server] header_timeout, body_timeout and keep_alive_timeout must be > 0",
         ),
         (s.max_connections >= 1, "[server] max_connections must be >= 1"),
-        (s.max_update_norm >= 0, "[server] max_update_norm must be >= 0 (0: no bound)"),
         (it.seconds >= 0, "[iteration] seconds must be >= 0 (0: no fixed-time policy)"),
         (it.min_updates >= 1, "[iteration] min_updates must be >= 1"),
         (it.stable_ticks >= 0, "[iteration] stable_ticks must be >= 0"),
@@ -422,6 +442,19 @@ def _check(config: ServerConfig) -> None:
         (
             not ro.enabled or s.workload != "frecency",
             "[rounds] apply to foltr-es and fedavg; frecency clients report whenever they search",
+        ),
+        (
+            not (config.foltr_es_server_seeds and s.workload == "foltr-es" and not ro.enabled),
+            "[foltr_es] server_seeds = true needs [rounds] enabled = true: seeds are issued at "
+            "check-in, and only the round's capacity (clients_per_round) bounds how many seeds "
+            "one client can collect under many ids; enable [rounds] or set server_seeds = false",
+        ),
+        (
+            not (config.foltr_es_server_seeds and s.workload == "foltr-es" and config.proxies),
+            "[foltr_es] server_seeds = true cannot take [[proxies]]: a merged aggregate hides "
+            "its messages' seed tokens, so the server could not verify them; remove "
+            "[[proxies]] (proxies may forward binary batches, which carry each token) or set "
+            "server_seeds = false",
         ),
     ]
     for ok, message in rules:
@@ -461,7 +494,19 @@ def load_config(path: Path | None = None, **overrides: Any) -> ServerConfig:
             f"unknown section(s) {', '.join(unknown)}; known: {', '.join(_SECTIONS)}, "
             "metrics, branches, proxies"
         )
-    sections = {name: _section(name, cls, data.get(name, {})) for name, cls in _SECTIONS.items()}
+    if isinstance(data.get("server"), dict) and "max_update_norm" in data["server"]:
+        raise ConfigError(
+            "[server] max_update_norm is now norm_bound in the workload's section ([frecency] "
+            "or [fedavg] norm_bound = ...): one norm bound, applied by the aggregator, "
+            "optionally adaptive (norm_quantile); see docs/service.md, Robust aggregation"
+        )
+    also = {"foltr_es": ("server_seeds",)}
+    sections = {
+        name: _section(name, cls, data.get(name, {}), also.get(name, ()))
+        for name, cls in _SECTIONS.items()
+    }
+    foltr_table = data.get("foltr_es", {})  # a table: _section checked it
+    server_seeds = _typed("foltr_es", "server_seeds", foltr_table.get("server_seeds", False), bool)
     for key, value in overrides.items():
         if value is None:
             continue
@@ -479,6 +524,12 @@ def load_config(path: Path | None = None, **overrides: Any) -> ServerConfig:
     workload = sections["server"].workload
     metrics = _metrics(data["metrics"]) if "metrics" in data else METRIC_DEFAULTS.get(workload, ())
     proxies = _proxies(data["proxies"]) if "proxies" in data else ()
-    config = ServerConfig(branches=branches, metrics=metrics, proxies=proxies, **sections)
+    config = ServerConfig(
+        branches=branches,
+        metrics=metrics,
+        proxies=proxies,
+        foltr_es_server_seeds=server_seeds,
+        **sections,
+    )
     _check(config)
     return replace(config, frecency=config.frecency.resolved())

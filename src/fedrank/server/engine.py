@@ -12,6 +12,8 @@ Data flow of one iteration (ARCHITECTURE.md, Section 1)::
 
     message -> workload.parse -> queue -> store (durable) -> aggregator.accumulate_batch
     close: aggregator.finalize -> optimizer.update -> constraints.project -> store -> publish
+           -> strategy.next_zero (the next iteration's empty aggregate: an adaptive norm
+              bound moves here; a restart recomputes it from the stored final aggregate)
 """
 
 from __future__ import annotations
@@ -47,10 +49,13 @@ from fedrank.core.message import MessageBatch
 from fedrank.errors import ConfigError, FedrankError
 from fedrank.server.config import ServerConfig
 from fedrank.server.histogram import Histogram
+from fedrank.server.log_limit import RateLimit
+from fedrank.server.recent_ids import RecentIds
 from fedrank.server.store import Row, Store
 from fedrank.server.workloads import EMPTY, Parsed, Workload, make_workload
 
 log = logging.getLogger("fedrank.server")
+log.addFilter(RateLimit())  # a failure that repeats per request logs once per 10 s
 
 #: Most messages decided and committed in one transaction.
 MAX_GROUP = 4096
@@ -170,6 +175,10 @@ class Snapshot:
     opened_at: float
     updates_in_iteration: int
     paused: bool = False
+    #: The open iteration's norm bound (``[frecency]`` / ``[fedavg]`` ``norm_bound``, adapted
+    #: at every close with ``norm_quantile``); ``None`` without one. A proxy folds its
+    #: clients' messages from ``NormBounded`` states with this bound.
+    norm_bound: float | None = None
 
 
 @dataclass
@@ -270,9 +279,9 @@ class Engine:
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._resume()
         # The cyclic garbage collector scans every tracked container on a full collection,
-        # and ingestion allocates tens of thousands of them per batch: scanning the (ever
-        # larger) set of stored ids again and again would make ingestion slow down as the
-        # store grows. Freeze what start-up built (that set included) out of the scans; the
+        # and ingestion allocates tens of thousands of them per batch: scanning the
+        # remembered ids again and again would slow ingestion down as an iteration grows.
+        # Freeze what start-up built (those ids included) out of the scans; the
         # per-message objects are freed by reference counting.
         gc.freeze()
         self._thread = threading.Thread(target=self._run, name="fedrank-writer", daemon=True)
@@ -297,9 +306,11 @@ class Engine:
         self.iteration = iteration
         self.version = version
         self.opened_at = opened_at
-        self.ids = self.store.message_ids()
+        window = self.config.server.max_staleness + 1
+        self.ids = RecentIds(window, self.store.message_ids(iteration - window + 1))
+        self.ids.open(iteration)
         self.accepted_total = self.counted_total = 0  # set from the store after the replay
-        self.state = self.aggregator.zero()
+        self.state = self._iteration_zero(iteration)
         self.branch_stats: dict[str, dict[str, Any]] = {}
         self.updates_in_iteration = 0
         replayed = 0
@@ -546,17 +557,22 @@ class Engine:
         for k in np.flatnonzero(stale):
             status[k] = 409
             bodies[int(k)] = self._stale(int(msgs.versions[k]), oldest).body
+        full = self._beyond_capacity(msgs, status)
+        if full.size:
+            status[full] = 503
+            body = self._full_body()
+            bodies.update({int(k): body for k in full})
         for k, aggregate in msgs.aggregates.items():
-            if status[k] == 202 and not self._mergeable(aggregate):
+            problem = self._merge_problem(aggregate) if status[k] == 202 else None
+            if problem is not None:
                 status[k] = 422
-                detail = "merged with this iteration's aggregate it gives non-finite values"
-                bodies[k] = {"error": "invalid_aggregate", "detail": detail}
-        if stale.any() or any(b.get("error") == "invalid_aggregate" for b in bodies.values()):
+                bodies[k] = {"error": "invalid_aggregate", "detail": problem}
+        invalid = sum(1 for b in bodies.values() if b.get("error") == "invalid_aggregate")
+        if stale.any() or full.size or invalid:
             with self._stats_lock:
                 self.writer_rejected["stale"] += int(stale.sum())
-                self.writer_rejected["invalid_aggregate"] += sum(
-                    1 for b in bodies.values() if b.get("error") == "invalid_aggregate"
-                )
+                self.writer_rejected["iteration_full"] += int(full.size)
+                self.writer_rejected["invalid_aggregate"] += invalid
         accepted = np.flatnonzero(status == 202)
         try:
             if accepted.size:
@@ -610,12 +626,65 @@ class Engine:
             return {"status": "duplicate", "message_id": message_id}
         return {"status": "accepted", "message_id": message_id, "iteration": self.iteration}
 
-    def _mergeable(self, aggregate: Any) -> bool:
-        """Whether merging a proxy's state keeps the iteration's aggregate finite (a state
-        valid on its own can still merge into an overflow or a zero weight)."""
-        with np.errstate(all="ignore"):
-            merged = self.aggregator.merge(self.state, aggregate)
-            return bool(np.all(np.isfinite(self.aggregator.finalize(merged))))
+    def _merge_problem(self, aggregate: Any) -> str | None:
+        """Why a proxy's state cannot join the iteration's aggregate, or ``None``: a state
+        of another iteration's norm bound (the merge refuses it), or a merge into an
+        overflow or a zero weight (a state valid on its own can still do that)."""
+        try:
+            with np.errstate(all="ignore"):
+                merged = self.aggregator.merge(self.state, aggregate)
+                finite = bool(np.all(np.isfinite(self.aggregator.finalize(merged))))
+        except FedrankError as exc:
+            return f"it does not merge with this iteration's aggregate: {exc}"
+        if not finite:
+            return "merged with this iteration's aggregate it gives non-finite values"
+        return None
+
+    def _beyond_capacity(self, msgs: Messages, status: np.ndarray) -> np.ndarray:
+        """Positions of the messages still to accept (status 202) that the iteration's
+        aggregate has no room for: a median or trimmed mean keeps every update, up to its
+        ``max_rows`` (an update takes one row, a proxy's aggregate its ``count``, a ping
+        none). Refused before they are stored, so the aggregate never overflows."""
+        room = self.strategy.capacity(self.state)
+        if room is None:
+            return np.zeros(0, dtype=np.int64)
+        candidates = np.flatnonzero(status == 202)
+        kinds = msgs.kind_codes[candidates]
+        rows = np.where(kinds == PING, 0, np.where(kinds == UPDATE, 1, msgs.counts[candidates]))
+        return candidates[(rows > 0) & (np.cumsum(rows) > room)]
+
+    def _full_body(self) -> dict[str, Any]:
+        detail = (
+            f"iteration {self.iteration} holds as many updates as its aggregator keeps "
+            f"([{self.workload.name}] max_rows); retry after the iteration closes"
+        )
+        return {"error": "iteration_full", "detail": detail, "iteration": self.iteration}
+
+    def _iteration_zero(self, iteration: int) -> Any:
+        """The empty aggregate of ``iteration``. An aggregator that carries something from
+        one iteration to the next (an adaptive norm bound:
+        :class:`~fedrank.aggregators.norm_bounded.NormBounded`) continues from the final
+        aggregate the store kept when ``iteration - 1`` closed, so a restarted server uses
+        the bound it had; otherwise, and for the first iteration, the strategy's zero. A
+        stored aggregate of another configuration (the aggregator was changed between
+        runs) starts from the configured zero."""
+        if not self.strategy.carries_over:
+            return self.strategy.zero()
+        stored = self.store.closed_aggregate(iteration - 1)
+        if stored is None:
+            return self.strategy.zero()
+        try:
+            previous = self.aggregator.state_from_json(stored)
+        except FedrankError as exc:
+            log.warning(
+                "iteration %d starts from the configured aggregate: the one stored at the close "
+                "of iteration %d is of another configuration (%s)",
+                iteration,
+                iteration - 1,
+                exc,
+            )
+            return self.strategy.zero()
+        return self.strategy.next_zero(previous)
 
     def _stale(self, version: int, oldest: int) -> Outcome:
         detail = (
@@ -658,7 +727,7 @@ class Engine:
                         [mt for mt, take in zip(metrics, mine, strict=True) if take],
                         int(counts[mine & not_ping].sum()),
                     )
-        self.ids.update(_pick(msgs.ids, index, everything))
+        self.ids.add(self.iteration, _pick(msgs.ids, index, everything))
         self.accepted_total += int(accepted.size)
 
     def _fold_branch_stats(
@@ -685,6 +754,7 @@ class Engine:
             self.opened_at,
             self.updates_in_iteration,
             self.paused,
+            getattr(self.state, "bound", None),
         )
 
     def _branch_summary(self) -> dict[str, Any]:
@@ -747,7 +817,8 @@ class Engine:
         self.version += 1
         self.iteration += 1
         self.opened_at = time.time()
-        self.state = self.aggregator.zero()
+        self.ids.open(self.iteration)
+        self.state = self.strategy.next_zero(self.state)  # e.g. the adaptive norm bound
         with self._stats_lock:
             self.branch_stats = {}
         self.updates_in_iteration = 0

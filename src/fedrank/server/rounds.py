@@ -11,17 +11,28 @@ iteration (if enough reports arrived) and the next round starts.
 
 Selection lives in memory: after a restart the round starts afresh and clients check in
 again (their stored reports are not affected).
+
+With server-issued FOLtR-ES seeds (:mod:`fedrank.server.seeds`) the answer to a selected
+client also holds its ``seed`` and ``seed_token``. A client that checks in again gets the
+same seed while the model version is the same, and a seed of the new version once the model
+has moved on: one selection, one seed per version, so the round's capacity ``K`` bounds the
+seeds a client can collect in a round by checking in under many ids.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from fedrank.server.seeds import IssuedSeed
 
 
 @dataclass
 class Round:
-    """One round's selection: ``deadlines[client_id]`` and who has reported."""
+    """One round's selection: ``deadlines[client_id]`` and who has reported; with
+    ``issue_seed`` (server-issued FOLtR-ES seeds: a model version to a fresh
+    :class:`~fedrank.server.seeds.IssuedSeed`) also each selected client's seed."""
 
     number: int
     clients_per_round: int
@@ -29,6 +40,8 @@ class Round:
     deadlines: dict[str, float] = field(default_factory=dict)
     reported: set[str] = field(default_factory=set)
     pending: set[str] = field(default_factory=set)  # a report of theirs is being stored
+    issue_seed: Callable[[int], IssuedSeed] | None = None
+    seeds: dict[str, IssuedSeed] = field(default_factory=dict)
 
     def checkin(self, client_id: str, now: float, model_version: int) -> dict[str, Any]:
         """Select the client if the round has room (a client that checks in again gets the
@@ -45,12 +58,19 @@ class Round:
         return self._selected(client_id, model_version)
 
     def _selected(self, client_id: str, model_version: int) -> dict[str, Any]:
-        return {
+        answer: dict[str, Any] = {
             "selected": True,
             "round": self.number,
             "model_version": model_version,
             "deadline": self.deadlines[client_id],
         }
+        if self.issue_seed is not None:
+            issued = self.seeds.get(client_id)
+            if issued is None or issued.model_version != model_version:
+                issued = self.seeds[client_id] = self.issue_seed(model_version)
+            answer["seed"] = issued.seed
+            answer["seed_token"] = issued.token
+        return answer
 
     def refusal(self, client_id: str | None, now: float) -> tuple[str, str] | None:
         """``(code, reason)`` why a report from ``client_id`` cannot be accepted now, or

@@ -51,8 +51,10 @@ import pyarrow.parquet as pq
 
 from fedrank.errors import ConfigError
 from fedrank.optim.serialization import array_from_json, array_to_json
+from fedrank.server.log_limit import RateLimit
 
 log = logging.getLogger(__name__)
+log.addFilter(RateLimit())  # a failure that repeats per request logs once per 10 s
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -339,6 +341,16 @@ class Store:
             raise ConfigError(f"the store {self.directory} has no open iteration (corrupt?)")
         return int(row[0]), int(row[1]), float(row[2])
 
+    def closed_aggregate(self, iteration: int) -> dict[str, Any] | None:
+        """The final aggregator state (its JSON form) stored when ``iteration`` closed;
+        ``None`` if it is not closed. The engine starts the next iteration from it when the
+        aggregator carries something over (an adaptive norm bound)."""
+        row = self.db.execute(
+            "SELECT aggregate FROM iterations WHERE iteration = ? AND closed_at IS NOT NULL",
+            (iteration,),
+        ).fetchone()
+        return None if row is None or row[0] is None else json.loads(row[0])
+
     def closed_iterations(self) -> list[dict[str, Any]]:
         rows = self.db.execute(
             "SELECT iteration, model_version, opened_at, closed_at, n_updates, summary, reason "
@@ -391,8 +403,18 @@ class Store:
         )
         self.insert_group(first.iteration, first.received_at, messages, len(rows))
 
-    def message_ids(self) -> set[str]:
-        return {r[0] for r in self.db.execute("SELECT message_id FROM updates")}
+    def message_ids(self, since_iteration: int = 0) -> dict[int, set[str]]:
+        """The ids of the messages stored in iterations ``>= since_iteration``, by
+        iteration."""
+        out: dict[int, set[str]] = {}
+        cursor = self.db.execute(
+            "SELECT g.iteration, j.value ->> 0 FROM groups AS g, json_each(g.messages) AS j "
+            "WHERE g.iteration >= ?",
+            (since_iteration,),
+        )
+        for iteration, message_id in cursor:
+            out.setdefault(int(iteration), set()).add(message_id)
+        return out
 
     def iteration_groups(self, iteration: int) -> Iterator[list[list[Any]]]:
         """The stored groups of ``iteration``, each its list of messages (in order)."""

@@ -3,15 +3,25 @@ same chain the simulators run) and the wire formats of its messages.
 
 * ``frecency`` (Mozilla Sec. 4-5): ``{"gradient": [d floats], "n": int}``, or
   ``{"signs": base64}`` with 2-bit signs (binary form: the same bits); aggregated by
-  :class:`~fedrank.aggregators.gated_mean.GatedMean` or
+  :class:`~fedrank.aggregators.gated_mean.GatedMean` (or the median or trimmed mean, norm
+  bounded or not: ``[frecency] aggregator``, ``norm_bound``) or
   :class:`~fedrank.aggregators.sign_vote.SignVote`; Rprop, then the safeguards
   (:class:`~fedrank.strategies.frecency.FrecencyStrategy`).
 * ``foltr-es`` (FOLtR-ES Sec. 3): ``{"seed", "metric", "antithetic_metric"}`` (binary form:
   the 8 / 12-byte ES message); :class:`~fedrank.aggregators.es_gradient.ESGradient`
   (Eq. 6); Adam ascending the metric (:class:`~fedrank.strategies.foltr_es.FoltrEsStrategy`).
+  With server-issued seeds (``[foltr_es] server_seeds``, :mod:`fedrank.server.seeds`) the
+  payload also carries ``seed_token`` (64 hex characters), and the binary forms end in the
+  token's 32 bytes.
 * ``fedavg`` (FedPS Algorithm 1): ``{"delta": [d floats], "n": int}``;
-  :class:`~fedrank.aggregators.mean.WeightedMean`; the server learning rate times the mean
-  delta (:class:`~fedrank.strategies.fedavg.FedAvgStrategy`).
+  :class:`~fedrank.aggregators.mean.WeightedMean` (or a robust statistic, ``[fedavg]
+  aggregator``); the server learning rate times the aggregate delta
+  (:class:`~fedrank.strategies.fedavg.FedAvgStrategy`).
+
+Payloads are parsed as sent: a norm bound (``norm_bound``) is the aggregator's
+(:class:`~fedrank.aggregators.norm_bounded.NormBounded`), applied when the writer folds an
+update in, so a restart or a recovery that replays the stored payloads bounds them the
+same way again.
 
 A payload of ``{}`` is a metrics-only ping (control branches, or a search without an
 update): it is stored and summarized, never aggregated. Every check raises
@@ -32,8 +42,8 @@ import numpy as np
 from fedrank.core.codec import ES_MESSAGE_SIZES, decode_es_message, pack_signs, unpack_signs
 from fedrank.core.message import MessageBatch
 from fedrank.errors import CodecError, FedrankError
-from fedrank.privacy.clipping import clip_l2
 from fedrank.server.config import ServerConfig
+from fedrank.server.seeds import TOKEN_BYTES, TOKEN_HEX, token_from_hex
 from fedrank.strategies.base import Strategy
 from fedrank.strategies.fedavg import FedAvgStrategy
 from fedrank.strategies.foltr_es import FoltrEsStrategy
@@ -41,19 +51,29 @@ from fedrank.strategies.frecency import FrecencyStrategy
 
 
 class PayloadError(FedrankError, ValueError):
-    """An update the server refuses; ``str(err)`` is the reason sent to the client."""
+    """An update the server refuses; ``str(err)`` is the reason sent to the client and
+    ``code`` the error code it is answered with (422)."""
+
+    code = "invalid_payload"
+
+
+class SeedTokenError(PayloadError):
+    """A FOLtR-ES update whose ``seed_token`` is malformed (:mod:`fedrank.server.seeds`)."""
+
+    code = "bad_seed_token"
 
 
 @dataclass(frozen=True)
 class Parsed:
     """A validated payload. ``vector`` for frecency and FedAvg, ``seed`` / ``metric`` /
-    ``antithetic`` for ES; ``weight`` is the message's ``n``; ``empty`` marks a
-    metrics-only ping."""
+    ``antithetic`` (and the raw ``seed_token`` of a server-issued seed, if sent) for ES;
+    ``weight`` is the message's ``n``; ``empty`` marks a metrics-only ping."""
 
     vector: np.ndarray | None = None
     seed: int = 0
     metric: float = 0.0
     antithetic: float | None = None
+    seed_token: bytes | None = None
     weight: float = 1.0
     empty: bool = False
 
@@ -110,13 +130,6 @@ def _count(value: Any, limit: int) -> float:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
         raise PayloadError(f"n must be an integer in 1..{limit} ([server] max_n), got {value!r}")
     return float(value)
-
-
-def _bounded(vectors: np.ndarray, max_norm: float) -> np.ndarray:
-    """Updates scaled down to L2 norm ``max_norm`` (``[server] max_update_norm``; 0: as
-    sent). The stored payload stays as sent; a restart or a recovery re-parses it, so the
-    bound applies the same way again."""
-    return vectors if max_norm == 0 else clip_l2(vectors, max_norm)
 
 
 def _keys(payload: dict[str, Any], allowed: set[str], required: set[str]) -> None:
@@ -209,14 +222,13 @@ class FrecencyWorkload(Workload):
         self.section = config.frecency
         self.strategy = FrecencyStrategy(config.frecency)
         self.max_n = config.max_n
-        self.max_norm = config.server.max_update_norm
 
     def parse(self, payload: dict[str, Any]) -> Parsed:
         if self.section.message == "full":
             _keys(payload, {"gradient", "n"}, {"gradient"})
             if "signs" in payload:
                 raise PayloadError("this server takes full gradients ([frecency] message = full)")
-            vec = _bounded(_finite_vector(payload["gradient"], self.dim, "gradient"), self.max_norm)
+            vec = _finite_vector(payload["gradient"], self.dim, "gradient")
             return Parsed(vector=vec, weight=_count(payload.get("n", 1), self.max_n))
         _keys(payload, {"signs", "n"}, {"signs"})
         raw = payload["signs"]
@@ -289,14 +301,21 @@ class FrecencyWorkload(Workload):
         keys = {"gradient", "n"}
         if not all(p.keys() <= keys and "gradient" in p for p in payloads):
             raise PayloadError("payload fields")
-        vectors = _bounded(_vectors([p["gradient"] for p in payloads], self.dim, "gradient"),
-                           self.max_norm)  # fmt: skip
+        vectors = _vectors([p["gradient"] for p in payloads], self.dim, "gradient")
         weights = _counts([p.get("n", 1) for p in payloads], self.max_n)
         return MessageBatch(len(payloads), vector=vectors, weight=weights)
 
 
 class FoltrEsWorkload(Workload):
-    """FOLtR-ES (Kharitonov 2019, Section 3)."""
+    """FOLtR-ES (Kharitonov 2019, Section 3).
+
+    A payload may carry ``seed_token`` (the server-issued seed's token,
+    :mod:`fedrank.server.seeds`): its format is checked here, whether the server issues
+    seeds or not, so that updates stored under either setting are read back alike after a
+    restart; whether a token is required, and whether it vouches for the seed, is decided by
+    the front door (:mod:`fedrank.server.app`). The binary forms carry the token only when
+    the server issues seeds: the 8 / 12-byte ES message, then its :data:`TOKEN_BYTES` bytes.
+    """
 
     name = "foltr-es"
 
@@ -304,11 +323,12 @@ class FoltrEsWorkload(Workload):
         self.section = config.foltr_es
         self.strategy = FoltrEsStrategy(config.foltr_es)
         self.max_n = config.max_n
+        self.server_seeds = config.foltr_es_server_seeds
 
     def parse(self, payload: dict[str, Any]) -> Parsed:
         anti = self.section.antithetic
         required = {"seed", "metric", "antithetic_metric"} if anti else {"seed", "metric"}
-        _keys(payload, {"seed", "metric", "antithetic_metric"}, required)
+        _keys(payload, {"seed", "metric", "antithetic_metric", "seed_token"}, required)
         if not anti and "antithetic_metric" in payload:
             raise PayloadError(
                 "this server does not use antithetic variates; drop antithetic_metric"
@@ -319,7 +339,17 @@ class FoltrEsWorkload(Workload):
         values = [self._metric(payload["metric"], "metric")]
         if anti:
             values.append(self._metric(payload["antithetic_metric"], "antithetic_metric"))
-        return Parsed(seed=seed, metric=values[0], antithetic=values[1] if anti else None)
+        token = None
+        if "seed_token" in payload:
+            token = token_from_hex(payload["seed_token"])
+            if token is None:
+                raise SeedTokenError(
+                    f"seed_token must be the {TOKEN_HEX} lowercase hex characters your check-in "
+                    "(POST /v1/checkin) returned"
+                )
+        return Parsed(
+            seed=seed, metric=values[0], antithetic=values[1] if anti else None, seed_token=token
+        )
 
     @staticmethod
     def _metric(value: Any, name: str) -> float:
@@ -334,31 +364,43 @@ class FoltrEsWorkload(Workload):
         return float(value)
 
     def parse_binary(self, body: bytes) -> Parsed:
-        size = ES_MESSAGE_SIZES[1] if self.section.antithetic else ES_MESSAGE_SIZES[0]
+        size = self.record_size
         if len(body) != size:
-            raise PayloadError(f"an ES message here is {size} bytes, got {len(body)}")
+            token = f" (the message, then its {TOKEN_BYTES}-byte seed token)"
+            raise PayloadError(
+                f"an ES message here is {size} bytes{token if self.server_seeds else ''}, "
+                f"got {len(body)}"
+            )
+        message = body[: size - TOKEN_BYTES] if self.server_seeds else body
         try:
-            m = decode_es_message(body)
+            m = decode_es_message(message)
         except CodecError as exc:
             raise PayloadError(str(exc)) from exc
-        payload = {"seed": m.seed, "metric": m.metric}
+        payload: dict[str, Any] = {"seed": m.seed, "metric": m.metric}
         if m.antithetic_metric is not None:
             payload["antithetic_metric"] = m.antithetic_metric
+        if self.server_seeds:
+            payload["seed_token"] = body[size - TOKEN_BYTES :].hex()
         return self.parse(payload)
 
     def stored_payload(self, parsed: Parsed) -> dict[str, Any]:
         out: dict[str, Any] = {"seed": parsed.seed, "metric": parsed.metric}
         if parsed.antithetic is not None:
             out["antithetic_metric"] = parsed.antithetic
+        if parsed.seed_token is not None:
+            out["seed_token"] = parsed.seed_token.hex()
         return out
 
     @property
     def record_size(self) -> int:  # type: ignore[override]
-        return ES_MESSAGE_SIZES[1] if self.section.antithetic else ES_MESSAGE_SIZES[0]
+        size = ES_MESSAGE_SIZES[1] if self.section.antithetic else ES_MESSAGE_SIZES[0]
+        return size + (TOKEN_BYTES if self.server_seeds else 0)
 
     def parse_binary_batch(self, records: bytes) -> tuple[MessageBatch, list[dict[str, Any]]]:
         anti = self.section.antithetic
         fields = [("seed", "<u4"), ("metric", "<f4")] + ([("anti", "<f4")] if anti else [])
+        if self.server_seeds:
+            fields.append(("token", f"V{TOKEN_BYTES}"))
         rows = np.frombuffer(records, dtype=np.dtype(fields))
         metric = rows["metric"].astype(np.float64)
         columns = {"metric": metric}
@@ -380,6 +422,10 @@ class FoltrEsWorkload(Workload):
             ]
         else:
             payloads = [{"seed": a, "metric": b} for a, b in zip(seeds, metrics, strict=True)]
+        if self.server_seeds:
+            size = self.record_size
+            for k, p in enumerate(payloads):
+                p["seed_token"] = records[(k + 1) * size - TOKEN_BYTES : (k + 1) * size].hex()
         return MessageBatch(len(rows), seed=rows["seed"].astype(np.uint64), **columns), payloads
 
     def columns(self, items: list[Parsed]) -> MessageBatch:
@@ -392,6 +438,13 @@ class FoltrEsWorkload(Workload):
         )
 
     def payloads_of(self, batch: MessageBatch) -> list[dict[str, Any]]:
+        if self.server_seeds:
+            raise SeedTokenError(
+                "a columnar batch carries no seed_token per message, and this server issues "
+                "seeds ([foltr_es] server_seeds): send {'messages': [...]} with a seed_token "
+                f"in each payload, or a binary batch whose records end in their {TOKEN_BYTES}-"
+                "byte tokens"
+            )
         anti = self.section.antithetic
         _only_columns(batch, {"seed", "metric", "antithetic"} if anti else {"seed", "metric"},
                       self.name)  # fmt: skip
@@ -439,12 +492,11 @@ class FedAvgWorkload(Workload):
         self.section = config.fedavg
         self.strategy = FedAvgStrategy(config.fedavg)
         self.max_n = config.max_n
-        self.max_norm = config.server.max_update_norm
 
     def parse(self, payload: dict[str, Any]) -> Parsed:
         _keys(payload, {"delta", "n"}, {"delta", "n"})
         return Parsed(
-            vector=_bounded(_finite_vector(payload["delta"], self.dim, "delta"), self.max_norm),
+            vector=_finite_vector(payload["delta"], self.dim, "delta"),
             weight=_count(payload["n"], self.max_n),
         )
 
@@ -457,9 +509,7 @@ class FedAvgWorkload(Workload):
     def parse_batch(self, payloads: list[dict[str, Any]]) -> MessageBatch:
         if not all(p.keys() == {"delta", "n"} for p in payloads):
             raise PayloadError("payload fields")
-        vectors = _bounded(
-            _vectors([p["delta"] for p in payloads], self.dim, "delta"), self.max_norm
-        )
+        vectors = _vectors([p["delta"] for p in payloads], self.dim, "delta")
         return MessageBatch(
             len(payloads), vector=vectors, weight=_counts([p["n"] for p in payloads], self.max_n)
         )

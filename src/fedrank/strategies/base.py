@@ -13,20 +13,100 @@ runner, every experiment -- calls it, so a change to a system's learning rule is
 and is the same in process, over HTTP and on a cluster. Transport (HTTP, the proxy
 hierarchy, Dask) lives elsewhere; a strategy never does I/O (the style of Flower's
 strategies, without their inheritance chains).
+
+Robust aggregation wraps a strategy's aggregator the same way everywhere
+(:func:`build_aggregator`): the coordinate-wise median or trimmed mean
+(:mod:`fedrank.aggregators.robust`) in place of the mean, and a fixed or adaptive L2 bound
+on every update (:class:`~fedrank.aggregators.norm_bounded.NormBounded`). An adaptive bound
+is carried from one iteration to the next, so every caller starts an iteration with
+:meth:`Strategy.next_zero` of the previous one's final state (:meth:`Strategy.zero` for the
+first).
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
+from fedrank.aggregators.norm_bounded import NormBounded
+from fedrank.aggregators.robust import CoordinateMedian, TrimmedMean
 from fedrank.core.message import MessageBatch
 from fedrank.core.protocols import Aggregator, Optimizer
-from fedrank.errors import FedrankError
+from fedrank.errors import ConfigError, FedrankError
 from fedrank.optim.constraints import ConstraintChain
+
+#: The robust aggregators a vector strategy offers besides its own mean.
+ROBUST_AGGREGATORS: tuple[str, ...] = ("median", "trimmed-mean")
+
+
+def check_aggregation(
+    aggregator: str,
+    choices: tuple[str, ...],
+    trim: float,
+    norm_bound: float,
+    norm_quantile: float | None,
+    max_rows: int,
+) -> None:
+    """Validate the aggregation settings a strategy config shares (``aggregator``, one of
+    ``choices``; ``trim``; ``norm_bound``; ``norm_quantile``; ``max_rows``); raises
+    :class:`~fedrank.errors.ConfigError` naming the key and the allowed values."""
+    if aggregator not in choices:
+        raise ConfigError(f"aggregator must be one of {', '.join(choices)}, got {aggregator!r}")
+    if isinstance(trim, bool) or not isinstance(trim, int | float) or not 0 <= trim < 0.5:
+        raise ConfigError(
+            f"trim (the trimmed mean's fraction dropped from each end) must lie in [0, 0.5), "
+            f"got {trim!r}"
+        )
+    if not (isinstance(norm_bound, int | float) and math.isfinite(norm_bound) and norm_bound >= 0):
+        raise ConfigError(
+            f"norm_bound (the L2 bound of every update) must be a finite number >= 0 "
+            f"(0: none), got {norm_bound!r}"
+        )
+    if norm_quantile is not None:
+        if not (isinstance(norm_quantile, int | float) and 0 < norm_quantile < 1):
+            raise ConfigError(
+                f"norm_quantile (the quantile of the update norms the adaptive bound tracks) "
+                f"must lie in (0, 1), got {norm_quantile!r}"
+            )
+        if norm_bound == 0:
+            raise ConfigError(
+                "norm_quantile adapts the norm bound from its start norm_bound: set "
+                "norm_bound > 0 (near the typical update norm), or drop norm_quantile"
+            )
+    if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
+        raise ConfigError(
+            f"max_rows (most updates a median or trimmed mean holds per iteration) must be "
+            f"an integer >= 1, got {max_rows!r}"
+        )
+
+
+def build_aggregator(
+    mean: Aggregator[Any],
+    aggregator: str,
+    dim: int,
+    trim: float,
+    norm_bound: float,
+    norm_quantile: float | None,
+    max_rows: int,
+) -> Aggregator[Any]:
+    """The aggregator of a vector strategy: its own ``mean`` (any ``aggregator`` name but
+    ``median`` and ``trimmed-mean``), the coordinate-wise median or the trimmed mean (Yin
+    et al. 2018), wrapped in :class:`~fedrank.aggregators.norm_bounded.NormBounded`
+    (Andrew et al. 2021) when ``norm_bound > 0``."""
+    inner: Aggregator[Any]
+    if aggregator == "median":
+        inner = CoordinateMedian(dim, max_rows=max_rows)
+    elif aggregator == "trimmed-mean":
+        inner = TrimmedMean(dim, trim=trim, max_rows=max_rows)
+    else:
+        inner = mean
+    if norm_bound > 0:
+        return NormBounded(inner, bound=norm_bound, quantile=norm_quantile)
+    return inner
 
 
 class SafeguardError(FedrankError):
@@ -76,6 +156,31 @@ class Strategy(ABC):
     def init(self, params: np.ndarray) -> Any:
         """The optimizer chain's state for ``params``."""
         return self.optimizer.init(params)
+
+    def zero(self) -> Any:
+        """The empty aggregate of the first iteration."""
+        return self.aggregator.zero()
+
+    def next_zero(self, state: Any) -> Any:
+        """The empty aggregate of the iteration after the one whose final aggregate is
+        ``state``: what the aggregator carries over (an adaptive norm bound,
+        :meth:`NormBounded.next_zero <fedrank.aggregators.norm_bounded.NormBounded.
+        next_zero>`), else :meth:`zero`. Every caller that closes an iteration starts the
+        next one with it."""
+        carry = getattr(self.aggregator, "next_zero", None)
+        return self.aggregator.zero() if carry is None else carry(state)
+
+    @property
+    def carries_over(self) -> bool:
+        """Whether :meth:`next_zero` depends on the previous iteration (then a server that
+        restarts needs the last closed iteration's final aggregate)."""
+        return bool(getattr(self.aggregator, "adaptive", False))
+
+    def capacity(self, state: Any) -> int | None:
+        """How many more messages ``state`` can fold in (the robust statistics keep every
+        update, up to ``max_rows``); ``None``: no limit."""
+        room = getattr(self.aggregator, "capacity", None)
+        return None if room is None else room(state)
 
     def accumulate(self, state: Any, batch: MessageBatch) -> Any:
         """Fold a batch of messages into the aggregator ``state`` in one vectorized call;

@@ -14,6 +14,11 @@ as the optimizer chain ``Chain(Scale(-1), SGD(eta_s))``: the mean delta points d
 the chain turns it into the uphill update SGD descends. Algorithm 1 is ``eta_s = 1``; a
 larger server step size is FedAvg with a server learning rate (Reddi et al. 2021). No
 constraints.
+
+Against poisoning the mean can be replaced by the coordinate-wise median or trimmed mean of
+the deltas (Yin et al. 2018; unweighted, since ``n_j`` is client-reported), and every delta
+bounded in L2 norm, fixed or adaptively (Andrew et al. 2021):
+:func:`~fedrank.strategies.base.build_aggregator`.
 """
 
 from __future__ import annotations
@@ -26,7 +31,15 @@ from fedrank.aggregators.mean import WeightedMean
 from fedrank.errors import ConfigError
 from fedrank.optim.chain import Chain, Scale
 from fedrank.optim.sgd import SGD
-from fedrank.strategies.base import Strategy
+from fedrank.strategies.base import (
+    ROBUST_AGGREGATORS,
+    Strategy,
+    build_aggregator,
+    check_aggregation,
+)
+
+#: ``mean`` (FedAvg's weighted mean, Algorithm 1) or a robust statistic of the deltas.
+AGGREGATORS: tuple[str, ...] = ("mean", *ROBUST_AGGREGATORS)
 
 
 @dataclass(frozen=True)
@@ -36,10 +49,24 @@ class FedAvgConfig:
     Attributes:
         dim: number of shared parameters.
         server_learning_rate: ``eta_s`` (Algorithm 1: 1).
+        aggregator: ``mean`` (default: the ``n_j``-weighted mean), ``median`` or
+            ``trimmed-mean`` (coordinate-wise, unweighted: Yin et al. 2018).
+        trim: the trimmed mean's fraction dropped from each end, in [0, 0.5) (0.1).
+        norm_bound: every delta is scaled down to this L2 norm before aggregation (0, the
+            default: not bounded); with ``norm_quantile`` the first iteration's bound.
+        norm_quantile: adapt the bound every iteration towards this quantile of the delta
+            norms, in (0, 1) (Andrew et al. 2021; ``None``: a fixed bound).
+        max_rows: most deltas one iteration's median or trimmed mean holds (it keeps them
+            all, exactly: memory ``max_rows x dim x 8`` bytes).
     """
 
     dim: int = 100
     server_learning_rate: float = 1.0
+    aggregator: str = "mean"
+    trim: float = 0.1
+    norm_bound: float = 0.0
+    norm_quantile: float | None = None
+    max_rows: int = 100_000
 
     def __post_init__(self) -> None:
         if isinstance(self.dim, bool) or not isinstance(self.dim, int) or self.dim < 1:
@@ -47,6 +74,10 @@ class FedAvgConfig:
         lr = self.server_learning_rate
         if not (np.isfinite(lr) and lr > 0):
             raise ConfigError(f"server_learning_rate must be > 0, got {lr}")
+        check_aggregation(
+            self.aggregator, AGGREGATORS, self.trim, self.norm_bound, self.norm_quantile,
+            self.max_rows,
+        )  # fmt: skip
 
 
 class FedAvgStrategy(Strategy):
@@ -68,7 +99,10 @@ class FedAvgStrategy(Strategy):
                 f"the initial model must have shape ({config.dim},), got {np.shape(initial)}"
             )
         self._initial = np.zeros(config.dim) if initial is None else np.array(initial)
-        self.aggregator = WeightedMean(config.dim)
+        self.aggregator = build_aggregator(
+            WeightedMean(config.dim), config.aggregator, config.dim, config.trim,
+            config.norm_bound, config.norm_quantile, config.max_rows,
+        )  # fmt: skip
         self.optimizer = Chain(Scale(-1.0), SGD(learning_rate=config.server_learning_rate))
 
     def initial_params(self) -> np.ndarray:

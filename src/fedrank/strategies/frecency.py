@@ -9,6 +9,11 @@ Suggestions*, Sections 4-5): the chain of the system, built once from its config
   (:class:`~fedrank.aggregators.sign_vote.SignVote`), steps Rprop (Sec. 5.3; SGD and Adam
   as the paper's foils) on the aggregate -- the clients' gradients point uphill, as every
   optimizer here expects -- and applies the safeguards (Sec. 5.6).
+* Against poisoning (beyond the paper): full gradients can instead be aggregated by the
+  coordinate-wise median or trimmed mean (Yin et al. 2018), and bounded in L2 norm, fixed
+  or adaptively (Andrew et al. 2021): ``aggregator``, ``trim``, ``norm_bound``,
+  ``norm_quantile`` (:func:`~fedrank.strategies.base.build_aggregator`). Sign messages
+  are votes already (one per client and weight) and keep the sign vote.
 
 Two settings: ``paper`` (the text: Rprop with Igel & Huesken's factors, the Sec. 5.6
 safeguards, a significance gate of 2 standard errors) and ``mozilla-deployed`` (the study's
@@ -40,12 +45,20 @@ from fedrank.optim.adam import Adam
 from fedrank.optim.rprop import Rprop
 from fedrank.optim.sgd import SGD
 from fedrank.privacy.sign import SignCompressor
-from fedrank.strategies.base import Strategy
+from fedrank.strategies.base import (
+    ROBUST_AGGREGATORS,
+    Strategy,
+    build_aggregator,
+    check_aggregation,
+)
 
 SETTINGS: tuple[str, ...] = ("paper", "mozilla-deployed")
 MESSAGES: tuple[str, ...] = ("full", "sign")
 OPTIMIZERS: tuple[str, ...] = ("rprop", "sgd", "adam")
 SCORE_SCALES: tuple[str, ...] = ("log", "raw")
+#: ``gated-mean`` (the paper's mean, gated by ``significance_z``; the sign vote for sign
+#: messages), or a robust statistic of full gradients.
+AGGREGATORS: tuple[str, ...] = ("gated-mean", *ROBUST_AGGREGATORS)
 
 #: Rprop hyperparameters of each setting: the paper's text (Sec. 5.3, Igel & Huesken's
 #: usual factors, steps bounded by the safeguards' 3 points) and the deployed server's
@@ -72,8 +85,19 @@ class FrecencyConfig:
         setting: ``paper`` or ``mozilla-deployed`` (module docstring).
         message: ``full`` float gradients or ``sign`` (2 bits per weight, Sec. 5.3).
         optimizer: ``rprop`` (the paper), ``sgd`` or ``adam``.
-        significance_z: the aggregator's per-weight gate in standard errors (``None``: 2
-            under ``paper``, 0 -- the plain mean -- under ``mozilla-deployed``).
+        significance_z: the gated mean's and the sign vote's per-weight gate in standard
+            errors (``None``: 2 under ``paper``, 0 -- the plain mean -- under
+            ``mozilla-deployed``); unused by ``median`` and ``trimmed-mean``.
+        aggregator: ``gated-mean`` (default; the sign vote for sign messages), ``median``
+            or ``trimmed-mean`` (coordinate-wise, unweighted: Yin et al. 2018; full
+            messages only).
+        trim: the trimmed mean's fraction dropped from each end, in [0, 0.5) (0.1).
+        norm_bound: every full gradient is scaled down to this L2 norm before aggregation
+            (0, the default: not bounded); with ``norm_quantile`` the first iteration's bound.
+        norm_quantile: adapt the bound every iteration towards this quantile of the
+            gradient norms, in (0, 1) (Andrew et al. 2021; ``None``: a fixed bound).
+        max_rows: most gradients one iteration's median or trimmed mean holds (it keeps
+            them all, exactly: memory ``max_rows x d x 8`` bytes).
         eta_plus, eta_minus, step_init, step_min, step_max: Rprop (``None``: the setting's,
             :data:`RPROP_SETTINGS`).
         learning_rate: SGD / Adam step size.
@@ -89,6 +113,11 @@ class FrecencyConfig:
     message: str = "full"
     optimizer: str = "rprop"
     significance_z: float | None = None
+    aggregator: str = "gated-mean"
+    trim: float = 0.1
+    norm_bound: float = 0.0
+    norm_quantile: float | None = None
+    max_rows: int = 100_000
     eta_plus: float | None = None
     eta_minus: float | None = None
     step_init: float | None = None
@@ -132,6 +161,21 @@ class FrecencyConfig:
             _positive(name, getattr(self, name))
         if not 0 < self.decay_rate <= 1:
             raise ConfigError(f"decay_rate must be in (0, 1], got {self.decay_rate}")
+        check_aggregation(
+            self.aggregator, AGGREGATORS, self.trim, self.norm_bound, self.norm_quantile,
+            self.max_rows,
+        )  # fmt: skip
+        if self.message == "sign" and self.aggregator != "gated-mean":
+            raise ConfigError(
+                f"aggregator {self.aggregator} needs full gradients (message = full); sign "
+                "messages are aggregated by the sign vote: use aggregator = gated-mean"
+            )
+        if self.message == "sign" and self.norm_bound:
+            raise ConfigError(
+                "norm_bound applies to full gradients; sign messages are votes of -1, 0, +1 "
+                "(one per client and weight, bounded already): set norm_bound = 0, or use "
+                "message = full"
+            )
 
     @classmethod
     def from_view(cls, view: dict[str, Any]) -> FrecencyConfig:
@@ -166,8 +210,13 @@ class FrecencyStrategy(Strategy):
         self.scorer: type[PageScorer] = page_scorer(c.model)
         self.dim = len(self.scorer.names)
         z = float(c.significance_z)
-        full = c.message == "full"
-        self.aggregator = GatedMean(self.dim, z=z) if full else SignVote(self.dim, z=z)
+        if c.message == "full":
+            self.aggregator = build_aggregator(
+                GatedMean(self.dim, z=z), c.aggregator, self.dim, c.trim, c.norm_bound,
+                c.norm_quantile, c.max_rows,
+            )  # fmt: skip
+        else:
+            self.aggregator = SignVote(self.dim, z=z)
         if c.optimizer == "rprop":
             self.optimizer = Rprop(c.eta_plus, c.eta_minus, c.step_init, c.step_min, c.step_max)
         elif c.optimizer == "sgd":

@@ -91,6 +91,7 @@ from fedrank.privacy import kl_settings
 from fedrank.privacy import profile_kl as kl
 from fedrank.privacy.cover_queries import CoverQueryGenerator
 from fedrank.retrieval.candidates import UserData, build_users
+from fedrank.simulation.attacks import Attack, FedPSAttacker
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -232,6 +233,7 @@ class FedPSResult:
     data: dict[str, Any] = field(default_factory=dict)
     per_query: np.ndarray | None = None
     event_ids: np.ndarray | None = None
+    attack: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -247,6 +249,7 @@ class FedPSResult:
             "communication": self.communication,
             "details": self.details,
             "data": self.data,
+            **({"attack": self.attack} if self.attack else {}),
         }
 
 
@@ -457,11 +460,13 @@ def train_federated(
     progress: Progress | None = None,
     observer: MessageObserver | None = None,
     dask: Client | None = None,
+    attacker: FedPSAttacker | None = None,
 ) -> tuple[_Evaluator, FederatedRun]:
     """FedPSFlat or FedPSProxy training (Algorithm 1; Sec. 3.4), evaluated
     ``evals_per_round`` times per round with early stopping. The clients run in this
     process, or with ``dask`` in blocks on the cluster's workers (same result bit for bit,
-    :mod:`fedrank.experiments.fedps.clients`)."""
+    :mod:`fedrank.experiments.fedps.clients`). ``attacker``: some users poison their
+    deltas (:mod:`fedrank.simulation.attacks`)."""
     seeds = _seeds(settings.seed)
     model_kwargs = _model_kwargs(data, True, seeds["model"], settings)
     server = FedPSServer(
@@ -509,6 +514,8 @@ def train_federated(
             hierarchy = ProxyRound(server.aggregator, federation.topology) if proxy else None
             state = server.aggregator.zero()
             messages = clients.local_updates(parameters, sampled.tolist(), server.version)
+            if attacker is not None:
+                messages = attacker.apply(run.steps, sampled, messages, parameters)
             for c, is_late, message in zip(sampled.tolist(), late.tolist(), messages, strict=True):
                 if observer is not None:
                     observer(c, message)
@@ -637,14 +644,30 @@ def run_fedps(
     progress: Progress | None = None,
     observer: MessageObserver | None = None,
     dask: Client | None = None,
+    attack: Attack | None = None,
 ) -> FedPSResult:
     """Run one mode on prepared data (see the module docstring). Sets torch to one thread
     (the per-batch work is small; competing OpenMP threads only slow it down). With
     ``dask``, a federated run's clients train on the cluster's workers (the same result;
     :mod:`fedrank.experiments.fedps.clients`) and FedPSFlat's cover queries, needed only
-    for the KL measure, are computed here meanwhile."""
+    for the KL measure, are computed here meanwhile. ``attack`` (flat and proxy modes): a
+    fixed share of the users is malicious (:class:`~fedrank.simulation.attacks.
+    FedPSAttacker`); the result records it under ``attack``."""
+    attacker = None
+    if attack is not None and attack.active:
+        if settings.mode not in ("flat", "proxy"):
+            raise ConfigError(
+                f"attacks poison the clients' updates of a federated run (flat, proxy); mode "
+                f"{settings.mode} has none"
+            )
+        attacker = FedPSAttacker(
+            attack, len(data.users), settings.seed, settings.server_learning_rate
+        )
     with contextlib.ExitStack() as stack:
-        return _run_fedps(data, settings, progress, observer, dask, stack)
+        result = _run_fedps(data, settings, progress, observer, dask, stack, attacker)
+    if attacker is not None:
+        result.attack = attacker.log.to_json()
+    return result
 
 
 def _run_fedps(
@@ -654,6 +677,7 @@ def _run_fedps(
     observer: MessageObserver | None,
     dask: Client | None,
     stack: contextlib.ExitStack,
+    attacker: FedPSAttacker | None = None,
 ) -> FedPSResult:
     start = time.perf_counter()
     torch.set_num_threads(1)
@@ -697,7 +721,7 @@ def _run_fedps(
     elif mode in ("flat", "proxy"):
         federation = make_federation(users, settings)
         evaluator, fed = train_federated(
-            data, users, settings, federation, upload, progress, observer, dask
+            data, users, settings, federation, upload, progress, observer, dask, attacker
         )
         steps = fed.steps
         received = fed.received
@@ -790,16 +814,19 @@ def run_seeds(
     *,
     progress: Progress | None = None,
     dask: Client | None = None,
+    attack: Attack | None = None,
 ) -> SeededResults:
     """:func:`run_fedps` once per training seed (the data stay the same); ``dask``: run the
-    federated modes' clients on that cluster."""
+    federated modes' clients on that cluster; ``attack``: poison each run's updates."""
     if not seeds:
         raise ConfigError("give at least one seed")
     if len(set(seeds)) != len(seeds):
         raise ConfigError(f"seeds must be distinct, got {list(seeds)}")
     return SeededResults(
         [
-            run_fedps(data, replace(settings, seed=int(s)), progress=progress, dask=dask)
+            run_fedps(
+                data, replace(settings, seed=int(s)), progress=progress, dask=dask, attack=attack
+            )
             for s in seeds
         ]
     )

@@ -51,6 +51,7 @@ from fedrank.models.click_models import CLICK_MODEL_NAMES, click_model, grades_o
 from fedrank.models.rankers import RANKER_NAMES, Ranker, make_ranker
 from fedrank.privacy.laplace import DistributedLaplace, LocalLaplace
 from fedrank.privacy.randomized_response import RandomizedResponse
+from fedrank.simulation.attacks import Attack, FoltrAttacker
 from fedrank.strategies.fedavg import FedAvgConfig, FedAvgStrategy
 from fedrank.strategies.foltr_es import FoltrEsConfig, FoltrEsStrategy
 
@@ -173,6 +174,7 @@ class FoltrResult:
     epsilon: float | None = None
     wall_seconds: float = 0.0
     params: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+    attack: dict[str, Any] = field(default_factory=dict)
 
     @property
     def interactions_run(self) -> int:
@@ -193,6 +195,7 @@ class FoltrResult:
             if self.wall_seconds > 0
             else None,
             "final_params": self.params.tolist(),
+            **({"attack": self.attack} if self.attack else {}),
         }
 
 
@@ -208,10 +211,13 @@ def train_es(
     bank: QueryBank,
     progress: Callable[[int, int], None] | None = None,
     dask: Client | None = None,
+    attacker: FoltrAttacker | None = None,
 ) -> tuple[np.ndarray, list[float], float | None]:
     """FOLtR-ES training; returns ``(final params, batch MaxRR per iteration, epsilon)``.
     Client ``c`` of iteration ``t`` draws its numbers from ``ClientRandom(config.seed, t,
-    c)``; with ``dask`` the clients run on the cluster's workers, with the same result."""
+    c)``; with ``dask`` the clients run on the cluster's workers, with the same result.
+    ``attacker``: some clients' reports are poisoned, and the server refuses reports out
+    of MaxRR's range (:mod:`fedrank.simulation.attacks`)."""
     model = click_model(config.click_model, grades_of(bank.split.labels))
     privatizer = _privatizer(config, model.depth)
     estimator = ESEstimator(
@@ -230,6 +236,8 @@ def train_es(
         reports = clients.interact(theta, ClientRandom(config.seed, iteration, ids))
         curve.append(float(reports.maxrr.mean()))
         batch = MessageBatch.of_es(reports.seeds, reports.metric, reports.antithetic_metric)
+        if attacker is not None:
+            batch = attacker.es(iteration, theta, batch)
         agg = strategy.accumulate(aggregator.zero(), batch)
         step = strategy.server_step(agg, theta, state)
         theta, state = step.params, step.opt_state
@@ -244,12 +252,14 @@ def train_fpdgd(
     bank: QueryBank,
     progress: Callable[[int, int], None] | None = None,
     dask: Client | None = None,
+    attacker: FoltrAttacker | None = None,
 ) -> tuple[np.ndarray, list[float], float | None]:
     """FPDGD training; returns ``(final params, batch MaxRR per iteration, epsilon)``. The
     initial parameters come from a generator seeded by ``config.seed``; client ``c`` of
     iteration ``t`` draws its queries, rankings, clicks and noise from ``ClientRandom(
     config.seed, t, c)``; with ``dask`` the clients run on the cluster's workers, with the
-    same result."""
+    same result. ``attacker``: some clients' deltas are poisoned
+    (:mod:`fedrank.simulation.attacks`)."""
     rng = np.random.default_rng(np.random.SeedSequence(config.seed))
     model = click_model(config.click_model, grades_of(bank.split.labels))
     privatizer: LocalLaplace | DistributedLaplace | None = None
@@ -270,8 +280,11 @@ def train_fpdgd(
     curve: list[float] = []
     for iteration in range(config.iterations):
         reports = clients.train(theta, ClientRandom(config.seed, iteration, ids))
+        deltas = reports.deltas
+        if attacker is not None:
+            deltas = attacker.vectors(iteration, deltas)
         step = strategy.server_step(
-            strategy.accumulate(aggregator.zero(), MessageBatch.of_vectors(reports.deltas, n)),
+            strategy.accumulate(aggregator.zero(), MessageBatch.of_vectors(deltas, n)),
             theta,
             server_state,
         )
@@ -287,17 +300,23 @@ def run_foltr(
     fold: LetorFold,
     progress: Callable[[int, int], None] | None = None,
     dask: Client | None = None,
+    attack: Attack | None = None,
 ) -> FoltrResult:
     """Train on ``fold.train`` and evaluate the final model on its train and test queries
-    (``dask``: run the clients on that cluster's workers, with the same result)."""
+    (``dask``: run the clients on that cluster's workers, with the same result). ``attack``:
+    a share of each iteration's clients is malicious (:mod:`fedrank.simulation.attacks`);
+    the report then records the attack and its message counts under ``attack``."""
     train_bank = QueryBank(fold.train)
     test_bank = QueryBank(fold.test)
     ranker = make_ranker(config.ranker, fold.train.n_features)
+    attacker = None
+    if attack is not None and attack.active:
+        attacker = FoltrAttacker(attack, config.clients, config.seed, config.algorithm)
     start = time.perf_counter()
     if config.algorithm == "es":
-        theta, curve, epsilon = train_es(config, ranker, train_bank, progress, dask)
+        theta, curve, epsilon = train_es(config, ranker, train_bank, progress, dask, attacker)
     else:
-        theta, curve, epsilon = train_fpdgd(config, ranker, train_bank, progress, dask)
+        theta, curve, epsilon = train_fpdgd(config, ranker, train_bank, progress, dask, attacker)
     wall = time.perf_counter() - start
     model = click_model(config.click_model, grades_of(fold.train.labels))
     result = FoltrResult(
@@ -312,6 +331,7 @@ def run_foltr(
         epsilon=epsilon,
         wall_seconds=wall,
         params=theta,
+        attack={} if attacker is None else attacker.log.to_json(),
     )
     for split, bank in (("train", train_bank), ("test", test_bank)):
         quality = evaluate(

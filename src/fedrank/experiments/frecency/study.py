@@ -43,6 +43,7 @@ from fedrank.experiments.frecency.presets import hidden_weights
 from fedrank.experiments.frecency.stability import subsample_l1_distances
 from fedrank.experiments.stats import compare_branches_by_user, intra_user_correlation
 from fedrank.models.frecency.scorer import page_scorer
+from fedrank.simulation.attacks import Attack, FrecencyAttacker
 from fedrank.simulation.frecency_world import (
     BRANCHES,
     TREATMENT,
@@ -51,10 +52,13 @@ from fedrank.simulation.frecency_world import (
     Searches,
 )
 from fedrank.simulation.urlbar import SearchBatch, TypingModel, UrlbarConfig
+from fedrank.strategies.base import Strategy
 from fedrank.strategies.frecency import FrecencyConfig, FrecencyStrategy
 
 if TYPE_CHECKING:
     from distributed import Client
+
+    from fedrank.strategies.dp import DPConfig, DPStrategy
 
 WORLDS: tuple[str, ...] = ("synthetic", "aol")
 
@@ -263,6 +267,8 @@ class StudyResult:
     intra_user_correlation: dict[str, float] = field(default_factory=dict)
     bonferroni_alpha: float = 0.05 / 6
     stability: list[dict[str, float]] = field(default_factory=list)
+    attack: dict[str, Any] = field(default_factory=dict)
+    privacy: dict[str, Any] = field(default_factory=dict)
     eval_samples: dict[str, dict[str, np.ndarray]] = field(default_factory=dict, repr=False)
 
     def weight_trajectory(self) -> np.ndarray:
@@ -292,6 +298,8 @@ class StudyResult:
             "intra_user_correlation": self.intra_user_correlation,
             "bonferroni_alpha": self.bonferroni_alpha,
             "stability": self.stability,
+            **({"attack": self.attack} if self.attack else {}),
+            **({"privacy": self.privacy} if self.privacy else {}),
         }
 
 
@@ -348,11 +356,11 @@ class InProcessServer:
     into one state, then :meth:`FrecencyStrategy.server_step` (raises
     :class:`~fedrank.strategies.base.SafeguardError` when a safeguard fails)."""
 
-    def __init__(self, strategy: FrecencyStrategy) -> None:
+    def __init__(self, strategy: Strategy) -> None:
         self.strategy = strategy
         self.params = strategy.initial_params()  # Firefox's weights (Sec. 5.6)
         self.opt_state = strategy.init(self.params)
-        self.state = strategy.aggregator.zero()
+        self.state = strategy.zero()
 
     def model(self) -> np.ndarray:
         return self.strategy.publish(self.params)
@@ -373,7 +381,7 @@ class InProcessServer:
     def close(self) -> None:
         step = self.strategy.server_step(self.state, self.params, self.opt_state)
         self.params, self.opt_state = step.params, step.opt_state
-        self.state = self.strategy.aggregator.zero()
+        self.state = self.strategy.next_zero(self.state)  # carries an adaptive norm bound
 
 
 def optimization_phase(
@@ -385,15 +393,25 @@ def optimization_phase(
     result: StudyResult,
     progress: Callable[[int, int], None] | None = None,
     clients: FrecencyClients | None = None,
+    attack: Attack | None = None,
 ) -> None:
     """The study's iterations (Sec. 6.2): every iteration the clients take the published
     model, search, compute and privatize their finite-difference gradients (the client
     half of ``strategy``, in this process or on Dask: ``clients``), deliver them to
     ``server`` and the server closes the iteration. Records the losses, weights and
-    reports per iteration in ``result``."""
+    reports per iteration in ``result``. ``attack``: a fixed share of the treatment users
+    sends poisoned updates (:class:`~fedrank.simulation.attacks.FrecencyAttacker`); the
+    recorded losses stay the users' true ones, and ``result.attack`` gets the counts."""
     c = config
     clients = LocalFrecencyClients(strategy) if clients is None else clients
-    plain = FrecencyStrategy(replace(c, significance_z=0.0)).aggregator  # Figure 7
+    attacker = None
+    if attack is not None and attack.active:
+        treatment = np.flatnonzero(world.branch == TREATMENT)
+        attacker = FrecencyAttacker(attack, treatment, c.seed, sign_messages=c.message == "sign")
+    # Figure 7: the plain (ungated, unbounded) mean or sign vote, whatever the server uses
+    plain = FrecencyStrategy(
+        replace(c, significance_z=0.0, aggregator="gated-mean", norm_bound=0.0, norm_quantile=None)
+    ).aggregator
     result.branch_loss_per_iteration = {name: [] for name in BRANCHES}
     result.paper_loss_per_iteration = {name: [] for name in BRANCHES}
     days = c.days_per_iteration
@@ -410,20 +428,21 @@ def optimization_phase(
             result.paper_loss_per_iteration[name].append(_nanmean(paper[mask]))
 
         reports = clients.messages(world.client_searches(batch, TREATMENT), published)
-        updates = reports.updates
-        server.report(world, batch, losses, reports)
+        sent = reports if attacker is None else attacker.apply(iteration, reports)
+        updates = sent.updates
+        server.report(world, batch, losses, sent)
         if c.track_stability:
             # Figure 7 compares plain means (no gate): the update of all reports vs of
             # 2,000 sampled ones; an iteration with fewer than twice that many reports
             # samples half of them (recorded as "sample").
             plain_state = plain.accumulate_batch(
-                plain.zero(), MessageBatch.of_vectors(updates, reports.n)
+                plain.zero(), MessageBatch.of_vectors(updates, sent.n)
             )
             result.stability.append(
                 subsample_l1_distances(
                     plain,
                     updates,
-                    reports.n,
+                    sent.n,
                     plain.finalize(plain_state),
                     sample=min(c.stability_sample, max(1, updates.shape[0] // 2)),
                     draws=c.stability_draws,
@@ -441,6 +460,8 @@ def optimization_phase(
         world.advance(days)
         if progress is not None:
             progress(iteration + 1, c.iterations)
+    if attacker is not None:
+        result.attack = attacker.log.to_json()
 
 
 def study_streams(seed: int) -> list[np.random.SeedSequence]:
@@ -456,25 +477,37 @@ def run_study(
     *,
     branches: np.ndarray | None = None,
     dask: Client | None = None,
+    attack: Attack | None = None,
+    dp: DPConfig | None = None,
 ) -> StudyResult:
     """Run the optimization and evaluation phases; ``progress(done, total)`` is called after
     every iteration. ``branches``: each user's branch index (default: an exact random split
     by the configured shares), e.g. the branches a real server assigned in the service
     demo, to run the same study in this process. ``dask``: compute the clients' messages on
     this cluster's workers (:mod:`fedrank.experiments.frecency.clients`; the same result
-    bit for bit)."""
+    bit for bit). ``attack``: a share of the treatment users is malicious
+    (:mod:`fedrank.simulation.attacks`). ``dp``: the server adds Gaussian noise to the
+    clipped mean, calibrated to this per-user budget over the iterations
+    (:class:`~fedrank.strategies.dp.DPStrategy`), and ``result.privacy`` records it."""
     world_seed, train_seed, eval_seed, _ = study_streams(config.seed)
     c = config.resolved()
     strategy = FrecencyStrategy(c)
     world = build_world(c, np.random.default_rng(world_seed))
     if branches is not None:
         world.set_branches(branches)
-    server = InProcessServer(strategy)
+    private: DPStrategy | None = None
+    if dp is not None:  # central DP; its noise from a fifth stream, apart from the four
+        from fedrank.strategies.dp import DPStrategy
+
+        noise_seed = np.random.SeedSequence(config.seed).spawn(5)[4]
+        private = DPStrategy.for_budget(strategy, dp, c.iterations, noise_seed)
+    server = InProcessServer(strategy if private is None else private)
     result = StudyResult(config=config, world_stats=dict(world.browsing.stats))
     clients = None if dask is None else DaskFrecencyClients(dask, strategy)
-    optimization_phase(
-        world, c, strategy, server, np.random.default_rng(train_seed), result, progress, clients
-    )
+    rng = np.random.default_rng(train_seed)
+    optimization_phase(world, c, strategy, server, rng, result, progress, clients, attack)
+    if private is not None and dp is not None:
+        result.privacy = private.run_privacy(dp, c.iterations, result.reports_per_iteration)
     result.final_weights = strategy.scorer.to_dict(server.params)
     final = server.model()
     result.published_weights = strategy.scorer.to_dict(final)

@@ -1,0 +1,59 @@
+"""Secure aggregation (Bonawitz et al., CCS 2017): the server learns the sum of the clients'
+vectors and nothing else about any one of them, even when clients drop out.
+
+* :mod:`.field`: fixed-point encoding of float vectors into ``Z_q``, ``q = 2**32``, with a
+  no-wrap guarantee (:class:`FixedPointEncoder`).
+* :mod:`.shamir`: Shamir ``t``-of-``n`` secret sharing over ``GF(2**521 - 1)``.
+* :mod:`.masks`: X25519 + HKDF pairwise seeds, AES-CTR PRG, pairwise and self masks.
+* :mod:`.channel`: AES-GCM encryption of shares between clients through the server.
+* :mod:`.protocol`: the rounds as :class:`SecAggClient` and :class:`SecAggServer`.
+* :mod:`.inprocess`: one session with every client in this process (:func:`run_session`).
+
+See ``docs/secagg.md`` for the parameters, the threat model and the measured costs.
+"""
+
+from fedrank.secagg.errors import (
+    ProtocolError,
+    RoundAbortedError,
+    SecAggError,
+    ShareAuthenticationError,
+    ShareReconstructionError,
+)
+from fedrank.secagg.field import MODULUS, FixedPointEncoder
+from fedrank.secagg.inprocess import SessionTrace, run_session
+from fedrank.secagg.protocol import (
+    AdvertiseKeys,
+    AggregationResult,
+    ForwardedShares,
+    KeyDirectory,
+    MaskedInput,
+    SecAggClient,
+    SecAggParams,
+    SecAggServer,
+    ShareKeys,
+    UnmaskingShares,
+    UnmaskRequest,
+)
+
+__all__ = [
+    "MODULUS",
+    "AdvertiseKeys",
+    "AggregationResult",
+    "FixedPointEncoder",
+    "ForwardedShares",
+    "KeyDirectory",
+    "MaskedInput",
+    "ProtocolError",
+    "RoundAbortedError",
+    "SecAggClient",
+    "SecAggError",
+    "SecAggParams",
+    "SecAggServer",
+    "SessionTrace",
+    "ShareAuthenticationError",
+    "ShareKeys",
+    "ShareReconstructionError",
+    "UnmaskRequest",
+    "UnmaskingShares",
+    "run_session",
+]

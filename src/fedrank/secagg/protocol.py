@@ -1,0 +1,675 @@
+"""The secure-aggregation protocol of Bonawitz et al., "Practical Secure Aggregation for
+Privacy-Preserving Machine Learning", CCS 2017, Figure 4, honest-but-curious variant, as
+explicit client and server objects exchanging in-process messages (no network).
+
+Rounds (the paper's names; ``U1 ⊇ U2 ⊇ U3 ⊇ U5`` are the clients left after each):
+
+0. **AdvertiseKeys**: each client sends two X25519 public keys: ``c_u^PK`` (pairwise masks)
+   and ``s_u^PK`` (encryption of shares). The server broadcasts the ``U1`` directory.
+1. **ShareKeys**: each client draws its self-mask seed ``b_u`` and Shamir-shares ``b_u`` and
+   its mask private key ``c_u^SK`` among ``U1`` (itself included), threshold ``t``; the share
+   for ``v`` is AES-GCM-encrypted under a key only ``u`` and ``v`` know
+   (:mod:`.channel`). The server relays the ciphertexts to ``U2``.
+2. **MaskedInputCollection**: each client in ``U2`` sends
+   ``y_u = x_u + PRG(b_u) + sum_{v in U2 - u} sign(u, v) PRG(s_uv)`` (:mod:`.masks`). The
+   server adds the ``y_u`` it receives (``U3``) into a running total and announces ``U3``.
+3. *ConsistencyCheck* is the active-adversary round (signatures over ``U3``): not built; the
+   honest-but-curious protocol goes from Round 2 to Round 4 (``U4 = U3``).
+4. **Unmasking**: each client in ``U3`` reveals its shares of ``b_v`` for ``v`` in ``U3`` and
+   of ``c_v^SK`` for ``v`` in ``U2 - U3``, never both for one ``v``. The server reconstructs
+   them from any ``t`` responders (``U5``), subtracts the self masks of ``U3`` and the
+   pairwise masks between ``U3`` and the dropped ``U2 - U3``, and obtains
+   ``sum_{u in U3} x_u mod q``.
+
+Fewer than ``t`` clients at any round abort it (:class:`~.errors.RoundAbortedError`), on the
+client and on the server. The server never holds an individual unmasked vector: it keeps
+only the running sum of masked inputs, and its only unmasked result is the sum over
+``U3`` (with ``|U3| >= t``).
+
+Inputs are field vectors (``uint64`` in ``[0, 2**32)``): encode floats with
+:class:`~fedrank.secagg.field.FixedPointEncoder` and decode the result with the same encoder
+(``n_clients = len(result.contributors)``). Client ids are the Shamir evaluation points, so
+they are integers in ``[1, 2**32)``, unique in a session.
+
+Each client object and each server object serves one session: the rounds run once each, in
+order (a client that answered Unmasking once must never answer again, or a server could
+collect both secrets of a client). Messages carry ``nbytes()``: the payload size in a compact
+binary encoding (4-byte ids and field elements, 32-byte keys, 66-byte shares, ciphertexts as
+they are), which the benchmark reports.
+"""
+
+from __future__ import annotations
+
+import secrets as _secrets
+import struct
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from typing import NoReturn
+
+import numpy as np
+
+from fedrank.errors import ConfigError
+from fedrank.secagg import channel, field, masks, shamir
+from fedrank.secagg.errors import (
+    ProtocolError,
+    RoundAbortedError,
+    SecAggError,
+    ShareReconstructionError,
+)
+
+#: Bytes of a client id on the wire.
+ID_BYTES = 4
+#: Client ids are Shamir points and 4-byte integers: ``1 <= id < MAX_CLIENT_ID``.
+MAX_CLIENT_ID = 1 << (8 * ID_BYTES)
+#: Plaintext of an encrypted share message: ``u || v || c_u^SK share || b_u share``.
+_SHARE_PLAINTEXT = struct.Struct(f">II{shamir.SHARE_BYTES}s{shamir.SHARE_BYTES}s")
+
+ROUND_NAMES = ("AdvertiseKeys", "ShareKeys", "MaskedInputCollection", "Unmasking")
+
+RandBits = Callable[[int], int]
+
+
+@dataclass(frozen=True)
+class SecAggParams:
+    """What every party of a session agrees on before Round 0.
+
+    Args:
+        session_id: 16 to 64 random bytes, fresh for every session
+            (:meth:`new_session_id`); it salts every key derivation and authenticates every
+            share, so nothing carries over between sessions.
+        threshold: ``t``, the number of clients needed to reconstruct a secret, and the
+            fewest clients with which a round completes. ``t >= 2``. Bonawitz et al. take
+            ``t > n/2`` (``n = |U1|``); this module only requires ``t <= n``.
+        dimension: ``d``, the length of every input vector (``>= 1``).
+    """
+
+    session_id: bytes
+    threshold: int
+    dimension: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.session_id, bytes) or not 16 <= len(self.session_id) <= 64:
+            raise ConfigError(
+                "session_id must be 16 to 64 random bytes, fresh for each session "
+                "(SecAggParams.new_session_id())"
+            )
+        for name, low in (("threshold", 2), ("dimension", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+                raise ConfigError(f"{name} must be an int >= {low}, got {value!r}")
+
+    @staticmethod
+    def new_session_id() -> bytes:
+        """16 bytes from the OS CSPRNG."""
+        return _secrets.token_bytes(16)
+
+
+# --- messages ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AdvertiseKeys:
+    """Round 0, client -> server: ``(c_u^PK, s_u^PK)``."""
+
+    sender: int
+    mask_public_key: bytes  # c_u^PK: pairwise-mask agreement
+    share_public_key: bytes  # s_u^PK: share-encryption agreement
+
+    def nbytes(self) -> int:
+        return ID_BYTES + len(self.mask_public_key) + len(self.share_public_key)
+
+
+@dataclass(frozen=True)
+class KeyDirectory:
+    """Round 0, server -> every client of ``U1``: all advertised keys, by client id."""
+
+    keys: Mapping[int, AdvertiseKeys]
+
+    def nbytes(self) -> int:
+        return sum(k.nbytes() for k in self.keys.values())
+
+
+@dataclass(frozen=True)
+class ShareKeys:
+    """Round 1, client ``u`` -> server: ``e_uv`` for every ``v`` in ``U1 - u``, by ``v``."""
+
+    sender: int
+    ciphertexts: Mapping[int, bytes]
+
+    def nbytes(self) -> int:
+        return ID_BYTES + sum(ID_BYTES + len(c) for c in self.ciphertexts.values())
+
+
+@dataclass(frozen=True)
+class ForwardedShares:
+    """Round 1, server -> client ``v`` of ``U2``: ``e_uv`` for every ``u`` in ``U2 - v``, by
+    ``u``. Its keys and the recipient make up ``U2``."""
+
+    recipient: int
+    ciphertexts: Mapping[int, bytes]
+
+    @property
+    def clients(self) -> frozenset[int]:
+        """``U2``."""
+        return frozenset(self.ciphertexts) | {self.recipient}
+
+    def nbytes(self) -> int:
+        return sum(ID_BYTES + len(c) for c in self.ciphertexts.values())
+
+
+@dataclass(frozen=True, eq=False)
+class MaskedInput:
+    """Round 2, client -> server: ``y_u`` (a field vector of length ``d``)."""
+
+    sender: int
+    masked: np.ndarray
+
+    def nbytes(self) -> int:
+        return ID_BYTES + field.ELEMENT_BYTES * int(np.asarray(self.masked).size)
+
+
+@dataclass(frozen=True)
+class UnmaskRequest:
+    """Round 2 -> 4, server -> every client of ``U3``: the ids of ``U3``, sorted."""
+
+    contributors: tuple[int, ...]
+
+    def nbytes(self) -> int:
+        return ID_BYTES * len(self.contributors)
+
+
+@dataclass(frozen=True)
+class UnmaskingShares:
+    """Round 4, client ``w`` -> server: the ``y`` of ``w``'s share of ``b_v`` for every ``v``
+    in ``U3`` and of ``c_v^SK`` for every ``v`` in ``U2 - U3`` (the share's ``x`` is ``w``)."""
+
+    sender: int
+    self_mask_shares: Mapping[int, int]
+    key_shares: Mapping[int, int]
+
+    def nbytes(self) -> int:
+        entries = len(self.self_mask_shares) + len(self.key_shares)
+        return ID_BYTES + entries * (ID_BYTES + shamir.SHARE_BYTES)
+
+
+@dataclass(frozen=True, eq=False)
+class AggregationResult:
+    """The outcome of a session.
+
+    Attributes:
+        total: ``sum_{u in U3} x_u mod q`` (a ``uint64`` field vector).
+        contributors: ``U3``: the clients whose inputs are in ``total``.
+        dropped: ``U2 - U3``: clients that shared keys but sent no masked input; their
+            pairwise masks were removed.
+        responders: ``U5``: the clients that answered Unmasking.
+    """
+
+    total: np.ndarray
+    contributors: tuple[int, ...]
+    dropped: tuple[int, ...]
+    responders: tuple[int, ...]
+
+
+# --- client --------------------------------------------------------------------------------
+
+
+class SecAggClient:
+    """One client's side of one session (Bonawitz et al. 2017, Figure 4, "User").
+
+    Call :meth:`advertise_keys`, :meth:`share_keys`, :meth:`masked_input` and
+    :meth:`unmask` once each, in that order, with the server's replies. Any failed check
+    puts the client in an aborted state: it sends nothing more in this session.
+
+    Args:
+        client_id: this client's id, in ``[1, 2**32)`` and unique in the session.
+        params: the session's parameters.
+        randbits: the source of every secret (key pairs, ``b_u``, Shamir coefficients, AES-GCM
+            nonces). Keep the default, :func:`secrets.randbits` (the OS CSPRNG); tests may
+            pass a seeded one for reproducibility.
+    """
+
+    def __init__(
+        self,
+        client_id: int,
+        params: SecAggParams,
+        *,
+        randbits: RandBits = _secrets.randbits,
+    ) -> None:
+        _check_client_id(client_id)
+        self.client_id = int(client_id)
+        self.params = params
+        self._randbits = randbits
+        self._stage = 0  # index of the next round in ROUND_NAMES; -1 once aborted
+        self._mask_key = masks.generate_private_key(randbits)  # c_u^SK
+        self._share_key = masks.generate_private_key(randbits)  # s_u^SK
+        self._directory: Mapping[int, AdvertiseKeys] = {}
+        self._self_seed: bytes | None = None  # b_u
+        # v -> (y of the share of c_v^SK, y of the share of b_v) held by this client.
+        self._held: dict[int, tuple[int, int]] = {}
+        self._u2: frozenset[int] = frozenset()
+        self._pair_keys: dict[int, bytes] = {}  # v -> AES-GCM key of the pair {u, v}
+
+    @property
+    def aborted(self) -> bool:
+        """Whether a failed check ended this client's session."""
+        return self._stage < 0
+
+    def advertise_keys(self) -> AdvertiseKeys:
+        """Round 0 (AdvertiseKeys): this client's two public keys."""
+        self._enter(0)
+        return AdvertiseKeys(
+            self.client_id, masks.public_bytes(self._mask_key), masks.public_bytes(self._share_key)
+        )
+
+    def share_keys(self, directory: KeyDirectory) -> ShareKeys:
+        """Round 1 (ShareKeys): check ``U1``, draw ``b_u``, Shamir-share ``c_u^SK`` and
+        ``b_u`` among ``U1`` with threshold ``t``, and encrypt each peer's two shares."""
+        self._enter(1)
+        keys = directory.keys
+        own = keys.get(self.client_id)
+        mine = (masks.public_bytes(self._mask_key), masks.public_bytes(self._share_key))
+        if own is None or (own.mask_public_key, own.share_public_key) != mine:
+            self._fail(ProtocolError, "the key directory lacks this client's own keys")
+        if any(keys[v].sender != v for v in keys):
+            self._fail(ProtocolError, "the key directory files keys under the wrong client id")
+        self._require(len(keys), 1)
+        public = [k.mask_public_key for k in keys.values()] + [
+            k.share_public_key for k in keys.values()
+        ]
+        if len(set(public)) != len(public):
+            self._fail(
+                ProtocolError,
+                "two advertised public keys are equal (the paper's check that all key pairs "
+                "differ): a client replayed another's keys",
+            )
+        self._directory = dict(keys)
+        self._self_seed = masks.new_seed(self._randbits)
+        u1 = sorted(keys)
+        t = self.params.threshold
+        key_shares = shamir.share(
+            masks.private_key_to_int(self._mask_key), t, u1, randbits=self._randbits
+        )
+        seed_shares = shamir.share(
+            masks.seed_to_int(self._self_seed), t, u1, randbits=self._randbits
+        )
+        ciphertexts: dict[int, bytes] = {}
+        for key_share, seed_share in zip(key_shares, seed_shares, strict=True):
+            v = key_share.x
+            if v == self.client_id:
+                self._held[v] = (key_share.y, seed_share.y)
+                continue
+            plaintext = _SHARE_PLAINTEXT.pack(
+                self.client_id,
+                v,
+                key_share.y.to_bytes(shamir.SHARE_BYTES, "big"),
+                seed_share.y.to_bytes(shamir.SHARE_BYTES, "big"),
+            )
+            ciphertexts[v] = channel.encrypt(
+                self._pair_key(v),
+                plaintext,
+                session_id=self.params.session_id,
+                sender=self.client_id,
+                recipient=v,
+                randbits=self._randbits,
+            )
+        return ShareKeys(self.client_id, ciphertexts)
+
+    def masked_input(self, forwarded: ForwardedShares, x: np.ndarray) -> MaskedInput:
+        """Round 2 (MaskedInputCollection): decrypt and check the shares received from
+        ``U2``, then send ``y_u = x_u + PRG(b_u) + sum_{v in U2 - u} sign(u, v) PRG(s_uv)``.
+
+        The shares are decrypted here, on receipt (the paper decrypts them in Round 4), so
+        that a forged ciphertext aborts this client *before* it reveals a masked input.
+
+        Args:
+            forwarded: the server's Round-1 reply to this client.
+            x: this client's input, a field vector of length ``d``
+                (:meth:`FixedPointEncoder.encode <fedrank.secagg.field.FixedPointEncoder.encode>`).
+        """
+        d = self.params.dimension
+        x = field.check_vector(x, d, f"client {self.client_id}'s input")  # before: retryable
+        self._enter(2)
+        if forwarded.recipient != self.client_id:
+            self._fail(ProtocolError, f"shares addressed to client {forwarded.recipient}")
+        u2 = forwarded.clients
+        if not u2 <= set(self._directory):
+            self._fail(ProtocolError, "the server relayed shares from clients outside U1")
+        self._require(len(u2), 2)
+        for v, ciphertext in forwarded.ciphertexts.items():
+            try:
+                plaintext = channel.decrypt(
+                    self._pair_key(v),
+                    ciphertext,
+                    session_id=self.params.session_id,
+                    sender=v,
+                    recipient=self.client_id,
+                )
+            except SecAggError:
+                self._abort()
+                raise
+            if len(plaintext) != _SHARE_PLAINTEXT.size:
+                self._fail(ProtocolError, f"client {v}'s share message has the wrong length")
+            sender, recipient, key_y, seed_y = _SHARE_PLAINTEXT.unpack(plaintext)
+            if (sender, recipient) != (v, self.client_id):  # the paper's u = u', v = v'
+                self._fail(ProtocolError, f"client {v}'s share message names other parties")
+            self._held[v] = (int.from_bytes(key_y, "big"), int.from_bytes(seed_y, "big"))
+        self._u2 = u2
+        self._pair_keys.clear()  # every share is decrypted: the keys are needed no more
+        assert self._self_seed is not None
+        total = x + masks.self_mask(self._self_seed, d)
+        for v in sorted(u2 - {self.client_id}):
+            seed = masks.pairwise_seed(
+                self._mask_key,
+                self._directory[v].mask_public_key,
+                session_id=self.params.session_id,
+                u=self.client_id,
+                v=v,
+            )
+            total += masks.pairwise_mask(seed, d, self.client_id, v)
+        return MaskedInput(self.client_id, total & np.uint64(field.MODULUS - 1))
+
+    def unmask(self, request: UnmaskRequest) -> UnmaskingShares:
+        """Round 4 (Unmasking): given ``U3``, reveal the held shares of ``b_v`` for ``v`` in
+        ``U3`` and of ``c_v^SK`` for ``v`` in ``U2 - U3``. Never both for one client: that
+        would let the server unmask its input."""
+        self._enter(3)
+        u3 = frozenset(request.contributors)
+        if len(u3) != len(request.contributors):
+            self._fail(ProtocolError, "U3 lists a client twice")
+        if self.client_id not in u3 or not u3 <= self._u2:
+            self._fail(
+                ProtocolError,
+                "U3 must contain this client and only clients of U2 (those that shared keys)",
+            )
+        self._require(len(u3), 3)
+        reply = UnmaskingShares(
+            self.client_id,
+            self_mask_shares={v: self._held[v][1] for v in sorted(u3)},
+            key_shares={v: self._held[v][0] for v in sorted(self._u2 - u3)},
+        )
+        # This session is over for the client: forget its secrets.
+        self._held.clear()
+        self._self_seed = None
+        return reply
+
+    # -- helpers --
+
+    def _pair_key(self, v: int) -> bytes:
+        """The AES-GCM key shared with ``v``, derived once (Round 1) and reused to decrypt
+        ``v``'s shares (Round 2)."""
+        key = self._pair_keys.get(v)
+        if key is None:
+            key = self._pair_keys[v] = channel.share_key(
+                self._share_key,
+                self._directory[v].share_public_key,
+                session_id=self.params.session_id,
+                u=self.client_id,
+                v=v,
+            )
+        return key
+
+    def _abort(self) -> None:
+        """End this client's session after a failed check, forgetting its secrets."""
+        self._stage = -1
+        self._held.clear()
+        self._pair_keys.clear()
+        self._self_seed = None
+
+    def _enter(self, stage: int) -> None:
+        if self._stage != stage:
+            state = "aborted" if self._stage < 0 else f"expecting {_round(self._stage)}"
+            raise ProtocolError(
+                f"client {self.client_id} cannot run {_round(stage)}: it is {state}. Each "
+                "round runs once, in order; start a new session with new client objects"
+            )
+        self._stage = stage + 1
+
+    def _require(self, count: int, stage: int) -> None:
+        t = self.params.threshold
+        if count < t:
+            self._fail(RoundAbortedError, _too_few(count, t, stage))
+
+    def _fail(self, kind: type[Exception], message: str) -> NoReturn:
+        self._abort()
+        raise kind(f"client {self.client_id}: {message}")
+
+
+# --- server --------------------------------------------------------------------------------
+
+
+@dataclass
+class _ServerState:
+    keys: dict[int, AdvertiseKeys] = dataclass_field(default_factory=dict)  # U1
+    ciphertexts: dict[int, Mapping[int, bytes]] = dataclass_field(default_factory=dict)  # U2
+    u2: frozenset[int] = frozenset()
+    masked_total: np.ndarray | None = None
+    u3: set[int] = dataclass_field(default_factory=set)
+    unmasking: dict[int, UnmaskingShares] = dataclass_field(default_factory=dict)  # U5
+
+
+class SecAggServer:
+    """The server's side of one session (Bonawitz et al. 2017, Figure 4, "Server").
+
+    Each round has ``receive_*`` methods, called once per arriving message, and a
+    ``close_*`` method, called when the round's deadline passes (clients that sent nothing
+    by then have dropped out), which returns the messages to send to the clients that are
+    still in. :meth:`finish` closes Unmasking and returns the sum.
+
+    The server keeps the running sum of the masked inputs, not the inputs themselves.
+    """
+
+    def __init__(self, params: SecAggParams) -> None:
+        self.params = params
+        self._stage = 0
+        self._s = _ServerState()
+
+    # Round 0
+    def receive_advertise(self, message: AdvertiseKeys) -> None:
+        """Round 0 (AdvertiseKeys): record a client's public keys."""
+        self._expect(0)
+        _check_client_id(message.sender)
+        if message.sender in self._s.keys:
+            raise ProtocolError(f"client {message.sender} advertised keys twice")
+        if (
+            len(message.mask_public_key) != masks.KEY_BYTES
+            or len(message.share_public_key) != masks.KEY_BYTES
+        ):
+            raise ProtocolError(
+                f"client {message.sender}'s public keys must be {masks.KEY_BYTES} bytes each"
+            )
+        self._s.keys[message.sender] = message
+
+    def close_advertise(self) -> KeyDirectory:
+        """End Round 0: ``U1`` is every client that advertised; broadcast its keys."""
+        self._expect(0)
+        self._require(len(self._s.keys), 0)
+        self._stage = 1
+        return KeyDirectory(dict(sorted(self._s.keys.items())))
+
+    # Round 1
+    def receive_share_keys(self, message: ShareKeys) -> None:
+        """Round 1 (ShareKeys): record a client's encrypted shares, one per peer of ``U1``."""
+        self._expect(1)
+        u = message.sender
+        if u not in self._s.keys:
+            raise ProtocolError(f"client {u} sent shares but did not advertise keys (not in U1)")
+        if u in self._s.ciphertexts:
+            raise ProtocolError(f"client {u} sent its shares twice")
+        if set(message.ciphertexts) != self._s.keys.keys() - {u}:
+            raise ProtocolError(
+                f"client {u} must send exactly one encrypted share message to every other "
+                "client of U1"
+            )
+        self._s.ciphertexts[u] = message.ciphertexts
+
+    def close_share_keys(self) -> dict[int, ForwardedShares]:
+        """End Round 1: ``U2`` is every client that sent shares; relay to each client of
+        ``U2`` the ciphertexts addressed to it by the others of ``U2``."""
+        self._expect(1)
+        u2 = frozenset(self._s.ciphertexts)
+        self._require(len(u2), 1)
+        out = {
+            v: ForwardedShares(v, {u: self._s.ciphertexts[u][v] for u in sorted(u2) if u != v})
+            for v in sorted(u2)
+        }
+        self._s.ciphertexts.clear()  # relayed: the server needs them no more
+        self._s.u2 = u2
+        self._s.masked_total = np.zeros(self.params.dimension, dtype=np.uint64)
+        self._stage = 2
+        return out
+
+    # Round 2
+    def receive_masked_input(self, message: MaskedInput) -> None:
+        """Round 2 (MaskedInputCollection): add ``y_u`` to the running sum (the server does
+        not keep ``y_u`` itself)."""
+        self._expect(2)
+        u = message.sender
+        if u not in self._s.u2:
+            raise ProtocolError(
+                f"client {u} sent a masked input but did not share keys in Round 1 (not in "
+                "U2): its masks could not be removed"
+            )
+        if u in self._s.u3:
+            raise ProtocolError(f"client {u} sent a masked input twice")
+        y = field.check_vector(message.masked, self.params.dimension, f"client {u}'s masked input")
+        assert self._s.masked_total is not None
+        self._s.masked_total += y
+        self._s.u3.add(u)
+
+    def close_masked_input(self) -> UnmaskRequest:
+        """End Round 2: ``U3`` is every client whose masked input arrived; ask them to unmask."""
+        self._expect(2)
+        self._require(len(self._s.u3), 2)
+        self._stage = 3
+        return UnmaskRequest(tuple(sorted(self._s.u3)))
+
+    # Round 4
+    def receive_unmasking(self, message: UnmaskingShares) -> None:
+        """Round 4 (Unmasking): record a client's revealed shares."""
+        self._expect(3)
+        w = message.sender
+        u3 = self._s.u3
+        if w not in u3:
+            raise ProtocolError(
+                f"client {w} is not in U3: only contributors take part in Unmasking"
+            )
+        if w in self._s.unmasking:
+            raise ProtocolError(f"client {w} sent its unmasking shares twice")
+        if set(message.self_mask_shares) != u3 or set(message.key_shares) != self._s.u2 - u3:
+            raise ProtocolError(
+                f"client {w} must reveal shares of b_v for exactly U3 and of c_v^SK for "
+                "exactly U2 - U3"
+            )
+        self._s.unmasking[w] = message
+
+    def finish(self) -> AggregationResult:
+        """End Round 4: from ``t`` responders (``U5``), reconstruct ``b_u`` for ``u`` in
+        ``U3`` and ``c_u^SK`` for ``u`` in ``U2 - U3``, remove all masks from the sum, and
+        return ``sum_{u in U3} x_u mod q``.
+
+        Each secret is interpolated from the first ``t`` responders (by id) and checked
+        against the next one when there is one, so a single altered share is detected
+        (:class:`~.errors.ShareReconstructionError`); a reconstructed key must also match
+        the public key the client advertised.
+        """
+        self._expect(3)
+        responses = self._s.unmasking
+        self._require(len(responses), 3)
+        t = self.params.threshold
+        d = self.params.dimension
+        holders = sorted(responses)[: t + 1]
+        u3 = sorted(self._s.u3)
+        dropped = sorted(self._s.u2 - self._s.u3)
+        assert self._s.masked_total is not None
+        total = self._s.masked_total.copy()
+        for u in u3:
+            seed_int = self._reconstruct(
+                u, [(w, responses[w].self_mask_shares[u]) for w in holders]
+            )
+            try:
+                seed = masks.seed_from_int(seed_int)
+            except ValueError:
+                raise ShareReconstructionError(
+                    f"client {u}'s reconstructed self-mask seed is not 32 bytes: shares were "
+                    "altered"
+                ) from None
+            total -= masks.self_mask(seed, d)
+        for u in dropped:
+            key_int = self._reconstruct(u, [(w, responses[w].key_shares[u]) for w in holders])
+            try:
+                key = masks.private_key_from_int(key_int)
+            except ValueError:
+                key = None
+            if key is None or masks.public_bytes(key) != self._s.keys[u].mask_public_key:
+                raise ShareReconstructionError(
+                    f"the reconstructed mask key of dropped client {u} does not match its "
+                    "advertised public key: shares were altered"
+                )
+            for v in u3:  # v added sign(v, u) PRG(s_vu) for the dropped u: take it out
+                seed = masks.pairwise_seed(
+                    key,
+                    self._s.keys[v].mask_public_key,
+                    session_id=self.params.session_id,
+                    u=u,
+                    v=v,
+                )
+                total -= masks.pairwise_mask(seed, d, v, u)
+        self._stage = 4
+        return AggregationResult(
+            total=total & np.uint64(field.MODULUS - 1),
+            contributors=tuple(u3),
+            dropped=tuple(dropped),
+            responders=tuple(sorted(responses)),
+        )
+
+    def _reconstruct(self, owner: int, points: list[tuple[int, int]]) -> int:
+        shares = [shamir.Share(x, y) for x, y in points]
+        try:
+            return shamir.reconstruct(shares, self.params.threshold)
+        except ShareReconstructionError as err:
+            raise ShareReconstructionError(f"secret of client {owner}: {err}") from err
+
+    def _expect(self, stage: int) -> None:
+        if self._stage != stage:
+            if self._stage < 0:
+                now = "aborted"
+            elif self._stage >= len(ROUND_NAMES):
+                now = "finished"
+            else:
+                now = f"in {_round(self._stage)}"
+            raise ProtocolError(
+                f"the server cannot take a {_round(stage)} message: the session is {now} "
+                "(a late message is dropped; the round's sets are fixed once it closes)"
+            )
+
+    def _require(self, count: int, stage: int) -> None:
+        t = self.params.threshold
+        if count < t:
+            self._stage = -1
+            raise RoundAbortedError(f"server: {_too_few(count, t, stage)}")
+
+
+def _round(stage: int) -> str:
+    return f"Round {(0, 1, 2, 4)[stage]} ({ROUND_NAMES[stage]})" if 0 <= stage < 4 else "done"
+
+
+def _too_few(count: int, t: int, stage: int) -> str:
+    return (
+        f"only {count} clients remain at {_round(stage)}, fewer than the threshold t={t}: "
+        "the masks cannot be removed (or the sum would cover too few clients), so the round "
+        "is aborted. Start a new session with more clients, or with a lower t if the "
+        "collusion budget allows (t > n/2 is the usual choice)"
+    )
+
+
+def _check_client_id(client_id: object) -> None:
+    if (
+        isinstance(client_id, bool)
+        or not isinstance(client_id, int | np.integer)
+        or not 1 <= client_id < MAX_CLIENT_ID
+    ):
+        raise ProtocolError(
+            f"client ids must be integers in [1, 2**{8 * ID_BYTES}) (they are Shamir "
+            f"points), got {client_id!r}"
+        )

@@ -1,0 +1,108 @@
+"""``fedrank privacy report`` and ``fedrank frecency simulate --dp-epsilon``, in-process."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedrank.experiments.foltr.run import FoltrConfig, FoltrResult
+from fedrank.privacy.accounting import gaussian_epsilon
+from tests.cli.clirun import argv, assert_clean_failure, ok, run
+
+TINY_STUDY = "frecency simulate --users 300 --iterations 2 --seed 1 --history-days 14"
+DP = "--dp-epsilon 4 --dp-delta 1e-5 --dp-clip 0.05"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A tiny study with and without central DP (same seed)."""
+    out = tmp_path_factory.mktemp("runs")
+    paths = {"dp": out / "dp.json", "plain": out / "plain.json"}
+    ok(argv(f"{TINY_STUDY} {DP} --json", paths["dp"]))
+    ok(argv(f"{TINY_STUDY} --json", paths["plain"]))
+    return paths
+
+
+def _load(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def test_dp_epsilon_writes_a_privacy_key_within_the_budget(runs: dict[str, Path]) -> None:
+    dp, plain = _load(runs["dp"]), _load(runs["plain"])
+    privacy = dp["privacy"]
+    assert privacy["epsilon"] <= 4.0 and privacy["target_epsilon"] == 4.0
+    assert (privacy["rounds"], privacy["delta"], privacy["clip"]) == (2, 1e-5, 0.05)
+    assert privacy["sampling_rate"] == 1.0 and privacy["mechanism"] == "gaussian"
+    z = privacy["noise_multiplier"]
+    assert privacy["epsilon"] == pytest.approx(gaussian_epsilon(z, 1e-5, 2))
+    stds = privacy["noise_std_per_iteration"]
+    assert stds == pytest.approx([z * 0.05 / m for m in dp["reports_per_iteration"]])
+    # without --dp-epsilon: no privacy key; the DP settings stay out of the study's config,
+    # and the first iteration (before any step) is the same run
+    assert "privacy" not in plain
+    assert dp["config"] == plain["config"]
+    assert dp["loss_per_iteration"][0] == plain["loss_per_iteration"][0]
+    assert dp["final_weights"] != plain["final_weights"]
+
+
+def test_report_on_a_private_run(runs: dict[str, Path], tmp_path: Path) -> None:
+    privacy = _load(runs["dp"])["privacy"]
+    out = ok(["privacy", "report", "--json", str(tmp_path / "r.json"), "--run", str(runs["dp"])])
+    text = out.output
+    assert "frecency: gaussian (central)" in text
+    assert "per message:          none: central DP protects the aggregate" in text
+    assert f"epsilon {privacy['epsilon']:.5g}, delta 1e-05 over 2 round(s)" in text
+    row = _load(tmp_path / "r.json")["systems"][0]
+    assert row["per_user"] == {"epsilon": privacy["epsilon"], "delta": 1e-5, "rounds": 2}
+    one = gaussian_epsilon(privacy["noise_multiplier"], 1e-5, 1)
+    assert row["per_round"]["epsilon"] == pytest.approx(one)
+    assert one < privacy["epsilon"]
+
+
+def test_report_on_a_run_without_privacy(runs: dict[str, Path]) -> None:
+    text = ok(argv("privacy report --run", runs["plain"])).output
+    assert "frecency: none" in text
+    assert "per user (training):  none: no privacy mechanism" in text
+
+
+def test_report_on_a_foltr_es_run(tmp_path: Path) -> None:
+    path = tmp_path / "foltr.json"
+    result = FoltrResult(config=FoltrConfig(p=0.8, batch=2), data={}, batch_maxrr=[0.1] * 5)
+    path.write_text(json.dumps(result.to_json()))
+    ok(["privacy", "report", "--json", str(tmp_path / "r.json"), "--run", str(path)])
+    row = _load(tmp_path / "r.json")["systems"][0]
+    per_value = math.log(0.8 * 10 / 0.2)
+    assert row["mechanism"] == "randomized response (local)"
+    assert row["per_message"]["epsilon"] == pytest.approx(2 * per_value)
+    assert row["per_user"] == {"epsilon": pytest.approx(5 * 2 * per_value), "delta": 0.0,
+                               "rounds": 5}  # fmt: skip
+
+
+def test_report_on_a_server_config(tmp_path: Path) -> None:
+    config = tmp_path / "server.toml"
+    config.write_text('[server]\nworkload = "foltr-es"\n\n[foltr_es]\np = 0.9\nbatch = 4\n')
+    text = ok(argv("privacy report --rounds 10 --config", config)).output
+    per_message = 4 * math.log(0.9 * 10 / 0.1)
+    assert f"per message:          epsilon {per_message:.5g} (pure) over 1 round(s)" in text
+    assert f"per user (training):  epsilon {10 * per_message:.5g} (pure)" in text
+    assert "not wired into the server" in text
+    text = ok(argv("privacy report --config", config)).output
+    assert "k x" in text  # per user: not known without --rounds
+
+
+def test_report_refuses_unclear_input(runs: dict[str, Path], tmp_path: Path) -> None:
+    assert_clean_failure(run(["privacy", "report"]), "exactly one of")
+    other = tmp_path / "other.json"
+    other.write_text('{"config": {}, "modes": {}}')
+    assert_clean_failure(run(argv("privacy report --run", other)), "not a run JSON")
+    assert_clean_failure(
+        run(argv("privacy report --rounds 3 --run", runs["plain"])), "--rounds applies"
+    )
+
+
+def test_dp_options_refuse_a_bad_budget() -> None:
+    assert_clean_failure(run(argv(f"{TINY_STUDY} --dp-epsilon 4 --dp-delta 0")), "delta")

@@ -1,0 +1,130 @@
+"""Central DP as a strategy wrapper (fedrank.strategies.dp): clipping, the unweighted mean,
+noise at the stated scale, reproducibility, and what it refuses to wrap."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedrank.core.message import MessageBatch
+from fedrank.errors import ConfigError
+from fedrank.privacy.accounting import gaussian_epsilon
+from fedrank.strategies.dp import DPConfig, DPStrategy
+from fedrank.strategies.fedavg import FedAvgConfig, FedAvgStrategy
+from fedrank.strategies.foltr_es import FoltrEsConfig, FoltrEsStrategy
+from fedrank.strategies.frecency import FrecencyConfig, FrecencyStrategy
+
+DIM = 8
+
+
+def _fedavg(**settings: object) -> FedAvgStrategy:
+    return FedAvgStrategy(FedAvgConfig(dim=DIM, **settings))  # type: ignore[arg-type]
+
+
+def _round(strategy: DPStrategy, updates: np.ndarray, n: np.ndarray | None = None) -> np.ndarray:
+    """The aggregate of one round of ``updates``."""
+    weights = np.ones(len(updates)) if n is None else n
+    state = strategy.accumulate(strategy.zero(), MessageBatch.of_vectors(updates, weights))
+    params = strategy.initial_params()
+    return strategy.server_step(state, params, strategy.init(params)).aggregate
+
+
+def test_noise_on_the_aggregate_has_std_z_clip_over_m() -> None:
+    """300 rounds of 20 zero updates: the aggregate's sample std is z C / m within 5%."""
+    dp = DPStrategy(_fedavg(), noise_multiplier=3.0, clip=0.4, rng=11)
+    zeros = np.zeros((20, DIM))
+    draws = np.stack([_round(dp, zeros) for _ in range(300)])
+    assert dp.noise_std(20) == pytest.approx(3.0 * 0.4 / 20)
+    assert draws.std() == pytest.approx(0.06, rel=0.05)
+    assert abs(draws.mean()) < 4 * 0.06 / np.sqrt(draws.size)
+
+
+def test_one_client_moves_the_mean_by_at_most_clip_over_m() -> None:
+    dp = DPStrategy(_fedavg(), noise_multiplier=1e-12, clip=1.0, rng=0)
+    updates = np.zeros((10, DIM))
+    updates[0, 0] = 1e6  # one poisoned update
+    aggregate = _round(dp, updates)
+    np.testing.assert_allclose(aggregate, np.eye(DIM)[0] * 0.1, atol=1e-9)
+    assert np.linalg.norm(aggregate) <= 1.0 / 10 + 1e-9
+    # the plain FedAvg mean would have moved by 1e5
+    plain = _fedavg()
+    state = plain.accumulate(plain.zero(), MessageBatch.of_vectors(updates, np.ones(10)))
+    assert plain.aggregator.finalize(state)[0] == pytest.approx(1e5)
+
+
+def test_the_mean_is_unweighted() -> None:
+    """A client claiming n = 1000 weighs as much as one with n = 1."""
+    dp = DPStrategy(_fedavg(), noise_multiplier=1e-12, clip=10.0, rng=0)
+    updates = np.array([np.full(DIM, 1.0), np.full(DIM, 3.0)])
+    np.testing.assert_allclose(_round(dp, updates, np.array([1.0, 1000.0])), 2.0, atol=1e-9)
+
+
+def test_same_seed_same_result_other_seed_other_noise() -> None:
+    updates = np.random.default_rng(5).normal(size=(30, DIM))
+
+    def run(seed: int) -> np.ndarray:
+        dp = DPStrategy(_fedavg(), noise_multiplier=1.0, clip=1.0, rng=seed)
+        return np.stack([_round(dp, updates) for _ in range(3)])
+
+    np.testing.assert_array_equal(run(4), run(4))
+    assert not np.array_equal(run(4), run(5))
+    dp = DPStrategy(_fedavg(), 1.0, 1.0, rng=np.random.default_rng(np.random.SeedSequence(4)))
+    np.testing.assert_array_equal(np.stack([_round(dp, updates) for _ in range(3)]), run(4))
+
+
+def test_wraps_frecency_keeping_its_model_optimizer_and_safeguards() -> None:
+    inner = FrecencyStrategy(FrecencyConfig())
+    dp = DPStrategy(inner, noise_multiplier=2.0, clip=0.05, rng=1)
+    assert (dp.dim, dp.optimizer, dp.constraints) == (inner.dim, inner.optimizer, inner.constraints)
+    np.testing.assert_array_equal(dp.initial_params(), inner.initial_params())
+    assert dp.parameter_names() == inner.parameter_names()
+    params = dp.initial_params()
+    updates = np.random.default_rng(2).normal(scale=0.02, size=(50, inner.dim))
+    state = dp.accumulate(dp.zero(), MessageBatch.of_vectors(updates, np.full(50, 3.0)))
+    step = dp.server_step(state, params, dp.init(params))
+    assert inner.constraints is not None and inner.constraints.holds(step.params, params)
+    assert not np.array_equal(step.params, params)
+    fresh = dp.next_zero(state)
+    assert (fresh.count, fresh.bound, fresh.inner.weighted_sum.any()) == (0, 0.05, False)
+    assert not dp.carries_over
+
+
+def test_state_round_trips_through_json_as_a_server_stores_it() -> None:
+    dp = DPStrategy(_fedavg(), noise_multiplier=1.0, clip=1.0, rng=0)
+    updates = np.random.default_rng(1).normal(size=(5, DIM))
+    state = dp.accumulate(dp.zero(), MessageBatch.of_vectors(updates, np.ones(5)))
+    back = dp.aggregator.state_from_json(dp.aggregator.state_to_json(state))
+    np.testing.assert_array_equal(back.inner.weighted_sum, state.inner.weighted_sum)
+    assert (back.count, back.bound) == (5, 1.0)
+
+
+def test_for_budget_keeps_the_budget() -> None:
+    budget = DPConfig(epsilon=3.0, delta=1e-6, clip=0.2)
+    dp = DPStrategy.for_budget(_fedavg(), budget, rounds=10, rng=0)
+    assert gaussian_epsilon(dp.noise_multiplier, 1e-6, 10) <= 3.0
+    record = dp.run_privacy(budget, 10, counts=[100, 50])
+    assert record["epsilon"] <= 3.0 and record["rounds"] == 10 and record["clip"] == 0.2
+    assert record["noise_std_per_iteration"] == [dp.noise_std(100), dp.noise_std(50)]
+    assert record["epsilon_replace_one"] > record["epsilon"]
+
+
+@pytest.mark.parametrize(
+    ("inner", "message"),
+    [
+        (lambda: FoltrEsStrategy(FoltrEsConfig()), "randomized"),
+        (lambda: _fedavg(norm_bound=1.0, norm_quantile=0.5), "norm_quantile"),
+        (lambda: _fedavg(norm_bound=2.0), "norm_bound"),
+        (lambda: _fedavg(aggregator="median"), "robust statistic"),
+    ],
+)
+def test_refuses_what_it_cannot_account(inner: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        DPStrategy(inner(), noise_multiplier=1.0, clip=1.0, rng=0)  # type: ignore[operator]
+
+
+def test_accepts_an_inner_bound_equal_to_the_clip_and_refuses_unseeded_noise() -> None:
+    DPStrategy(_fedavg(norm_bound=1.0), noise_multiplier=1.0, clip=1.0, rng=0)
+    with pytest.raises(ConfigError, match="seed"):
+        DPStrategy(_fedavg(), 1.0, 1.0, rng=None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="delta"):
+        DPConfig(epsilon=1.0, delta=0.0, clip=1.0)
