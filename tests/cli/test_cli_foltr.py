@@ -169,41 +169,6 @@ def test_baselines_writes_the_documented_shape(mq2008_dir: Path, tmp_path: Path)
         assert set(data[name]["ndcg10"]) == {"train", "test"}
 
 
-def result_args(data: Path, out_dir: Path) -> list[str]:
-    """A tiny ``foltr reproduce``: two folds, no FPDGD."""
-    return [
-        "foltr", "reproduce", "--data", str(data), "--out", str(out_dir), "--interactions",
-        "8000", "--exploration-interactions", "64000", "--folds", "1,2", "--no-fpdgd",
-    ]  # fmt: skip
-
-
-def test_reproduce_with_a_tiny_budget(mq2008_dir: Path, tmp_path: Path) -> None:
-    out_dir = tmp_path / "repro"
-    result = ok(result_args(mq2008_dir, out_dir))
-    assert "FOLtR-ES Two-Layer" in result.output and "RankingSVM" in result.output
-    data = json.loads((out_dir / "results.json").read_text())
-    table = data["table3"]
-    assert set(table) == {"train", "test"}
-    assert set(table["test"]) == {
-        "MSE",
-        "RankingSVM",
-        "LambdaMART",
-        "FOLtR-ES Linear",
-        "FOLtR-ES Two-Layer",
-    }
-    assert len(data["per_fold"]["MSE"]["perfect"]["train"]) == 2
-    for name in ("fig1_antithetic", "fig2_batch", "fig3_privacy", "fig4_folds_navigational"):
-        assert (out_dir / f"{name}.png").read_bytes()[:8] == PNG
-
-    # The same grid on a real 2-worker Dask cluster: every run seeded on its own, so the
-    # same results (wall-clock times and the output paths aside).
-    on_dask = tmp_path / "dask"
-    args = [*result_args(mq2008_dir, on_dask), "--dask-workers", "2"]
-    ok(args)
-    spread = json.loads((on_dask / "results.json").read_text())
-    assert untimed(spread, drop=("figures",)) == untimed(data, drop=("figures",))
-
-
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -14,10 +14,12 @@ from fedrank.simulation.attacks import DEFAULT_CANDIDATES, DEFAULT_FACTOR, Attac
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def attack_options(kinds: tuple[str, ...], who: str, *, es: bool = False) -> Callable[[_F], _F]:
+def attack_options(
+    kinds: tuple[str, ...], who: str, *, es: bool = False, note: str = ""
+) -> Callable[[_F], _F]:
     """``--malicious FRACTION``, ``--attack KIND`` (one of ``kinds``), ``--attack-factor``
     and, for FOLtR-ES (``es``), ``--attack-seeds M`` and ``--server-seeds``; ``who`` says
-    which clients the fraction counts."""
+    which clients the fraction counts, ``note`` adds to the help of ``--attack``."""
 
     def decorate(func: _F) -> _F:
         options = [
@@ -32,7 +34,7 @@ def attack_options(kinds: tuple[str, ...], who: str, *, es: bool = False) -> Cal
                 "--attack",
                 type=click.Choice(kinds),
                 default=None,
-                help="What the malicious clients send (docs/service.md, Poisoning).",
+                help=f"What the malicious clients send{note} (docs/service.md, Poisoning).",
             ),
             click.option(
                 "--attack-factor",

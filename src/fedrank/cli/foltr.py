@@ -81,7 +81,9 @@ def foltr() -> None:
 @click.option("--dp-epsilon", type=float, default=4.5, show_default=True)
 @click.option("--dp-clip", type=float, default=1.0, show_default=True, help="L1 clip of deltas.")
 @click.option("--seed", type=int, default=0, show_default=True)
-@attack_options(ES_ATTACKS, "each iteration's clients (FPDGD: sign-flip, scale, random)", es=True)
+@attack_options(
+    ES_ATTACKS, "each iteration's clients", es=True, note="; FPDGD: sign-flip, scale, random"
+)
 @dask_options("the clients (FOLtR-ES or FPDGD)", "; same result as one process")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None)

@@ -197,7 +197,16 @@ class Strategy(ABC):
         Raises:
             SafeguardError: if the projected model does not satisfy the constraints.
         """
-        aggregate = self.aggregator.finalize(state)
+        return self.step_from(self.aggregator.finalize(state), params, opt_state)
+
+    def step_from(self, aggregate: np.ndarray, params: np.ndarray, opt_state: Any) -> ServerStep:
+        """The optimizer chain's step on ``aggregate`` from ``params``, projected onto the
+        constraints: the part of :meth:`server_step` after the aggregate (a wrapper that
+        changes the aggregate, such as DP noise, reuses it).
+
+        Raises:
+            SafeguardError: if the projected model does not satisfy the constraints.
+        """
         step, new_opt_state = self.optimizer.update(aggregate, opt_state, params)
         proposal = params + step
         if self.constraints is None:

@@ -59,7 +59,7 @@ from fedrank.privacy.accounting import (
     gaussian_noise_multiplier,
 )
 from fedrank.privacy.gaussian import GaussianSumMechanism
-from fedrank.strategies.base import SafeguardError, ServerStep, Strategy
+from fedrank.strategies.base import ServerStep, Strategy
 
 #: The inner aggregators whose role the DP mean takes over: the means and the sign vote.
 _MEANS = (WeightedMean, GatedMean, SignVote)
@@ -240,19 +240,7 @@ class DPStrategy(Strategy):
         Raises:
             SafeguardError: if the projected model does not satisfy the constraints.
         """
-        aggregate = self.noisy_aggregate(state)
-        step, new_opt_state = self.optimizer.update(aggregate, opt_state, params)
-        proposal = params + step
-        if self.constraints is None:
-            return ServerStep(proposal, new_opt_state, aggregate, step)
-        new_params = self.constraints.project(proposal, params)
-        if not self.constraints.holds(new_params, params):
-            violated = ", ".join(repr(c) for c in self.constraints.violated(new_params, params))
-            raise SafeguardError(
-                f"the {self.inner.name} safeguards could not be satisfied after the DP step "
-                f"(violated: {violated}); the model was not changed"
-            )
-        return ServerStep(new_params, new_opt_state, aggregate, step)
+        return self.step_from(self.noisy_aggregate(state), params, opt_state)
 
     # ------------------------------------------------------------------ accounting
 

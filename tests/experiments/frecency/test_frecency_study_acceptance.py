@@ -1,7 +1,7 @@
 """What a small frecency study in the calibrated synthetic world must show, for the
 classic frecency the paper tuned and for today's modern frecency (studies from
 ``conftest.py``). Whether treatment beats control needs the full size (3,000 users, 40
-iterations): ``test_full_size_treatment_types_fewer_characters`` runs it."""
+iterations): ``test_frecency_full_size.py`` runs it."""
 
 from __future__ import annotations
 
@@ -12,9 +12,7 @@ from fedrank.experiments.frecency.presets import hidden_weights
 from fedrank.experiments.frecency.report import loss_reduction
 from fedrank.experiments.frecency.study import (
     PAPER_EVAL,
-    FrecencyStudyConfig,
     StudyResult,
-    run_study,
 )
 from fedrank.models.frecency.scorer import page_scorer
 from fedrank.models.frecency.weights import CLASSIC_WEIGHT_NAMES, classic_defaults
@@ -85,17 +83,3 @@ def test_classic_weights_move_towards_the_hidden_ones(classic_shifted: StudyResu
 def test_modern_leaves_the_weight_without_signal_alone(modern_shifted: StudyResult) -> None:
     # Synthetic histories have no interactions: no sample is veryHigh.
     assert modern_shifted.final_weights["veryHighWeight"] == pytest.approx(200.0)
-
-
-def test_full_size_treatment_types_fewer_characters() -> None:
-    """The issue's headline: ``fedrank frecency simulate --preset shifted --users 3000
-    --iterations 40 --seed 11``."""
-    result = run_study(FrecencyStudyConfig(preset="shifted", n_users=3000, iterations=40, seed=11))
-    ev = result.eval
-    assert 3.0 <= ev["control"]["chars_typed_mean"] <= 5.5
-    assert 0.2 <= ev["control"]["selected_rank_mean"] <= 0.6
-    assert ev["treatment"]["chars_typed_mean"] < ev["control"]["chars_typed_mean"]
-    assert result.bonferroni_alpha == pytest.approx(0.05 / 6)
-    test = result.tests["treatment_vs_control"]
-    assert test["unit"] == "user" and test["pvalue"] < 0.05 / 6
-    assert test["diff_ci95"][1] < 0  # the whole interval below zero
