@@ -511,7 +511,8 @@ class Server:
                 messages_in_columns, claims = self._binary_batch(body)
                 self._seed_claim(claims)
                 result = await engine.submit_columns(messages_in_columns)
-                self._seed_settle(claims, result.statuses.tolist())
+                if claims:
+                    self._seed_settle(claims, result.statuses.tolist())
                 self.requests[("batch", 200)] += 1
                 return json_response(batch_answer(result.statuses, result.bodies))
             if ctype not in (JSON, ""):
@@ -571,13 +572,13 @@ class Server:
             columns, payloads = engine.workload.parse_binary_batch(records)
         except PayloadError as exc:
             raise BadRequest(422, exc.code, str(exc)) from exc
-        reports = [  # FOLtR-ES records carry a seed, and its token with server seeds
-            (mid, version, p["seed"], bytes.fromhex(p["seed_token"]) if "seed_token" in p else None)
-            if "seed" in p
-            else None
-            for mid, p in zip(ids, payloads, strict=True)
-        ]
-        claims = self._seed_check(reports, numbered=True)
+        claims: list[tuple[int, ClaimKey, str]] = []
+        if self.seeds is not None:  # records carry their seed tokens only with server seeds
+            reports = [
+                (mid, version, p["seed"], bytes.fromhex(p["seed_token"]))
+                for mid, p in zip(ids, payloads, strict=True)
+            ]
+            claims = self._seed_check(reports, numbered=True)
         return self._trained_updates(ids, version, columns, payloads), claims
 
     def _columnar_batch(self, data: dict[str, Any]) -> Messages:
