@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from fedrank.experiments.foltr.run import FoltrConfig, FoltrResult
-from fedrank.privacy.accounting import gaussian_epsilon
+from fedrank.privacy.accounting import gaussian_epsilon, gaussian_noise_multiplier
 from tests.cli.clirun import argv, assert_clean_failure, ok, run
 
 TINY_STUDY = "frecency simulate --users 300 --iterations 2 --seed 1 --history-days 14"
@@ -41,9 +41,17 @@ def test_dp_epsilon_writes_a_privacy_key_within_the_budget(runs: dict[str, Path]
     assert privacy["epsilon"] == pytest.approx(gaussian_epsilon(z, 1e-5, 2))
     stds = privacy["noise_std_per_iteration"]
     assert stds == pytest.approx([z * 0.05 / m for m in dp["reports_per_iteration"]])
-    # without --dp-epsilon: no privacy key; the DP settings stay out of the study's config,
-    # and the first iteration (before any step) is the same run
-    assert "privacy" not in plain
+    # without --dp-epsilon: a privacy object with no mechanism; the DP settings stay out of
+    # the study's config, and the first iteration (before any step) is the same run
+    assert plain["privacy"] == {
+        "mechanism": "none",
+        "epsilon": None,
+        "delta": None,
+        "rounds": None,
+        "sampling_rate": 1.0,
+        "noise_multiplier": None,
+        "clip": None,
+    }
     assert dp["config"] == plain["config"]
     assert dp["loss_per_iteration"][0] == plain["loss_per_iteration"][0]
     assert dp["final_weights"] != plain["final_weights"]
@@ -80,6 +88,16 @@ def test_report_on_a_foltr_es_run(tmp_path: Path) -> None:
     assert row["per_message"]["epsilon"] == pytest.approx(2 * per_value)
     assert row["per_user"] == {"epsilon": pytest.approx(5 * 2 * per_value), "delta": 0.0,
                                "rounds": 5}  # fmt: skip
+    # the run's own privacy object says the same
+    assert result.to_json()["privacy"] == {
+        "mechanism": "randomized response (local)",
+        "epsilon": pytest.approx(5 * 2 * per_value),
+        "delta": 0.0,
+        "rounds": 5,
+        "sampling_rate": 1.0,
+        "noise_multiplier": None,
+        "clip": None,
+    }
 
 
 def test_report_on_a_server_config(tmp_path: Path) -> None:
@@ -89,9 +107,28 @@ def test_report_on_a_server_config(tmp_path: Path) -> None:
     per_message = 4 * math.log(0.9 * 10 / 0.1)
     assert f"per message:          epsilon {per_message:.5g} (pure) over 1 round(s)" in text
     assert f"per user (training):  epsilon {10 * per_message:.5g} (pure)" in text
-    assert "not wired into the server" in text
     text = ok(argv("privacy report --config", config)).output
     assert "k x" in text  # per user: not known without --rounds
+
+
+def test_report_on_a_private_server_config(tmp_path: Path) -> None:
+    """``[privacy]``: the report gives what the server's /v1/status will say after the
+    budget's rounds (dp_accounting's epsilon for the calibrated noise), or after --rounds."""
+    config = tmp_path / "server.toml"
+    config.write_text(
+        '[server]\nworkload = "fedavg"\n[privacy]\nepsilon = 3.0\ndelta = 1e-6\n'
+        "clip = 0.5\nrounds = 20\n"
+    )
+    ok(["privacy", "report", "--json", str(tmp_path / "r.json"), "--config", str(config)])
+    row = _load(tmp_path / "r.json")["systems"][0]
+    z = gaussian_noise_multiplier(3.0, 1e-6, 20)
+    assert row["mechanism"] == "gaussian (central)"
+    assert row["parameters"]["noise_multiplier"] == pytest.approx(z)
+    assert row["per_user"]["epsilon"] == pytest.approx(gaussian_epsilon(z, 1e-6, 20))
+    assert row["per_user"]["epsilon"] <= 3.0
+    text = ok(argv("privacy report --rounds 5 --config", config)).output
+    assert f"epsilon {gaussian_epsilon(z, 1e-6, 5):.5g}, delta 1e-06 over 5 round(s)" in text
+    assert_clean_failure(run(argv("privacy report --rounds 21 --config", config)), "at most")
 
 
 def test_report_refuses_unclear_input(runs: dict[str, Path], tmp_path: Path) -> None:

@@ -6,14 +6,16 @@ Endpoints (all JSON unless noted; the OpenAPI document is at ``/openapi.json``):
   with ``ETag`` / ``If-None-Match`` for cheap polling; ``GET /v1/model/{version}``.
 * ``POST /v1/updates`` -- one message; ``202`` accepted, ``200`` duplicate (same
   ``message_id``), ``409`` stale / late / not selected, ``4xx`` with a reason for anything
-  malformed, ``503`` while paused. Also in the compact binary form
-  (``Content-Type: application/vnd.fedrank.update``, ids in ``X-Message-Id`` /
+  malformed, ``503`` while paused, ``403 privacy_budget_spent`` once ``[privacy]``'s budget
+  is used (:mod:`fedrank.server.privacy`; also on check-ins and closes). Also in the
+  compact binary form (``Content-Type: application/vnd.fedrank.update``, ids in ``X-Message-Id`` /
   ``X-Model-Version`` / ``X-Enrollment-Id`` / ``X-Client-Id`` headers).
 * ``POST /v1/updates:batch`` -- many messages, or a proxy's merged aggregate.
 * ``POST /v1/checkin`` -- round selection (foltr-es and fedavg with ``[rounds]``); with
   ``[foltr_es] server_seeds`` a selected client also gets its ``seed`` and ``seed_token``
   (:mod:`fedrank.server.seeds`), and its update must carry the token.
-* ``GET /v1/status``, ``GET /v1/summary``, ``GET /metrics`` (Prometheus text).
+* ``GET /v1/status`` (``privacy``: each user's guarantee so far), ``GET /v1/summary``,
+  ``GET /metrics`` (Prometheus text).
 * ``POST /v1/admin/{close,pause,resume}`` -- bearer token of ``[server] admin_token``.
 
 Bad input never reaches the writer: it is answered here, counted in
@@ -139,7 +141,7 @@ class Server:
         assert self.engine is not None
         engine = self.engine
         snap = engine.snapshot()
-        if snap.paused or time.monotonic() < self._close_retry_at:
+        if snap.paused or snap.budget_spent or time.monotonic() < self._close_retry_at:
             return stable, last_sign, last_iteration
         if snap.iteration != last_iteration:
             stable, last_sign, last_iteration = 0, None, snap.iteration
@@ -376,9 +378,14 @@ class Server:
             for k, key, message_id in claims:
                 self.claims.settle(key, message_id, int(statuses[k]))
 
-    def _paused(self) -> None:
+    def _open_for_updates(self) -> None:
+        """Refuse while paused (503, retry later) and after the privacy budget (403, for
+        good)."""
         assert self.engine is not None
-        if self.engine.snapshot().paused:
+        snap = self.engine.snapshot()
+        if snap.budget_spent:
+            raise BadRequest(403, "privacy_budget_spent", self.engine.privacy.refusal())
+        if snap.paused:
             raise BadRequest(503, "paused", "the server is paused by its operator; retry later")
 
     # -- endpoints ---------------------------------------------------------------------
@@ -456,7 +463,7 @@ class Server:
         assert self.engine is not None
         engine = self.engine
         try:
-            self._paused()
+            self._open_for_updates()
             body = await self._read(headers, chunks)
             current = engine.snapshot().version
             ctype = headers.get("content-type", "").split(";")[0].strip().lower()
@@ -504,7 +511,7 @@ class Server:
         assert self.engine is not None
         engine = self.engine
         try:
-            self._paused()
+            self._open_for_updates()
             body = await self._body(request)
             ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
             if ctype == BINARY_BATCH:
@@ -818,6 +825,8 @@ class Server:
         try:
             if self.round is None:
                 raise BadRequest(404, "no_rounds", "this server does not select clients per round")
+            if self.engine.snapshot().budget_spent:
+                raise BadRequest(403, "privacy_budget_spent", self.engine.privacy.refusal())
             body = await self._body(request)
             try:
                 data = orjson.loads(body)
@@ -851,6 +860,7 @@ class Server:
                 "last_close_error": self.last_close_error,
                 "paused": snap.paused,
                 "policy": e.policy.name if self.round is None else "rounds",
+                "privacy": e.privacy.status(snap.iteration),
             }
         )
 

@@ -74,6 +74,16 @@ A complete example (every key optional; these are the defaults)::
     clients_per_round = 100      # K
     t_max_seconds = 60.0         # reporting deadline after selection
 
+    [privacy]                    # central DP of the model (frecency, fedavg; docs/privacy.md)
+    epsilon = 0.0                # each user's budget over the server's whole training; 0: off
+    delta = 1e-6                 # its delta, well below 1 / users
+    clip = 0.0                   # L2 bound C of every update (required with epsilon)
+    rounds = 0                   # iterations the budget covers (required with epsilon); the
+                                 # noise is calibrated to them and no iteration closes after
+    accountant = "pld"           # pld (tight) | rdp
+    noise_seed = -1              # -1: fresh OS entropy for every close; >= 0: reproducible
+                                 # noise (tests and experiments only)
+
     [metrics]                    # the metrics clients may report: name = [low, high]
     loss = [0.0, 1e9]            # (given, the table replaces the workload's defaults,
     chars_typed = [0.0, 2048.0]  #  METRIC_DEFAULTS; these are frecency's)
@@ -184,6 +194,24 @@ class RoundsSection:
 
 
 @dataclass(frozen=True)
+class PrivacySection:
+    """``[privacy]``: central differential privacy of the trained model
+    (:class:`~fedrank.strategies.dp.DPStrategy`, served by :mod:`fedrank.server.privacy`).
+    On when ``epsilon > 0``."""
+
+    epsilon: float = 0.0
+    delta: float = 1e-6
+    clip: float = 0.0
+    rounds: int = 0
+    accountant: str = "pld"
+    noise_seed: int = -1
+
+    @property
+    def enabled(self) -> bool:
+        return self.epsilon > 0
+
+
+@dataclass(frozen=True)
 class Branch:
     name: str
     share: float
@@ -225,6 +253,7 @@ class ServerConfig:
     foltr_es: FoltrEsConfig = field(default_factory=FoltrEsConfig)
     fedavg: FedAvgConfig = field(default_factory=FedAvgConfig)
     rounds: RoundsSection = field(default_factory=RoundsSection)
+    privacy: PrivacySection = field(default_factory=PrivacySection)
     branches: tuple[Branch, ...] = ()
     #: ``(name, low, high)`` per metric clients may report, sorted by name (``[metrics]``,
     #: or the workload's :data:`METRIC_DEFAULTS`).
@@ -270,6 +299,7 @@ _SECTIONS: dict[str, type] = {
     "foltr_es": FoltrEsConfig,
     "fedavg": FedAvgConfig,
     "rounds": RoundsSection,
+    "privacy": PrivacySection,
 }
 
 
@@ -460,6 +490,8 @@ def _check(config: ServerConfig) -> None:
     for ok, message in rules:
         if not ok:
             raise ConfigError(message)
+    if config.privacy.enabled:
+        _check_privacy(config)
     names = [b.name for b in config.branches]
     if len(set(names)) != len(names) or not all(names):
         raise ConfigError(f"branch names must be distinct and non-empty, got {names}")
@@ -474,6 +506,39 @@ def _check(config: ServerConfig) -> None:
             raise ConfigError(f"branch {b.name!r}: served must be trained or defaults")
     if not any(b.served == "trained" for b in config.branches):
         raise ConfigError("one branch must be served the trained model (served = 'trained')")
+
+
+def _check_privacy(config: ServerConfig) -> None:
+    """The rules of ``[privacy]`` with ``epsilon > 0`` (docs/privacy.md, "In the server")."""
+    p, workload = config.privacy, config.workload
+    rules: list[tuple[bool, str]] = [
+        (
+            workload in ("frecency", "fedavg"),
+            f"[privacy] central DP averages vector updates (frecency, fedavg); {workload} "
+            "clients privatize on the device with randomized response ([foltr_es] p)",
+        ),
+        (0 < p.delta < 1, f"[privacy] delta must be in (0, 1), got {p.delta:g}"),
+        (p.clip > 0, "[privacy] clip (the L2 bound of every update) must be > 0"),
+        (
+            1 <= p.rounds <= 100_000,
+            "[privacy] rounds (the iterations the budget covers) must be in 1..100000",
+        ),
+        (p.accountant in ("pld", "rdp"), "[privacy] accountant must be pld or rdp"),
+        (p.noise_seed >= -1, "[privacy] noise_seed must be -1 (OS entropy) or >= 0"),
+        (
+            not config.proxies,
+            "[privacy] cannot take [[proxies]]: a merged aggregate hides its clients' "
+            "updates, so the server could not clip them one by one; remove [[proxies]]",
+        ),
+        (
+            config.iteration.stable_ticks == 0,
+            "[privacy] needs [iteration] stable_ticks = 0: the adaptive policy closes when "
+            "the exact aggregate's sign settles, a decision the noise does not cover",
+        ),
+    ]
+    for ok, message in rules:
+        if not ok:
+            raise ConfigError(message)
 
 
 def load_config(path: Path | None = None, **overrides: Any) -> ServerConfig:

@@ -50,6 +50,7 @@ from fedrank.errors import ConfigError, FedrankError
 from fedrank.server.config import ServerConfig
 from fedrank.server.histogram import Histogram
 from fedrank.server.log_limit import RateLimit
+from fedrank.server.privacy import PrivacyLedger
 from fedrank.server.recent_ids import RecentIds
 from fedrank.server.store import Row, Store
 from fedrank.server.workloads import EMPTY, Parsed, Workload, make_workload
@@ -179,6 +180,8 @@ class Snapshot:
     #: at every close with ``norm_quantile``); ``None`` without one. A proxy folds its
     #: clients' messages from ``NormBounded`` states with this bound.
     norm_bound: float | None = None
+    #: The ``[privacy]`` budget is spent: no more updates, check-ins or closes.
+    budget_spent: bool = False
 
 
 @dataclass
@@ -259,7 +262,8 @@ class Engine:
     def __init__(self, config: ServerConfig, loop: asyncio.AbstractEventLoop) -> None:
         self.config = config
         self.loop = loop
-        self.workload: Workload = make_workload(config)
+        self.privacy = PrivacyLedger(config)
+        self.workload: Workload = make_workload(config, self.privacy.wrap)
         self.strategy = self.workload.strategy
         self.aggregator = self.strategy.aggregator
         self.optimizer = self.strategy.optimizer
@@ -290,7 +294,9 @@ class Engine:
     # -- start-up: resume exactly where the store left off ------------------------------
 
     def _resume(self) -> None:
-        identity = {"workload": self.workload.name, "dim": self.workload.dim}
+        identity: dict[str, Any] = {"workload": self.workload.name, "dim": self.workload.dim}
+        if self.privacy.enabled:
+            identity["privacy"] = self.privacy.identity()
         if self.store.check_identity(identity):
             params = self.workload.initial_params()
             opt_state = self.optimizer.state_to_json(self.strategy.init(params))
@@ -755,7 +761,9 @@ class Engine:
             self.updates_in_iteration,
             self.paused,
             getattr(self.state, "bound", None),
+            self.privacy.spent(self.iteration),
         )
+        self.privacy.status(self.iteration)  # the accountant runs here, not in a request
 
     def _branch_summary(self) -> dict[str, Any]:
         with self._stats_lock:
@@ -789,6 +797,8 @@ class Engine:
 
     def _close(self, reason: str, force: bool) -> Outcome:
         n = self.updates_in_iteration
+        if self.privacy.spent(self.iteration):
+            return Outcome(403, {"error": "privacy_budget_spent", "detail": self.privacy.refusal()})
         if n == 0:
             return Outcome(409, {"error": "empty", "detail": "no updates in this iteration yet"})
         if not force and n < self.config.iteration.min_updates:
@@ -800,6 +810,7 @@ class Engine:
                     f"{self.config.iteration.min_updates} before applying an aggregate",
                 },
             )
+        self.privacy.before_close(self.iteration)  # fresh noise for this close
         step = self.strategy.server_step(self.state, self.params, self.opt_state)
         new_params, opt_state = step.params, step.opt_state
         closed = self.iteration

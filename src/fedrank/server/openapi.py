@@ -97,7 +97,7 @@ def openapi_document() -> dict[str, Any]:
                     "responses": {
                         "202": _json_response("accepted and durably stored"),
                         "200": _json_response("duplicate message_id: already counted"),
-                        **_errors(400, 408, 409, 413, 415, 422, 503),
+                        **_errors(400, 403, 408, 409, 413, 415, 422, 503),
                     },
                 }
             },
@@ -191,11 +191,19 @@ def openapi_document() -> dict[str, Any]:
                     },
                     "responses": {
                         "200": _json_response("selected (with deadline) or not"),
-                        **_errors(400, 404, 422),
+                        **_errors(400, 403, 404, 422),
                     },
                 }
             },
-            "/v1/status": {"get": {"responses": {"200": _json_response("server status")}}},
+            "/v1/status": {
+                "get": {
+                    "responses": {
+                        "200": _json_response(
+                            "server status; privacy: each user's guarantee so far"
+                        )
+                    }
+                }
+            },
             "/v1/summary": {
                 "get": {"responses": {"200": _json_response("per-branch, per-iteration metrics")}}
             },

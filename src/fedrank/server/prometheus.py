@@ -69,6 +69,14 @@ def prometheus_text(
         "Updates in the open iteration.",
         [("", snap.updates_in_iteration)],
     )
+    epsilon = engine.privacy.status(snap.iteration)["epsilon"]
+    if epsilon is not None:
+        metric(
+            "privacy_epsilon",
+            "gauge",
+            "Each user's epsilon over the closed iterations (see /v1/status privacy).",
+            [("", epsilon)],
+        )
     metric(
         "requests_total",
         "counter",

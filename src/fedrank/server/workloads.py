@@ -34,6 +34,7 @@ import base64
 import binascii
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -546,7 +547,16 @@ def _vector_columns(items: list[Parsed], dim: int) -> MessageBatch:
     return MessageBatch(len(items), vector=vectors, weight=np.array([p.weight for p in items]))
 
 
-def make_workload(config: ServerConfig) -> Workload:
-    return {"frecency": FrecencyWorkload, "foltr-es": FoltrEsWorkload, "fedavg": FedAvgWorkload}[
-        config.workload
-    ](config)
+def make_workload(
+    config: ServerConfig, wrap: Callable[[Strategy], Strategy] | None = None
+) -> Workload:
+    """The workload of ``config``; ``wrap`` replaces its strategy by a wrapper of it (the
+    central-DP strategy of ``[privacy]``, :mod:`fedrank.server.privacy`)."""
+    workload = {
+        "frecency": FrecencyWorkload,
+        "foltr-es": FoltrEsWorkload,
+        "fedavg": FedAvgWorkload,
+    }[config.workload](config)
+    if wrap is not None:
+        workload.strategy = wrap(workload.strategy)
+    return workload

@@ -187,6 +187,13 @@ class DPStrategy(Strategy):
             f"{self.mechanism.noise_multiplier:g}, clip={self.mechanism.clip:g})"
         )
 
+    def use_rng(self, rng: np.random.Generator) -> None:
+        """Draw the noise from ``rng`` from now on (the server gives each close its own:
+        :mod:`fedrank.server.privacy`)."""
+        if not isinstance(rng, np.random.Generator):
+            raise ConfigError(f"rng must be a numpy Generator, got {rng!r}")
+        self.rng_ = rng
+
     @property
     def noise_multiplier(self) -> float:
         return self.mechanism.noise_multiplier

@@ -90,6 +90,7 @@ from fedrank.models.peps import PEPSRanker
 from fedrank.privacy import kl_settings
 from fedrank.privacy import profile_kl as kl
 from fedrank.privacy.cover_queries import CoverQueryGenerator
+from fedrank.privacy.report import no_privacy, run_privacy
 from fedrank.retrieval.candidates import UserData, build_users
 from fedrank.simulation.attacks import Attack, FedPSAttacker
 
@@ -249,6 +250,14 @@ class FedPSResult:
             "communication": self.communication,
             "details": self.details,
             "data": self.data,
+            "privacy": run_privacy(
+                no_privacy(
+                    "fedps",
+                    {"mode": self.settings.mode},
+                    "none: updates (or, centrally, the logs) are sent as computed; the KL "
+                    "measure (kl) is an empirical disclosure figure, not a guarantee",
+                )
+            ),
             **({"attack": self.attack} if self.attack else {}),
         }
 

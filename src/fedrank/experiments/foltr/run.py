@@ -195,8 +195,20 @@ class FoltrResult:
             if self.wall_seconds > 0
             else None,
             "final_params": self.params.tolist(),
+            "privacy": self.privacy(),
             **({"attack": self.attack} if self.attack else {}),
         }
+
+    def privacy(self) -> dict[str, Any]:
+        """Each client slot's guarantee over the run (:func:`fedrank.privacy.report.
+        run_privacy`): randomized response (FOLtR-ES) or FPDGD's Laplace mechanism, composed
+        over the iterations; no mechanism gives epsilon ``None``."""
+        from fedrank.privacy.report import foltr_es_privacy, fpdgd_privacy, run_privacy
+
+        rounds = len(self.batch_maxrr)
+        if self.config.algorithm == "fpdgd":
+            return run_privacy(fpdgd_privacy(asdict(self.config), rounds))
+        return run_privacy(foltr_es_privacy(self.config.p, self.config.batch, rounds))
 
 
 def _privatizer(config: FoltrConfig, depth: int) -> RandomizedResponse | None:

@@ -299,8 +299,15 @@ class StudyResult:
             "bonferroni_alpha": self.bonferroni_alpha,
             "stability": self.stability,
             **({"attack": self.attack} if self.attack else {}),
-            **({"privacy": self.privacy} if self.privacy else {}),
+            "privacy": self.privacy or self._no_privacy(),
         }
+
+    def _no_privacy(self) -> dict[str, Any]:
+        """The ``privacy`` object of a run without central DP: no mechanism, epsilon
+        ``None`` (sign messages are a compression, not DP)."""
+        from fedrank.privacy.report import frecency_privacy, run_privacy
+
+        return run_privacy(frecency_privacy({"message": self.config.message}, None))
 
 
 def _nanmean(values: np.ndarray) -> float:

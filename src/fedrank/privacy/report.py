@@ -1,0 +1,286 @@
+"""What each system guarantees, per message, per round and per user over a training run
+(docs/privacy.md): the rows of ``fedrank privacy report`` and the ``privacy`` object of every
+run's JSON (:func:`run_privacy`).
+
+The accounting (:mod:`fedrank.privacy.accounting`) imports ``dp_accounting``, which takes
+about a second to load, so it is imported only by the functions that use it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from fedrank.errors import ConfigError
+
+
+@dataclass
+class SystemPrivacy:
+    """One system's guarantees. Each of ``per_message``, ``per_round``, ``per_user`` is a
+    ``{"epsilon", "delta", "rounds"}`` dict, or a string saying why it is not available."""
+
+    system: str
+    mechanism: str
+    parameters: dict[str, Any]
+    per_message: dict[str, Any] | str
+    per_round: dict[str, Any] | str
+    per_user: dict[str, Any] | str
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "system": self.system,
+            "mechanism": self.mechanism,
+            "parameters": self.parameters,
+            "per_message": self.per_message,
+            "per_round": self.per_round,
+            "per_user": self.per_user,
+            "notes": self.notes,
+        }
+
+
+def _figure(epsilon: float, delta: float, rounds: int) -> dict[str, Any]:
+    return {
+        "epsilon": epsilon if math.isfinite(epsilon) else None,
+        "delta": delta,
+        "rounds": rounds,
+    }
+
+
+_CENTRAL_MESSAGE = (
+    "none: central DP protects the aggregate, not the message; the server sees every "
+    "clipped update (secure aggregation, src/fedrank/secagg, would hide it: not wired in)"
+)
+_NO_MECHANISM = "none: no privacy mechanism"
+
+
+def no_privacy(system: str, parameters: dict[str, Any], why: str) -> SystemPrivacy:
+    """A system that sends its updates as computed: ``why`` says what a message reveals."""
+    return SystemPrivacy(system, "none", parameters, why, _NO_MECHANISM, _NO_MECHANISM)
+
+
+def frecency_privacy(config: dict[str, Any], privacy: dict[str, Any] | None) -> SystemPrivacy:
+    """Federated frecency: the central Gaussian mechanism of a run's ``privacy`` block, or
+    no guarantee (full gradients; sign messages are a deterministic compression)."""
+    message = config.get("message", "full")
+    if not privacy or privacy.get("noise_multiplier") is None:
+        why = (
+            "none: sign messages are a deterministic compression (2 bits per weight), "
+            "not differential privacy"
+            if message == "sign"
+            else "none: the full gradient is sent as computed"
+        )
+        return no_privacy("frecency", {"message": message}, why)
+    return gaussian_privacy("frecency", privacy, {"message": message})
+
+
+def gaussian_privacy(
+    system: str, privacy: dict[str, Any], parameters: dict[str, Any] | None = None
+) -> SystemPrivacy:
+    """The central Gaussian mechanism (:class:`~fedrank.strategies.dp.DPStrategy`) of a
+    ``privacy`` block (``noise_multiplier``, ``clip``, ``delta``, ``rounds``, ``epsilon``;
+    optionally ``accountant``, ``adjacency``, ``epsilon_replace_one``, ``epsilon_rdp`` /
+    ``epsilon_pld``): no per-message guarantee, one round's and the training's."""
+    from fedrank.privacy.accounting import gaussian_epsilon
+
+    z, delta, rounds = privacy["noise_multiplier"], privacy["delta"], privacy["rounds"]
+    accountant = privacy.get("accountant", "pld")
+    one = gaussian_epsilon(z, delta, 1, privacy.get("sampling_rate", 1.0), accountant)
+    notes = [
+        f"adjacency: {privacy.get('adjacency', 'add-or-remove one user')}; the number of "
+        "updates per iteration is not protected",
+        "sampling_rate 1.0: every user is counted in every iteration (users report when "
+        "they search or check in, not by a random sample of the population), so no "
+        "amplification by subsampling is claimed",
+    ]
+    if "epsilon_replace_one" in privacy:
+        notes.append(
+            f"replace-one adjacency (same participants): epsilon "
+            f"{privacy['epsilon_replace_one']:.3f} over {rounds} iterations"
+        )
+    for other in ("rdp", "pld"):
+        if f"epsilon_{other}" in privacy:
+            notes.append(f"{other} accountant: epsilon {privacy[f'epsilon_{other}']:.3f}")
+    return SystemPrivacy(
+        system,
+        "gaussian (central)",
+        {
+            "noise_multiplier": z,
+            "clip": privacy["clip"],
+            "delta": delta,
+            "accountant": accountant,
+            **(parameters or {}),
+        },
+        _CENTRAL_MESSAGE,
+        _figure(one, delta, 1),
+        _figure(privacy["epsilon"], delta, rounds),
+        notes,
+    )
+
+
+def foltr_es_privacy(p: float | None, batch: int, rounds: int | None) -> SystemPrivacy:
+    """FOLtR-ES: randomized response over MaxRR's ``n = 11`` values, ``B = batch`` values per
+    message, one message per round a client takes part in (``rounds``: the rounds of the
+    training, if known)."""
+    from fedrank.metrics.maxrr import maxrr_values
+    from fedrank.privacy.accounting import (
+        randomized_response_epsilon,
+        randomized_response_message_epsilon,
+    )
+
+    n = len(maxrr_values())  # 0 and 1/1 .. 1/10
+    parameters = {"p": p, "n": n, "B": batch}
+    if p is None or p >= 1.0:
+        return no_privacy(
+            "foltr-es", parameters, "none: p = 1, the true metric is sent (epsilon infinite)"
+        )
+    per_value = randomized_response_epsilon(p, n)
+    per_message = randomized_response_message_epsilon(p, n, batch)
+    notes = [
+        f"each interaction value: epsilon = ln(p (n - 1) / (1 - p)) = {per_value:.4f} "
+        "(FOLtR-ES Eq. 10), local DP: holds against the server",
+        f"a message of B = {batch} values: B x epsilon by basic composition (an upper bound)",
+    ]
+    if rounds is None:
+        per_user: dict[str, Any] | str = (
+            f"k x {per_message:.4f} for a user who takes part in k rounds (give --rounds; the "
+            "server does not cap k: per-user budget refusal is not built)"
+        )
+    else:
+        per_user = _figure(rounds * per_message, 0.0, rounds)
+        notes.append(
+            f"per user: a user in all {rounds} rounds (the simulator draws every client's "
+            "queries afresh each iteration, so its client slots are not persistent users; "
+            "a real user who takes part in k rounds has k x the per-message epsilon)"
+        )
+    return SystemPrivacy(
+        "foltr-es",
+        "randomized response (local)",
+        parameters,
+        _figure(per_message, 0.0, 1),
+        _figure(per_message, 0.0, 1),
+        per_user,
+        notes,
+    )
+
+
+def fpdgd_privacy(config: dict[str, Any], rounds: int) -> SystemPrivacy:
+    """FPDGD's optional Laplace mechanism (:mod:`fedrank.privacy.laplace`)."""
+    mode, eps = config.get("dp", "none"), float(config.get("dp_epsilon", 0.0))
+    parameters = {"dp": mode, "dp_epsilon": eps, "dp_clip": config.get("dp_clip")}
+    if mode == "none":
+        return no_privacy("fpdgd", parameters, "none: the model delta is sent as computed")
+    if mode == "local":
+        return SystemPrivacy(
+            "fpdgd",
+            "laplace (local)",
+            parameters,
+            _figure(eps, 0.0, 1),
+            _figure(eps, 0.0, 1),
+            _figure(rounds * eps, 0.0, rounds),
+            ["per user: basic composition over the rounds, a client in every round"],
+        )
+    return SystemPrivacy(
+        "fpdgd",
+        "laplace (distributed, FPDGD)",
+        parameters,
+        "none: one message carries only a 1/K share of the noise",
+        _figure(eps, 0.0, 1),
+        _figure(rounds * eps, 0.0, rounds),
+        [
+            "holds only if all K clients add their share and nobody sees single messages "
+            "(secure aggregation)",
+            "per user: basic composition over the rounds, a client in every round",
+        ],
+    )
+
+
+def report_run(data: dict[str, Any]) -> list[SystemPrivacy]:
+    """The guarantees of a run's JSON: ``fedrank frecency simulate --json`` or ``fedrank
+    foltr train --json``."""
+    config = data.get("config")
+    if not isinstance(config, dict):
+        raise ConfigError(
+            "the run JSON has no config object: give the JSON of `fedrank frecency simulate "
+            "--json` or `fedrank foltr train --json`"
+        )
+    if "loss_per_iteration" in data and "preset" in config:
+        return [frecency_privacy(config, data.get("privacy"))]
+    if "algorithm" in config and "batch_maxrr" in data:
+        rounds = int(data.get("iterations", len(data["batch_maxrr"])))
+        if config["algorithm"] == "fpdgd":
+            return [fpdgd_privacy(config, rounds)]
+        return [foltr_es_privacy(config.get("p"), int(config.get("batch", 4)), rounds)]
+    raise ConfigError(
+        "not a run JSON this report knows: give the JSON of `fedrank frecency simulate "
+        "--json` or `fedrank foltr train --json` (FedPS runs have no privacy mechanism)"
+    )
+
+
+@functools.cache
+def budget_noise_multiplier(epsilon: float, delta: float, rounds: int, accountant: str) -> float:
+    """The noise multiplier that keeps ``rounds`` rounds within ``(epsilon, delta)``
+    (:func:`~fedrank.privacy.accounting.gaussian_noise_multiplier`, sampling rate 1;
+    cached: the calibration takes about a second)."""
+    from fedrank.privacy.accounting import gaussian_noise_multiplier
+
+    return gaussian_noise_multiplier(epsilon, delta, rounds, 1.0, accountant)
+
+
+def central_dp_block(
+    epsilon: float, delta: float, clip: float, rounds: int, accountant: str, closed: int
+) -> dict[str, Any]:
+    """The privacy block of central DP calibrated to a budget of ``(epsilon, delta)`` over
+    ``rounds`` rounds, after ``closed`` of them: the
+    :class:`~fedrank.privacy.accounting.PrivacyGuarantee` keys (epsilon 0 before the first
+    round), the budget asked for and the accountant."""
+    from fedrank.privacy.accounting import gaussian_guarantee
+
+    z = budget_noise_multiplier(epsilon, delta, rounds, accountant)
+    if closed > 0:
+        block = gaussian_guarantee(z, clip, delta, closed, 1.0, accountant).to_json()
+    else:
+        block = {
+            "mechanism": "gaussian",
+            "epsilon": 0.0,
+            "delta": delta,
+            "rounds": 0,
+            "sampling_rate": 1.0,
+            "noise_multiplier": z,
+            "clip": clip,
+        }
+    block.update(
+        target_epsilon=epsilon,
+        accountant=accountant,
+        adjacency="add-or-remove one user (one clipped update per user and round)",
+    )
+    return block
+
+
+def run_privacy(row: SystemPrivacy, sampling_rate: float | None = 1.0) -> dict[str, Any]:
+    """The ``privacy`` object of a run's JSON: ``{mechanism, epsilon, delta, rounds,
+    sampling_rate, noise_multiplier, clip}`` of one user over the whole training (the
+    report's per-user row). Without a mechanism, ``epsilon`` is ``None`` (unbounded) and
+    so are the mechanism's parameters."""
+    per_user = row.per_user
+    if isinstance(per_user, str):
+        return {
+            "mechanism": row.mechanism,
+            "epsilon": None,
+            "delta": None,
+            "rounds": None,
+            "sampling_rate": sampling_rate,
+            "noise_multiplier": None,
+            "clip": None,
+        }
+    return {
+        "mechanism": row.mechanism,
+        "epsilon": per_user["epsilon"],
+        "delta": per_user["delta"],
+        "rounds": per_user["rounds"],
+        "sampling_rate": sampling_rate,
+        "noise_multiplier": row.parameters.get("noise_multiplier"),
+        "clip": row.parameters.get("clip", row.parameters.get("dp_clip")),
+    }

@@ -1,0 +1,208 @@
+"""Central differential privacy in the server (``[privacy]``, :mod:`fedrank.server.privacy`,
+docs/privacy.md "In the server"): a real server over loopback clips every update, adds the
+calibrated noise at each close (the same model as :class:`~fedrank.strategies.dp.DPStrategy`
+in process with the same noise), reports each user's epsilon in ``/v1/status`` as
+``dp_accounting`` computes it independently, and refuses updates, check-ins and closes once
+the budget is spent, for good (also after a restart). A store trained under one budget does
+not continue under another."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import dp_accounting
+import numpy as np
+import orjson
+import pytest
+from dp_accounting import pld
+
+from fedrank.core.message import MessageBatch
+from fedrank.errors import ConfigError
+from fedrank.privacy.accounting import (
+    PLD_DISCRETIZATION,
+    gaussian_noise_multiplier,
+    randomized_response_message_epsilon,
+)
+from fedrank.server.engine import Engine, Incoming
+from fedrank.server.privacy import PrivacyLedger
+from fedrank.server.workloads import make_workload
+from fedrank.strategies.dp import DPStrategy
+from fedrank.strategies.fedavg import FedAvgStrategy
+from tests.server.serverkit import (
+    ADMIN_TOKEN,
+    PROXIES_TOML,
+    admin,
+    assert_error,
+    live_server,
+    offline_config,
+    prometheus,
+    state_of,
+    status,
+)
+
+EPSILON, DELTA, CLIP, ROUNDS, NOISE_SEED = 2.0, 1e-6, 0.5, 2, 7
+TOML = f"""
+[server]
+workload = "fedavg"
+admin_token = "{ADMIN_TOKEN}"
+[iteration]
+seconds = 0.0
+[fedavg]
+dim = 6
+server_learning_rate = 1.0
+[privacy]
+epsilon = {EPSILON}
+delta = {DELTA}
+clip = {CLIP}
+rounds = {ROUNDS}
+noise_seed = {NOISE_SEED}
+"""
+
+
+def _independent_epsilon(z: float, rounds: int) -> float:
+    """``dp_accounting`` called directly: ``rounds`` Gaussian mechanisms of multiplier ``z``."""
+    accountant = pld.PLDAccountant(value_discretization_interval=PLD_DISCRETIZATION)
+    event = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), rounds)
+    return float(accountant.compose(event).get_epsilon(DELTA))
+
+
+def _deltas(seed: int, count: int) -> np.ndarray:
+    """Rows of norm 0.1 to 3: some within the clip, some far beyond it."""
+    rng = np.random.default_rng(seed)
+    rows = rng.normal(size=(count, 6))
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True) * rng.uniform(0.1, 3.0, (count, 1))
+
+
+def test_a_private_server_noises_each_close_reports_epsilon_and_stops_at_the_budget(
+    tmp_path: Path,
+) -> None:
+    config = offline_config(TOML, tmp_path)
+    z = gaussian_noise_multiplier(EPSILON, DELTA, ROUNDS)
+    updates = [_deltas(1, 5), _deltas(2, 4)]
+    with live_server(tmp_path, TOML) as live:
+        client = live.client
+        first = status(client)["privacy"]
+        assert first["mechanism"] == "gaussian (central)" and first["epsilon"] == 0.0
+        assert first["budget"] == {"epsilon": EPSILON, "delta": DELTA, "rounds": ROUNDS}
+        assert first["noise_multiplier"] == pytest.approx(z) and first["clip"] == CLIP
+        assert first["budget_spent"] is False and first["sampling_rate"] == 1.0
+        params = [np.array(client.get("/v1/model").json()["params"])]
+        epsilons = []
+        for k, rows in enumerate(updates):
+            for i, row in enumerate(rows):  # weights n differ: DP ignores them
+                body = {
+                    "message_id": f"u{k}-{i}",
+                    "model_version": k,
+                    "payload": {"delta": row.tolist(), "n": 1 + 10 * i},
+                }
+                assert client.post("/v1/updates", json=body).status_code == 202
+            assert admin(client, "close").status_code == 200
+            params.append(np.array(client.get("/v1/model").json()["params"]))
+            epsilons.append(status(client)["privacy"]["epsilon"])
+        last = status(client)["privacy"]
+        metrics = prometheus(client.get("/metrics").text)
+        # Spent: updates, closes and the admin's close are refused, nothing changes.
+        before = state_of(client)
+        body = {"message_id": "late", "model_version": ROUNDS, "payload": {"delta": [0.0] * 6}}
+        assert_error(client.post("/v1/updates", json=body), 403, "privacy_budget_spent")
+        assert_error(admin(client, "close"), 403, "privacy_budget_spent", "budget is spent")
+        assert state_of(client) == before
+    # Each close is DPStrategy's step with the noise of default_rng([seed, iteration]).
+    for k, rows in enumerate(updates):
+        dp = DPStrategy(FedAvgStrategy(config.fedavg), z, CLIP, np.random.default_rng([7, k]))
+        state = dp.accumulate(dp.zero(), MessageBatch.of_vectors(rows, np.ones(len(rows))))
+        step = dp.server_step(state, params[k], dp.init(params[k]))
+        np.testing.assert_allclose(params[k + 1], step.params, rtol=0, atol=1e-12)
+        clipped_mean = np.mean(
+            rows * np.minimum(1.0, CLIP / np.linalg.norm(rows, axis=1))[:, None], axis=0
+        )
+        assert not np.allclose(params[k + 1] - params[k], clipped_mean)  # noise was added
+    # The reported epsilon is dp_accounting's, and the budget holds.
+    assert epsilons == pytest.approx([_independent_epsilon(z, 1), _independent_epsilon(z, 2)])
+    assert epsilons[0] < epsilons[1] <= EPSILON
+    assert last["budget_spent"] is True and last["rounds"] == ROUNDS
+    assert metrics["fedrank_privacy_epsilon"] == pytest.approx(epsilons[1])
+
+
+def test_the_budget_survives_a_restart_and_binds_the_store(tmp_path: Path) -> None:
+    config = offline_config(TOML, tmp_path, store=str(tmp_path / "store"))
+    bigger = offline_config(
+        TOML.replace(f"rounds = {ROUNDS}", "rounds = 5"), tmp_path, store=str(tmp_path / "store")
+    )
+
+    async def scenario() -> tuple[list[int], bool, str]:
+        engine = Engine(config, asyncio.get_running_loop())
+        statuses = []
+        try:
+            for _ in range(ROUNDS + 1):
+                if not engine.snapshot().budget_spent:  # the app refuses updates after it
+                    await engine.submit([_incoming(engine, f"m{engine.iteration}")])
+                statuses.append((await engine.command("close", reason="t", force=True)).status)
+        finally:
+            engine.stop()
+        restarted = Engine(config, asyncio.get_running_loop())
+        try:
+            spent = restarted.snapshot().budget_spent
+        finally:
+            restarted.stop()
+        with pytest.raises(ConfigError) as err:
+            Engine(bigger, asyncio.get_running_loop())
+        return statuses, spent, str(err.value)
+
+    statuses, spent, error = asyncio.run(scenario())
+    assert statuses == [200] * ROUNDS + [403]
+    assert spent is True
+    assert "was created for" in error and '"rounds": 2' in error
+
+
+def _incoming(engine: Engine, message_id: str) -> Incoming:
+    payload = {"delta": [0.1] * 6, "n": 1}
+    parsed = engine.workload.parse(payload)
+    text = orjson.dumps(payload).decode()
+    return Incoming(message_id, engine.version, "treatment", "update", text, {}, parsed=parsed)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ('[server]\nworkload = "foltr-es"\n', "randomized response"),
+        ("[privacy]\nepsilon = 1.0\nrounds = 10\n", "clip"),
+        ("[privacy]\nepsilon = 1.0\nclip = 1.0\n", "rounds"),
+        ("[privacy]\nepsilon = 1.0\nclip = 1.0\nrounds = 10\ndelta = 1.0\n", "delta"),
+        ("[privacy]\nepsilon = 1.0\nclip = 1.0\nrounds = 10\naccountant = 'x'\n", "pld or rdp"),
+        ("[privacy]\nepsilon = 1.0\nclip = 1.0\nrounds = 10\nnoise_seed = -2\n", "noise_seed"),
+        (PROXIES_TOML, "proxies"),
+        ("[iteration]\nstable_ticks = 3\n", "stable_ticks"),
+        ("[privacy]\nepsilon = 1.0\nclip = 1.0\nrounds = 10\nbudget = 3\n", "unknown key"),
+    ],
+)
+def test_privacy_configurations_that_are_refused(tmp_path: Path, extra: str, message: str) -> None:
+    base = "[privacy]\nepsilon = 1.0\nclip = 1.0\nrounds = 10\n"
+    text = extra if extra.startswith("[privacy]") else base + extra
+    with pytest.raises(ConfigError, match=message):
+        offline_config(text, tmp_path)
+
+
+def test_a_robust_aggregator_cannot_be_made_private(tmp_path: Path) -> None:
+    text = "[frecency]\naggregator = 'median'\n[privacy]\nepsilon = 1.0\nclip = 1.0\nrounds = 10\n"
+    config = offline_config(text, tmp_path)
+    with pytest.raises(ConfigError, match="robust statistic"):
+        make_workload(config, PrivacyLedger(config).wrap)
+
+
+def test_status_without_central_dp(tmp_path: Path) -> None:
+    """No ``[privacy]``: frecency and FedAvg report no mechanism; FOLtR-ES its randomized
+    response, per message and over the closed rounds (one message per round and user)."""
+    frecency = PrivacyLedger(offline_config(None, tmp_path)).status(3)
+    assert frecency["mechanism"] == "none" and frecency["epsilon"] is None
+    assert frecency["budget"] is None and frecency["budget_spent"] is False
+    es = offline_config('[server]\nworkload = "foltr-es"\n[foltr_es]\np = 0.8\n', tmp_path)
+    per_message = randomized_response_message_epsilon(0.8, 11, es.foltr_es.batch)
+    ledger = PrivacyLedger(es)
+    assert ledger.status(0)["epsilon"] == 0.0
+    three = ledger.status(3)
+    assert three["mechanism"] == "randomized response (local)"
+    assert math.isclose(three["epsilon"], 3 * per_message)
+    assert math.isclose(three["per_message"]["epsilon"], per_message)
