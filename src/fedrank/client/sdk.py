@@ -99,6 +99,10 @@ class Checkin:
     retry_after_seconds: float | None = None
     seed: int | None = None
     seed_token: str | None = None
+    #: The round's secure-aggregation session (``[secagg]`` servers): ``session``, ``id``,
+    #: ``threshold``, ``dimension``, ``l2_bound``, ``scale``, ``max_clients``
+    #: (:func:`fedrank.client.secagg.send_secure`).
+    secagg: dict[str, Any] | None = None
 
     def __getitem__(self, key: str) -> Any:
         if key == "client_id" or getattr(self, key, None) is None:
@@ -122,6 +126,7 @@ class Checkin:
                 retry_after_seconds=_maybe(float, answer.get("retry_after_seconds")),
                 seed=_maybe(int, seed),
                 seed_token=_maybe(str, token),
+                secagg=_maybe(dict, answer.get("secagg")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise FedrankError(

@@ -8,6 +8,7 @@ vectors and nothing else about any one of them, even when clients drop out.
 * :mod:`.channel`: AES-GCM encryption of shares between clients through the server.
 * :mod:`.protocol`: the rounds as :class:`SecAggClient` and :class:`SecAggServer`.
 * :mod:`.inprocess`: one session with every client in this process (:func:`run_session`).
+* :mod:`.wire`: the messages' JSON forms, for the service and the SDK.
 
 See ``docs/secagg.md`` for the parameters, the threat model and the measured costs.
 """

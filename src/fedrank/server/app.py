@@ -40,6 +40,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from fedrank.aggregators.mean import WeightedMeanState
 from fedrank.core.codec import decode_batch
 from fedrank.core.message import MessageBatch
 from fedrank.errors import CodecError, DataFormatError, FedrankError
@@ -62,6 +63,7 @@ from fedrank.server.envelope import (
 from fedrank.server.openapi import openapi_document
 from fedrank.server.prometheus import prometheus_text
 from fedrank.server.rounds import Round
+from fedrank.server.secagg_round import SecAggRound
 from fedrank.server.seeds import ClaimKey, SeedClaims, SeedIssuer, open_seeds
 from fedrank.server.store import ModelVersion, Store
 from fedrank.server.workloads import EMPTY, Parsed, PayloadError
@@ -83,6 +85,10 @@ class Server:
         self.refused: Counter[tuple[str, str]] = Counter()
         self._branches: dict[str | None, str] = {}
         self.round: Round | None = None
+        #: The round's secure-aggregation session (``[secagg]``), else ``None``, and the
+        #: previous round's (its clients may still ask how it ended).
+        self.secagg: SecAggRound | None = None
+        self.secagg_previous: SecAggRound | None = None
         #: Server-issued FOLtR-ES seeds (``[foltr_es] server_seeds``): the issuer and the
         #: seeds reported so far; ``None`` when clients draw their own seeds.
         self.seeds: SeedIssuer | None = None
@@ -118,8 +124,18 @@ class Server:
             await loop.run_in_executor(None, self.engine.stop)
 
     def _new_round(self, number: int) -> Round:
-        r = self.config.rounds
+        r, sa = self.config.rounds, self.config.secagg
         issue = None if self.seeds is None else self.seeds.issue
+        if sa.enabled:
+            self.secagg_previous = self.secagg
+            self.secagg = SecAggRound(
+                number,
+                self.config.fedavg.dim,
+                r.clients_per_round,
+                sa.threshold_for(r.clients_per_round),
+                sa.l2_bound,
+                sa.stage_seconds,
+            )
         return Round(number, r.clients_per_round, r.t_max_seconds, issue_seed=issue)
 
     async def _schedule(self) -> None:
@@ -183,12 +199,46 @@ class Server:
     async def _schedule_round(self, n_updates: int) -> None:
         assert self.engine is not None and self.round is not None
         now = time.time()
+        if self.secagg is not None:
+            await self._schedule_secagg(now)
+            return
         if not self.round.complete(now):
             return
         if n_updates >= self.config.iteration.min_updates:
             await self._scheduled_close(f"round {self.round.number} complete")
             if self.close_failures:
                 return  # the round stays open until its close succeeds
+        self.round = self._new_round(self.round.number + 1)
+
+    async def _schedule_secagg(self, now: float) -> None:
+        """Advance the round's secure aggregation; once it has the sum, fold it in as one
+        aggregate of ``|U3|`` unit-weight updates and close the iteration; after a finished
+        or aborted session the next round starts."""
+        assert self.engine is not None and self.round is not None and self.secagg is not None
+        sa = self.secagg
+        sa.advance(now)
+        if sa.ready and not sa.finished:
+            await asyncio.get_running_loop().run_in_executor(None, sa.finish)
+        if sa.aborted is not None:
+            log.warning("secure aggregation of round %d aborted: %s", sa.number, sa.aborted)
+        elif sa.result is not None:
+            n = sa.result.contributors
+            state = WeightedMeanState(sa.result.total, float(n), n)
+            text = orjson.dumps(self.engine.aggregator.state_to_json(state)).decode()
+            version = self.engine.snapshot().version
+            item = Incoming(
+                f"secagg-{sa.session_id.hex()}", version, self.config.branches[0].name, "aggregate",
+                text, {}, aggregate=state, count=n,
+            )  # fmt: skip
+            (outcome,) = await self.engine.submit([item])
+            if outcome.status != 202:
+                log.error("the secure aggregate was refused: %s", outcome.body)
+            else:
+                await self._scheduled_close(f"round {sa.number} securely aggregated")
+                if self.close_failures:
+                    return  # the round stays until its close succeeds
+        else:
+            return
         self.round = self._new_round(self.round.number + 1)
 
     # -- helpers -----------------------------------------------------------------------
@@ -387,6 +437,13 @@ class Server:
             raise BadRequest(403, "privacy_budget_spent", self.engine.privacy.refusal())
         if snap.paused:
             raise BadRequest(503, "paused", "the server is paused by its operator; retry later")
+        if self.secagg is not None:
+            raise BadRequest(
+                403,
+                "secure_aggregation_only",
+                "this server takes updates only through secure aggregation: POST /v1/checkin, "
+                "then /v1/secagg (docs/secagg.md)",
+            )
 
     # -- endpoints ---------------------------------------------------------------------
 
@@ -838,9 +895,55 @@ class Server:
         except BadRequest as err:
             return self._reject("checkin", err)
         assert client is not None
-        answer = self.round.checkin(client, time.time(), self.engine.snapshot().version)
+        now = time.time()
+        version = self.engine.snapshot().version
+        sa = self.secagg
+        if sa is not None and client not in sa.ids and (sa.stage > 0 or sa.finished):
+            answer: dict[str, Any] = {
+                "selected": False,
+                "round": self.round.number,
+                "retry_after_seconds": sa.stage_seconds,
+            }
+        else:
+            answer = self.round.checkin(client, now, version)
+            if sa is not None and answer["selected"]:
+                answer["secagg"] = sa.join(client, now)
         self.requests[("checkin", 200)] += 1
         return json_response(answer)
+
+    async def secagg_post(self, request: Request) -> Response:
+        """``POST /v1/secagg``: a client's message of the open protocol stage."""
+        try:
+            sa = self._secagg_session()
+            body = await self._body(request)
+            try:
+                data = orjson.loads(body)
+            except orjson.JSONDecodeError as exc:
+                raise BadRequest(400, "bad_json", f"the body is not valid JSON: {exc}") from exc
+            sa.receive(data, time.time())
+        except BadRequest as err:
+            return self._reject("secagg", err)
+        self.requests[("secagg", 202)] += 1
+        return json_response({"accepted": True}, 202)
+
+    async def secagg_get(self, request: Request) -> Response:
+        """``GET /v1/secagg?client_id=&session=``: the stage and this client's input for it."""
+        try:
+            sa = self._secagg_session()
+            q = request.query_params
+            previous = self.secagg_previous
+            if previous is not None and q.get("session") == previous.session:
+                sa = previous  # a round that ended: how it ended
+            answer = sa.view(q.get("client_id"), q.get("session"), time.time())
+        except BadRequest as err:
+            return self._reject("secagg", err)
+        self.requests[("secagg", 200)] += 1
+        return json_response(answer)
+
+    def _secagg_session(self) -> SecAggRound:
+        if self.secagg is None:
+            raise BadRequest(404, "no_secagg", "this server does not run secure aggregation")
+        return self.secagg
 
     async def status(self, request: Request) -> Response:
         assert self.engine is not None
@@ -916,6 +1019,8 @@ def create_app(config: ServerConfig) -> ASGIApp:
         Route("/v1/updates", server.updates, methods=["POST"]),
         Route("/v1/updates:batch", server.batch, methods=["POST"]),
         Route("/v1/checkin", server.checkin, methods=["POST"]),
+        Route("/v1/secagg", server.secagg_post, methods=["POST"]),
+        Route("/v1/secagg", server.secagg_get, methods=["GET"]),
         Route("/v1/status", server.status, methods=["GET"]),
         Route("/v1/summary", server.summary, methods=["GET"]),
         Route("/v1/admin/{action}", server.admin, methods=["POST"]),

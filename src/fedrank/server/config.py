@@ -74,6 +74,12 @@ A complete example (every key optional; these are the defaults)::
     clients_per_round = 100      # K
     t_max_seconds = 60.0         # reporting deadline after selection
 
+    [secagg]                     # secure aggregation of each round (fedavg; docs/secagg.md)
+    enabled = false
+    threshold = 0                # t: clients needed to finish a round; 0: K // 2 + 1
+    l2_bound = 0.0               # clients clip their delta to this L2 norm (required)
+    stage_seconds = 30.0         # each protocol stage closes after this (or when all sent)
+
     [privacy]                    # central DP of the model (frecency, fedavg; docs/privacy.md)
     epsilon = 0.0                # each user's budget over the server's whole training; 0: off
     delta = 1e-6                 # its delta, well below 1 / users
@@ -194,6 +200,20 @@ class RoundsSection:
 
 
 @dataclass(frozen=True)
+class SecAggSection:
+    """``[secagg]``: secure aggregation of every round (:mod:`fedrank.server.secagg_round`)."""
+
+    enabled: bool = False
+    threshold: int = 0
+    l2_bound: float = 0.0
+    stage_seconds: float = 30.0
+
+    def threshold_for(self, clients_per_round: int) -> int:
+        """``t``: the configured one, or a majority of the cohort (``K // 2 + 1``)."""
+        return self.threshold or clients_per_round // 2 + 1
+
+
+@dataclass(frozen=True)
 class PrivacySection:
     """``[privacy]``: central differential privacy of the trained model
     (:class:`~fedrank.strategies.dp.DPStrategy`, served by :mod:`fedrank.server.privacy`).
@@ -254,6 +274,7 @@ class ServerConfig:
     fedavg: FedAvgConfig = field(default_factory=FedAvgConfig)
     rounds: RoundsSection = field(default_factory=RoundsSection)
     privacy: PrivacySection = field(default_factory=PrivacySection)
+    secagg: SecAggSection = field(default_factory=SecAggSection)
     branches: tuple[Branch, ...] = ()
     #: ``(name, low, high)`` per metric clients may report, sorted by name (``[metrics]``,
     #: or the workload's :data:`METRIC_DEFAULTS`).
@@ -300,6 +321,7 @@ _SECTIONS: dict[str, type] = {
     "fedavg": FedAvgConfig,
     "rounds": RoundsSection,
     "privacy": PrivacySection,
+    "secagg": SecAggSection,
 }
 
 
@@ -492,6 +514,8 @@ def _check(config: ServerConfig) -> None:
             raise ConfigError(message)
     if config.privacy.enabled:
         _check_privacy(config)
+    if config.secagg.enabled:
+        _check_secagg(config)
     names = [b.name for b in config.branches]
     if len(set(names)) != len(names) or not all(names):
         raise ConfigError(f"branch names must be distinct and non-empty, got {names}")
@@ -534,6 +558,46 @@ def _check_privacy(config: ServerConfig) -> None:
             config.iteration.stable_ticks == 0,
             "[privacy] needs [iteration] stable_ticks = 0: the adaptive policy closes when "
             "the exact aggregate's sign settles, a decision the noise does not cover",
+        ),
+    ]
+    for ok, message in rules:
+        if not ok:
+            raise ConfigError(message)
+
+
+def _check_secagg(config: ServerConfig) -> None:
+    """The rules of ``[secagg] enabled = true`` (docs/secagg.md, "In the service")."""
+    sa, k, fa = config.secagg, config.rounds.clients_per_round, config.fedavg
+    rules: list[tuple[bool, str]] = [
+        (
+            config.workload == "fedavg",
+            "[secagg] sums FedAvg deltas: it needs [server] workload = 'fedavg'",
+        ),
+        (config.rounds.enabled, "[secagg] needs [rounds] enabled = true: a round's cohort"),
+        (2 <= k <= 1000, "[secagg] needs [rounds] clients_per_round in 2..1000"),
+        (
+            sa.threshold == 0 or 2 <= sa.threshold <= k,
+            f"[secagg] threshold must be 0 (a majority) or in 2..{k} (clients_per_round)",
+        ),
+        (
+            math.isfinite(sa.l2_bound) and sa.l2_bound > 0,
+            "[secagg] l2_bound must be > 0: clients clip their delta to it, which keeps the "
+            "masked sum from wrapping",
+        ),
+        (0 < sa.stage_seconds <= 3600, "[secagg] stage_seconds must be in (0, 3600]"),
+        (
+            fa.aggregator == "mean" and not fa.norm_bound and fa.norm_quantile is None,
+            "[secagg] the server sees only the sum: [fedavg] aggregator must be 'mean' with no "
+            "norm_bound or norm_quantile (clients clip to [secagg] l2_bound)",
+        ),
+        (
+            not config.proxies,
+            "[secagg] cannot take [[proxies]] yet: remove them",
+        ),
+        (
+            not config.privacy.enabled,
+            "[secagg] with [privacy]: central DP clips each update at the server, which sees "
+            "only the sum here (distributed noise is not built): use one of the two",
         ),
     ]
     for ok, message in rules:

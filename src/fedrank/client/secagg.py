@@ -1,0 +1,146 @@
+"""The client half of secure aggregation in the service (Bonawitz et al., CCS 2017;
+:mod:`fedrank.server.secagg_round` is the server's; docs/secagg.md, "In the service").
+
+:func:`send_secure` takes a selected client's check-in (its ``secagg`` block) and its
+FedAvg delta, and runs the protocol with the server: advertise two fresh X25519 public
+keys, Shamir-share its secrets with the cohort (encrypted to each peer), send its delta
+clipped to the round's ``l2_bound``, fixed-point encoded in ``Z_{2^32}`` and masked, then
+reveal the shares the server needs to unmask the sum. The server never receives the delta
+in the clear. Between stages the client polls ``GET /v1/secagg``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedrank.client.sdk import Checkin, Client, ClientError, _body
+from fedrank.errors import FedrankError
+from fedrank.secagg import wire
+from fedrank.secagg.field import FixedPointEncoder
+from fedrank.secagg.protocol import SecAggClient, SecAggParams
+
+#: The stages a client sends in, in order.
+STAGES = ("advertise", "share_keys", "masked_input", "unmasking")
+
+
+@dataclass(frozen=True)
+class SecureReport:
+    """What :func:`send_secure` did: the last stage it sent and the session's end
+    (``finished`` with the number of contributors, or ``aborted``; ``None`` when it
+    stopped early)."""
+
+    sent: str
+    outcome: str | None = None
+    contributors: int | None = None
+
+
+def _session(checkin: Checkin) -> tuple[SecAggParams, int, FixedPointEncoder, str]:
+    block = checkin.secagg
+    if not checkin.selected or block is None:
+        raise FedrankError(
+            "send_secure needs the check-in of a client selected by a [secagg] server"
+        )
+    try:
+        session = str(block["session"])
+        params = SecAggParams(
+            base64.b64decode(session, validate=True),
+            int(block["threshold"]),
+            int(block["dimension"]),
+        )
+        encoder = FixedPointEncoder(
+            float(block["scale"]), int(block["max_clients"]), l2_bound=float(block["l2_bound"])
+        )
+        return params, int(block["id"]), encoder, session
+    except (KeyError, TypeError, ValueError, binascii.Error) as exc:
+        raise FedrankError(f"the check-in's secagg block is malformed ({exc}): {block}") from exc
+
+
+def send_secure(
+    client: Client,
+    checkin: Checkin,
+    delta: np.ndarray,
+    *,
+    poll_seconds: float = 0.05,
+    timeout: float = 600.0,
+    drop_after: str | None = None,
+) -> SecureReport:
+    """Take part in the round's secure aggregation with ``delta`` (module docstring).
+
+    Args:
+        client: the SDK client of a ``[secagg]`` server.
+        checkin: this client's selected check-in (:meth:`Client.checkin`).
+        delta: the FedAvg delta, ``dimension`` floats; clipped to the round's ``l2_bound``.
+        poll_seconds: pause between polls of ``GET /v1/secagg``.
+        timeout: give up (:class:`FedrankError`) after this many seconds.
+        drop_after: stop after sending this stage, as a client that loses its connection
+            would (to study dropouts); ``None``: run to the end.
+
+    Raises:
+        ClientError: the server refused a message (e.g. this client dropped out of a stage
+            whose deadline passed).
+        FedrankError: the session was aborted, or the timeout passed.
+    """
+    if drop_after is not None and drop_after not in STAGES:
+        raise FedrankError(f"drop_after must be one of {', '.join(STAGES)}, got {drop_after!r}")
+    params, uid, encoder, session = _session(checkin)
+    x = np.asarray(delta, dtype=np.float64)
+    if x.shape != (params.dimension,):
+        raise FedrankError(f"delta must have {params.dimension} entries, got shape {x.shape}")
+    encoded = encoder.encode(x)
+    me = SecAggClient(uid, params)
+    limit = encoder.max_clients
+    ident = {"client_id": checkin.client_id, "session": session}
+    deadline = time.monotonic() + timeout
+
+    def post(stage: str, message: dict[str, Any]) -> None:
+        body = {**ident, "stage": stage, "message": message}
+        response = client._request("POST", "/v1/secagg", json=body)
+        if response.status_code != 202:
+            raise ClientError(response.status_code, _body(response))
+
+    def wait_for(stage: str) -> dict[str, Any]:
+        while True:
+            response = client._request("GET", "/v1/secagg", params=ident)
+            if response.status_code != 200:
+                raise ClientError(response.status_code, _body(response))
+            view = dict(response.json())
+            if view["stage"] == "aborted":
+                raise FedrankError(f"the secure aggregation was aborted: {view.get('reason')}")
+            if view["stage"] == stage:
+                if not view.get("expected"):
+                    raise FedrankError(f"this client is not expected at {stage}: it dropped out")
+                return view
+            if stage != "end" and (
+                view["stage"] in ("finishing", "finished")
+                or STAGES.index(view["stage"]) > STAGES.index(stage)
+            ):
+                raise FedrankError(f"the session moved past {stage}: this client dropped out")
+            if stage == "end" and view["stage"] == "finished":
+                return view
+            if time.monotonic() > deadline:
+                raise FedrankError(f"no {stage} stage within {timeout} s")
+            time.sleep(poll_seconds)
+
+    post("advertise", wire.advertise_to_json(me.advertise_keys()))
+    if drop_after == "advertise":
+        return SecureReport("advertise")
+    directory = wire.directory_from_json(wait_for("share_keys")["directory"], limit)
+    post("share_keys", wire.share_keys_to_json(me.share_keys(directory)))
+    if drop_after == "share_keys":
+        return SecureReport("share_keys")
+    forwarded = wire.forwarded_from_json(wait_for("masked_input")["forwarded"], limit)
+    post("masked_input", wire.masked_to_json(me.masked_input(forwarded, encoded)))
+    if drop_after == "masked_input":
+        return SecureReport("masked_input")
+    request = wire.request_from_json(wait_for("unmasking")["contributors"], limit)
+    post("unmasking", wire.unmasking_to_json(me.unmask(request)))
+    if drop_after == "unmasking":
+        return SecureReport("unmasking")
+    end = wait_for("end")
+    return SecureReport("unmasking", "finished", int(end["contributors"]))

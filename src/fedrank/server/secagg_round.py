@@ -1,0 +1,254 @@
+"""Secure aggregation of one round in the service (``[secagg]``; Bonawitz et al., CCS 2017,
+with the library :mod:`fedrank.secagg`; docs/secagg.md, "In the service").
+
+The round's cohort is the clients selected at ``/v1/checkin`` (:mod:`fedrank.server.rounds`);
+each gets a secure-aggregation id (1..K, in the order of selection), the session id, the
+threshold ``t`` and the fixed-point encoding in its check-in answer. The round then runs the
+protocol's four rounds over two endpoints:
+
+* ``POST /v1/secagg {client_id, session, stage, message}`` with ``stage`` one of
+  ``advertise``, ``share_keys``, ``masked_input``, ``unmasking`` (the message's JSON form,
+  :mod:`fedrank.secagg.wire`);
+* ``GET /v1/secagg?client_id=...&session=...``: the stage the session is in, its deadline and
+  what this client needs for it (the key directory, its forwarded shares, the contributors).
+
+A stage closes when every client expected in it has sent its message, or at its deadline
+(``[secagg] stage_seconds`` after it opened; the first opens at the first check-in). The
+server holds no masked input either: :class:`~fedrank.secagg.protocol.SecAggServer` adds each
+into a running sum. When Unmasking completes, the round's result is the *sum* of the
+contributors' clipped deltas (decoded from ``Z_{2^32}``, error at most
+``FixedPointEncoder.error_bound``), which the server folds into the iteration as one
+aggregate standing for ``|U3|`` updates (an unweighted mean: each client's weight is 1) and
+closes. Nothing of one client is stored or logged. A round that cannot complete (fewer than
+``t`` clients at some stage) is aborted: no aggregate, and the next round starts.
+
+The session lives in memory: after a restart the round starts afresh (its clients check in
+again). Honest-but-curious server and clients (the paper's semi-honest setting).
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fedrank.secagg import wire
+from fedrank.secagg.errors import SecAggError
+from fedrank.secagg.field import FixedPointEncoder
+from fedrank.secagg.protocol import (
+    ForwardedShares,
+    KeyDirectory,
+    SecAggParams,
+    SecAggServer,
+    UnmaskRequest,
+)
+from fedrank.server.envelope import BadRequest
+
+#: The protocol's stages in order, as the endpoints name them.
+STAGES = ("advertise", "share_keys", "masked_input", "unmasking")
+
+
+@dataclass
+class SecAggResult:
+    """A completed round: the decoded sum of the contributors' clipped deltas."""
+
+    total: np.ndarray
+    contributors: int
+    dropped: int
+    responders: int
+
+
+@dataclass
+class SecAggRound:
+    """One round's session (module docstring). ``clients_per_round`` is ``K``, ``threshold``
+    ``t``; ``encoder`` bounds every delta at ``l2_bound`` and fits ``K`` of them."""
+
+    number: int
+    dimension: int
+    clients_per_round: int
+    threshold: int
+    l2_bound: float
+    stage_seconds: float
+    session_id: bytes = field(default_factory=SecAggParams.new_session_id)
+    ids: dict[str, int] = field(default_factory=dict)
+    stage: int = 0
+    deadline: float | None = None
+    done: set[int] = field(default_factory=set)
+    result: SecAggResult | None = None
+    aborted: str | None = None
+    #: Unmasking has closed: :meth:`finish` may run.
+    ready: bool = False
+
+    def __post_init__(self) -> None:
+        self.params = SecAggParams(self.session_id, self.threshold, self.dimension)
+        self.encoder = FixedPointEncoder.with_max_scale(
+            self.clients_per_round, l2_bound=self.l2_bound
+        )
+        self.server = SecAggServer(self.params)
+        self._directory: KeyDirectory | None = None
+        self._forwarded: dict[int, ForwardedShares] = {}
+        self._request: UnmaskRequest | None = None
+        self._expected: frozenset[int] = frozenset()
+        self._u2: frozenset[int] = frozenset()
+
+    @property
+    def session(self) -> str:
+        return base64.b64encode(self.session_id).decode("ascii")
+
+    @property
+    def finished(self) -> bool:
+        return self.result is not None or self.aborted is not None
+
+    # -- check-in -------------------------------------------------------------------------
+
+    def join(self, client_id: str, now: float) -> dict[str, Any]:
+        """The ``secagg`` block of a selected client's check-in answer (its id assigned on
+        first check-in, while the advertise stage is open)."""
+        if client_id not in self.ids:
+            if self.stage != 0 or self.finished:
+                raise BadRequest(
+                    409, "secagg_stage_closed", "the round's key advertisement has closed"
+                )
+            self.ids[client_id] = len(self.ids) + 1
+            if self.deadline is None:
+                self.deadline = now + self.stage_seconds
+        return {
+            "session": self.session,
+            "id": self.ids[client_id],
+            "threshold": self.threshold,
+            "dimension": self.dimension,
+            "l2_bound": self.l2_bound,
+            "scale": self.encoder.scale,
+            "max_clients": self.clients_per_round,
+            "stage_seconds": self.stage_seconds,
+        }
+
+    # -- requests --------------------------------------------------------------------------
+
+    def _member(self, client_id: Any, session: Any) -> int:
+        if not isinstance(session, str) or not hmac.compare_digest(
+            session.encode(), self.session.encode()
+        ):
+            raise BadRequest(409, "secagg_wrong_session", "not the current session: check in again")
+        if not isinstance(client_id, str) or client_id not in self.ids:
+            raise BadRequest(403, "not_selected", "this client is not in the round's cohort")
+        return self.ids[client_id]
+
+    def receive(self, body: Any, now: float) -> None:
+        """``POST /v1/secagg``: one client's message for the open stage."""
+        if not isinstance(body, dict) or set(body) != {"client_id", "session", "stage", "message"}:
+            raise BadRequest(
+                422, "invalid", "send {client_id, session, stage, message} (docs/secagg.md)"
+            )
+        u = self._member(body["client_id"], body["session"])
+        stage = body["stage"]
+        if stage not in STAGES:
+            raise BadRequest(422, "invalid", f"stage must be one of {', '.join(STAGES)}")
+        if self.finished or self.ready or STAGES.index(stage) != self.stage:
+            current = "finished" if self.finished or self.ready else STAGES[self.stage]
+            raise BadRequest(409, "secagg_wrong_stage", f"the session is at {current}, not {stage}")
+        if self.stage > 0 and u not in self._expected:
+            raise BadRequest(409, "secagg_dropped", f"client {u} dropped out of an earlier stage")
+        if u in self.done:
+            raise BadRequest(409, "secagg_repeated", f"client {u} already sent its {stage}")
+        try:
+            message = self._parse(stage, body["message"], u)
+            if message.sender != u:
+                raise wire.WireError(f"sender must be this client's id {u}")
+            getattr(self.server, f"receive_{stage}")(message)
+        except (wire.WireError, SecAggError) as exc:
+            raise BadRequest(422, "invalid_secagg_message", str(exc)) from exc
+        self.done.add(u)
+        self.advance(now)
+
+    def _parse(self, stage: str, message: Any, u: int) -> Any:
+        if stage == "advertise":
+            return wire.advertise_from_json(message)
+        if stage == "share_keys":
+            return wire.share_keys_from_json(message, self._expected - {u})
+        if stage == "masked_input":
+            return wire.masked_from_json(message, self.dimension)
+        assert self._request is not None
+        u3 = frozenset(self._request.contributors)
+        return wire.unmasking_from_json(message, u3, self._u2 - u3)
+
+    def view(self, client_id: Any, session: Any, now: float) -> dict[str, Any]:
+        """``GET /v1/secagg``: the stage, its deadline, and this client's input for it."""
+        u = self._member(client_id, session)
+        self.advance(now)
+        if self.result is not None:
+            return {"stage": "finished", "contributors": self.result.contributors}
+        if self.aborted is not None:
+            return {"stage": "aborted", "reason": self.aborted}
+        if self.ready:
+            return {"stage": "finishing"}
+        out: dict[str, Any] = {"stage": STAGES[self.stage], "deadline": self.deadline}
+        expected = self.stage == 0 or u in self._expected
+        out["expected"] = expected and u not in self.done
+        if expected and self.stage == 1:
+            assert self._directory is not None
+            out["directory"] = wire.directory_to_json(self._directory)
+        elif expected and self.stage == 2:
+            out["forwarded"] = wire.forwarded_to_json(self._forwarded[u])
+        elif expected and self.stage == 3:
+            assert self._request is not None
+            out["contributors"] = wire.request_to_json(self._request)
+        return out
+
+    # -- stages ----------------------------------------------------------------------------
+
+    def advance(self, now: float) -> None:
+        """Close the open stage when everyone expected has sent, or at its deadline. The
+        last stage only becomes :attr:`ready`: :meth:`finish` (Shamir reconstruction and
+        mask expansion, seconds at K = 1,000) runs off the event loop."""
+        if self.finished or self.ready or self.deadline is None:
+            return
+        everyone = self._expected if self.stage > 0 else frozenset(self.ids.values())
+        full = self.stage == 0 and len(self.ids) >= self.clients_per_round
+        if not ((full or self.stage > 0) and self.done >= everyone) and now <= self.deadline:
+            return
+        if self.stage == 3:
+            self.ready = True
+            return
+        try:
+            self._close_stage()
+        except SecAggError as exc:
+            self.aborted = str(exc)
+            return
+        self.stage += 1
+        self.done = set()
+        self.deadline = now + self.stage_seconds
+
+    def finish(self) -> None:
+        """End Unmasking (once :attr:`ready`): reconstruct, unmask, decode the sum into
+        :attr:`result` (or set :attr:`aborted`). Runs in a worker thread; the requests of
+        the session are refused meanwhile (:attr:`ready`)."""
+        assert self.ready and not self.finished
+        try:
+            outcome = self.server.finish()
+        except SecAggError as exc:
+            self.aborted = str(exc)
+            return
+        n = len(outcome.contributors)
+        self.result = SecAggResult(
+            self.encoder.decode(outcome.total, n),
+            n,
+            len(outcome.dropped),
+            len(outcome.responders),
+        )
+
+    def _close_stage(self) -> None:
+        s = self.server
+        if self.stage == 0:
+            self._directory = s.close_advertise()
+            self._expected = frozenset(self._directory.keys)
+        elif self.stage == 1:
+            self._forwarded = s.close_share_keys()
+            self._u2 = self._expected = frozenset(self._forwarded)
+        else:
+            self._request = s.close_masked_input()
+            self._expected = frozenset(self._request.contributors)
+            self._forwarded = {}

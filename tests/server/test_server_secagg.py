@@ -1,0 +1,164 @@
+"""Secure aggregation in the service (``[secagg]``; :mod:`fedrank.server.secagg_round`,
+:mod:`fedrank.client.secagg`; docs/secagg.md "In the service"): 100 SDK clients over
+loopback, 10 dropping out before their masked input and 30 after it, give the model of the
+same (clipped) deltas aggregated in the clear, to the fixed-point precision; neither the
+store directory nor the server's log holds any client's delta; plain updates are refused;
+a client's bad messages are refused with the reason and change nothing."""
+
+from __future__ import annotations
+
+import struct
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from fedrank.client import Client
+from fedrank.client.secagg import send_secure
+from fedrank.errors import ConfigError
+from fedrank.secagg.field import FixedPointEncoder
+from fedrank.server.envelope import BadRequest
+from fedrank.server.secagg_round import SecAggRound
+from tests.server.serverkit import (
+    assert_error,
+    live_server,
+    offline_config,
+    status,
+    stored_rows,
+    wait_until,
+)
+
+K, DIM, L2 = 100, 8, 1.0
+TOML = f"""
+[server]
+workload = "fedavg"
+[iteration]
+seconds = 0.0
+[fedavg]
+dim = {DIM}
+[rounds]
+enabled = true
+clients_per_round = {K}
+t_max_seconds = 120.0
+[secagg]
+enabled = true
+l2_bound = {L2}
+stage_seconds = 8.0
+"""
+BEFORE_MASKED = range(0, 10)  # send keys and shares, then drop: in U2 - U3
+AFTER_MASKED = range(10, 40)  # send the masked input, then drop: in U3, not in U5
+
+
+def _deltas() -> np.ndarray:
+    rng = np.random.default_rng(5)
+    rows = rng.normal(size=(K, DIM))
+    norms = rng.uniform(0.05, 1.6, size=(K, 1))  # about a third beyond the bound: clipped
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True) * norms
+
+
+def _client_run(url: str, i: int, delta: np.ndarray) -> str:
+    with Client(url, rng=np.random.default_rng(i)) as client:
+        checkin = client.checkin(f"client-{i}")
+        assert checkin.selected and checkin.secagg is not None
+        drop = "share_keys" if i in BEFORE_MASKED else "masked_input" if i in AFTER_MASKED else None
+        report = send_secure(client, checkin, delta, poll_seconds=0.05, drop_after=drop)
+        return report.outcome or report.sent
+
+
+def test_100_sdk_clients_with_dropouts_give_the_model_of_the_clear_aggregate(
+    tmp_path: Path,
+) -> None:
+    deltas = _deltas()
+    with live_server(tmp_path, TOML) as live:
+        url = live.process.url
+        params0 = np.array(live.client.get("/v1/model").json()["params"])
+        plain = {"message_id": "m", "model_version": 0, "payload": {"delta": [0.0] * DIM, "n": 1}}
+        assert_error(live.client.post("/v1/updates", json=plain), 403, "secure_aggregation_only")
+        with ThreadPoolExecutor(max_workers=K) as pool:
+            outcomes = list(pool.map(lambda i: _client_run(url, i, deltas[i]), range(K)))
+        wait_until(lambda: live.version() == 1, timeout=60, what="the secure round's close")
+        params1 = np.array(live.client.get("/v1/model").json()["params"])
+        final = status(live.client)
+    assert outcomes.count("share_keys") == 10 and outcomes.count("masked_input") == 30
+    assert outcomes.count("finished") == 60
+    # The clear aggregate of the same updates: the contributors' (U3) clipped deltas,
+    # unweighted, times the server learning rate 1.
+    encoder = FixedPointEncoder.with_max_scale(K, l2_bound=L2)
+    contributors = [i for i in range(K) if i not in BEFORE_MASKED]
+    clear = np.mean([encoder.clip(deltas[i]) for i in contributors], axis=0)
+    step = params1 - params0
+    tolerance = encoder.error_bound(len(contributors)) / len(contributors) + 1e-15
+    assert np.max(np.abs(step - clear)) <= tolerance  # 1/(2 * 2**23) = 6e-8 per coordinate
+    assert not np.allclose(step, np.mean(deltas[contributors], axis=0))  # clipping mattered
+    assert final["updates_accepted_total"] == 1 and final["updates_counted_total"] == 90
+    # Nothing of one client is stored or logged: one aggregate row; no delta's coordinates
+    # (float64 or float32 bytes, or their JSON text) in any file of the store or the log.
+    rows = stored_rows(live.store)
+    assert [(r["kind"], r["count"]) for r in rows] == [("aggregate", 90)]
+    audit = [pq.read_table(f).to_pylist() for f in live.store.rglob("*.parquet")]
+    assert [r["kind"] for part in audit for r in part] == ["aggregate"]
+    files = [f for f in tmp_path.rglob("*") if f.is_file()]
+    assert live.process.log in files
+    blob = b"".join(f.read_bytes() for f in files)
+    for delta in deltas:
+        for x in delta:
+            assert struct.pack("<d", x) not in blob
+            assert struct.pack("<f", x) not in blob
+            assert repr(float(x))[:12].encode() not in blob
+
+
+def test_a_round_refuses_bad_messages_and_aborts_below_the_threshold() -> None:
+    sa = SecAggRound(0, DIM, 4, 3, L2, 1.0)
+    block = sa.join("a", now=0.0)
+    assert (block["id"], block["threshold"], block["dimension"]) == (1, 3, DIM)
+    good = {"client_id": "a", "session": sa.session, "stage": "advertise"}
+    cases = [
+        ({"client_id": "a"}, 422, "invalid"),
+        ({**good, "session": "AAAA", "message": {}}, 409, "secagg_wrong_session"),
+        ({**good, "client_id": "stranger", "message": {}}, 403, "not_selected"),
+        ({**good, "stage": "unmasking", "message": {}}, 409, "secagg_wrong_stage"),
+        ({**good, "stage": "other", "message": {}}, 422, "invalid"),
+        ({**good, "message": {"sender": 1}}, 422, "invalid_secagg_message"),
+        (
+            {
+                **good,
+                "message": {"sender": 2, "mask_public_key": "A" * 44, "share_public_key": "A" * 44},
+            },
+            422,
+            "invalid_secagg_message",
+        ),  # fmt: skip
+    ]
+    for body, status_code, code in cases:
+        with pytest.raises(BadRequest) as err:
+            sa.receive(body, now=0.1)
+        assert (err.value.status, err.value.code) == (status_code, code), body
+    assert sa.done == set() and sa.stage == 0
+    sa.join("b", now=0.2)  # two of four check in, none advertises: the deadline passes
+    sa.advance(now=0.5)
+    assert sa.stage == 0 and sa.aborted is None  # before the deadline: still open
+    sa.advance(now=5.0)
+    assert sa.aborted is not None and "fewer than the threshold t=3" in sa.aborted
+    view = sa.view("a", sa.session, now=5.1)
+    assert view["stage"] == "aborted"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("", "l2_bound"),
+        ("l2_bound = 1.0\nthreshold = 1\n", "threshold"),
+        ("l2_bound = 1.0\nstage_seconds = 0.0\n", "stage_seconds"),
+    ],
+)
+def test_secagg_configurations_that_are_refused(tmp_path: Path, extra: str, message: str) -> None:
+    text = TOML.replace(f"l2_bound = {L2}\n", "").replace("stage_seconds = 8.0\n", "") + extra
+    with pytest.raises(ConfigError, match=message):
+        offline_config(text, tmp_path)
+    with pytest.raises(ConfigError, match="rounds"):
+        offline_config(
+            '[server]\nworkload = "fedavg"\n[secagg]\nenabled = true\nl2_bound = 1.0\n', tmp_path
+        )
+    with pytest.raises(ConfigError, match="fedavg"):
+        offline_config("[secagg]\nenabled = true\nl2_bound = 1.0\n", tmp_path)
