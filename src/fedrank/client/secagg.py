@@ -25,6 +25,8 @@ from fedrank.secagg import wire
 from fedrank.secagg.field import FixedPointEncoder
 from fedrank.secagg.protocol import SecAggClient, SecAggParams
 
+#: The longest pause between two polls (they start at ``poll_seconds`` and double).
+MAX_POLL_SECONDS = 1.0
 #: The stages a client sends in, in order.
 STAGES = ("advertise", "share_keys", "masked_input", "unmasking")
 
@@ -76,7 +78,8 @@ def send_secure(
         client: the SDK client of a ``[secagg]`` server.
         checkin: this client's selected check-in (:meth:`Client.checkin`).
         delta: the FedAvg delta, ``dimension`` floats; clipped to the round's ``l2_bound``.
-        poll_seconds: pause between polls of ``GET /v1/secagg``.
+        poll_seconds: the first pause between polls of ``GET /v1/secagg``; it doubles up
+            to :data:`MAX_POLL_SECONDS` while a stage stays open.
         timeout: give up (:class:`FedrankError`) after this many seconds.
         drop_after: stop after sending this stage, as a client that loses its connection
             would (to study dropouts); ``None``: run to the end.
@@ -105,6 +108,7 @@ def send_secure(
             raise ClientError(response.status_code, _body(response))
 
     def wait_for(stage: str) -> dict[str, Any]:
+        pause = poll_seconds
         while True:
             response = client._request("GET", "/v1/secagg", params=ident)
             if response.status_code != 200:
@@ -125,7 +129,8 @@ def send_secure(
                 return view
             if time.monotonic() > deadline:
                 raise FedrankError(f"no {stage} stage within {timeout} s")
-            time.sleep(poll_seconds)
+            time.sleep(pause)
+            pause = min(2 * pause, MAX_POLL_SECONDS)  # a stage may wait for its deadline
 
     post("advertise", wire.advertise_to_json(me.advertise_keys()))
     if drop_after == "advertise":

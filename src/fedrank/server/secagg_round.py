@@ -186,8 +186,10 @@ class SecAggRound:
         if self.ready:
             return {"stage": "finishing"}
         out: dict[str, Any] = {"stage": STAGES[self.stage], "deadline": self.deadline}
-        expected = self.stage == 0 or u in self._expected
-        out["expected"] = expected and u not in self.done
+        # The stage's input only to a client that still has to send in it (once it has
+        # sent, it polls for the next stage: no need to resend the directory every time).
+        expected = (self.stage == 0 or u in self._expected) and u not in self.done
+        out["expected"] = expected
         if expected and self.stage == 1:
             assert self._directory is not None
             out["directory"] = wire.directory_to_json(self._directory)

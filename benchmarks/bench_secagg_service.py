@@ -1,0 +1,148 @@
+"""Cost of one securely aggregated round through the service (``[secagg]``, docs/secagg.md
+"In the service"): a real ``fedrank serve`` over loopback and K SDK clients in threads of this
+process, each checking in and running :func:`fedrank.client.secagg.send_secure` with a random
+delta of dimension d; 5% of them drop out before their masked input and 5% after it.
+
+Measured: the round's wall time (first check-in to the published model), the server
+process's CPU seconds over the round (``/proc/<pid>/stat``), the bytes each client sends and
+receives on the wire (request and response bodies, JSON; headers not counted), and the
+largest gap between the model's step and the clear aggregate of the contributors' clipped
+deltas (the fixed-point error). The clients share the machine with the server, so the wall
+time is an upper bound for a server with remote clients.
+
+Prints JSON and writes it to --json (default results/benchmarks/secagg_service.json).
+
+Run: python benchmarks/bench_secagg_service.py [--configs 100x22,300x22]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from fedrank.client import Client
+from fedrank.client.secagg import send_secure
+from fedrank.core.json_io import write_json
+from fedrank.secagg.field import FixedPointEncoder
+from fedrank.server.process import ServerProcess
+
+L2_BOUND = 1.0
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(k: int, d: int, stage_seconds: float) -> dict[str, Any]:
+    rng = np.random.default_rng(k * 1000 + d)
+    deltas = rng.normal(size=(k, d))
+    deltas *= rng.uniform(0.1, 1.5, (k, 1)) / np.linalg.norm(deltas, axis=1, keepdims=True)
+    drop_before = set(range(0, k // 20))
+    drop_after = set(range(k // 20, k // 10))
+    sent = np.zeros(k)
+    received = np.zeros(k)
+    lock = threading.Lock()
+    toml = (
+        f'[server]\nworkload = "fedavg"\n[iteration]\nseconds = 0.0\n[fedavg]\ndim = {d}\n'
+        f"[rounds]\nenabled = true\nclients_per_round = {k}\nt_max_seconds = 3600.0\n"
+        f"[secagg]\nenabled = true\nl2_bound = {L2_BOUND}\nstage_seconds = {stage_seconds}\n"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "server.toml"
+        config.write_text(toml)
+        server = ServerProcess(Path(tmp) / "store", config=config)
+        server.start()
+        try:
+            assert server.process is not None
+            pid = server.process.pid
+            with httpx.Client(base_url=server.url) as probe:
+                params0 = np.array(probe.get("/v1/model").json()["params"])
+
+                def client(i: int) -> None:
+                    def on_request(request: httpx.Request) -> None:
+                        with lock:
+                            sent[i] += len(request.content)
+
+                    def on_response(response: httpx.Response) -> None:
+                        response.read()
+                        with lock:
+                            received[i] += len(response.content)
+
+                    hooks = {"request": [on_request], "response": [on_response]}
+                    with (
+                        httpx.Client(timeout=120.0, event_hooks=hooks) as http,
+                        Client(server.url, http=http, rng=np.random.default_rng(i)) as c,
+                    ):
+                        checkin = c.checkin(f"bench-{i}")
+                        drop = (
+                            "share_keys"
+                            if i in drop_before
+                            else "masked_input"
+                            if i in drop_after
+                            else None
+                        )
+                        send_secure(c, checkin, deltas[i], poll_seconds=0.1, drop_after=drop)
+
+                cpu0, wall0 = _cpu_seconds(pid), time.perf_counter()
+                with ThreadPoolExecutor(max_workers=k) as pool:
+                    list(pool.map(client, range(k)))
+                while probe.get("/v1/status").json()["model_version"] < 1:
+                    time.sleep(0.05)
+                wall = time.perf_counter() - wall0
+                cpu = _cpu_seconds(pid) - cpu0
+                params1 = np.array(probe.get("/v1/model").json()["params"])
+        finally:
+            server.stop()
+    encoder = FixedPointEncoder.with_max_scale(k, l2_bound=L2_BOUND)
+    contributors = [i for i in range(k) if i not in drop_before]
+    clear = np.mean([encoder.clip(deltas[i]) for i in contributors], axis=0)
+    return {
+        "clients": k,
+        "dimension": d,
+        "threshold": k // 2 + 1,
+        "dropped_before_masked_input": len(drop_before),
+        "dropped_after_masked_input": len(drop_after),
+        "round_wall_seconds": wall,
+        "server_cpu_seconds": cpu,
+        "stage_seconds": stage_seconds,
+        "bytes_sent_per_client_mean": float(sent.mean()),
+        "bytes_received_per_client_mean": float(received.mean()),
+        "max_error_vs_clear_mean": float(np.max(np.abs(params1 - params0 - clear))),
+        "error_bound": encoder.error_bound(len(contributors)) / len(contributors),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--configs", default="100x22,300x22", help="KxD,KxD,...")
+    parser.add_argument(
+        "--stage-seconds",
+        type=float,
+        default=20.0,
+        help="each stage's deadline; dropouts make the stages they miss wait for it",
+    )
+    parser.add_argument("--json", type=Path, default=Path("results/benchmarks/secagg_service.json"))
+    args = parser.parse_args()
+    rows = []
+    for item in args.configs.split(","):
+        k, d = (int(v) for v in item.lower().split("x"))
+        rows.append(run(k, d, args.stage_seconds))
+        print(rows[-1], flush=True)
+    out = {"machine": platform.platform(), "cpus": os.cpu_count(), "runs": rows}
+    write_json(out, args.json)
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
