@@ -164,3 +164,45 @@ def privacy_report(
     if json_path:
         write_json({"systems": [r.to_json() for r in rows]}, json_path)
         click.echo(f"wrote {json_path}")
+
+
+@privacy.command("audit")
+@click.option("--noise-multiplier", type=float, required=True, help="z of the audited mechanism.")
+@click.option("--clip", type=float, default=1.0, show_default=True, help="C of every update.")
+@click.option("--rounds", type=int, default=1, show_default=True, help="Rounds with the canary.")
+@click.option("--trials", type=int, default=20_000, show_default=True, help="Runs per world.")
+@click.option("--delta", type=float, default=1e-5, show_default=True)
+@click.option("--alpha", type=float, default=0.05, show_default=True, help="1 - confidence.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+def privacy_audit(
+    noise_multiplier: float,
+    clip: float,
+    rounds: int,
+    trials: int,
+    delta: float,
+    alpha: float,
+    seed: int,
+    json_path: Path | None,
+) -> None:
+    """Empirical audit of the central Gaussian mechanism: a lower bound on epsilon from a
+    canary's membership test over many runs of DPStrategy's own code, beside the
+    accountant's upper bound (docs/privacy.md, "Empirical audit")."""
+    from fedrank.experiments.dp_audit import audit_gaussian
+    from fedrank.privacy.accounting import gaussian_epsilon
+    from fedrank.strategies.dp import DPStrategy
+    from fedrank.strategies.fedavg import FedAvgConfig, FedAvgStrategy
+
+    strategy = DPStrategy(FedAvgStrategy(FedAvgConfig(dim=4)), noise_multiplier, clip, seed)
+    result = audit_gaussian(
+        strategy, trials=trials, rounds=rounds, delta=delta, alpha=alpha, seed=seed
+    )
+    upper = gaussian_epsilon(noise_multiplier, delta, rounds)
+    click.echo(
+        f"audit of z = {noise_multiplier:g} over {rounds} round(s), {trials} trials per world: "
+        f"epsilon >= {result.epsilon_lower:.3f} (confidence {1 - alpha:g}); accountant (PLD): "
+        f"epsilon <= {upper:.3f} at delta {delta:g}"
+    )
+    if json_path:
+        write_json({**result.to_json(), "epsilon_upper": upper}, json_path)
+        click.echo(f"wrote {json_path}")
