@@ -143,3 +143,15 @@ def test_report_refuses_unclear_input(runs: dict[str, Path], tmp_path: Path) -> 
 
 def test_dp_options_refuse_a_bad_budget() -> None:
     assert_clean_failure(run(argv(f"{TINY_STUDY} --dp-epsilon 4 --dp-delta 0")), "delta")
+
+
+def test_randomized_signs_in_a_study_and_its_report(tmp_path: Path) -> None:
+    path = tmp_path / "ldp.json"
+    ok(argv(f"{TINY_STUDY} --message sign --sign-epsilon 0.5 --json", path))
+    data = _load(path)
+    assert data["config"]["sign_epsilon"] == 0.5
+    assert data["privacy"]["mechanism"] == "randomized response on signs (local)"
+    assert data["privacy"]["epsilon"] == pytest.approx(2 * 22 * 0.5)  # 2 iterations
+    text = ok(argv("privacy report --run", path)).output
+    assert "per message:          epsilon 11 (pure)" in text
+    assert_clean_failure(run(argv(f"{TINY_STUDY} --sign-epsilon 0.5")), "message = sign")

@@ -80,3 +80,59 @@ def test_integer_updates_give_float64_signs() -> None:
     out = SignCompressor().privatize_batch(np.array([[3, -2, 0]]), np.random.default_rng(0))
     assert out.dtype == np.float64
     np.testing.assert_array_equal(out, [[1.0, -1.0, 0.0]])
+
+
+# ---------------------------------------------------------------------- randomized signs
+
+
+def test_randomized_signs_keep_with_p_and_move_with_q_each() -> None:
+    """3-ary randomized response: P(keep) = e^eps / (e^eps + 2), each other value 1 / (...):
+    their ratio is e^eps, the per-weight LDP guarantee."""
+    from fedrank.privacy.sign import RandomizedSigns
+
+    eps = 1.2
+    rr = RandomizedSigns(eps)
+    n = 120_000
+    x = np.tile(np.array([[-3.0, 0.0, 2.0]]), (n, 1))
+    y = rr.privatize_batch(x, np.random.default_rng(4))
+    assert set(np.unique(y)) == {-1.0, 0.0, 1.0}
+    p, q = np.exp(eps) / (np.exp(eps) + 2), 1 / (np.exp(eps) + 2)
+    se = np.sqrt(p * (1 - p) / n)
+    for col, true in enumerate((-1.0, 0.0, 1.0)):
+        freq = {v: np.mean(y[:, col] == v) for v in (-1.0, 0.0, 1.0)}
+        assert abs(freq[true] - p) < 5 * se
+        for v in {-1.0, 0.0, 1.0} - {true}:
+            assert abs(freq[v] - q) < 5 * se
+    assert rr.message_epsilon(22) == pytest.approx(22 * eps)
+
+
+def test_randomized_signs_keep_the_vote_and_are_reproducible() -> None:
+    from fedrank.privacy.sign import RandomizedSigns
+
+    rng = np.random.default_rng(0)
+    grads = rng.normal(loc=[0.5, -0.5, 0.0, 0.2], scale=1.0, size=(4000, 4))
+    rr = RandomizedSigns(0.5)
+    a = rr.privatize_batch(grads, np.random.default_rng(9))
+    b = rr.privatize_batch(grads, np.random.default_rng(9))
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, np.sign(grads))
+    vote = SignVote(4, z=0.0)
+    state = vote.accumulate_batch(vote.zero(), MessageBatch.of_vectors(a, np.ones(len(a))))
+    np.testing.assert_array_equal(np.sign(vote.finalize(state))[[0, 1, 3]], [1, -1, 1])
+    for bad in (0.0, -1.0, float("inf"), True):
+        with pytest.raises(ConfigError, match="epsilon"):
+            RandomizedSigns(bad)  # type: ignore[arg-type]
+
+
+def test_sign_epsilon_needs_sign_messages_and_sets_the_privatizer() -> None:
+    from fedrank.privacy.sign import RandomizedSigns
+    from fedrank.strategies.frecency import FrecencyConfig, FrecencyStrategy
+
+    with pytest.raises(ConfigError, match="message = sign"):
+        FrecencyConfig(sign_epsilon=1.0)
+    with pytest.raises(ConfigError, match="epsilon"):
+        FrecencyConfig(message="sign", sign_epsilon=0.0)
+    strategy = FrecencyStrategy(FrecencyConfig(message="sign", sign_epsilon=1.0))
+    assert isinstance(strategy.privatizer, RandomizedSigns)
+    plain = FrecencyStrategy(FrecencyConfig(message="sign"))
+    assert isinstance(plain.privatizer, SignCompressor)

@@ -206,3 +206,13 @@ def test_status_without_central_dp(tmp_path: Path) -> None:
     assert three["mechanism"] == "randomized response (local)"
     assert math.isclose(three["epsilon"], 3 * per_message)
     assert math.isclose(three["per_message"]["epsilon"], per_message)
+
+
+def test_status_of_randomized_sign_messages(tmp_path: Path) -> None:
+    """``[frecency] message = "sign"`` with ``sign_epsilon``: local DP, 22 signs a message."""
+    text = '[frecency]\nmessage = "sign"\nsign_epsilon = 0.5\n'
+    ledger = PrivacyLedger(offline_config(text, tmp_path))
+    three = ledger.status(3)
+    assert three["mechanism"] == "randomized response on signs (local)"
+    assert math.isclose(three["per_message"]["epsilon"], 22 * 0.5)
+    assert math.isclose(three["epsilon"], 3 * 22 * 0.5) and three["rounds"] == 3

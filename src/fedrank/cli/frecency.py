@@ -169,6 +169,13 @@ def _study_options(func: Any) -> Any:
             help="Full float updates or signs only.",
         ),
         click.option(
+            "--sign-epsilon",
+            type=float,
+            default=None,
+            help="With --message sign: randomized response on every sign on the device, "
+            "epsilon-LDP per weight (a message of d weights: d x epsilon). Default: plain signs.",
+        ),
+        click.option(
             "--optimizer",
             type=click.Choice(["rprop", "sgd", "adam"]),
             default=d.optimizer,

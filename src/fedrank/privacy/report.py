@@ -61,19 +61,48 @@ def no_privacy(system: str, parameters: dict[str, Any], why: str) -> SystemPriva
     return SystemPrivacy(system, "none", parameters, why, _NO_MECHANISM, _NO_MECHANISM)
 
 
-def frecency_privacy(config: dict[str, Any], privacy: dict[str, Any] | None) -> SystemPrivacy:
-    """Federated frecency: the central Gaussian mechanism of a run's ``privacy`` block, or
-    no guarantee (full gradients; sign messages are a deterministic compression)."""
+def frecency_privacy(
+    config: dict[str, Any],
+    privacy: dict[str, Any] | None,
+    dim: int = 22,
+    rounds: int | None = None,
+) -> SystemPrivacy:
+    """Federated frecency: the central Gaussian mechanism of a run's ``privacy`` block; else
+    randomized signs (``sign_epsilon``: ``dim`` weights per message, a user in each of
+    ``rounds`` iterations); else no guarantee (full gradients; plain sign messages are a
+    deterministic compression)."""
     message = config.get("message", "full")
-    if not privacy or privacy.get("noise_multiplier") is None:
-        why = (
-            "none: sign messages are a deterministic compression (2 bits per weight), "
-            "not differential privacy"
-            if message == "sign"
-            else "none: the full gradient is sent as computed"
+    if privacy and privacy.get("noise_multiplier") is not None:
+        return gaussian_privacy("frecency", privacy, {"message": message})
+    eps = config.get("sign_epsilon")
+    if message == "sign" and eps is not None:
+        per_message = dim * float(eps)
+        per_user: dict[str, Any] | str = (
+            f"k x {per_message:.4g} for a user who reports in k iterations"
+            if rounds is None
+            else _figure(rounds * per_message, 0.0, rounds)
         )
-        return no_privacy("frecency", {"message": message}, why)
-    return gaussian_privacy("frecency", privacy, {"message": message})
+        return SystemPrivacy(
+            "frecency",
+            "randomized response on signs (local)",
+            {"sign_epsilon": float(eps), "weights": dim},
+            _figure(per_message, 0.0, 1),
+            _figure(per_message, 0.0, 1),
+            per_user,
+            [
+                f"each weight's sign: epsilon {float(eps):g} (3-ary randomized response), "
+                f"local DP: holds against the server; a message of {dim} signs: {dim} x "
+                "epsilon by basic composition (an upper bound)",
+                "per user: a user who reports in every iteration (one message each)",
+            ],
+        )
+    why = (
+        "none: sign messages are a deterministic compression (2 bits per weight), "
+        "not differential privacy"
+        if message == "sign"
+        else "none: the full gradient is sent as computed"
+    )
+    return no_privacy("frecency", {"message": message}, why)
 
 
 def gaussian_privacy(
@@ -207,7 +236,8 @@ def report_run(data: dict[str, Any]) -> list[SystemPrivacy]:
             "--json` or `fedrank foltr train --json`"
         )
     if "loss_per_iteration" in data and "preset" in config:
-        return [frecency_privacy(config, data.get("privacy"))]
+        dim, rounds = len(data["final_weights"]), len(data["loss_per_iteration"])
+        return [frecency_privacy(config, data.get("privacy"), dim, rounds)]
     if "algorithm" in config and "batch_maxrr" in data:
         rounds = int(data.get("iterations", len(data["batch_maxrr"])))
         if config["algorithm"] == "fpdgd":

@@ -14,11 +14,12 @@ want to ignore this third case, two bits are required."
 
 Privacy: signs reveal less than full-precision values (the paper notes this "can also provide
 a privacy advantage"), but this is compression, not a formal guarantee: there is no epsilon.
-Wrap a differentially private mechanism around it when a guarantee is needed.
+:class:`RandomizedSigns` adds one: randomized response on every sign (local DP on the device).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -93,3 +94,51 @@ class SignCompressor:
         if mat.ndim != 2:
             raise ConfigError(f"expected updates of shape (C, d), got shape {mat.shape}")
         return self._compress(mat, rng)
+
+
+class RandomizedSigns:
+    """Randomized response on the signs of an update, on the device (local differential
+    privacy of sign messages; Warner 1965, the k-ary form of Kairouz, Bonawitz & Ramage
+    2016): each weight's sign ``v`` in ``{-1, 0, +1}`` is kept with probability
+    ``p = e^eps / (e^eps + 2)`` and replaced by each of the two other values with
+    probability ``q = 1 / (e^eps + 2)``.
+
+    Guarantee: ``eps``-LDP per weight (``p / q = e^eps``). A message carries ``d`` signs,
+    all of which one user's searches may change, so it is ``d eps``-LDP by basic composition,
+    and a user who reports in ``T`` iterations ``T d eps`` (an upper bound;
+    :func:`fedrank.privacy.report.frecency_privacy`). The sign vote needs no correction:
+    ``E[v'] = (p - q) v``, so the expected vote keeps every sign and the gate's standard error
+    is measured on the randomized votes themselves.
+
+    Args:
+        epsilon: ``eps`` per weight (> 0).
+    """
+
+    def __init__(self, epsilon: float) -> None:
+        if (
+            isinstance(epsilon, bool)
+            or not isinstance(epsilon, int | float | np.floating)
+            or not (math.isfinite(epsilon) and epsilon > 0)
+        ):
+            raise ConfigError(f"epsilon (per weight) must be a finite number > 0, got {epsilon!r}")
+        self.epsilon = float(epsilon)
+        self.keep = math.exp(self.epsilon) / (math.exp(self.epsilon) + 2.0)
+
+    def __repr__(self) -> str:
+        return f"RandomizedSigns(epsilon={self.epsilon:g})"
+
+    def message_epsilon(self, dim: int) -> float:
+        """One message of ``dim`` signs: ``dim * eps`` (basic composition)."""
+        return int(dim) * self.epsilon
+
+    def privatize_batch(self, updates: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The randomized signs of a ``(C, d)`` matrix of updates (one uniform per entry, in
+        row-major order)."""
+        mat = np.asarray(updates)
+        if mat.ndim != 2:
+            raise ConfigError(f"expected updates of shape (C, d), got shape {mat.shape}")
+        index = _signs(mat).astype(np.int64) + 1  # -1, 0, +1 -> 0, 1, 2
+        u = rng.random(mat.shape)
+        # keep below p; else move by 1 or by 2 (mod 3) with probability q each
+        shift = np.where(u < self.keep, 0, np.where(u < (1 + self.keep) / 2, 1, 2))
+        return ((index + shift) % 3 - 1).astype(np.float64)

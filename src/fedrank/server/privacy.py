@@ -41,6 +41,7 @@ from fedrank.privacy.report import (
     no_privacy,
     run_privacy,
 )
+from fedrank.strategies.frecency import FrecencyStrategy
 
 if TYPE_CHECKING:
     from fedrank.server.config import PrivacySection, ServerConfig
@@ -126,10 +127,8 @@ class PrivacyLedger:
             block = central_dp_block(s.epsilon, s.delta, s.clip, s.rounds, s.accountant, closed)
             row = gaussian_privacy(workload, block)
             budget = {"epsilon": s.epsilon, "delta": s.delta, "rounds": s.rounds}
-        elif workload == "foltr-es":
-            row = foltr_es_privacy(config.foltr_es.p, config.foltr_es.batch, closed)
         else:
-            row = report_config(config, None)[0]
+            row = report_config(config, closed)[0]
         return {
             **run_privacy(row),
             "per_message": row.per_message,
@@ -169,7 +168,10 @@ def report_config(config: ServerConfig, rounds: int | None) -> list[SystemPrivac
         notes = []
     elif workload == "frecency":
         fc = config.frecency
-        out = frecency_privacy({"message": fc.message}, None)
+        dim = len(FrecencyStrategy(fc).parameter_names())
+        out = frecency_privacy(
+            {"message": fc.message, "sign_epsilon": fc.sign_epsilon}, None, dim, rounds
+        )
         if fc.norm_bound:
             notes.append(f"norm_bound {fc.norm_bound:g} clips updates; clipping alone is not DP")
     else:

@@ -44,7 +44,7 @@ from fedrank.models.frecency.scorer import MODELS, PageScorer, page_scorer
 from fedrank.optim.adam import Adam
 from fedrank.optim.rprop import Rprop
 from fedrank.optim.sgd import SGD
-from fedrank.privacy.sign import SignCompressor
+from fedrank.privacy.sign import RandomizedSigns, SignCompressor
 from fedrank.strategies.base import (
     ROBUST_AGGREGATORS,
     Strategy,
@@ -106,6 +106,9 @@ class FrecencyConfig:
         delta, score_scale: the clients' SVM margin and the scale the loss is computed on
             (``None``: the model's defaults).
         decay_rate: classic frecency's daily decay, applied by control clients (0.975).
+        sign_epsilon: sign messages only: randomized response on every sign on the device,
+            ``sign_epsilon``-LDP per weight (:class:`~fedrank.privacy.sign.RandomizedSigns`;
+            ``None``: the plain signs, no guarantee).
     """
 
     model: str = "classic"
@@ -130,6 +133,7 @@ class FrecencyConfig:
     delta: float | None = None
     score_scale: str | None = None
     decay_rate: float = 0.975
+    sign_epsilon: float | None = None
 
     def __post_init__(self) -> None:
         choices = (
@@ -170,6 +174,13 @@ class FrecencyConfig:
                 f"aggregator {self.aggregator} needs full gradients (message = full); sign "
                 "messages are aggregated by the sign vote: use aggregator = gated-mean"
             )
+        if self.sign_epsilon is not None:
+            if self.message != "sign":
+                raise ConfigError(
+                    "sign_epsilon randomizes sign messages: set message = sign, or drop "
+                    "sign_epsilon (central DP of full gradients: [privacy] / --dp-epsilon)"
+                )
+            RandomizedSigns(self.sign_epsilon)  # validates it
         if self.message == "sign" and self.norm_bound:
             raise ConfigError(
                 "norm_bound applies to full gradients; sign messages are votes of -1, 0, +1 "
@@ -228,7 +239,13 @@ class FrecencyStrategy(Strategy):
         else:
             self.constraints = self.scorer.safeguards(max_change=c.max_change)
         self.estimator = FiniteDifferenceEstimator(eps=c.eps, scheme=c.scheme)
-        self.privatizer = SignCompressor(with_zero=True) if c.message == "sign" else None
+        self.privatizer: SignCompressor | RandomizedSigns | None = None
+        if c.message == "sign":
+            self.privatizer = (
+                SignCompressor(with_zero=True)
+                if c.sign_epsilon is None
+                else RandomizedSigns(c.sign_epsilon)
+            )
 
     def initial_params(self) -> np.ndarray:
         """Firefox's default weights (a safeguard of Sec. 5.6: start from what ships)."""
@@ -245,7 +262,8 @@ class FrecencyStrategy(Strategy):
     # ------------------------------------------------------------------ client half
 
     def privatize(self, updates: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """The clients' messages from their ``(m, d)`` gradients: unchanged, or their signs."""
+        """The clients' messages from their ``(m, d)`` gradients: unchanged, their signs, or
+        their randomized signs (``sign_epsilon``)."""
         if self.privatizer is None:
             return updates
         return self.privatizer.privatize_batch(updates, rng)

@@ -303,11 +303,14 @@ class StudyResult:
         }
 
     def _no_privacy(self) -> dict[str, Any]:
-        """The ``privacy`` object of a run without central DP: no mechanism, epsilon
-        ``None`` (sign messages are a compression, not DP)."""
+        """The ``privacy`` object of a run without central DP: randomized signs
+        (``sign_epsilon``), or no mechanism with epsilon ``None`` (plain sign messages are a
+        compression, not DP)."""
         from fedrank.privacy.report import frecency_privacy, run_privacy
 
-        return run_privacy(frecency_privacy({"message": self.config.message}, None))
+        config = {"message": self.config.message, "sign_epsilon": self.config.sign_epsilon}
+        rounds = len(self.loss_per_iteration)
+        return run_privacy(frecency_privacy(config, None, len(self.final_weights), rounds))
 
 
 def _nanmean(values: np.ndarray) -> float:
