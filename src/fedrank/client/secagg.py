@@ -132,20 +132,22 @@ def send_secure(
             time.sleep(pause)
             pause = min(2 * pause, MAX_POLL_SECONDS)  # a stage may wait for its deadline
 
-    post("advertise", wire.advertise_to_json(me.advertise_keys()))
-    if drop_after == "advertise":
-        return SecureReport("advertise")
-    directory = wire.directory_from_json(wait_for("share_keys")["directory"], limit)
-    post("share_keys", wire.share_keys_to_json(me.share_keys(directory)))
-    if drop_after == "share_keys":
-        return SecureReport("share_keys")
-    forwarded = wire.forwarded_from_json(wait_for("masked_input")["forwarded"], limit)
-    post("masked_input", wire.masked_to_json(me.masked_input(forwarded, encoded)))
-    if drop_after == "masked_input":
-        return SecureReport("masked_input")
-    request = wire.request_from_json(wait_for("unmasking")["contributors"], limit)
-    post("unmasking", wire.unmasking_to_json(me.unmask(request)))
-    if drop_after == "unmasking":
-        return SecureReport("unmasking")
+    def message(stage: str, view: dict[str, Any]) -> dict[str, Any]:
+        """This client's message of ``stage``, from the server's input for it."""
+        if stage == "advertise":
+            return wire.advertise_to_json(me.advertise_keys())
+        if stage == "share_keys":
+            directory = wire.directory_from_json(view["directory"], limit)
+            return wire.share_keys_to_json(me.share_keys(directory))
+        if stage == "masked_input":
+            forwarded = wire.forwarded_from_json(view["forwarded"], limit)
+            return wire.masked_to_json(me.masked_input(forwarded, encoded))
+        request = wire.request_from_json(view["contributors"], limit)
+        return wire.unmasking_to_json(me.unmask(request))
+
+    for stage in STAGES:
+        post(stage, message(stage, {} if stage == "advertise" else wait_for(stage)))
+        if drop_after == stage:
+            return SecureReport(stage)
     end = wait_for("end")
     return SecureReport("unmasking", "finished", int(end["contributors"]))
