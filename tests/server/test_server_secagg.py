@@ -93,6 +93,7 @@ def test_100_sdk_clients_with_dropouts_give_the_model_of_the_clear_aggregate(
     assert np.max(np.abs(step - clear)) <= tolerance  # about 1 / (2 * 2**24) = 3e-8
     assert not np.allclose(step, np.mean(deltas[contributors], axis=0))  # clipping mattered
     assert final["updates_accepted_total"] == 1 and final["updates_counted_total"] == 90
+    assert final["secagg"] == {"round": 1, "stage": "advertise", "cohort": 0}  # the next
     # Nothing of one client is stored or logged: one aggregate row; no delta's coordinates
     # (float64 or float32 bytes, or their JSON text) in any file of the store or the log.
     rows = stored_rows(live.store)

@@ -964,6 +964,7 @@ class Server:
                 "paused": snap.paused,
                 "policy": e.policy.name if self.round is None else "rounds",
                 "privacy": e.privacy.status(snap.iteration),
+                "secagg": None if self.secagg is None else self.secagg.summary(),
             }
         )
 

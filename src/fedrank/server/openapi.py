@@ -195,6 +195,50 @@ def openapi_document() -> dict[str, Any]:
                     },
                 }
             },
+            "/v1/secagg": {
+                "post": {
+                    "summary": "A selected client's message of the open secure-aggregation stage",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["client_id", "session", "stage", "message"],
+                                    "properties": {
+                                        "client_id": _ID,
+                                        "session": {"type": "string"},
+                                        "stage": {
+                                            "enum": [
+                                                "advertise",
+                                                "share_keys",
+                                                "masked_input",
+                                                "unmasking",
+                                            ]
+                                        },
+                                        "message": {"type": "object"},
+                                    },
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "202": _json_response("accepted"),
+                        **_errors(400, 403, 404, 409, 413, 422),
+                    },
+                },
+                "get": {
+                    "summary": "The session's stage and this client's input for it",
+                    "parameters": [
+                        {"name": "client_id", "in": "query", "schema": _ID},
+                        {"name": "session", "in": "query", "schema": {"type": "string"}},
+                    ],
+                    "responses": {
+                        "200": _json_response("stage, deadline, input"),
+                        **_errors(403, 404, 409),
+                    },
+                },
+            },
             "/v1/status": {
                 "get": {
                     "responses": {

@@ -102,6 +102,16 @@ class SecAggRound:
     def finished(self) -> bool:
         return self.result is not None or self.aborted is not None
 
+    def summary(self) -> dict[str, Any]:
+        """For ``/v1/status``: the round, its stage and how many clients are in it."""
+        if self.result is not None:
+            stage = "finished"
+        elif self.aborted is not None:
+            stage = "aborted"
+        else:
+            stage = "finishing" if self.ready else STAGES[self.stage]
+        return {"round": self.number, "stage": stage, "cohort": len(self.ids)}
+
     # -- check-in -------------------------------------------------------------------------
 
     def join(self, client_id: str, now: float) -> dict[str, Any]:
