@@ -21,16 +21,21 @@ from fedrank.metrics.maxrr import maxrr_values
 from fedrank.privacy import SignCompressor
 from fedrank.privacy.laplace import DistributedLaplace, LocalLaplace, clip_l1
 from fedrank.privacy.randomized_response import RandomizedResponse
+from fedrank.privacy.sign import RandomizedSigns
 
 MAXRR = maxrr_values(10)
 _any_float = st.one_of(st.just(0.0), st.just(-0.0), st.floats(-1e300, 1e300))
 _update_float = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False)
 
 
-def _sign_check(inputs: np.ndarray, outputs: np.ndarray, allowed: set[float]) -> None:
+def _sign_check(
+    inputs: np.ndarray, outputs: np.ndarray, allowed: set[float], exact: bool = True
+) -> None:
+    """Votes in ``allowed``; with ``exact``, every non-zero input keeps its sign."""
     assert set(np.unique(outputs).tolist()) <= allowed
-    nonzero = inputs != 0
-    np.testing.assert_array_equal(outputs[nonzero], np.sign(inputs[nonzero]))
+    if exact:
+        nonzero = inputs != 0
+        np.testing.assert_array_equal(outputs[nonzero], np.sign(inputs[nonzero]))
 
 
 def _rr_check(inputs: np.ndarray, outputs: np.ndarray) -> None:
@@ -67,6 +72,12 @@ CASES = [
         lambda: SignCompressor(with_zero=False),
         _any_float,
         lambda i, o: _sign_check(i, o, {-1.0, 1.0}),
+    ),
+    PrivCase(
+        "RandomizedSigns",
+        lambda: RandomizedSigns(1.0),
+        _any_float,
+        lambda i, o: _sign_check(i, o, {-1.0, 0.0, 1.0}, exact=False),
     ),
     PrivCase(
         "RandomizedResponse",

@@ -131,14 +131,29 @@ class RandomizedSigns:
         """One message of ``dim`` signs: ``dim * eps`` (basic composition)."""
         return int(dim) * self.epsilon
 
+    @property
+    def encoding(self) -> str:
+        """The :mod:`fedrank.core.codec` encoding of the output: 2 bits per weight."""
+        return "sign2"
+
+    def privatize(self, message: Message, rng: np.random.Generator) -> Message:
+        """A copy of ``message`` whose update is replaced by its randomized signs."""
+        update = np.asarray(message.update)
+        if update.ndim != 1:
+            raise ConfigError(f"expected a 1-D update vector, got shape {update.shape}")
+        out = self.privatize_batch(update[None, :], rng)[0]
+        return replace(message, update=out, metrics=dict(message.metrics))
+
     def privatize_batch(self, updates: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """The randomized signs of a ``(C, d)`` matrix of updates (one uniform per entry, in
-        row-major order)."""
+        row-major order: a batch draws what its rows privatized in order would); the dtype
+        of a floating-point input, float64 otherwise."""
         mat = np.asarray(updates)
         if mat.ndim != 2:
             raise ConfigError(f"expected updates of shape (C, d), got shape {mat.shape}")
-        index = _signs(mat).astype(np.int64) + 1  # -1, 0, +1 -> 0, 1, 2
+        signs = _signs(mat)
+        index = signs.astype(np.int64) + 1  # -1, 0, +1 -> 0, 1, 2
         u = rng.random(mat.shape)
         # keep below p; else move by 1 or by 2 (mod 3) with probability q each
         shift = np.where(u < self.keep, 0, np.where(u < (1 + self.keep) / 2, 1, 2))
-        return ((index + shift) % 3 - 1).astype(np.float64)
+        return ((index + shift) % 3 - 1).astype(signs.dtype)
