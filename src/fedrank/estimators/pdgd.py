@@ -103,7 +103,8 @@ def document_weights(
     den = np.maximum(suffix_den[n], tiny)
     log_factor = np.log(den) - np.log(np.maximum(den + shift[:, None], tiny))
     log_ratio = np.where(in_range, log_factor, 0.0).sum(axis=1)  # log P(R*) / P(R)
-    rho = 1.0 / (1.0 + np.exp(-log_ratio))  # ratio / (1 + ratio)
+    with np.errstate(over="ignore"):  # exp overflows to inf where rho's limit is exactly 0
+        rho = 1.0 / (1.0 + np.exp(-log_ratio))  # ratio / (1 + ratio)
     w = rho * symmetric
     k = shown_scores.shape[1]
     flat = weights.reshape(-1)
