@@ -226,9 +226,21 @@ def fpdgd_privacy(config: dict[str, Any], rounds: int) -> SystemPrivacy:
     )
 
 
+def fedps_privacy(mode: str) -> SystemPrivacy:
+    """A FedPS run (any mode): no mechanism; its KL measure is a disclosure figure."""
+    return no_privacy(
+        "fedps",
+        {"mode": mode},
+        "none: updates (or, centrally, the logs) are sent as computed; the KL measure is an "
+        "empirical disclosure figure, not a guarantee",
+    )
+
+
 def report_run(data: dict[str, Any]) -> list[SystemPrivacy]:
-    """The guarantees of a run's JSON: ``fedrank frecency simulate --json`` or ``fedrank
-    foltr train --json``."""
+    """The guarantees of a run's JSON: ``fedrank frecency simulate --json``, ``fedrank
+    foltr train --json`` or ``fedrank fedps run --json``."""
+    if "MAP_per_seed" in data and isinstance(data.get("mode"), str):
+        return [fedps_privacy(data["mode"])]
     config = data.get("config")
     if not isinstance(config, dict):
         raise ConfigError(
@@ -245,7 +257,7 @@ def report_run(data: dict[str, Any]) -> list[SystemPrivacy]:
         return [foltr_es_privacy(config.get("p"), int(config.get("batch", 4)), rounds)]
     raise ConfigError(
         "not a run JSON this report knows: give the JSON of `fedrank frecency simulate "
-        "--json` or `fedrank foltr train --json` (FedPS runs have no privacy mechanism)"
+        "--json`, `fedrank foltr train --json` or `fedrank fedps run --json`"
     )
 
 

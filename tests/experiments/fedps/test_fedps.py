@@ -287,6 +287,11 @@ def test_cli_run_with_seeds_writes_json(aol_log: Path, tmp_path: Path) -> None:
         assert data[f"{m}_mean"] == pytest.approx(np.mean(data[f"{m}_per_seed"]))
     assert [r["settings"]["seed"] for r in data["runs"]] == [1, 2]
     assert "central: MAP" in result.output and "sd MAP" in result.output
+    # every run's JSON has its privacy object; FedPS has no mechanism, and the report says so
+    assert data["privacy"]["mechanism"] == "none" and data["privacy"]["epsilon"] is None
+    assert all(r["privacy"] == data["privacy"] for r in data["runs"])
+    report = CliRunner().invoke(main, ["privacy", "report", "--run", str(out)])
+    assert report.exit_code == 0 and "fedps: none (mode central)" in report.output
 
 
 def test_cli_reports_a_missing_log(tmp_path: Path) -> None:

@@ -90,7 +90,7 @@ from fedrank.models.peps import PEPSRanker
 from fedrank.privacy import kl_settings
 from fedrank.privacy import profile_kl as kl
 from fedrank.privacy.cover_queries import CoverQueryGenerator
-from fedrank.privacy.report import no_privacy, run_privacy
+from fedrank.privacy.report import fedps_privacy, run_privacy
 from fedrank.retrieval.candidates import UserData, build_users
 from fedrank.simulation.attacks import Attack, FedPSAttacker
 
@@ -236,6 +236,11 @@ class FedPSResult:
     event_ids: np.ndarray | None = None
     attack: dict[str, Any] = field(default_factory=dict)
 
+    def privacy(self) -> dict[str, Any]:
+        """The run's ``privacy`` object: no mechanism (:func:`fedrank.privacy.report.
+        run_privacy`); the KL measure is a disclosure figure, not a guarantee."""
+        return run_privacy(fedps_privacy(self.settings.mode))
+
     def to_json(self) -> dict[str, Any]:
         return {
             **self.metrics,
@@ -250,14 +255,7 @@ class FedPSResult:
             "communication": self.communication,
             "details": self.details,
             "data": self.data,
-            "privacy": run_privacy(
-                no_privacy(
-                    "fedps",
-                    {"mode": self.settings.mode},
-                    "none: updates (or, centrally, the logs) are sent as computed; the KL "
-                    "measure (kl) is an empirical disclosure figure, not a guarantee",
-                )
-            ),
+            "privacy": self.privacy(),
             **({"attack": self.attack} if self.attack else {}),
         }
 
@@ -813,6 +811,7 @@ class SeededResults:
             out[f"{m}_per_seed"] = values.tolist()
         out["kl_divergence"] = float(np.mean([r.kl_divergence for r in self.results]))
         out["best_round_per_seed"] = [r.best_round for r in self.results]
+        out["privacy"] = self.results[0].privacy()  # the same for every seed
         return out
 
 
