@@ -115,8 +115,12 @@ class PrivacyLedger:
         iterations (``{mechanism, epsilon, delta, rounds, sampling_rate, noise_multiplier,
         clip}``; epsilon ``None``: no mechanism), the per-message guarantee, the budget and
         whether it is spent. Computed once per ``closed`` (the accountant takes ~0.1 s)."""
-        if closed not in self._status:
-            self._status = {closed: self._compute(closed)}
+        cache = self._status
+        if closed not in cache:
+            # Keep the last few: a request may still read the snapshot of the iteration
+            # before the one the writer just closed (dict operations are atomic).
+            self._status = {k: v for k, v in cache.items() if k >= closed - 2}
+            self._status[closed] = self._compute(closed)
         return self._status[closed]
 
     def _compute(self, closed: int) -> dict[str, Any]:
