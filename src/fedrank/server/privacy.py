@@ -116,12 +116,16 @@ class PrivacyLedger:
         clip}``; epsilon ``None``: no mechanism), the per-message guarantee, the budget and
         whether it is spent. Computed once per ``closed`` (the accountant takes ~0.1 s)."""
         cache = self._status
-        if closed not in cache:
+        value = cache.get(closed)
+        if value is None:
             # Keep the last few: a request may still read the snapshot of the iteration
-            # before the one the writer just closed (dict operations are atomic).
-            self._status = {k: v for k, v in cache.items() if k >= closed - 2}
-            self._status[closed] = self._compute(closed)
-        return self._status[closed]
+            # before the one the writer just closed. A new dict replaces the old one, so a
+            # reader in another thread never sees it half-built.
+            value = self._compute(closed)
+            fresh = {k: v for k, v in cache.items() if k >= closed - 2}
+            fresh[closed] = value
+            self._status = fresh
+        return value
 
     def _compute(self, closed: int) -> dict[str, Any]:
         config, workload = self.config, self.config.workload
