@@ -26,14 +26,13 @@ privacy loss there. Here the clip is in L1 and the scale includes the factor 2.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import replace
 
 import numpy as np
 from scipy import special
 
-from fedrank.core.message import Message
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.optim.serialization import check_hyperparameter
+from fedrank.privacy.batch import BatchPrivatizer
 
 #: Half the spacing of ``Generator.random``'s outputs (multiples of ``2**-53`` in [0, 1)).
 _HALF_ULP = 2.0**-54
@@ -58,7 +57,7 @@ def clip_l1(updates: np.ndarray, clip: float) -> np.ndarray:
     return mat * np.minimum(1.0, clip / np.maximum(norm, np.finfo(np.float64).tiny))
 
 
-class _LaplaceBase(ABC):
+class _LaplaceBase(BatchPrivatizer, ABC):
     """L1 clipping plus noise of scale ``2 clip / epsilon``; subclasses draw the noise."""
 
     def __init__(self, clip: float, epsilon: float) -> None:
@@ -110,14 +109,6 @@ class _LaplaceBase(ABC):
         dtype = mat.dtype if mat.dtype.kind == "f" else np.dtype(np.float64)
         noise = self.noise_from_uniforms(np.asarray(u, dtype=np.float64))
         return (clip_l1(mat, self.clip) + noise).astype(dtype, copy=False)
-
-    def privatize(self, message: Message, rng: np.random.Generator) -> Message:
-        """A copy of ``message`` with its update clipped and noised."""
-        update = np.asarray(message.update)
-        if update.ndim != 1:
-            raise ConfigError(f"expected a 1-D update vector, got shape {update.shape}")
-        out = self.privatize_batch(update[None, :], rng)[0]
-        return replace(message, update=out, metrics=dict(message.metrics))
 
 
 class LocalLaplace(_LaplaceBase):

@@ -26,6 +26,7 @@ import numpy as np
 
 from fedrank.core.message import Message
 from fedrank.errors import ConfigError, DataFormatError
+from fedrank.privacy.batch import BatchPrivatizer
 
 
 def _signs(values: np.ndarray) -> np.ndarray:
@@ -96,7 +97,7 @@ class SignCompressor:
         return self._compress(mat, rng)
 
 
-class RandomizedSigns:
+class RandomizedSigns(BatchPrivatizer):
     """Randomized response on the signs of an update, on the device (local differential
     privacy of sign messages; Warner 1965, the k-ary form of Kairouz, Bonawitz & Ramage
     2016): each weight's sign ``v`` in ``{-1, 0, +1}`` is kept with probability
@@ -135,14 +136,6 @@ class RandomizedSigns:
     def encoding(self) -> str:
         """The :mod:`fedrank.core.codec` encoding of the output: 2 bits per weight."""
         return "sign2"
-
-    def privatize(self, message: Message, rng: np.random.Generator) -> Message:
-        """A copy of ``message`` whose update is replaced by its randomized signs."""
-        update = np.asarray(message.update)
-        if update.ndim != 1:
-            raise ConfigError(f"expected a 1-D update vector, got shape {update.shape}")
-        out = self.privatize_batch(update[None, :], rng)[0]
-        return replace(message, update=out, metrics=dict(message.metrics))
 
     def privatize_batch(self, updates: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """The randomized signs of a ``(C, d)`` matrix of updates (one uniform per entry, in
