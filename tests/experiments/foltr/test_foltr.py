@@ -40,6 +40,15 @@ def test_es_learns_and_reports_the_documented_fields(mq2008_fold1) -> None:  # n
     assert result.expected_maxrr["train"] > zero.expected_maxrr["train"] + 0.03
 
 
+def test_two_layer_es_learns(mq2008_fold1) -> None:  # noqa: ANN001
+    """The two-layer ranker learns at a small budget (its paper-scale acceptance cells are
+    measured by ``fedrank foltr reproduce``, not on every CI run)."""
+    config = {**SMALL, "ranker": "two-layer"}
+    result = run_foltr(FoltrConfig(**config), mq2008_fold1)
+    zero = run_foltr(FoltrConfig(**{**config, "interactions": 2000}), mq2008_fold1)
+    assert result.expected_maxrr["train"] > zero.expected_maxrr["train"] + 0.03
+
+
 @pytest.mark.parametrize("ranker", ["linear", "two-layer"])
 def test_same_seed_same_curve_bit_for_bit(mq2008_fold1, ranker: str) -> None:  # noqa: ANN001
     config = FoltrConfig(ranker=ranker, clients=200, interactions=16_000, seed=7)

@@ -1,9 +1,12 @@
 """Issue acceptance on real data: on MQ2008, over the five folds, FOLtR-ES final models
 (paper settings: 2,000 clients, B = 4, antithetic, p = 0.9, 2M interactions) reach an
 expected MaxRR within 0.02 of the MSE baseline for the Navigational and Perfect click
-models, on train and test (means over folds, as the paper's Table 3): the linear ranker
-for both click models, the two-layer ranker for Navigational (its Perfect runs would add
-about 90 s of CPU to every CI run; `fedrank foltr reproduce` measures all four)."""
+models, on train and test (means over folds, as the paper's Table 3), for the linear
+ranker under both click models. The two-layer ranker's cells would add about 70 s of CPU each
+to every CI run (the suite must stay under 10 minutes on 2 cores): `fedrank foltr reproduce`
+measures all four (docs/foltr-es.md), and the two-layer ranker's training is checked on
+every run at a smaller budget (``tests/experiments/foltr/test_foltr.py``, the server's
+end-to-end test)."""
 
 from __future__ import annotations
 
@@ -33,8 +36,7 @@ def mse(folds: list[LetorFold]) -> dict[str, dict[str, float]]:
 
 
 @pytest.mark.parametrize(
-    ("ranker", "click_model"),
-    [("linear", "navigational"), ("linear", "perfect"), ("two-layer", "navigational")],
+    ("ranker", "click_model"), [("linear", "navigational"), ("linear", "perfect")]
 )
 def test_foltr_es_is_within_002_of_mse(
     folds: list[LetorFold], mse: dict[str, dict[str, float]], ranker: str, click_model: str
