@@ -222,18 +222,20 @@ class Server:
         if sa.aborted is not None:
             log.warning("secure aggregation of round %d aborted: %s", sa.number, sa.aborted)
         elif sa.result is not None:
-            n = sa.result.contributors
-            state = WeightedMeanState(sa.result.total, float(n), n)
-            text = orjson.dumps(self.engine.aggregator.state_to_json(state)).decode()
-            version = self.engine.snapshot().version
-            item = Incoming(
-                f"secagg-{sa.session_id.hex()}", version, self.config.branches[0].name, "aggregate",
-                text, {}, aggregate=state, count=n,
-            )  # fmt: skip
-            (outcome,) = await self.engine.submit([item])
-            if outcome.status != 202:
-                log.error("the secure aggregate was refused: %s", outcome.body)
-            else:
+            if not sa.stored:
+                n = sa.result.contributors
+                state = WeightedMeanState(sa.result.total, float(n), n)
+                text = orjson.dumps(self.engine.aggregator.state_to_json(state)).decode()
+                version = self.engine.snapshot().version
+                item = Incoming(
+                    f"secagg-{sa.session_id.hex()}", version, self.config.branches[0].name,
+                    "aggregate", text, {}, aggregate=state, count=n,
+                )  # fmt: skip
+                (outcome,) = await self.engine.submit([item])
+                sa.stored = outcome.status == 202
+                if not sa.stored:
+                    log.error("the secure aggregate was refused: %s", outcome.body)
+            if sa.stored:  # stored once; a failed close is retried, never the aggregate
                 await self._scheduled_close(f"round {sa.number} securely aggregated")
                 if self.close_failures:
                     return  # the round stays until its close succeeds

@@ -81,6 +81,8 @@ class SecAggRound:
     aborted: str | None = None
     #: Unmasking has closed: :meth:`finish` may run.
     ready: bool = False
+    #: The server has stored the round's aggregate (its close may still be retried).
+    stored: bool = False
 
     def __post_init__(self) -> None:
         self.params = SecAggParams(self.session_id, self.threshold, self.dimension)
