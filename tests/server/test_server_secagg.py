@@ -45,7 +45,7 @@ t_max_seconds = 120.0
 [secagg]
 enabled = true
 l2_bound = {L2}
-stage_seconds = 8.0
+stage_seconds = 12.0
 """
 BEFORE_MASKED = range(0, 10)  # send keys and shares, then drop: in U2 - U3
 AFTER_MASKED = range(10, 40)  # send the masked input, then drop: in U3, not in U5
@@ -154,7 +154,7 @@ def test_a_round_refuses_bad_messages_and_aborts_below_the_threshold() -> None:
     ],
 )
 def test_secagg_configurations_that_are_refused(tmp_path: Path, extra: str, message: str) -> None:
-    text = TOML.replace(f"l2_bound = {L2}\n", "").replace("stage_seconds = 8.0\n", "") + extra
+    text = TOML.replace(f"l2_bound = {L2}\n", "").replace("stage_seconds = 12.0\n", "") + extra
     with pytest.raises(ConfigError, match=message):
         offline_config(text, tmp_path)
     with pytest.raises(ConfigError, match="rounds"):
