@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import replace
 
 import numpy as np
@@ -10,13 +11,14 @@ from fedrank.core.message import Message
 from fedrank.errors import ConfigError
 
 
-class BatchPrivatizer:
-    """Mixin of a :class:`~fedrank.core.protocols.Privatizer` whose subclass defines
-    ``privatize_batch(updates, rng)`` on ``(C, d)`` matrices, row ``i`` drawing what row
-    ``i`` alone would draw after rows ``0..i-1``; :meth:`privatize` is its one-row case."""
+class BatchPrivatizer(ABC):
+    """Base of a :class:`~fedrank.core.protocols.Privatizer` defined on batches: a subclass
+    implements :meth:`privatize_batch`; :meth:`privatize` is its one-row case."""
 
+    @abstractmethod
     def privatize_batch(self, updates: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        raise NotImplementedError
+        """The privatized ``(C, d)`` matrix of ``updates``; row ``i`` draws from ``rng`` what
+        row ``i`` alone would draw after rows ``0..i-1``."""
 
     def privatize(self, message: Message, rng: np.random.Generator) -> Message:
         """A copy of ``message`` with its update privatized (``message`` is not changed)."""

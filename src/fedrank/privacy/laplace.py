@@ -25,7 +25,7 @@ privacy loss there. Here the clip is in L1 and the scale includes the factor 2.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 
 import numpy as np
 from scipy import special
@@ -57,7 +57,7 @@ def clip_l1(updates: np.ndarray, clip: float) -> np.ndarray:
     return mat * np.minimum(1.0, clip / np.maximum(norm, np.finfo(np.float64).tiny))
 
 
-class _LaplaceBase(BatchPrivatizer, ABC):
+class _LaplaceBase(BatchPrivatizer):
     """L1 clipping plus noise of scale ``2 clip / epsilon``; subclasses draw the noise."""
 
     def __init__(self, clip: float, epsilon: float) -> None:

@@ -56,6 +56,26 @@ _CENTRAL_MESSAGE = (
 _NO_MECHANISM = "none: no privacy mechanism"
 
 
+def local_privacy(
+    system: str,
+    mechanism: str,
+    parameters: dict[str, Any],
+    per_message: float,
+    rounds: int | None,
+    notes: list[str],
+) -> SystemPrivacy:
+    """A pure local mechanism (delta 0) whose every message is ``per_message``-LDP, one
+    message per round: per round the same, per user ``rounds`` times it by basic composition
+    (``rounds`` ``None``: said as ``k x`` for a user in ``k`` rounds)."""
+    per_user: dict[str, Any] | str = (
+        f"k x {per_message:.4g} for a user who takes part in k rounds"
+        if rounds is None
+        else _figure(rounds * per_message, 0.0, rounds)
+    )
+    one = _figure(per_message, 0.0, 1)
+    return SystemPrivacy(system, mechanism, parameters, one, one, per_user, notes)
+
+
 def no_privacy(system: str, parameters: dict[str, Any], why: str) -> SystemPrivacy:
     """A system that sends its updates as computed: ``why`` says what a message reveals."""
     return SystemPrivacy(system, "none", parameters, why, _NO_MECHANISM, _NO_MECHANISM)
@@ -76,19 +96,12 @@ def frecency_privacy(
         return gaussian_privacy("frecency", privacy, {"message": message})
     eps = config.get("sign_epsilon")
     if message == "sign" and eps is not None:
-        per_message = dim * float(eps)
-        per_user: dict[str, Any] | str = (
-            f"k x {per_message:.4g} for a user who reports in k iterations"
-            if rounds is None
-            else _figure(rounds * per_message, 0.0, rounds)
-        )
-        return SystemPrivacy(
+        return local_privacy(
             "frecency",
             "randomized response on signs (local)",
             {"sign_epsilon": float(eps), "weights": dim},
-            _figure(per_message, 0.0, 1),
-            _figure(per_message, 0.0, 1),
-            per_user,
+            dim * float(eps),
+            rounds,
             [
                 f"each weight's sign: epsilon {float(eps):g} (3-ary randomized response), "
                 f"local DP: holds against the server; a message of {dim} signs: {dim} x "
@@ -173,25 +186,18 @@ def foltr_es_privacy(p: float | None, batch: int, rounds: int | None) -> SystemP
         f"a message of B = {batch} values: B x epsilon by basic composition (an upper bound)",
     ]
     if rounds is None:
-        per_user: dict[str, Any] | str = (
-            f"k x {per_message:.4f} for a user who takes part in k rounds (give --rounds; the "
-            "server does not cap k: per-user budget refusal is not built)"
+        notes.append(
+            "per user: give --rounds; the server does not cap k (per-user budget refusal is "
+            "not built)"
         )
     else:
-        per_user = _figure(rounds * per_message, 0.0, rounds)
         notes.append(
             f"per user: a user in all {rounds} rounds (the simulator draws every client's "
             "queries afresh each iteration, so its client slots are not persistent users; "
             "a real user who takes part in k rounds has k x the per-message epsilon)"
         )
-    return SystemPrivacy(
-        "foltr-es",
-        "randomized response (local)",
-        parameters,
-        _figure(per_message, 0.0, 1),
-        _figure(per_message, 0.0, 1),
-        per_user,
-        notes,
+    return local_privacy(
+        "foltr-es", "randomized response (local)", parameters, per_message, rounds, notes
     )
 
 
@@ -202,13 +208,12 @@ def fpdgd_privacy(config: dict[str, Any], rounds: int) -> SystemPrivacy:
     if mode == "none":
         return no_privacy("fpdgd", parameters, "none: the model delta is sent as computed")
     if mode == "local":
-        return SystemPrivacy(
+        return local_privacy(
             "fpdgd",
             "laplace (local)",
             parameters,
-            _figure(eps, 0.0, 1),
-            _figure(eps, 0.0, 1),
-            _figure(rounds * eps, 0.0, rounds),
+            eps,
+            rounds,
             ["per user: basic composition over the rounds, a client in every round"],
         )
     return SystemPrivacy(

@@ -330,6 +330,7 @@ class Engine:
         self._replay(chunk)
         self.accepted_total, self.counted_total = self.store.counts()
         self.paused = self.store.paused()  # an operator's pause survives restarts
+        self.privacy.status(self.iteration)  # the accountant runs here, not in a request
         self._publish()
         for path in self.store.export_missing_parquet():
             log.info("wrote missing Parquet partition %s", path)
@@ -763,7 +764,6 @@ class Engine:
             getattr(self.state, "bound", None),
             self.privacy.spent(self.iteration),
         )
-        self.privacy.status(self.iteration)  # the accountant runs here, not in a request
 
     def _branch_summary(self) -> dict[str, Any]:
         with self._stats_lock:
@@ -833,6 +833,7 @@ class Engine:
         with self._stats_lock:
             self.branch_stats = {}
         self.updates_in_iteration = 0
+        self.privacy.status(self.iteration)  # the accountant runs here, not in a request
         self._publish()
         try:
             self.store.export_parquet(closed)

@@ -128,19 +128,13 @@ class PrivacyLedger:
         return value
 
     def _compute(self, closed: int) -> dict[str, Any]:
-        config, workload = self.config, self.config.workload
-        budget = None
-        if self.enabled:
-            s = self.section
-            block = central_dp_block(s.epsilon, s.delta, s.clip, s.rounds, s.accountant, closed)
-            row = gaussian_privacy(workload, block)
-            budget = {"epsilon": s.epsilon, "delta": s.delta, "rounds": s.rounds}
-        else:
-            row = report_config(config, closed)[0]
+        s = self.section
+        row = report_config(self.config, closed)[0]
+        budget = {"epsilon": s.epsilon, "delta": s.delta, "rounds": s.rounds}
         return {
             **run_privacy(row),
             "per_message": row.per_message,
-            "budget": budget,
+            "budget": budget if self.enabled else None,
             "budget_spent": self.spent(closed),
         }
 

@@ -104,15 +104,19 @@ class SecAggRound:
     def finished(self) -> bool:
         return self.result is not None or self.aborted is not None
 
+    @property
+    def stage_name(self) -> str:
+        """The open stage of :data:`STAGES`, or ``finishing`` (Unmasking closed),
+        ``finished`` or ``aborted``."""
+        if self.result is not None:
+            return "finished"
+        if self.aborted is not None:
+            return "aborted"
+        return "finishing" if self.ready else STAGES[self.stage]
+
     def summary(self) -> dict[str, Any]:
         """For ``/v1/status``: the round, its stage and how many clients are in it."""
-        if self.result is not None:
-            stage = "finished"
-        elif self.aborted is not None:
-            stage = "aborted"
-        else:
-            stage = "finishing" if self.ready else STAGES[self.stage]
-        return {"round": self.number, "stage": stage, "cohort": len(self.ids)}
+        return {"round": self.number, "stage": self.stage_name, "cohort": len(self.ids)}
 
     # -- check-in -------------------------------------------------------------------------
 
@@ -159,9 +163,10 @@ class SecAggRound:
         stage = body["stage"]
         if stage not in STAGES:
             raise BadRequest(422, "invalid", f"stage must be one of {', '.join(STAGES)}")
-        if self.finished or self.ready or STAGES.index(stage) != self.stage:
-            current = "finished" if self.finished or self.ready else STAGES[self.stage]
-            raise BadRequest(409, "secagg_wrong_stage", f"the session is at {current}, not {stage}")
+        if self.stage_name != stage:
+            raise BadRequest(
+                409, "secagg_wrong_stage", f"the session is at {self.stage_name}, not {stage}"
+            )
         if self.stage > 0 and u not in self._expected:
             raise BadRequest(409, "secagg_dropped", f"client {u} dropped out of an earlier stage")
         if u in self.done:
@@ -191,13 +196,14 @@ class SecAggRound:
         """``GET /v1/secagg``: the stage, its deadline, and this client's input for it."""
         u = self._member(client_id, session)
         self.advance(now)
+        out: dict[str, Any] = {"stage": self.stage_name}
         if self.result is not None:
-            return {"stage": "finished", "contributors": self.result.contributors}
+            return {**out, "contributors": self.result.contributors}
         if self.aborted is not None:
-            return {"stage": "aborted", "reason": self.aborted}
+            return {**out, "reason": self.aborted}
         if self.ready:
-            return {"stage": "finishing"}
-        out: dict[str, Any] = {"stage": STAGES[self.stage], "deadline": self.deadline}
+            return out
+        out["deadline"] = self.deadline
         # The stage's input only to a client that still has to send in it (once it has
         # sent, it polls for the next stage: no need to resend the directory every time).
         expected = (self.stage == 0 or u in self._expected) and u not in self.done

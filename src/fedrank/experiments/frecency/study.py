@@ -299,10 +299,10 @@ class StudyResult:
             "bonferroni_alpha": self.bonferroni_alpha,
             "stability": self.stability,
             **({"attack": self.attack} if self.attack else {}),
-            "privacy": self.privacy or self._no_privacy(),
+            "privacy": self.privacy or self._device_privacy(),
         }
 
-    def _no_privacy(self) -> dict[str, Any]:
+    def _device_privacy(self) -> dict[str, Any]:
         """The ``privacy`` object of a run without central DP: randomized signs
         (``sign_epsilon``), or no mechanism with epsilon ``None`` (plain sign messages are a
         compression, not DP)."""
