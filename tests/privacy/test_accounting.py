@@ -164,3 +164,22 @@ def test_guarantee_is_frozen() -> None:
     with pytest.raises(AttributeError):
         g.epsilon = 0.5  # type: ignore[misc]
     assert np.isfinite(g.epsilon)
+
+
+@pytest.mark.parametrize(
+    ("epsilon", "delta", "rounds", "reason"),
+    [
+        (1e6, 1e-6, 10, "outside what the noise is calibrated for"),
+        (1e-6, 1e-6, 10, "outside what the noise is calibrated for"),
+        (4.0, 1e-300, 10, "outside what the noise is calibrated for"),
+        (4.0, 0.5, 10, "outside what the noise is calibrated for"),
+        (4.0, 1e-6, 10**6, "rounds must be at most"),
+    ],
+)
+def test_calibration_refuses_budgets_it_cannot_calibrate(
+    epsilon: float, delta: float, rounds: int, reason: str
+) -> None:
+    """An attacker's (or a typo's) extreme budget is a clear ConfigError at once, not a
+    traceback from the accountant or a calibration that runs for minutes."""
+    with pytest.raises(ConfigError, match=reason):
+        gaussian_noise_multiplier(epsilon, delta, rounds)

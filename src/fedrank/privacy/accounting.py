@@ -47,7 +47,7 @@ from typing import Any
 
 import dp_accounting
 import numpy as np
-from dp_accounting import pld, rdp
+from dp_accounting import mechanism_calibration, pld, rdp
 
 from fedrank.errors import ConfigError
 from fedrank.optim.serialization import check_hyperparameter
@@ -61,6 +61,12 @@ ADJACENCIES: tuple[str, ...] = ("add-or-remove", "replace-one")
 PLD_DISCRETIZATION = 1e-3
 #: The relative tolerance of :func:`gaussian_noise_multiplier`.
 CALIBRATION_RTOL = 1e-3
+#: The budgets :func:`gaussian_noise_multiplier` calibrates: outside them the PLD accountant's
+#: discretization is too coarse (tiny epsilon), its calibration takes minutes (epsilon
+#: beyond ~100) or its bracket search fails (delta near float underflow).
+CALIBRATED_EPSILON = (0.05, 50.0)
+CALIBRATED_DELTA = (1e-12, 0.1)
+MAX_CALIBRATED_ROUNDS = 100_000
 
 
 @dataclass(frozen=True)
@@ -204,6 +210,30 @@ def gaussian_noise_multiplier(
     rounds = _check_rounds(rounds)
     sampling_rate = _check_sampling(sampling_rate)
     _check_choice("accountant", accountant, ACCOUNTANTS)
+    low, high = CALIBRATED_EPSILON
+    if not (low <= target <= high and CALIBRATED_DELTA[0] <= delta <= CALIBRATED_DELTA[1]):
+        raise ConfigError(
+            f"a budget of epsilon {target:g} at delta {delta:g} is outside what the noise is "
+            f"calibrated for: epsilon in [{low:g}, {high:g}], delta in "
+            f"[{CALIBRATED_DELTA[0]:g}, {CALIBRATED_DELTA[1]:g}] (beyond them the accountant "
+            "is too coarse, too slow or fails; a budget there protects no one or needs no "
+            "noise)"
+        )
+    if rounds > MAX_CALIBRATED_ROUNDS:
+        raise ConfigError(f"rounds must be at most {MAX_CALIBRATED_ROUNDS:,}, got {rounds:,}")
+    try:
+        return _calibrate(target, delta, rounds, sampling_rate, accountant)
+    except (ValueError, ArithmeticError, mechanism_calibration.NoBracketIntervalFoundError) as exc:
+        raise ConfigError(
+            f"the accountant could not calibrate the noise for epsilon {target:g}, delta "
+            f"{delta:g} over {rounds} rounds at sampling rate {sampling_rate:g}: {exc}"
+        ) from exc
+
+
+def _calibrate(
+    target: float, delta: float, rounds: int, sampling_rate: float, accountant: str
+) -> float:
+    """:func:`gaussian_noise_multiplier` on checked arguments."""
 
     def event(z: float) -> dp_accounting.DpEvent:  # unchecked: the search starts at z = 0
         inner: dp_accounting.DpEvent = dp_accounting.GaussianDpEvent(z)

@@ -82,7 +82,8 @@ A complete example (every key optional; these are the defaults)::
 
     [privacy]                    # central DP of the model (frecency, fedavg; docs/privacy.md)
     epsilon = 0.0                # each user's budget over the server's whole training; 0: off
-    delta = 1e-6                 # its delta, well below 1 / users
+                                 # (calibrated for 0.05..50)
+    delta = 1e-6                 # its delta, well below 1 / users (1e-12..0.1)
     clip = 0.0                   # L2 bound C of every update (required with epsilon)
     rounds = 0                   # iterations the budget covers (required with epsilon); the
                                  # noise is calibrated to them and no iteration closes after
