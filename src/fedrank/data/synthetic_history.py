@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedrank.core.arrays import unique_values
 from fedrank.data.browsing import (
     ENGLISH_LETTER_FREQUENCIES,
     BrowsingWorld,
@@ -275,7 +276,7 @@ def generate_world(
     # host, slot) order.
     width = cfg.max_subpages + 3
     v_key = v_host * width + (v_slot + 1)
-    keys = np.unique(np.concatenate([v_key, b_host * width + 1]))
+    keys = unique_values(np.concatenate([v_key, b_host * width + 1]))
     p_host, p_slot = keys // width, keys % width - 1
     visit_page = np.searchsorted(keys, v_key)
     p_user = all_host_user[p_host]

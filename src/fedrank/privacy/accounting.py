@@ -43,15 +43,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-import dp_accounting
 import numpy as np
-from dp_accounting import mechanism_calibration, pld, rdp
 
 from fedrank.errors import ConfigError
 from fedrank.optim.serialization import check_hyperparameter
 from fedrank.privacy.randomized_response import RandomizedResponse
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 #: The accountants of the Gaussian mechanism: ``pld`` (tight, the default) and ``rdp``.
 ACCOUNTANTS: tuple[str, ...] = ("pld", "rdp")
@@ -67,6 +69,17 @@ CALIBRATION_RTOL = 1e-3
 CALIBRATED_EPSILON = (0.05, 50.0)
 CALIBRATED_DELTA = (1e-12, 0.1)
 MAX_CALIBRATED_ROUNDS = 100_000
+
+
+def _dp() -> ModuleType:
+    """``dp_accounting``, imported on first use: it imports ``scipy.stats`` and costs about
+    1.3 s, which every server start and CLI call without a Gaussian mechanism would pay."""
+    import dp_accounting
+    import dp_accounting.mechanism_calibration
+    import dp_accounting.pld
+    import dp_accounting.rdp
+
+    return dp_accounting
 
 
 @dataclass(frozen=True)
@@ -155,18 +168,18 @@ def gaussian_event(
     """The ``dp_accounting`` event of a training run: ``rounds`` rounds of the Gaussian
     mechanism of sensitivity 1 and noise ``noise_multiplier``, each Poisson-subsampled at
     ``sampling_rate`` when it is below 1."""
-    event: dp_accounting.DpEvent = dp_accounting.GaussianDpEvent(
-        _check_multiplier(noise_multiplier)
-    )
+    dp = _dp()
+    event: dp_accounting.DpEvent = dp.GaussianDpEvent(_check_multiplier(noise_multiplier))
     if _check_sampling(sampling_rate) < 1.0:
-        event = dp_accounting.PoissonSampledDpEvent(sampling_rate, event)
-    return dp_accounting.SelfComposedDpEvent(event, _check_rounds(rounds))
+        event = dp.PoissonSampledDpEvent(sampling_rate, event)
+    return dp.SelfComposedDpEvent(event, _check_rounds(rounds))
 
 
 def _accountant(accountant: str) -> dp_accounting.PrivacyAccountant:
+    dp = _dp()
     if _check_choice("accountant", accountant, ACCOUNTANTS) == "rdp":
-        return rdp.RdpAccountant()
-    return pld.PLDAccountant(value_discretization_interval=PLD_DISCRETIZATION)
+        return dp.rdp.RdpAccountant()
+    return dp.pld.PLDAccountant(value_discretization_interval=PLD_DISCRETIZATION)
 
 
 def gaussian_epsilon(
@@ -221,9 +234,10 @@ def gaussian_noise_multiplier(
         )
     if rounds > MAX_CALIBRATED_ROUNDS:
         raise ConfigError(f"rounds must be at most {MAX_CALIBRATED_ROUNDS:,}, got {rounds:,}")
+    no_bracket = _dp().mechanism_calibration.NoBracketIntervalFoundError
     try:
         return _calibrate(target, delta, rounds, sampling_rate, accountant)
-    except (ValueError, ArithmeticError, mechanism_calibration.NoBracketIntervalFoundError) as exc:
+    except (ValueError, ArithmeticError, no_bracket) as exc:
         raise ConfigError(
             f"the accountant could not calibrate the noise for epsilon {target:g}, delta "
             f"{delta:g} over {rounds} rounds at sampling rate {sampling_rate:g}: {exc}"
@@ -234,16 +248,15 @@ def _calibrate(
     target: float, delta: float, rounds: int, sampling_rate: float, accountant: str
 ) -> float:
     """:func:`gaussian_noise_multiplier` on checked arguments."""
+    dp = _dp()
 
     def event(z: float) -> dp_accounting.DpEvent:  # unchecked: the search starts at z = 0
-        inner: dp_accounting.DpEvent = dp_accounting.GaussianDpEvent(z)
+        inner: dp_accounting.DpEvent = dp.GaussianDpEvent(z)
         if sampling_rate < 1.0:
-            inner = dp_accounting.PoissonSampledDpEvent(sampling_rate, inner)
-        return dp_accounting.SelfComposedDpEvent(inner, rounds)
+            inner = dp.PoissonSampledDpEvent(sampling_rate, inner)
+        return dp.SelfComposedDpEvent(inner, rounds)
 
-    z_rdp = float(
-        dp_accounting.calibrate_dp_mechanism(rdp.RdpAccountant, event, target, delta, tol=1e-9)
-    )
+    z_rdp = float(dp.calibrate_dp_mechanism(dp.rdp.RdpAccountant, event, target, delta, tol=1e-9))
     if accountant == "rdp":
         return z_rdp
 
@@ -263,9 +276,9 @@ def _calibrate(
         if gap(low) > 0:
             break
         low /= 2
-    bracket = dp_accounting.ExplicitBracketInterval(low, high)
+    bracket = dp.ExplicitBracketInterval(low, high)
     return float(
-        dp_accounting.calibrate_dp_mechanism(
+        dp.calibrate_dp_mechanism(
             fresh, event, target, delta, bracket_interval=bracket, tol=CALIBRATION_RTOL * low
         )
     )

@@ -38,6 +38,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from fedrank.core.arrays import unique_values
 from fedrank.data.aol import (
     BACKGROUND,
     OOV_ID,
@@ -165,7 +166,7 @@ def _clicked_keys(split: TimeSplit, events: np.ndarray, n_docs: int) -> np.ndarr
     """Sorted keys ``row * n_docs + doc`` of the clicked documents of ``events``."""
     lg = split.log
     clicked = _gather(lg.click_ptr, lg.click_docs, events)
-    return np.unique(clicked.row_of * n_docs + clicked.values)
+    return unique_values(clicked.row_of * n_docs + clicked.values)
 
 
 def build_lists(

@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from fedrank.core.arrays import unique_values
 from fedrank.data.browsing import BrowsingWorld, VisitStream
 from fedrank.errors import ConfigError
 from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
@@ -305,7 +306,7 @@ class FrecencyWorld:
                 "use due_searches"
             )
         users = np.asarray(users, dtype=np.int64)
-        index = self._pages_of(np.unique(users))
+        index = self._pages_of(unique_values(users))
         true_scores = np.zeros(self.pages.n_pages)
         true_scores[index] = self._fresh(self.hidden, index)
         targets = sample_targets(
@@ -340,7 +341,7 @@ class FrecencyWorld:
     def state(self, theta: np.ndarray, users: np.ndarray) -> UrlbarState:
         """What the searching ``users``' URL bars read: stored and origin frecency by branch
         (pages of other users stay 0)."""
-        index = self._pages_of(np.unique(np.asarray(users, dtype=np.int64)))
+        index = self._pages_of(unique_values(np.asarray(users, dtype=np.int64)))
         stored = np.zeros(self.pages.n_pages)
         origin = np.zeros(self.pages.n_pages)
         branch = self.page_branch[index]

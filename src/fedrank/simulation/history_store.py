@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedrank.core.arrays import unique_values
 from fedrank.data.browsing import BrowsingWorld, VisitStream
 from fedrank.errors import DataFormatError
 from fedrank.models.frecency.history import (
@@ -96,7 +97,7 @@ class VisitStore:
         np.add.at(self.visit_count, visits.page, counted.astype(np.int64))
         self.typed[visits.page[visits.visit_type == VisitType.TYPED]] = True
 
-        affected = np.unique(visits.page)
+        affected = unique_values(visits.page)
         old = self.time[affected]
         have = ~np.isnan(old)
         rows_page = np.concatenate([np.repeat(affected, have.sum(axis=1)), visits.page])

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from fedrank.core.arrays import unique_values
 from fedrank.core.message import MessageBatch
 from fedrank.data.browsing import BrowsingWorld
 from fedrank.errors import ConfigError
@@ -583,7 +584,7 @@ def evaluate_phase(
             "loss_mean": _nanmean(losses[mask]),
             "paper_loss_mean": _nanmean(paper[mask]),
             "n": int(mask.sum()),
-            "n_users": int(np.unique(user[mask]).size),
+            "n_users": int(unique_values(user[mask]).size),
             "searches_without_history_selection": int(((branch == b) & ~found).sum()),
         }
     result.eval_samples = samples
