@@ -78,9 +78,15 @@ def test_100_sdk_clients_with_dropouts_give_the_model_of_the_clear_aggregate(
         assert_error(live.client.post("/v1/updates", json=plain), 403, "secure_aggregation_only")
         with ThreadPoolExecutor(max_workers=K) as pool:
             outcomes = list(pool.map(lambda i: _client_run(url, i, deltas[i]), range(K)))
-        wait_until(lambda: live.version() == 1, timeout=60, what="the secure round's close")
+        # the close publishes version 1, then the scheduler opens the next round
+        final = wait_until(
+            lambda: (
+                (s := status(live.client))["model_version"] == 1 and s["secagg"]["round"] == 1 and s
+            ),
+            timeout=60,
+            what="the secure round's close and the next round",
+        )
         params1 = np.array(live.client.get("/v1/model").json()["params"])
-        final = status(live.client)
     assert outcomes.count("share_keys") == 10 and outcomes.count("masked_input") == 30
     assert outcomes.count("finished") == 60
     # The clear aggregate of the same updates: the contributors' (U3) clipped deltas,
