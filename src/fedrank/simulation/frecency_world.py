@@ -57,6 +57,8 @@ from fedrank.simulation.urlbar import (
 )
 
 BRANCHES: tuple[str, ...] = ("treatment", "control", "control-no-decay")
+#: Pages of one row-count group: their positions in an index, and their histories.
+_Group = tuple[np.ndarray, PageHistories]
 #: Row-count groups of :meth:`FrecencyWorld._by_width`.
 _WIDTHS: tuple[int, ...] = (1, 2, 4, 10)
 TREATMENT, CONTROL, CONTROL_NO_DECAY = range(3)
@@ -228,6 +230,7 @@ class FrecencyWorld:
         self.hidden = None if hidden is None else np.asarray(hidden, dtype=np.float64)
         self.now = 0.0
         self._future_next = 0  # the next replayed visit (AOL)
+        self._width_groups: tuple[tuple[float, int], np.ndarray, list[_Group]] | None = None
 
     # ------------------------------------------------------------------ basic facts
 
@@ -261,11 +264,16 @@ class FrecencyWorld:
         """The histories of the pages at ``index`` (all by default) at the current time."""
         return self.store.histories(self.now, index)
 
-    def _by_width(self, index: np.ndarray) -> list[tuple[np.ndarray, PageHistories]]:
+    def _by_width(self, index: np.ndarray) -> list[_Group]:
         """The histories of the pages at ``index`` in groups of similar row counts, each as
         narrow as its rows (most pages have one or two visits: scoring ten columns for
         every page would mostly score padding). Returns ``(positions in index, histories)``
-        per group."""
+        per group. The last result is reused while the time, the store and ``index`` stay
+        the same (a search reads the pages its targets were drawn from)."""
+        key = (self.now, self.store.version)
+        cached = self._width_groups
+        if cached is not None and cached[0] == key and np.array_equal(cached[1], index):
+            return cached[2]
         rows = self.store.n_rows()[index]
         groups = []
         lo = 0
@@ -274,6 +282,7 @@ class FrecencyWorld:
             if pos.size:
                 groups.append((pos, self.store.histories(self.now, index[pos], width)))
             lo = width
+        self._width_groups = (key, index.copy(), groups)
         return groups
 
     def _fresh(self, params: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -282,13 +291,6 @@ class FrecencyWorld:
         for pos, pages in self._by_width(index):
             out[pos] = self.scorer.fresh(params, pages, self.now)
         return out
-
-    def _stored(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The control branch's stored and undecayed frecency of the pages at ``index``."""
-        stored, undecayed = np.zeros(index.size), np.zeros(index.size)
-        for pos, pages in self._by_width(index):
-            stored[pos], undecayed[pos] = self.scorer.stored(pages, self.now, self.decay_rate)
-        return stored, undecayed
 
     def listable(self) -> np.ndarray:
         """Pages the URL bar may show (visited or bookmarked)."""
@@ -345,15 +347,19 @@ class FrecencyWorld:
         stored = np.zeros(self.pages.n_pages)
         origin = np.zeros(self.pages.n_pages)
         branch = self.page_branch[index]
-        for b in range(3):
-            sel = index[branch == b]
-            if not sel.size:
-                continue
-            if b == CONTROL:
-                stored[sel], origin[sel] = self._stored(sel)
-            else:
-                params = theta if b == TREATMENT else self.scorer.defaults()
-                stored[sel] = origin[sel] = self._fresh(params, sel)
+        for pos, pages in self._by_width(index):
+            for b in range(3):
+                mine = np.flatnonzero(branch[pos] == b)
+                if not mine.size:
+                    continue
+                at, histories = index[pos[mine]], pages.take(mine)
+                if b == CONTROL:
+                    stored[at], origin[at] = self.scorer.stored(
+                        histories, self.now, self.decay_rate
+                    )
+                else:
+                    params = theta if b == TREATMENT else self.scorer.defaults()
+                    stored[at] = origin[at] = self.scorer.fresh(params, histories, self.now)
         host_bookmarked = np.zeros(int(self.pages.host.max()) + 1, dtype=bool)
         host_bookmarked[self.pages.host[self.store.bookmarked]] = True
         return UrlbarState(

@@ -40,6 +40,8 @@ class VisitStore:
         visit_count: int64 ``(N,)``; typed: bool ``(N,)``.
         bookmarked: bool ``(N,)``; bookmark_time: float64 ``(N,)`` the newest bookmark's
             time (NaN when none).
+        version: how many times the store changed (:meth:`add`, :meth:`add_bookmarks`):
+            histories read at the same version and time are the same.
     """
 
     def __init__(self, n_pages: int, width: int = NUM_SAMPLED_VISITS) -> None:
@@ -56,6 +58,7 @@ class VisitStore:
         self.bookmark_time = np.full(n_pages, np.nan)
         self._n_rows = np.zeros(n_pages, dtype=np.int64)
         self._next_id = 0
+        self.version = 0
 
     @classmethod
     def from_world(cls, world: BrowsingWorld) -> VisitStore:
@@ -78,6 +81,7 @@ class VisitStore:
         pages = np.asarray(pages, dtype=np.int64)
         times = np.asarray(times, dtype=np.float64)
         self._check_pages(pages)
+        self.version += 1
         self.bookmarked[pages] = True
         current = np.where(np.isnan(self.bookmark_time), -np.inf, self.bookmark_time)
         np.maximum.at(current, pages, times)
@@ -89,6 +93,7 @@ class VisitStore:
         if visits.n_visits == 0:
             return
         self._check_pages(visits.page)
+        self.version += 1
         ids = self._next_id + np.arange(visits.n_visits, dtype=np.int64)
         self._next_id += visits.n_visits
         origin = visits.origin_type()
