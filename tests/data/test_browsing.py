@@ -220,16 +220,16 @@ def test_pages_derived_columns() -> None:
     np.testing.assert_array_equal(
         pages.first_chars, [[n, 0, 0], [n, s, n], [m, i, 0], [z, 0, 0], [z, n, 0]]
     )
-    # bit c % 64: n=110 -> 46, s=115 -> 51, m=109 -> 45, i=105 -> 41, z=122 -> 58
-    expected = [
-        1 << 46,
-        (1 << 46) | (1 << 51),
-        (1 << 45) | (1 << 41),
-        1 << 58,
-        (1 << 58) | (1 << 46),
-    ]
-    assert pages.first_char_mask.dtype == np.uint64
-    assert pages.first_char_mask.tolist() == expected
+    keys, page, word = pages.words_by_first_char
+    # (owner * 256 + first character, page, word id) sorted by key, then page, then column
+    entries = sorted(
+        (int(pages.owner[r]) * 256 + int(pages.first_chars[r, c]), r, int(pages.words[r, c]))
+        for r in range(5)
+        for c in range(3)
+        if pages.words[r, c] >= 0
+    )
+    assert list(zip(keys.tolist(), page.tolist(), word.tolist(), strict=True)) == entries
+    assert keys.dtype == page.dtype == word.dtype == np.int32
     assert pages.text(1) == "news sport | nba"
     assert pages.text(0) == "news | "
 
@@ -241,10 +241,10 @@ def test_root_of_host_without_root_is_minus_one() -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
-def test_first_char_mask_has_exactly_the_words_first_char_bits(data: st.DataObject) -> None:
-    # first characters anywhere in printable ASCII '!'..'~' (33..126): bits wrap at 64
-    # ('!' -> 33 like 'a' = 97 -> 33; '?' = 63 is the top bit; '@' = 64 -> bit 0), so the
-    # modulo, bit 0 and bit 63 are all exercised.
+def test_words_by_first_char_lists_each_users_words_by_their_first_character(
+    data: st.DataObject,
+) -> None:
+    # first characters anywhere in printable ASCII '!'..'~' (33..126), over several users
     words = data.draw(
         st.lists(
             st.text(alphabet=[chr(c) for c in range(33, 127)], min_size=1, max_size=3),
@@ -253,7 +253,8 @@ def test_first_char_mask_has_exactly_the_words_first_char_bits(data: st.DataObje
             unique=True,
         )
     )
-    n_pages = data.draw(st.integers(1, 6))
+    per_user = data.draw(st.lists(st.integers(0, 4), min_size=1, max_size=4))
+    n_pages = sum(per_user)
     width = data.draw(st.integers(1, 4))
     rows = []
     for _ in range(n_pages):
@@ -261,19 +262,25 @@ def test_first_char_mask_has_exactly_the_words_first_char_bits(data: st.DataObje
         ids = data.draw(st.lists(st.integers(0, len(words) - 1), min_size=k, max_size=k))
         rows.append(ids + [-1] * (width - k))
     pages = Pages(
-        user_offsets=np.array([0, n_pages]),
+        user_offsets=np.concatenate([[0], np.cumsum(per_user)]).astype(np.int64),
         host=np.arange(n_pages),
         is_root=np.ones(n_pages, bool),
-        words=np.array(rows, dtype=np.int32),
+        words=np.array(rows, dtype=np.int32).reshape(n_pages, width),
         n_url_words=np.ones(n_pages, np.int64),
         vocabulary=Vocabulary.from_words(words),
     )
-    for p, row in enumerate(rows):
-        expected = 0
-        for w in row:
-            if w >= 0:
-                expected |= 1 << (ord(words[w][0]) % 64)
-        assert int(pages.first_char_mask[p]) == expected
+    keys, page, word = pages.words_by_first_char
+    for u in range(len(per_user)):
+        for ch in {ord(w[0]) for w in words}:
+            lo = np.searchsorted(keys, u * 256 + ch, "left")
+            hi = np.searchsorted(keys, u * 256 + ch, "right")
+            expected = [
+                (p, w)
+                for p in range(pages.user_offsets[u], pages.user_offsets[u + 1])
+                for w in rows[p]
+                if w >= 0 and ord(words[w][0]) == ch
+            ]
+            assert list(zip(page[lo:hi].tolist(), word[lo:hi].tolist(), strict=True)) == expected
 
 
 @pytest.mark.parametrize(

@@ -253,14 +253,20 @@ class Pages:
         return np.where(self.words >= 0, first, 0).astype(np.uint8)
 
     @cached_property
-    def first_char_mask(self) -> np.ndarray:
-        """uint64 ``(N,)``: bit ``c % 64`` set for every first character ``c`` of the
-        page's words (a filter: a page without the bit has no word starting with ``c``)."""
-        out = np.zeros(self.n_pages, dtype=np.uint64)
-        for col in range(self.words.shape[1]):
-            bits = np.left_shift(np.uint64(1), (self.first_chars[:, col] % 64).astype(np.uint64))
-            out |= np.where(self.words[:, col] >= 0, bits, np.uint64(0))
-        return out
+    def words_by_first_char(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(keys, page, word)``: every word of every page with the key ``owner * 256 +
+        first character``, sorted by key, then page, then column (int32 each). The words of
+        user ``u``'s pages that start with character ``c`` are the entries from
+        ``searchsorted(keys, k, "left")`` to ``searchsorted(keys, k, "right")`` for
+        ``k = u * 256 + c``, page by page: what the URL bar compares a first typed word
+        with, without reading the pages' other words."""
+        if self.n_users >= 2**23 or self.n_pages >= 2**31:
+            raise DataFormatError("the first-character index holds at most 2**23 users")
+        rows, cols = np.nonzero(self.words >= 0)  # row-major: page, then column
+        words = self.words[rows, cols]
+        key = (self.owner[rows] * 256 + self.vocabulary.chars[words, 0]).astype(np.int32)
+        order = np.argsort(key, kind="stable")  # pages and columns stay in order per key
+        return key[order], rows[order].astype(np.int32), words[order].astype(np.int32)
 
     @property
     def host_word(self) -> np.ndarray:

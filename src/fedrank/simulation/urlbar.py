@@ -197,16 +197,6 @@ class SearchBatch:
         return self.found & ~self.autofilled & (self.first_chars > 0)
 
 
-def _flatten(pages: Pages, users: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(search of each pair, page of each pair, start of each search's pairs)."""
-    first = pages.user_offsets[users]
-    count = pages.user_offsets[users + 1] - first
-    start = np.cumsum(count) - count
-    owner = np.repeat(np.arange(users.size, dtype=np.int64), count)
-    page = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(first - start, count)
-    return owner, page, start
-
-
 def _matching_pairs(
     pages: Pages,
     users: np.ndarray,
@@ -217,25 +207,40 @@ def _matching_pairs(
     host_known: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(search, page, drop)`` of the (search, page) pairs that match the first typed
-    character, with their *drop
-    step*: the first number of typed characters at which the page stops matching (int64
-    max when it matches the whole text). Only word pairs that share a token's first
-    character are compared (a word can only match a token it starts like)."""
+    character, with their *drop step*: the first number of typed characters at which the
+    page stops matching (int64 max when it matches the whole text). Only word pairs that
+    share a token's first character are compared (a word can only match a token it starts
+    like): for the first token, the user's words that start like it come from
+    :attr:`Pages.words_by_first_char`; later tokens are compared with the surviving
+    pages' words."""
     vocab = pages.vocabulary
-    owner, cand, _ = _flatten(pages, users)
-    # only pages in the history can be history rows; a root page can be the autofill row
-    # of its origin once the origin is known
-    keep = state.listable[cand] | (pages.is_root[cand] & host_known[pages.host[cand]])
-    owner, cand = owner[keep], cand[keep]
     page_first = pages.first_chars  # (N, W) uint8, 0 for padding
     token_first = np.where(typed >= 0, vocab.chars[np.maximum(typed, 0), 0], 255)
+    # the first token: the user's words that start like it, page by page
+    keys, key_page, key_word = pages.words_by_first_char
+    want = (users * 256 + token_first[:, 0]).astype(keys.dtype)
+    lo = np.searchsorted(keys, want, side="left")
+    count = np.searchsorted(keys, want, side="right") - lo
+    at = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(
+        lo - (np.cumsum(count) - count), count
+    )
+    e_owner = np.repeat(np.arange(users.size, dtype=np.int64), count)
+    e_page = key_page[at].astype(np.int64)
+    # only pages in the history can be history rows; a root page can be the autofill row
+    # of its origin once the origin is known
+    keep = state.listable[e_page] | (pages.is_root[e_page] & host_known[pages.host[e_page]])
+    e_owner, e_page, e_word = e_owner[keep], e_page[keep], key_word[at[keep]]
+    e_lcp = vocab.lcp_pairs(typed[e_owner, 0], e_word)
+    starts = np.flatnonzero(
+        np.r_[True, (e_owner[1:] != e_owner[:-1]) | (e_page[1:] != e_page[:-1])]
+    ) if e_owner.size else np.zeros(0, dtype=np.int64)  # fmt: skip
+    owner, cand = e_owner[starts], e_page[starts]
+    best = np.maximum.reduceat(e_lcp, starts) if starts.size else np.zeros(0, dtype=np.int64)
     drop = np.full(cand.size, np.iinfo(np.int64).max)
-    # a page can only match the first token if one of its words starts like it: test the
-    # page's bitmask of first characters before comparing words
-    bit = (token_first[owner, 0] % 64).astype(np.uint64)
-    alive = ((pages.first_char_mask[cand] >> bit) & np.uint64(1)).astype(bool)
-    drop[~alive] = 1
-    for i in range(typed.shape[1]):
+    fails = best < lengths[owner, 0]
+    drop[fails] = best[fails] + 1  # the first token starts at character 0
+    alive = ~fails
+    for i in range(1, typed.shape[1]):
         pairs = np.flatnonzero(alive & (typed[owner, i] >= 0))
         if not pairs.size:
             break
