@@ -25,6 +25,7 @@ from fedrank.models.frecency.safeguards import (
 from fedrank.models.frecency.scorer import MIN_HALF_LIFE_DAYS, NOW_DAY
 from fedrank.models.frecency.weights import CLASSIC_WEIGHT_NAMES, classic_defaults
 from fedrank.simulation.frecency_world import CONTROL, TREATMENT, FrecencyWorld
+from fedrank.simulation.urlbar import UrlbarState
 
 SMALL = dict(n_users=240, iterations=6, eval_searches_per_user=3, history_days=14.0)
 
@@ -266,6 +267,43 @@ def test_branch_states_follow_the_study_add_on() -> None:
     np.testing.assert_array_equal(
         fresh_default, ModernFrecency().score(ModernFrecency.defaults(), samples)
     )
+
+
+def test_url_bar_state_equals_scoring_the_histories_directly() -> None:
+    """What the URL bar reads (treatment: fresh frecency under the model; control: the
+    stored, decayed one; control-no-decay: fresh under the defaults) equals scoring the
+    pages' current histories directly, before and after searches change the history and
+    time passes: a reused history build is never stale or partial."""
+    from fedrank.data.synthetic_history import generate_world
+
+    world = FrecencyWorld(
+        generate_world(60, np.random.default_rng(5)), hidden_weights("shifted"),
+        np.random.default_rng(6),
+    )  # fmt: skip
+    theta = classic_defaults() * np.linspace(0.8, 1.2, classic_defaults().size)
+    rng = np.random.default_rng(7)
+    users = np.arange(60)
+
+    def check(state: UrlbarState) -> None:
+        index = np.flatnonzero(world.listable())
+        histories = world.histories(index)
+        branch = world.branch[world.pages.owner[index]]
+        expected = np.where(
+            branch == TREATMENT,
+            world.scorer.fresh(theta, histories, world.now),
+            world.scorer.fresh(world.scorer.defaults(), histories, world.now),
+        )
+        stored, _ = world.scorer.stored(histories, world.now, world.decay_rate)
+        expected = np.where(branch == CONTROL, stored, expected)
+        np.testing.assert_array_equal(state.stored[index], expected)
+        assert (branch == CONTROL).any() and (branch == TREATMENT).any()
+
+    for _ in range(3):
+        searches = world.draw_searches(users, rng)  # builds the histories a search reuses
+        check(world.state(theta, searches.users))
+        world.record(world.search(searches, theta, rng))
+        check(world.state(theta, users))  # same time, same pages, new visits
+        world.advance(1.5)
 
 
 def test_record_and_advance_change_the_history() -> None:

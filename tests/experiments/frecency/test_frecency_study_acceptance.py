@@ -1,7 +1,7 @@
-"""What a small frecency study in the calibrated synthetic world must show, for the
-classic frecency the paper tuned and for today's modern frecency (studies from
-``conftest.py``). Whether treatment beats control needs the full size (3,000 users, 40
-iterations): ``test_frecency_full_size.py`` runs it."""
+"""What a frecency study in the calibrated synthetic world must show, for the classic
+frecency the paper tuned (at the headline's full size: treatment types fewer characters
+than control, significantly at the level of users) and for today's modern frecency
+(studies from ``conftest.py``)."""
 
 from __future__ import annotations
 
@@ -54,6 +54,18 @@ def test_evaluation_is_reported_per_user_beside_the_paper(shifted_study: StudyRe
     lo, hi = test["diff_ci95"]
     assert lo <= test["diff"] <= hi
     assert test["n_users_a"] == ev["treatment"]["n_users"]
+
+
+def test_full_size_treatment_types_fewer_characters(classic_shifted: StudyResult) -> None:
+    """The issue's headline: ``fedrank frecency simulate --preset shifted --users 3000
+    --iterations 40 --seed 11``."""
+    assert classic_shifted.config.n_users == 3000 and classic_shifted.config.iterations == 40
+    ev = classic_shifted.eval
+    assert ev["treatment"]["chars_typed_mean"] < ev["control"]["chars_typed_mean"]
+    assert classic_shifted.bonferroni_alpha == pytest.approx(0.05 / 6)
+    test = classic_shifted.tests["treatment_vs_control"]
+    assert test["unit"] == "user" and test["pvalue"] < 0.05 / 6
+    assert test["diff_ci95"][1] < 0  # the whole interval below zero
 
 
 def test_classic_calibrated_world_types_like_the_paper_control(
