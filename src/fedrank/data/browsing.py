@@ -261,7 +261,10 @@ class Pages:
         ``k = u * 256 + c``, page by page: what the URL bar compares a first typed word
         with, without reading the pages' other words."""
         if self.n_users >= 2**23 or self.n_pages >= 2**31:
-            raise DataFormatError("the first-character index holds at most 2**23 users")
+            raise DataFormatError(
+                "the first-character index holds at most 2**23 users and 2**31 pages, got "
+                f"{self.n_users} users and {self.n_pages} pages"
+            )
         rows, cols = np.nonzero(self.words >= 0)  # row-major: page, then column
         words = self.words[rows, cols]
         key = (self.owner[rows] * 256 + self.vocabulary.chars[words, 0]).astype(np.int32)

@@ -231,9 +231,8 @@ def _matching_pairs(
     keep = state.listable[e_page] | (pages.is_root[e_page] & host_known[pages.host[e_page]])
     e_owner, e_page, e_word = e_owner[keep], e_page[keep], key_word[at[keep]]
     e_lcp = vocab.lcp_pairs(typed[e_owner, 0], e_word)
-    starts = np.flatnonzero(
-        np.r_[True, (e_owner[1:] != e_owner[:-1]) | (e_page[1:] != e_page[:-1])]
-    ) if e_owner.size else np.zeros(0, dtype=np.int64)  # fmt: skip
+    new_pair = np.r_[True, (e_owner[1:] != e_owner[:-1]) | (e_page[1:] != e_page[:-1])]
+    starts = np.flatnonzero(new_pair[: e_owner.size])
     owner, cand = e_owner[starts], e_page[starts]
     best = np.maximum.reduceat(e_lcp, starts) if starts.size else np.zeros(0, dtype=np.int64)
     drop = np.full(cand.size, np.iinfo(np.int64).max)
