@@ -32,6 +32,41 @@ def shared_data_dir() -> Path:
     return Path(override) if override else REPO_ROOT.parent / "shared" / "data"
 
 
+#: The modules that take longest (CPU seconds in a suite run), collected first: the
+#: pytest-xdist workers take modules in collection order (``--dist loadfile``), and a long
+#: module taken last runs alone at the end; longest first keeps the whole run short.
+LONGEST_FIRST: tuple[str, ...] = (
+    "tests/experiments/frecency/test_frecency_study_acceptance.py",
+    "tests/experiments/fedps/test_fedps_reproduce.py",
+    "tests/experiments/foltr/test_foltr_acceptance.py",
+    "tests/experiments/fedps/test_fedps.py",
+    "tests/experiments/test_executors.py",
+    "tests/cli/test_cli_frecency.py",
+    "tests/cli/test_cli_foltr_reproduce.py",
+    "tests/experiments/fedps/test_clients.py",
+    "tests/experiments/fedps/test_fedps_continuous.py",
+    "tests/experiments/foltr/test_foltr.py",
+    "tests/server/test_server_durability.py",
+    "tests/conformance/test_aggregator_conformance.py",
+)
+
+
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """Longest modules first (:data:`LONGEST_FIRST`), everything else in its usual order."""
+    missing = [m for m in LONGEST_FIRST if not (REPO_ROOT / m).is_file()]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py LONGEST_FIRST names missing modules: {missing}")
+    rank = {m: i for i, m in enumerate(LONGEST_FIRST)}
+
+    def key(item: pytest.Item) -> int:
+        module = item.path.relative_to(REPO_ROOT).as_posix()
+        return rank.get(module, len(rank))
+
+    items.sort(key=key)  # stable: tests keep their order within a module
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """With the real data present, any skipped test fails the run (reported with -rs)."""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
