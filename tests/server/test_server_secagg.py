@@ -8,19 +8,24 @@ a client's bad messages are refused with the reason and change nothing."""
 from __future__ import annotations
 
 import struct
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import uvicorn
 
 from fedrank.client import Client
 from fedrank.client.secagg import send_secure
 from fedrank.errors import ConfigError
 from fedrank.secagg.field import FixedPointEncoder
+from fedrank.server.app import create_app
 from fedrank.server.envelope import BadRequest
 from fedrank.server.secagg_round import SecAggRound
+from fedrank.strategies.base import SafeguardError
 from tests.server.serverkit import (
     assert_error,
     live_server,
@@ -169,3 +174,73 @@ def test_secagg_configurations_that_are_refused(tmp_path: Path, extra: str, mess
         )
     with pytest.raises(ConfigError, match="fedavg"):
         offline_config("[secagg]\nenabled = true\nl2_bound = 1.0\n", tmp_path)
+
+
+def test_a_failed_close_after_a_secure_round_is_retried_without_a_second_aggregate(
+    tmp_path: Path,
+) -> None:
+    """The close after a secure round fails (its step breaks a safeguard, injected into the
+    server's strategy): the round's sum stays stored once, the round stays open and the
+    failure shows in ``/v1/status``; once the step works the retried close publishes the
+    model of that same sum and the next round opens. The server runs in this process
+    (uvicorn on loopback) so that the test can reach its strategy; the clients are the SDK."""
+    k = 5
+    toml = TOML.replace(f"clients_per_round = {K}", f"clients_per_round = {k}")
+    config = offline_config(toml, tmp_path, store=str(tmp_path / "store"))
+    app = create_app(config)
+    server = app.server  # type: ignore[attr-defined]
+    web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=web.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: web.started, timeout=30, what="the in-process server")
+        url = f"http://127.0.0.1:{web.servers[0].sockets[0].getsockname()[1]}"
+        strategy = server.engine.strategy
+        real_step = strategy.server_step
+
+        def refuse(*args: object, **kwargs: object) -> object:
+            raise SafeguardError("injected: the step breaks a safeguard")
+
+        strategy.server_step = refuse
+        deltas = _deltas()[:k]
+
+        def run(i: int) -> str:
+            with Client(url, rng=np.random.default_rng(i)) as client:
+                checkin = client.checkin(f"client-{i}")
+                assert checkin.selected and checkin.secagg is not None
+                report = send_secure(client, checkin, deltas[i], poll_seconds=0.05)
+                return report.outcome or report.sent
+
+        with httpx.Client(base_url=url, timeout=10.0) as http:
+            params0 = np.array(http.get("/v1/model").json()["params"])
+            with ThreadPoolExecutor(max_workers=k) as pool:
+                outcomes = list(pool.map(run, range(k)))
+            failed = wait_until(
+                lambda: (s := status(http))["close_failures_total"] >= 2 and s,
+                timeout=60,
+                what="two failed closes",
+            )
+            assert failed["model_version"] == 0
+            assert failed["last_close_error"]["error"] == "close_failed"
+            assert "safeguard" in failed["last_close_error"]["detail"]
+            assert failed["secagg"] == {"round": 0, "stage": "finished", "cohort": k}
+            assert failed["updates_accepted_total"] == 1  # the sum, stored once
+            strategy.server_step = real_step
+            final = wait_until(
+                lambda: (
+                    (s := status(http))["model_version"] == 1 and s["secagg"]["round"] == 1 and s
+                ),
+                timeout=60,
+                what="the retried close and the next round",
+            )
+            params1 = np.array(http.get("/v1/model").json()["params"])
+    finally:
+        web.should_exit = True
+        thread.join(timeout=30)
+    assert outcomes == ["finished"] * k
+    assert final["updates_accepted_total"] == 1 and final["updates_counted_total"] == k
+    assert final["last_close_error"] is None
+    encoder = FixedPointEncoder.with_max_scale(k, l2_bound=L2)
+    clear = np.mean([encoder.clip(d) for d in deltas], axis=0)
+    tolerance = encoder.error_bound(k) / k + 1e-15
+    assert np.max(np.abs((params1 - params0) - clear)) <= tolerance
