@@ -49,6 +49,7 @@ workload = "fedavg"
 admin_token = "{ADMIN_TOKEN}"
 [iteration]
 seconds = 0.0
+min_updates = 1000000000  # only the test's admin closes close (a tick could close mid-round)
 [fedavg]
 dim = 6
 server_learning_rate = 1.0
