@@ -63,13 +63,27 @@ def _deltas() -> np.ndarray:
     return rows / np.linalg.norm(rows, axis=1, keepdims=True) * norms
 
 
-def _client_run(url: str, i: int, delta: np.ndarray) -> str:
+def _client_run(url: str, i: int, delta: np.ndarray, drop: str | None = None) -> str:
+    """SDK client ``i``: check in, run the secure round with ``delta`` (dropping out after
+    the ``drop`` stage, if given); returns how its round ended."""
     with Client(url, rng=np.random.default_rng(i)) as client:
         checkin = client.checkin(f"client-{i}")
         assert checkin.selected and checkin.secagg is not None
-        drop = "share_keys" if i in BEFORE_MASKED else "masked_input" if i in AFTER_MASKED else None
         report = send_secure(client, checkin, delta, poll_seconds=0.05, drop_after=drop)
         return report.outcome or report.sent
+
+
+def _drop(i: int) -> str | None:
+    return "share_keys" if i in BEFORE_MASKED else "masked_input" if i in AFTER_MASKED else None
+
+
+def _assert_step_is_the_clear_mean(step: np.ndarray, contributed: np.ndarray, k: int) -> None:
+    """The published step is the unweighted mean of the contributors' clipped deltas, within
+    the fixed-point bound of a cohort of ``k`` (about ``1 / (2 scale)`` per coordinate)."""
+    encoder = FixedPointEncoder.with_max_scale(k, l2_bound=L2)
+    clear = np.mean([encoder.clip(d) for d in contributed], axis=0)
+    n = len(contributed)
+    assert np.max(np.abs(step - clear)) <= encoder.error_bound(n) / n + 1e-15
 
 
 def test_100_sdk_clients_with_dropouts_give_the_model_of_the_clear_aggregate(
@@ -82,7 +96,7 @@ def test_100_sdk_clients_with_dropouts_give_the_model_of_the_clear_aggregate(
         plain = {"message_id": "m", "model_version": 0, "payload": {"delta": [0.0] * DIM, "n": 1}}
         assert_error(live.client.post("/v1/updates", json=plain), 403, "secure_aggregation_only")
         with ThreadPoolExecutor(max_workers=K) as pool:
-            outcomes = list(pool.map(lambda i: _client_run(url, i, deltas[i]), range(K)))
+            outcomes = list(pool.map(lambda i: _client_run(url, i, deltas[i], _drop(i)), range(K)))
         # the close publishes version 1, then the scheduler opens the next round
         final = wait_until(
             lambda: (
@@ -95,13 +109,10 @@ def test_100_sdk_clients_with_dropouts_give_the_model_of_the_clear_aggregate(
     assert outcomes.count("share_keys") == 10 and outcomes.count("masked_input") == 30
     assert outcomes.count("finished") == 60
     # The clear aggregate of the same updates: the contributors' (U3) clipped deltas,
-    # unweighted, times the server learning rate 1.
-    encoder = FixedPointEncoder.with_max_scale(K, l2_bound=L2)
+    # unweighted, times the server learning rate 1 (within about 1 / (2 * 2**24) = 3e-8).
     contributors = [i for i in range(K) if i not in BEFORE_MASKED]
-    clear = np.mean([encoder.clip(deltas[i]) for i in contributors], axis=0)
     step = params1 - params0
-    tolerance = encoder.error_bound(len(contributors)) / len(contributors) + 1e-15
-    assert np.max(np.abs(step - clear)) <= tolerance  # about 1 / (2 * 2**24) = 3e-8
+    _assert_step_is_the_clear_mean(step, deltas[contributors], K)
     assert not np.allclose(step, np.mean(deltas[contributors], axis=0))  # clipping mattered
     assert final["updates_accepted_total"] == 1 and final["updates_counted_total"] == 90
     assert final["secagg"] == {"round": 1, "stage": "advertise", "cohort": 0}  # the next
@@ -204,17 +215,10 @@ def test_a_failed_close_after_a_secure_round_is_retried_without_a_second_aggrega
         strategy.server_step = refuse
         deltas = _deltas()[:k]
 
-        def run(i: int) -> str:
-            with Client(url, rng=np.random.default_rng(i)) as client:
-                checkin = client.checkin(f"client-{i}")
-                assert checkin.selected and checkin.secagg is not None
-                report = send_secure(client, checkin, deltas[i], poll_seconds=0.05)
-                return report.outcome or report.sent
-
         with httpx.Client(base_url=url, timeout=10.0) as http:
             params0 = np.array(http.get("/v1/model").json()["params"])
             with ThreadPoolExecutor(max_workers=k) as pool:
-                outcomes = list(pool.map(run, range(k)))
+                outcomes = list(pool.map(lambda i: _client_run(url, i, deltas[i]), range(k)))
             failed = wait_until(
                 lambda: (s := status(http))["close_failures_total"] >= 2 and s,
                 timeout=60,
@@ -240,7 +244,4 @@ def test_a_failed_close_after_a_secure_round_is_retried_without_a_second_aggrega
     assert outcomes == ["finished"] * k
     assert final["updates_accepted_total"] == 1 and final["updates_counted_total"] == k
     assert final["last_close_error"] is None
-    encoder = FixedPointEncoder.with_max_scale(k, l2_bound=L2)
-    clear = np.mean([encoder.clip(d) for d in deltas], axis=0)
-    tolerance = encoder.error_bound(k) / k + 1e-15
-    assert np.max(np.abs((params1 - params0) - clear)) <= tolerance
+    _assert_step_is_the_clear_mean(params1 - params0, deltas, k)

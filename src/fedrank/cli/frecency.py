@@ -19,6 +19,7 @@ from fedrank.cli._common import (
     write_json,
 )
 from fedrank.cli.privacy import dp_from_options, dp_options, echo_privacy
+from fedrank.core.arrays import unique_values
 from fedrank.simulation.attacks import VECTOR_ATTACKS
 
 
@@ -643,7 +644,7 @@ def frecency_world(
     pages = synthetic.pages
     extra = {
         "synthetic_pages_per_user": float(np.mean(np.diff(pages.user_offsets))),
-        "synthetic_pages_per_host": float(pages.n_pages / np.unique(pages.host).size),
+        "synthetic_pages_per_host": float(pages.n_pages / unique_values(pages.host).size),
     }
     click.echo(
         f"synthetic: {extra['synthetic_pages_per_host']:.2f} pages per host, "

@@ -347,6 +347,7 @@ class FrecencyWorld:
         stored = np.zeros(self.pages.n_pages)
         origin = np.zeros(self.pages.n_pages)
         branch = self.page_branch[index]
+        defaults = self.scorer.defaults()
         for pos, pages in self._by_width(index):
             for b in range(3):
                 mine = np.flatnonzero(branch[pos] == b)
@@ -358,7 +359,7 @@ class FrecencyWorld:
                         histories, self.now, self.decay_rate
                     )
                 else:
-                    params = theta if b == TREATMENT else self.scorer.defaults()
+                    params = theta if b == TREATMENT else defaults
                     stored[at] = origin[at] = self.scorer.fresh(params, histories, self.now)
         host_bookmarked = np.zeros(int(self.pages.host.max()) + 1, dtype=bool)
         host_bookmarked[self.pages.host[self.store.bookmarked]] = True
