@@ -8,6 +8,7 @@ filled all 20,000 file descriptors and new clients got empty replies."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.server.serverkit import Live, live_server
+from tests.server.serverkit import Live, es_message, live_server, stored_ids
 
 LIMITS = """
 [server]
@@ -72,6 +73,26 @@ def test_a_half_sent_body_gets_408(live: Live) -> None:
         while b"body_timeout" not in answer and (chunk := sock.recv(65536)):
             answer += chunk  # the head and the chunked body may come in two segments
     assert answer.startswith(b"HTTP/1.1 408") and b"body_timeout" in answer
+
+
+def test_a_body_cut_short_by_a_disconnect_is_never_read_as_a_whole(live: Live) -> None:
+    """A client declares a longer body, sends a complete-looking message and disconnects:
+    nothing is stored, and the same message sent whole later is new, not a duplicate
+    (before, the lean ``POST /v1/updates`` handler read what had arrived as the whole body
+    and accepted it)."""
+    message = es_message("cut-short", live.version(), seed=7, metric=0.5, antithetic=0.25)
+    body = json.dumps(message).encode()
+    with _connect(live) as sock:
+        sock.sendall(
+            b"POST /v1/updates HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body) + 10}\r\n\r\n".encode()
+            + body
+        )
+        time.sleep(0.3)  # the server has the head and the message, and waits for the rest
+    time.sleep(0.3)  # the disconnect reaches the handler
+    assert "cut-short" not in stored_ids(live.store)
+    whole = live.client.post("/v1/updates", json=message)
+    assert whole.status_code == 202, whole.text
 
 
 def test_an_idle_keep_alive_connection_is_closed(live: Live) -> None:

@@ -97,6 +97,7 @@ def serve(
             loop="uvloop",
             log_level="warning",
             access_log=False,
+            proxy_headers=False,  # nothing uses client addresses; trust no X-Forwarded-*
             timeout_graceful_shutdown=10,
             **uvicorn_limits(config.server),  # header, body and keep-alive timeouts; connections
         )

@@ -189,7 +189,7 @@ class _Job:
     """A request for the writer: messages (answered with a list of :class:`Outcome`, or
     compactly when ``compact``), or a command."""
 
-    items: Messages | None
+    items: Messages | list[Incoming] | None  # a list: columns built by the writer, per group
     command: str | None
     future: asyncio.Future[Any]
     args: dict[str, Any] = field(default_factory=dict)
@@ -398,7 +398,9 @@ class Engine:
     def submit(self, items: list[Incoming]) -> asyncio.Future[list[Outcome]]:
         """Queue messages; the future gives one :class:`Outcome` each."""
         future: asyncio.Future[list[Outcome]] = self.loop.create_future()
-        self._queue.put(_Job(Messages.of(items, self.workload), None, future))
+        # the writer builds the columns of a whole group at once (one array per column
+        # instead of one per request)
+        self._queue.put(_Job(list(items), None, future))
         return future
 
     def submit_columns(self, messages: Messages) -> asyncio.Future[BatchResult]:
@@ -532,6 +534,25 @@ class Engine:
             return BatchResult(np.full(n, failure.status, dtype=np.int64), bodies)
         return [failure] * n
 
+    def _columns(self, jobs: list[_Job]) -> Messages:
+        """The messages of ``jobs`` in order, as columns: consecutive jobs of single
+        messages (:meth:`submit`) become one :class:`Messages` each run."""
+        parts: list[Messages] = []
+        pending: list[Incoming] = []
+        for job in jobs:
+            if isinstance(job.items, list):
+                pending.extend(job.items)
+                continue
+            if job.items is None:
+                continue
+            if pending:
+                parts.append(Messages.of(pending, self.workload))
+                pending = []
+            parts.append(job.items)
+        if pending:
+            parts.append(Messages.of(pending, self.workload))
+        return Messages.concat(parts) if parts else Messages.of([], self.workload)
+
     def _flush(self, jobs: list[_Job]) -> None:
         """Decide, store (one transaction), fold in and answer every message of ``jobs``.
 
@@ -543,7 +564,7 @@ class Engine:
             failure = Outcome(503, {"error": "paused", "detail": detail})
             self._resolve_all([(j.future, self._failed(j, failure)) for j in jobs])
             return
-        msgs = Messages.concat([j.items for j in jobs if j.items is not None])
+        msgs = self._columns(jobs)
         m = len(msgs)
         status = np.full(m, 202, dtype=np.int64)
         bodies: dict[int, dict[str, Any]] = {}

@@ -85,6 +85,7 @@ EMPTY = Parsed(empty=True)
 #: mean's second moment), the aggregate's sums stay finite, so no accepted message can make
 #: the close of its iteration fail.
 MAX_ENTRY = 1e100
+_NUMBER_TYPES = frozenset({int, float})  # what JSON numbers parse to (bool is not one)
 
 
 def _numbers(values: list[Any], what: str) -> np.ndarray:
@@ -119,10 +120,10 @@ def _finite_vector(value: Any, dim: int, name: str) -> np.ndarray:
         raise PayloadError(f"{name} must be a list of {dim} numbers")
     if len(value) != dim:
         raise PayloadError(f"{name} must have {dim} entries, got {len(value)}")
-    if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in value):
+    if not set(map(type, value)) <= _NUMBER_TYPES:  # exact types: True and "1" are refused
         raise PayloadError(f"{name} entries must be numbers")
     vec = np.asarray(value, dtype=np.float64)
-    if not np.all(np.isfinite(vec)) or np.abs(vec).max(initial=0.0) > MAX_ENTRY:
+    if not (np.abs(vec) <= MAX_ENTRY).all():  # False for NaN and inf as well
         raise PayloadError(f"{name} entries must be finite, of magnitude <= {MAX_ENTRY:g}")
     return vec
 
@@ -543,7 +544,10 @@ def _vector_payloads(batch: MessageBatch, key: str, workload: str) -> list[dict[
 
 
 def _vector_columns(items: list[Parsed], dim: int) -> MessageBatch:
-    vectors = np.stack([p.vector for p in items]) if items else np.zeros((0, dim))  # type: ignore[misc]
+    if len(items) == 1:  # a single update (POST /v1/updates): a view, no copy
+        vectors = items[0].vector[None, :]  # type: ignore[index]
+    else:
+        vectors = np.stack([p.vector for p in items]) if items else np.zeros((0, dim))  # type: ignore[misc]
     return MessageBatch(len(items), vector=vectors, weight=np.array([p.weight for p in items]))
 
 
