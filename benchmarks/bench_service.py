@@ -27,8 +27,9 @@ job was running and the figures are low).
    stores those). Choices, from sweeps on this machine: 1 wrk thread, 32 connections.
    The server saturates one core (about 0.95 cores: one process, the event loop and the
    writer thread share the GIL) while wrk needs about 0.16, so a second wrk thread gains
-   nothing; 16 connections leave the group commit short of requests
-   (about 5,300/s), 32 to 256 give 6,200-8,400/s with latency growing with the count.
+   nothing; in sweeps on 2026-11-23, 16 connections left the group commit short of
+   requests (about 5,300/s), 32 to 256 gave 6,200-8,400/s with latency growing with the
+   count (the machine's speed varies from day to day: docs/service.md, Measured).
 2. Latency at 1,000 requests/s, open loop: a Python generator (asyncio on uvloop, raw
    keep-alive HTTP/1.1 over ``asyncio.open_connection``, in this process, not the
    server's) schedules request ``i`` at ``t0 + i / rate`` by the clock whatever the

@@ -143,6 +143,33 @@ def test_report_refuses_unclear_input(runs: dict[str, Path], tmp_path: Path) -> 
 
 def test_dp_options_refuse_a_bad_budget() -> None:
     assert_clean_failure(run(argv(f"{TINY_STUDY} --dp-epsilon 4 --dp-delta 0")), "delta")
+    for alone in ("--dp-clip-quantile 0.5", "--dp-count-noise 5"):
+        assert_clean_failure(run(argv(f"{TINY_STUDY} {alone}")), "give --dp-epsilon")
+    assert_clean_failure(
+        run(argv(f"{TINY_STUDY} {DP} --dp-count-noise 5")), "give --dp-clip-quantile"
+    )
+
+
+def test_an_adaptive_clip_in_a_study(tmp_path: Path) -> None:
+    """``--dp-clip-quantile``: the clip of every iteration in the JSON, the first the
+    configured one, the noise scaled by each, epsilon within the budget."""
+    path = tmp_path / "adaptive.json"
+    out = ok(argv(f"{TINY_STUDY} {DP} --dp-clip-quantile 0.5 --dp-count-noise 5 --json", path))
+    doc = _load(path)
+    privacy = doc["privacy"]
+    assert privacy["epsilon"] <= 4.0 and privacy["noise_multiplier"] == pytest.approx(
+        gaussian_noise_multiplier(4.0, 1e-5, 2), rel=1e-6
+    )
+    clips = privacy["clip_per_iteration"]
+    assert len(clips) == 2 and clips[0] == 0.05 and clips[1] != 0.05
+    assert (privacy["clip_quantile"], privacy["count_noise"]) == (0.5, 5.0)
+    z_u = privacy["update_noise_multiplier"]
+    assert z_u > privacy["noise_multiplier"]
+    counts = doc["reports_per_iteration"]
+    assert privacy["noise_std_per_iteration"] == pytest.approx(
+        [z_u * c / m for c, m in zip(clips, counts, strict=True)]
+    )
+    assert "adaptive clip (quantile 0.5" in out.output
 
 
 def test_randomized_signs_in_a_study_and_its_report(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import pytest
 from fedrank.core.message import MessageBatch
 from fedrank.errors import ConfigError
 from fedrank.privacy.accounting import gaussian_epsilon
+from fedrank.privacy.adaptive_clip import AdaptiveClip
 from fedrank.strategies.dp import DPConfig, DPStrategy
 from fedrank.strategies.fedavg import FedAvgConfig, FedAvgStrategy
 from fedrank.strategies.foltr_es import FoltrEsConfig, FoltrEsStrategy
@@ -128,3 +129,84 @@ def test_accepts_an_inner_bound_equal_to_the_clip_and_refuses_unseeded_noise() -
         DPStrategy(_fedavg(), 1.0, 1.0, rng=None)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="delta"):
         DPConfig(epsilon=1.0, delta=0.0, clip=1.0)
+
+
+# ---------------------------------------------------------------- the adaptive clip
+
+
+def _adaptive_rounds(seed: int, rounds: int = 60) -> tuple[DPStrategy, list[float]]:
+    """Rounds of 400 updates whose norms are uniform in [0, 2] (median 1), from clip 0.1:
+    the clip of every round."""
+    data = np.random.default_rng(99)
+    dp = DPStrategy(
+        _fedavg(), 1.0, clip=0.1, rng=seed, adaptive=AdaptiveClip(quantile=0.5, count_noise=20.0)
+    )
+    params = dp.initial_params()
+    opt_state = dp.init(params)
+    state, clips = dp.zero(), []
+    for _ in range(rounds):
+        directions = data.normal(size=(400, DIM))
+        directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+        updates = directions * data.uniform(0.0, 2.0, size=(400, 1))
+        state = dp.accumulate(state, MessageBatch.of_vectors(updates, np.ones(400)))
+        clips.append(state.bound)
+        dp.server_step(state, params, opt_state)
+        state = dp.next_zero(state)
+    return dp, clips
+
+
+def test_the_adaptive_clip_follows_the_median_norm_and_is_reproducible() -> None:
+    dp, clips = _adaptive_rounds(seed=5)
+    assert clips[0] == 0.1 and dp.clips == clips
+    assert np.mean(clips[-10:]) == pytest.approx(1.0, rel=0.1)
+    assert _adaptive_rounds(seed=5)[1] == clips
+    assert _adaptive_rounds(seed=6)[1] != clips
+
+
+def test_the_adaptive_noise_is_z_u_times_the_rounds_clip() -> None:
+    """The noise on a round of clip C_t is N(0, (z_u C_t)^2) / m, z_u from Theorem 1, and the
+    accounted multiplier stays the budget's z."""
+    adaptive = AdaptiveClip(quantile=0.5, count_noise=3.0)
+    dp = DPStrategy(_fedavg(), noise_multiplier=2.0, clip=0.5, rng=8, adaptive=adaptive)
+    z_u = adaptive.update_noise_multiplier(2.0)
+    assert dp.noise_multiplier == 2.0 and dp.update_noise_multiplier == z_u
+    state = dp.zero()._replace(bound=0.8)  # a later round's clip
+    zeros = np.zeros((4, DIM))
+    state = dp.accumulate(state, MessageBatch.of_vectors(zeros, np.ones(4)))
+    expected = np.random.default_rng(8).normal(0.0, z_u * 0.8, size=DIM) / 4
+    np.testing.assert_array_equal(dp.noisy_aggregate(state), expected)
+    assert dp.noise_std(4, 0.8) == pytest.approx(z_u * 0.8 / 4)
+    assert dp.guarantee(1e-6, 10).epsilon == pytest.approx(gaussian_epsilon(2.0, 1e-6, 10))
+
+
+def test_an_adaptive_budget_records_its_clips_and_stays_within_epsilon() -> None:
+    budget = DPConfig(epsilon=3.0, delta=1e-6, clip=0.2, clip_quantile=0.5)
+    dp = DPStrategy.for_budget(_fedavg(), budget, rounds=10, rng=0, expected_updates=1000)
+    assert dp.adaptive is not None and dp.adaptive.count_noise == 50.0  # 1000 / 20
+    state, params = dp.zero(), dp.initial_params()
+    for m in (100, 50):
+        state = dp.accumulate(state, MessageBatch.of_vectors(np.full((m, DIM), 0.01), np.ones(m)))
+        dp.server_step(state, params, dp.init(params))
+        state = dp.next_zero(state)
+    record = dp.run_privacy(budget, 10, counts=[100, 50])
+    assert record["epsilon"] <= 3.0 and record["clip_quantile"] == 0.5
+    assert record["clip_per_iteration"][0] == 0.2 and record["clip_per_iteration"][1] < 0.2
+    assert record["noise_std_per_iteration"] == [
+        dp.noise_std(100, 0.2),
+        dp.noise_std(50, record["clip_per_iteration"][1]),
+    ]
+    assert record["update_noise_multiplier"] > record["noise_multiplier"]
+
+
+def test_adaptive_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="give clip_quantile"):
+        DPConfig(epsilon=1.0, delta=1e-6, clip=1.0, count_noise=5.0)
+    config = DPConfig(epsilon=1.0, delta=1e-6, clip=1.0, clip_quantile=0.5)
+    with pytest.raises(ConfigError, match="give count_noise"):
+        config.adaptive(0)
+    with pytest.raises(ConfigError, match="quantile"):
+        DPConfig(epsilon=1.0, delta=1e-6, clip=1.0, clip_quantile=1.5)
+    with pytest.raises(ConfigError, match="2 sigma_b > z"):  # z of 1 round at epsilon 1 > 1
+        DPStrategy.for_budget(
+            _fedavg(), DPConfig(1.0, 1e-6, 1.0, clip_quantile=0.5, count_noise=0.5), 1, rng=0
+        )

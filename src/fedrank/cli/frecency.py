@@ -389,6 +389,8 @@ def frecency_simulate(
     dp_epsilon: float | None,
     dp_delta: float,
     dp_clip: float,
+    dp_clip_quantile: float | None,
+    dp_count_noise: float | None,
     **settings: Any,
 ) -> None:
     """Simulate the federated frecency study (optimization + evaluation phases); with
@@ -402,7 +404,7 @@ def frecency_simulate(
         settings["n_users"] = None  # every user of the log
     config = FrecencyStudyConfig(track_stability=stability, **settings)
     poison = attack_from_options("frecency", malicious, attack, attack_factor)
-    dp = dp_from_options(dp_epsilon, dp_delta, dp_clip)
+    dp = dp_from_options(dp_epsilon, dp_delta, dp_clip, dp_clip_quantile, dp_count_noise)
     result = _run_study(config, dask_workers, dask_scheduler, poison, dp)
     _summarize(result)
     echo_attack(result.attack)

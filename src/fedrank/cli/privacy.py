@@ -59,7 +59,24 @@ def dp_options(func: _F) -> _F:
             default=DEFAULT_DP_CLIP,
             show_default=True,
             help="--dp-epsilon: the L2 bound C of every update (classic model, log scale: "
-            "about the 90th percentile of update norms).",
+            "about the 90th percentile of update norms); with --dp-clip-quantile, the first "
+            "iteration's.",
+        ),
+        click.option(
+            "--dp-clip-quantile",
+            type=float,
+            default=None,
+            help="--dp-epsilon: an adaptive clip that follows this quantile of the update "
+            "norms, estimated privately from a noised count (Andrew et al. 2021; e.g. 0.5). "
+            "Default: a fixed clip.",
+        ),
+        click.option(
+            "--dp-count-noise",
+            type=float,
+            default=None,
+            help="--dp-clip-quantile: the standard deviation of the noise on the count of "
+            "updates within the clip (default: the treatment users / 20, Andrew et al.'s "
+            "choice).",
         ),
     ]
     for option in reversed(options):
@@ -67,14 +84,35 @@ def dp_options(func: _F) -> _F:
     return func
 
 
-def dp_from_options(epsilon: float | None, delta: float, clip: float) -> DPConfig | None:
-    """The budget of ``--dp-epsilon/--dp-delta/--dp-clip`` (``None`` without
-    ``--dp-epsilon``)."""
+def dp_from_options(
+    epsilon: float | None,
+    delta: float,
+    clip: float,
+    clip_quantile: float | None = None,
+    count_noise: float | None = None,
+) -> DPConfig | None:
+    """The budget of ``--dp-epsilon/--dp-delta/--dp-clip`` and the adaptive clip of
+    ``--dp-clip-quantile/--dp-count-noise`` (``None`` without ``--dp-epsilon``)."""
     if epsilon is None:
+        if clip_quantile is not None or count_noise is not None:
+            raise click.UsageError(
+                "--dp-clip-quantile and --dp-count-noise adapt the clip of central DP: give "
+                "--dp-epsilon too"
+            )
         return None
+    if count_noise is not None and clip_quantile is None:
+        raise click.UsageError(
+            "--dp-count-noise belongs to the adaptive clip: give --dp-clip-quantile"
+        )
     from fedrank.strategies.dp import DPConfig
 
-    return DPConfig(epsilon=epsilon, delta=delta, clip=clip)
+    return DPConfig(
+        epsilon=epsilon,
+        delta=delta,
+        clip=clip,
+        clip_quantile=clip_quantile,
+        count_noise=count_noise,
+    )
 
 
 def echo_privacy(privacy: dict[str, Any]) -> None:
@@ -87,6 +125,13 @@ def echo_privacy(privacy: dict[str, Any]) -> None:
         f"({privacy['accountant']}); noise multiplier {privacy['noise_multiplier']:.3f}, "
         f"clip {privacy['clip']:g}"
     )
+    clips = privacy.get("clip_per_iteration")
+    if clips:
+        click.echo(
+            f"adaptive clip (quantile {privacy['clip_quantile']:g}, count noise "
+            f"{privacy['count_noise']:g}): {clips[0]:.4g} -> {clips[-1]:.4g}, the updates' "
+            f"noise multiplier {privacy['update_noise_multiplier']:.3f}"
+        )
 
 
 # ---------------------------------------------------------------------- the report

@@ -9,8 +9,12 @@ simulation and in the server. Of the inner strategy it keeps the model, the opti
 and the constraints; it replaces the aggregation:
 
 1. every update is clipped to L2 norm ``clip`` (``C``) by
-   :class:`~fedrank.aggregators.norm_bounded.NormBounded` with a fixed bound (the clipping
-   of Andrew et al. 2021 without the adaptive part, whose norm count would need noise too);
+   :class:`~fedrank.aggregators.norm_bounded.NormBounded`: a fixed bound, or with
+   ``adaptive`` one that follows a quantile of the update norms, estimated privately from
+   the noised count of updates within it (Andrew et al. 2021,
+   :mod:`fedrank.privacy.adaptive_clip`; the round's two releases together are as private
+   as one Gaussian mechanism of the budget's multiplier ``z``, so the updates' noise
+   multiplier grows a little, to ``z_u``);
 2. the clipped updates are averaged *unweighted*: the inner weighted or gated mean is not
    used. A weighted mean ``sum n_i u_i / sum n_i`` lets one user move it by
    ``n_i C / sum n_j``, which depends on the (self-reported) weights of everyone, so no
@@ -19,7 +23,8 @@ and the constraints; it replaces the aggregation:
 3. :meth:`DPStrategy.server_step` adds ``N(0, (z C / m)^2)`` per coordinate to the mean of
    the round's ``m`` updates (:class:`~fedrank.privacy.gaussian.GaussianSumMechanism`)
    before the optimizer: the sum of the clipped updates plus ``N(0, (z C)^2)``, divided by
-   ``m``.
+   ``m`` (adaptive: ``z_u`` and the round's clip ``C_t``; :meth:`DPStrategy.next_zero`
+   then draws the count's noise and sets ``C_{t+1}``).
 
 Adjacency: add or remove one user, who sends at most one update per round (in the frecency
 study a client's message is the mean gradient of its own searches of the iteration, one per
@@ -58,6 +63,7 @@ from fedrank.privacy.accounting import (
     gaussian_epsilon,
     gaussian_noise_multiplier,
 )
+from fedrank.privacy.adaptive_clip import AdaptiveClip
 from fedrank.privacy.gaussian import GaussianSumMechanism
 from fedrank.strategies.base import ServerStep, Strategy
 
@@ -74,13 +80,23 @@ class DPConfig:
         delta: its failure probability, in (0, 1); well below one over the number of users
             (e.g. 1e-6 for 10,000 users).
         clip: ``C``, the L2 bound of every update (> 0); near the typical update norm.
+            With ``clip_quantile``, the first round's clip.
         accountant: ``pld`` (tight, the default) or ``rdp`` (a looser bound, Mironov 2017).
+        clip_quantile: ``gamma``: the clip follows this quantile of the update norms,
+            estimated privately (:class:`~fedrank.privacy.adaptive_clip.AdaptiveClip`);
+            ``None`` (default): a fixed clip.
+        count_noise: ``sigma_b`` of the adaptive clip; ``None``: Andrew et al.'s choice,
+            the expected number of updates per round over 20 (the runner knows it).
+        clip_eta: the adaptive clip's learning rate (Andrew et al.: 0.2).
     """
 
     epsilon: float
     delta: float
     clip: float
     accountant: str = "pld"
+    clip_quantile: float | None = None
+    count_noise: float | None = None
+    clip_eta: float = 0.2
 
     def __post_init__(self) -> None:
         check_hyperparameter("epsilon (the per-user privacy budget)", self.epsilon)
@@ -95,6 +111,22 @@ class DPConfig:
             raise ConfigError(
                 f"accountant must be one of {', '.join(ACCOUNTANTS)}, got {self.accountant!r}"
             )
+        if self.clip_quantile is None and self.count_noise is not None:
+            raise ConfigError("count_noise belongs to the adaptive clip: give clip_quantile too")
+        self.adaptive(1)  # validates the adaptive clip's settings
+
+    def adaptive(self, expected_updates: int) -> AdaptiveClip | None:
+        """The adaptive clip (``None``: a fixed one); its count noise ``count_noise``, or
+        ``expected_updates / 20`` when that is ``None``."""
+        if self.clip_quantile is None:
+            return None
+        if self.count_noise is None and expected_updates < 1:
+            raise ConfigError(
+                f"the adaptive clip's default count noise is the expected number of updates "
+                f"per round over 20; got {expected_updates} expected updates: give count_noise"
+            )
+        sigma = expected_updates / 20.0 if self.count_noise is None else self.count_noise
+        return AdaptiveClip(self.clip_quantile, sigma, self.clip_eta)
 
     def noise_multiplier(self, rounds: int, sampling_rate: float = 1.0) -> float:
         """The smallest noise multiplier that keeps ``rounds`` rounds within the budget
@@ -139,9 +171,13 @@ class DPStrategy(Strategy):
 
     Args:
         inner: the strategy wrapped (its model, optimizer chain and constraints are used).
-        noise_multiplier: ``z``: the noise's standard deviation over ``clip`` on the sum.
-        clip: ``C``: every update is scaled down to this L2 norm.
+        noise_multiplier: ``z``: the noise's standard deviation over ``clip`` on the sum
+            (with ``adaptive``: the multiplier of the round's two releases together, which
+            the accountant uses; the sum gets ``z_u``).
+        clip: ``C``: every update is scaled down to this L2 norm (adaptive: in round 1).
         rng: the noise's generator, or a seed for one (an int or a ``SeedSequence``).
+        adaptive: a clip that follows a quantile of the update norms, privately; ``None``
+            (default): a fixed clip.
 
     ``accumulate`` folds updates with weight 1 each, whatever their ``n``.
     """
@@ -154,8 +190,16 @@ class DPStrategy(Strategy):
         noise_multiplier: float,
         clip: float,
         rng: np.random.Generator | np.random.SeedSequence | int,
+        adaptive: AdaptiveClip | None = None,
     ) -> None:
-        self.mechanism = GaussianSumMechanism(clip, noise_multiplier)
+        self.adaptive = adaptive
+        self.budget_multiplier = check_hyperparameter("noise_multiplier", noise_multiplier)
+        update = (
+            noise_multiplier
+            if adaptive is None
+            else adaptive.update_noise_multiplier(noise_multiplier)
+        )
+        self.mechanism = GaussianSumMechanism(clip, update)
         _check_inner(inner, self.mechanism.clip)
         if not isinstance(rng, np.random.Generator | np.random.SeedSequence | int | np.integer):
             raise ConfigError(
@@ -163,7 +207,13 @@ class DPStrategy(Strategy):
             )
         self.inner = inner
         self.dim = inner.dim
-        self.aggregator = NormBounded(WeightedMean(inner.dim), bound=self.mechanism.clip)
+        self.aggregator = NormBounded(
+            WeightedMean(inner.dim),
+            bound=self.mechanism.clip,
+            quantile=None if adaptive is None else adaptive.quantile,
+            eta=0.2 if adaptive is None else adaptive.eta,
+        )
+        self.clips: list[float] = []  # the clip of every round stepped, in order
         self.optimizer = inner.optimizer
         self.constraints = inner.constraints
         self.rng_ = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
@@ -176,15 +226,24 @@ class DPStrategy(Strategy):
         rounds: int,
         rng: np.random.Generator | np.random.SeedSequence | int,
         sampling_rate: float = 1.0,
+        expected_updates: int = 0,
     ) -> DPStrategy:
         """The wrapper whose noise keeps ``rounds`` rounds within ``config``'s budget
-        (:meth:`DPConfig.noise_multiplier`)."""
-        return cls(inner, config.noise_multiplier(rounds, sampling_rate), config.clip, rng)
+        (:meth:`DPConfig.noise_multiplier`); ``expected_updates`` per round sets an
+        adaptive clip's default count noise (:meth:`DPConfig.adaptive`)."""
+        return cls(
+            inner,
+            config.noise_multiplier(rounds, sampling_rate),
+            config.clip,
+            rng,
+            config.adaptive(expected_updates),
+        )
 
     def __repr__(self) -> str:
+        adaptive = "" if self.adaptive is None else f", adaptive={self.adaptive}"
         return (
             f"DPStrategy({self.inner.name}, noise_multiplier="
-            f"{self.mechanism.noise_multiplier:g}, clip={self.mechanism.clip:g})"
+            f"{self.noise_multiplier:g}, clip={self.mechanism.clip:g}{adaptive})"
         )
 
     def use_rng(self, rng: np.random.Generator) -> None:
@@ -196,16 +255,29 @@ class DPStrategy(Strategy):
 
     @property
     def noise_multiplier(self) -> float:
+        """``z``: the multiplier of a round's releases together (what the accountant
+        uses)."""
+        return self.budget_multiplier
+
+    @property
+    def update_noise_multiplier(self) -> float:
+        """``z_u``: the multiplier of the noise on the updates' sum (``z`` for a fixed
+        clip)."""
         return self.mechanism.noise_multiplier
 
     @property
     def clip(self) -> float:
         return self.mechanism.clip
 
-    def noise_std(self, count: int) -> float:
-        """The noise's standard deviation per coordinate of the mean of ``count`` updates:
-        ``z C / count``."""
-        return self.mechanism.mean_std(count)
+    def noise_std(self, count: int, clip: float | None = None) -> float:
+        """The noise's standard deviation per coordinate of the mean of ``count`` updates
+        clipped to ``clip`` (default: the first round's): ``z_u C / count``."""
+        return self._mechanism(clip).mean_std(count)
+
+    def _mechanism(self, clip: float | None) -> GaussianSumMechanism:
+        if clip is None or clip == self.mechanism.clip:
+            return self.mechanism
+        return GaussianSumMechanism(clip, self.mechanism.noise_multiplier)
 
     # ------------------------------------------------------------------ the inner model
 
@@ -232,10 +304,25 @@ class DPStrategy(Strategy):
         return self.aggregator.accumulate_batch(state, ones)
 
     def noisy_aggregate(self, state: NormBoundedState) -> np.ndarray:
-        """The round's unweighted mean of clipped updates plus ``N(0, (z C / m)^2)`` per
-        coordinate (draws the round's noise)."""
+        """The round's unweighted mean of clipped updates plus ``N(0, (z_u C_t / m)^2)`` per
+        coordinate, ``C_t`` the round's clip (draws the round's noise)."""
         self.aggregator.check_consistent(state)
-        return self.mechanism.noisy_mean(state.inner.weighted_sum, state.count, self.rng_)
+        mechanism = self._mechanism(state.bound)
+        return mechanism.noisy_mean(state.inner.weighted_sum, state.count, self.rng_)
+
+    def next_zero(self, state: NormBoundedState) -> NormBoundedState:
+        """The next round's empty aggregate: with an adaptive clip, its clip from this
+        round's noised count of updates within the clip (draws one normal; call it once
+        per round, after :meth:`server_step`, as every runner does), clamped to the
+        aggregator's ``[min_bound, max_bound]``; a fixed clip stays."""
+        self.aggregator.check_consistent(state)
+        if self.adaptive is None:
+            return self.aggregator.zero()
+        agg = self.aggregator
+        clip = self.adaptive.next_clip(
+            state.bound, state.within, state.count, self.rng_, agg.min_bound, agg.max_bound
+        )
+        return NormBoundedState(agg.inner.zero(), clip, 0, 0)
 
     def server_step(
         self, state: NormBoundedState, params: np.ndarray, opt_state: Any
@@ -247,7 +334,9 @@ class DPStrategy(Strategy):
         Raises:
             SafeguardError: if the projected model does not satisfy the constraints.
         """
-        return self.step_from(self.noisy_aggregate(state), params, opt_state)
+        step = self.step_from(self.noisy_aggregate(state), params, opt_state)
+        self.clips.append(float(state.bound))
+        return step
 
     # ------------------------------------------------------------------ accounting
 
@@ -256,7 +345,9 @@ class DPStrategy(Strategy):
     ) -> PrivacyGuarantee:
         """Each user's ``(epsilon, delta)`` over ``rounds`` rounds in which it sends at most
         one update each (add-or-remove adjacency)."""
-        return self.mechanism.guarantee(delta, rounds, sampling_rate, accountant)
+        return GaussianSumMechanism(self.clip, self.noise_multiplier).guarantee(
+            delta, rounds, sampling_rate, accountant
+        )
 
     def run_privacy(
         self, config: DPConfig, rounds: int, counts: list[int] | None = None
@@ -281,6 +372,24 @@ class DPStrategy(Strategy):
             "aggregate": "unweighted mean of updates clipped to L2 norm clip, plus "
             "N(0, (noise_multiplier * clip / m)^2) per coordinate",
         }
+        if self.adaptive is not None:
+            a = self.adaptive
+            out["aggregate"] = (
+                "unweighted mean of updates clipped to L2 norm clip_t, plus "
+                "N(0, (update_noise_multiplier * clip_t / m)^2) per coordinate; clip_t "
+                "follows the clip_quantile of the update norms from the count of updates "
+                "within it plus N(0, count_noise^2) (Andrew et al. 2021)"
+            )
+            out.update(
+                clip_quantile=a.quantile,
+                count_noise=a.count_noise,
+                clip_eta=a.eta,
+                update_noise_multiplier=self.update_noise_multiplier,
+                clip_per_iteration=list(self.clips),
+            )
         if counts is not None:
-            out["noise_std_per_iteration"] = [self.noise_std(m) for m in counts]
+            clips = self.clips if len(self.clips) == len(counts) else [None] * len(counts)
+            out["noise_std_per_iteration"] = [
+                self.noise_std(m, c) for m, c in zip(counts, clips, strict=True)
+            ]
         return out

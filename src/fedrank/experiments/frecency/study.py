@@ -511,7 +511,10 @@ def run_study(
         from fedrank.strategies.dp import DPStrategy
 
         noise_seed = np.random.SeedSequence(config.seed).spawn(5)[4]
-        private = DPStrategy.for_budget(strategy, dp, c.iterations, noise_seed)
+        treatment = int(np.count_nonzero(world.branch == TREATMENT))  # who reports
+        private = DPStrategy.for_budget(
+            strategy, dp, c.iterations, noise_seed, expected_updates=treatment
+        )
     server = InProcessServer(strategy if private is None else private)
     result = StudyResult(config=config, world_stats=dict(world.browsing.stats))
     clients = None if dask is None else DaskFrecencyClients(dask, strategy)
