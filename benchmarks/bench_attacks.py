@@ -29,9 +29,12 @@ the clean run with no defense of the same seed; mean and standard deviation over
 **FOLtR-ES** (``fedrank foltr train`` in process: MQ2008 Fold 1, Navigational users, linear
 ranker, 2,000 clients x B = 4, p = 0.9, ``--interactions``): ``sign-flip``, ``scale``,
 ``random`` and ``targeted-seed`` (1,000 candidate seeds per attacker), the last also with
-server-issued seeds; the server always refuses metrics outside MaxRR's [0, 1] (as ``fedrank
-serve`` does). Reported: the final model's expected MaxRR on the train and test queries
-minus the clean run's of the same seed, and the refused messages.
+server-issued seeds, with a bound on every report's antithetic difference
+(``--difference-bound``, default 0.5: ``ESGradient``'s ``difference_bound``), and with
+both; the server always refuses metrics outside MaxRR's [0, 1] (as ``fedrank serve``
+does). Reported: the final model's expected MaxRR on the train and test queries minus the
+clean undefended run's of the same seed (so a defense's own cost counts: the clean run
+with the bound is a row too), and the refused messages.
 
 Writes results/benchmarks/attacks_frecency.json, attacks_foltr.json and a PNG of each, and
 prints the tables in markdown.
@@ -63,7 +66,17 @@ from fedrank.simulation.attacks import Attack
 
 OUT = Path("results/benchmarks")
 FRECENCY_ATTACKS = ("sign-flip", "scale")
-FOLTR_ATTACKS = ("sign-flip", "scale", "random", "targeted-seed", "targeted-seed+server-seeds")
+#: FOLtR-ES rows: (attack, server-issued seeds, the difference bound on)
+FOLTR_ROWS: dict[str, tuple[str, bool, bool]] = {
+    "sign-flip": ("sign-flip", False, False),
+    "scale": ("scale", False, False),
+    "random": ("random", False, False),
+    "targeted-seed": ("targeted-seed", False, False),
+    "targeted-seed+server-seeds": ("targeted-seed", True, False),
+    "targeted-seed+difference-bound": ("targeted-seed", False, True),
+    "targeted-seed+server-seeds+difference-bound": ("targeted-seed", True, True),
+}
+FOLTR_ATTACKS = tuple(FOLTR_ROWS)
 
 
 def _log(message: str) -> None:
@@ -239,26 +252,32 @@ def frecency_markdown(report: dict[str, Any]) -> str:
 # ------------------------------------------------------------------------------ FOLtR-ES
 
 
-def _foltr_attack(name: str, fraction: float) -> Attack:
-    if name == "targeted-seed+server-seeds":
-        return Attack(fraction, "targeted-seed", server_seeds=True)
-    return Attack(fraction, name)
+def _foltr_run(
+    name: str, fraction: float, config: FoltrConfig, bound: float
+) -> tuple[FoltrConfig, Attack | None]:
+    """The configuration and attack of row ``name`` (``clean``, ``clean+difference-bound``
+    or a :data:`FOLTR_ROWS` key) at ``fraction``."""
+    if name.startswith("clean"):
+        return replace(config, difference_bound=bound if name != "clean" else 0.0), None
+    kind, server_seeds, bounded = FOLTR_ROWS[name]
+    run_config = replace(config, difference_bound=bound if bounded else 0.0)
+    return run_config, Attack(fraction, kind, server_seeds=server_seeds)
 
 
 def foltr_sweep(args: argparse.Namespace) -> dict[str, Any]:
     fold = load_fold(args.mq2008, 1)
-    n_runs = len(args.seeds) * (1 + len(FOLTR_ATTACKS) * len(args.fractions))
+    n_runs = len(args.seeds) * (2 + len(FOLTR_ATTACKS) * len(args.fractions))
     start = time.perf_counter()
     per_seed: list[dict[str, Any]] = []
     count = 0
     for seed in args.seeds:
         config = FoltrConfig(interactions=args.interactions, seed=seed)
         runs: dict[str, Any] = {}
-        for name in ("clean", *FOLTR_ATTACKS):
-            for fraction in (0.0,) if name == "clean" else args.fractions:
-                attack = None if name == "clean" else _foltr_attack(name, fraction)
+        for name in ("clean", "clean+difference-bound", *FOLTR_ATTACKS):
+            for fraction in (0.0,) if name.startswith("clean") else args.fractions:
+                run_config, attack = _foltr_run(name, fraction, config, args.difference_bound)
                 t0 = time.perf_counter()
-                result = run_foltr(config, fold, attack=attack)
+                result = run_foltr(run_config, fold, attack=attack)
                 runs[f"{name}/{fraction:g}"] = {
                     "expected_maxrr": result.expected_maxrr,
                     "ndcg10": result.ndcg10,
@@ -311,6 +330,7 @@ def foltr_sweep(args: argparse.Namespace) -> dict[str, Any]:
             "fractions": args.fractions,
             "attacks": list(FOLTR_ATTACKS),
             "candidates": 1000,
+            "difference_bound": args.difference_bound,
         },  # fmt: skip
         "table": table,
         "targets": targets,
@@ -322,7 +342,10 @@ def foltr_sweep(args: argparse.Namespace) -> dict[str, Any]:
 def foltr_markdown(report: dict[str, Any]) -> str:
     fractions = report["settings"]["fractions"]
     clean = report["table"]["clean/0"]["expected_maxrr_test"]
-    lines = [f"\nclean expected MaxRR (test): {_cell(clean, 4)}",
+    bounded = report["table"]["clean+difference-bound/0"]
+    lines = [f"\nclean expected MaxRR (test): {_cell(clean, 4)}; with the difference bound "
+             f"{report['settings']['difference_bound']:g}, no attack: "
+             f"{_cell(bounded['delta_train'], 3, True)} / {_cell(bounded['delta_test'], 3, True)}",
              "\nexpected MaxRR minus the clean run's, train / test (mean ± sd over seeds)\n",
              "| attack | " + " | ".join(f"{100 * f:g}%" for f in fractions)
              + f" | refused at {100 * fractions[-1]:g}% |",
@@ -394,6 +417,9 @@ def main() -> None:
                         help="the adaptive bound's start (about the honest gradients' "
                         "90th-percentile norm in the first iteration)")  # fmt: skip
     parser.add_argument("--interactions", type=int, default=500_000)
+    parser.add_argument("--difference-bound", type=float, default=0.5,
+                        help="FOLtR-ES: the bound on every report's antithetic difference in "
+                        "the defended rows")  # fmt: skip
     parser.add_argument("--mq2008", type=Path, default=Path("../shared/data/MQ2008"))
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()

@@ -70,3 +70,36 @@ def test_inconsistent_reports_are_refused() -> None:
         agg.accumulate_batch(agg.zero(), MessageBatch.of_es(np.array([1]), [np.nan], [0.1]))
     with pytest.raises(ConfigError, match="sigma"):
         ESGradient(3, sigma=0.0)
+
+
+def test_the_difference_bound_clips_each_report_before_the_sum() -> None:
+    """With difference_bound b every report weighs at most b |v_s|: a report of difference
+    1 counts as b, reports within the bound are unchanged, and the state is the sum of the
+    clipped reports (so it still merges exactly)."""
+    dim, sigma, bound = 5, 0.01, 0.25
+    seeds = ClientRandom(3, 0, np.arange(6)).seeds()
+    metric = np.array([1.0, 0.0, 0.6, 0.4, 0.5, 0.1])
+    anti = np.array([0.0, 1.0, 0.5, 0.5, 0.5, 0.4])  # differences 1, -1, .1, -.1, 0, -.3
+    bounded = ESGradient(dim, sigma, antithetic=True, difference_bound=bound)
+    state = bounded.accumulate_batch(bounded.zero(), MessageBatch.of_es(seeds, metric, anti))
+    v = gaussian_noise(seeds, dim).astype(np.float64)
+    clipped = np.array([0.25, -0.25, 0.1, -0.1, 0.0, -0.25])
+    np.testing.assert_allclose(state.weighted_noise, clipped @ v, rtol=1e-12, atol=1e-12)
+    halves = [
+        bounded.accumulate_batch(bounded.zero(), MessageBatch.of_es(seeds[k], metric[k], anti[k]))
+        for k in (slice(0, 3), slice(3, 6))
+    ]
+    merged = bounded.merge(*halves)
+    np.testing.assert_allclose(merged.weighted_noise, state.weighted_noise, rtol=1e-12)
+    plain = ESGradient(dim, sigma, antithetic=True)
+    free = plain.accumulate_batch(plain.zero(), MessageBatch.of_es(seeds, metric, anti))
+    assert not np.allclose(free.weighted_noise, state.weighted_noise)
+
+
+def test_a_difference_bound_needs_antithetic_reports_and_a_positive_value() -> None:
+    with pytest.raises(ConfigError, match="antithetic"):
+        ESGradient(3, antithetic=False, difference_bound=0.5)
+    with pytest.raises(ConfigError, match="difference_bound"):
+        ESGradient(3, difference_bound=-0.5)
+    with pytest.raises(ConfigError, match="difference_bound"):
+        ESGradient(3, difference_bound=float("nan"))

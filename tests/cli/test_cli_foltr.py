@@ -177,12 +177,27 @@ def test_baselines_writes_the_documented_shape(mq2008_dir: Path, tmp_path: Path)
         (["--batch", "3"], "B must be even"),
         (["--clients", "0"], "clients and batch must be >= 1"),
         (["--dp", "local"], "dp applies to FPDGD"),
+        (["--difference-bound", "-1"], "difference_bound must be >= 0"),
+        (["--difference-bound", "0.5", "--no-antithetic"], "needs antithetic"),
+        (["--difference-bound", "0.5", "--algorithm", "fpdgd"], "FPDGD sends model deltas"),
         (["--dask-workers", "2", "--dask-scheduler", "tcp://h:1"], "not both"),
     ],
 )
 def test_train_bad_values_fail_cleanly(mq2008_dir: Path, args: list[str], message: str) -> None:
     result = run(["foltr", "train", "--data", str(mq2008_dir), "--interactions", "8000", *args])
     assert_clean_failure(result, message)
+
+
+def test_train_with_a_difference_bound(mq2008_dir: Path, tmp_path: Path) -> None:
+    """``--difference-bound``: in the run's config, and it changes the model (honest
+    differences above the bound are clipped too)."""
+    args = "foltr train --clients 100 --interactions 8000 --seed 2 --data"
+    plain, bounded = tmp_path / "plain.json", tmp_path / "bounded.json"
+    ok([*argv(args, mq2008_dir), "--json", str(plain)])
+    ok([*argv(args, mq2008_dir), "--difference-bound", "0.25", "--json", str(bounded)])
+    one, two = json.loads(plain.read_text()), json.loads(bounded.read_text())
+    assert one["config"]["difference_bound"] == 0.0 and two["config"]["difference_bound"] == 0.25
+    assert one["final_params"] != two["final_params"]
 
 
 def test_not_a_letor_directory_fails_cleanly(tmp_path: Path) -> None:

@@ -105,6 +105,14 @@ CASES = [
         convert=_as_es_message,
         batch=_es_batch,
     ),
+    AggCase(
+        "ESGradient-difference-bound",
+        lambda d: ESGradient(d, sigma=0.01, antithetic=True, difference_bound=0.5),
+        exact=False,
+        vector=True,
+        convert=_as_es_message,
+        batch=_es_batch,
+    ),
 ]
 VECTOR_CASES = [c for c in CASES if c.vector]
 UPDATE_CASES = [c for c in VECTOR_CASES if c.convert is None]  # messages carry update vectors

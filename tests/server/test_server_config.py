@@ -14,6 +14,7 @@ import pytest
 from fedrank.errors import ConfigError, FedrankError
 from fedrank.server.config import Branch, ServerConfig, load_config
 from fedrank.server.process import ServerProcess
+from fedrank.server.workloads import make_workload
 from tests.cli.clirun import assert_clean_failure, run
 
 
@@ -33,6 +34,7 @@ def test_defaults_match_the_documented_example() -> None:
     assert config.frecency.eta_plus == 1.2 and config.frecency.eta_minus == 0.5
     assert config.foltr_es.sigma == 0.01 and config.foltr_es.batch == 4
     assert config.foltr_es.p == 0.9 and config.foltr_es.antithetic is True
+    assert config.foltr_es.difference_bound == 0.0
     assert config.rounds.enabled is False and config.rounds.clients_per_round == 100
     assert [b.name for b in config.branches] == ["treatment", "control", "control-no-decay"]
     assert [b.share for b in config.branches] == [0.6, 0.2, 0.2]
@@ -120,6 +122,11 @@ served = "defaults"
         ("[foltr_es]\nbatch = 3\n", "[foltr_es] batch must be even with antithetic"),
         ("[foltr_es]\np = 0.05\n", "[foltr_es] p must lie in (1/11, 1]"),
         ("[foltr_es]\np = 1.01\n", "[foltr_es] p must lie in (1/11, 1]"),
+        ("[foltr_es]\ndifference_bound = -0.5\n", "[foltr_es] difference_bound must be >= 0"),
+        (
+            "[foltr_es]\nantithetic = false\nbatch = 3\ndifference_bound = 0.5\n",
+            "[foltr_es] difference_bound clips the antithetic difference",
+        ),
         ("[foltr_es]\nlearning_rate = 0\n", "[foltr_es] learning_rate must be > 0"),
         ("[fedavg]\ndim = 0\n", "[fedavg] dim must be an integer >= 1"),
         ("[fedavg]\nserver_learning_rate = -1\n", "[fedavg] server_learning_rate must be > 0"),
@@ -254,3 +261,10 @@ def test_proxy_tokens_never_print() -> None:
     from fedrank.server.config import Proxy
 
     assert "secret" not in repr(Proxy("p", "secret-secret-secret", 5))
+
+
+def test_a_difference_bound_reaches_the_servers_aggregator(tmp_path: Path) -> None:
+    config = _load(
+        tmp_path, '[server]\nworkload = "foltr-es"\n[foltr_es]\ndifference_bound = 0.5\n'
+    )
+    assert make_workload(config).strategy.aggregator.difference_bound == 0.5

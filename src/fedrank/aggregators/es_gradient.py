@@ -15,6 +15,16 @@ and with antithetic variates, each client reporting ``f_s+`` for ``phi + sigma v
 Sec. 2) the state is ``sum_s c_s v_s`` (``c_s`` the metric or the antithetic difference)
 and the number of messages, so proxies can pre-aggregate and merge. The noise is
 regenerated from the seed (:func:`fedrank.core.seeded_noise.gaussian_noise`), never sent.
+
+**A bound on a report's weight** (``difference_bound = b > 0``, antithetic only): each
+report's difference ``f_s+ - f_s-`` is clipped to ``[-b, b]`` before it is folded in, so
+one report moves the sum by at most ``b |v_s|``: the ES counterpart of an L2 norm bound
+(:class:`~fedrank.aggregators.norm_bounded.NormBounded`). A client that lies about its
+metrics (issue 15: it picks the difference's sign from the noise it was given, to push the
+model its way) reports the largest difference, 1; honest differences under randomized
+response are mostly smaller (MQ2008, p = 0.9, B = 4: median 0.25, 90th percentile 0.625),
+so a bound below 1 takes more from the liar than from the honest. The clip is per report,
+before the sum: states still merge exactly (a proxy must clip with the same bound).
 """
 
 from __future__ import annotations
@@ -55,17 +65,34 @@ class ESGradient:
         dim: number of model parameters.
         sigma: the perturbation scale the clients used (0.01).
         antithetic: whether messages carry the antithetic metric (all must, or none).
+        difference_bound: ``b``: every report's antithetic difference is clipped to
+            ``[-b, b]`` (module docstring); 0 (default): as reported.
 
     ``finalize`` of an empty state is ``zeros(dim)``.
     """
 
-    def __init__(self, dim: int, sigma: float = 0.01, antithetic: bool = True) -> None:
+    def __init__(
+        self, dim: int, sigma: float = 0.01, antithetic: bool = True, difference_bound: float = 0.0
+    ) -> None:
         self.dim = check_dim(dim)
         self.sigma = check_hyperparameter("sigma", sigma, low=0.0)
         self.antithetic = bool(antithetic)
+        if difference_bound:
+            check_hyperparameter("difference_bound (the bound on f+ - f-)", difference_bound)
+            if not self.antithetic:
+                raise ConfigError(
+                    "difference_bound clips the antithetic difference f+ - f-; plain reports "
+                    "are metrics in [0, 1] already: use antithetic reports or set it to 0"
+                )
+        elif difference_bound != 0:
+            raise ConfigError(f"difference_bound must be >= 0 (0: off), got {difference_bound}")
+        self.difference_bound = float(difference_bound)
 
     def __repr__(self) -> str:
-        return f"ESGradient(dim={self.dim}, sigma={self.sigma}, antithetic={self.antithetic})"
+        bound = f", difference_bound={self.difference_bound:g}" if self.difference_bound else ""
+        return (
+            f"ESGradient(dim={self.dim}, sigma={self.sigma}, antithetic={self.antithetic}{bound})"
+        )
 
     def zero(self) -> ESGradientState:
         return ESGradientState(np.zeros(self.dim), 0)
@@ -84,6 +111,8 @@ class ESGradient:
         c = m - np.asarray(anti, dtype=np.float64) if anti is not None else m
         if not np.all(np.isfinite(c)):
             raise DataFormatError("ES metrics must be finite")
+        if self.difference_bound:
+            return np.clip(c, -self.difference_bound, self.difference_bound)
         return c
 
     def _check_state(self, state: ESGradientState) -> None:

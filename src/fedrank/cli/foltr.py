@@ -81,6 +81,14 @@ def foltr() -> None:
 @click.option("--dp-epsilon", type=float, default=4.5, show_default=True)
 @click.option("--dp-clip", type=float, default=1.0, show_default=True, help="L1 clip of deltas.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--difference-bound",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="FOLtR-ES: clip every report's antithetic difference f+ - f- to [-B, B] (a bound "
+    "on what one report, or one lying client, moves; docs/service.md); 0: off.",
+)
 @attack_options(
     ES_ATTACKS, "each iteration's clients", es=True, note="; FPDGD: sign-flip, scale, random"
 )

@@ -56,6 +56,7 @@ A complete example (every key optional; these are the defaults)::
     antithetic = true
     p = 0.9                      # randomized response; 1.0: no privatization
     learning_rate = 0.001        # Adam
+    difference_bound = 0.0       # clip each report's f+ - f- to [-b, b]; 0: as reported
     server_seeds = false         # the server issues each selected client's seed at check-in
                                  # and updates carry its seed_token (needs [rounds]; no
                                  # [[proxies]]); false: clients draw their own (the paper)

@@ -45,6 +45,9 @@ class FoltrEsConfig:
         antithetic: antithetic variates (on).
         p: randomized response's probability of the true value (0.9; 1: no privatization).
         learning_rate: the server's Adam step size (0.001).
+        difference_bound: each report's antithetic difference is clipped to this bound
+            (:class:`~fedrank.aggregators.es_gradient.ESGradient`; against metric lies,
+            issue 15); 0 (default): as reported, the paper.
     """
 
     ranker: str = "linear"
@@ -54,6 +57,7 @@ class FoltrEsConfig:
     antithetic: bool = True
     p: float = 0.9
     learning_rate: float = 0.001
+    difference_bound: float = 0.0
 
     def __post_init__(self) -> None:
         rules = [
@@ -65,6 +69,10 @@ class FoltrEsConfig:
             (1 / MAXRR_VALUES < self.p <= 1, "p must lie in (1/11, 1] (MaxRR at depth 10: n = 11)"),
             (np.isfinite(self.learning_rate) and self.learning_rate > 0,
              "learning_rate must be > 0"),
+            (np.isfinite(self.difference_bound) and self.difference_bound >= 0,
+             "difference_bound must be >= 0 (0: off)"),
+            (self.antithetic or not self.difference_bound,
+             "difference_bound clips the antithetic difference: it needs antithetic = true"),
         ]  # fmt: skip
         for ok, message in rules:
             if not ok:
@@ -80,7 +88,9 @@ class FoltrEsStrategy(Strategy):
         self.config = config
         self.ranker: Ranker = make_ranker(config.ranker, config.n_features)
         self.dim = self.ranker.dim
-        self.aggregator = ESGradient(self.dim, config.sigma, config.antithetic)
+        self.aggregator = ESGradient(
+            self.dim, config.sigma, config.antithetic, config.difference_bound
+        )
         self.optimizer = Chain(Scale(-1.0), Adam(learning_rate=config.learning_rate))
 
     def initial_params(self) -> np.ndarray:

@@ -91,6 +91,8 @@ class FoltrConfig:
             (:class:`~fedrank.privacy.laplace.DistributedLaplace`, FPDGD's mechanism).
         dp_epsilon: its epsilon (FPDGD's paper used 1.2 to 10).
         dp_clip: the L1 radius deltas are clipped to.
+        difference_bound: FOLtR-ES: every report's antithetic difference is clipped to
+            this bound (:class:`~fedrank.aggregators.es_gradient.ESGradient`); 0: off.
     """
 
     click_model: str = "navigational"
@@ -107,6 +109,7 @@ class FoltrConfig:
     dp: DPMode = "none"
     dp_epsilon: float = 4.5
     dp_clip: float = 1.0
+    difference_bound: float = 0.0
 
     def __post_init__(self) -> None:
         if self.click_model not in CLICK_MODEL_NAMES:
@@ -137,6 +140,11 @@ class FoltrConfig:
             raise ConfigError(
                 "dp applies to FPDGD's model deltas; FOLtR-ES privatizes its metric with p"
             )
+        if self.difference_bound and self.algorithm != "es":
+            raise ConfigError(
+                "difference_bound clips FOLtR-ES reports' antithetic differences; FPDGD sends "
+                "model deltas"
+            )
 
     @property
     def iterations(self) -> int:
@@ -152,6 +160,7 @@ class FoltrConfig:
             antithetic=self.antithetic,
             p=1.0 if self.p is None else self.p,
             learning_rate=self.lr,
+            difference_bound=self.difference_bound,
         )
 
     @property
