@@ -544,7 +544,7 @@ def _vector_payloads(batch: MessageBatch, key: str, workload: str) -> list[dict[
 
 
 def _vector_columns(items: list[Parsed], dim: int) -> MessageBatch:
-    if len(items) == 1:  # a single update (POST /v1/updates): a view, no copy
+    if len(items) == 1:  # a group of one update: a view, no copy
         vectors = items[0].vector[None, :]  # type: ignore[index]
     else:
         vectors = np.stack([p.vector for p in items]) if items else np.zeros((0, dim))  # type: ignore[misc]

@@ -387,9 +387,15 @@ class DPStrategy(Strategy):
                 update_noise_multiplier=self.update_noise_multiplier,
                 clip_per_iteration=list(self.clips),
             )
-        if counts is not None:
-            clips = self.clips if len(self.clips) == len(counts) else [None] * len(counts)
+        if counts is not None and self.adaptive is None:
+            out["noise_std_per_iteration"] = [self.noise_std(m) for m in counts]
+        elif counts is not None:
+            if len(counts) != len(self.clips):
+                raise ConfigError(
+                    f"got the update counts of {len(counts)} rounds, but {len(self.clips)} "
+                    "rounds were stepped: the noise of each depends on its clip"
+                )
             out["noise_std_per_iteration"] = [
-                self.noise_std(m, c) for m, c in zip(counts, clips, strict=True)
+                self.noise_std(m, c) for m, c in zip(counts, self.clips, strict=True)
             ]
         return out
