@@ -21,7 +21,7 @@ def _pld_epsilon(event: dp_accounting.DpEvent, delta: float) -> float:
     return accountant.get_epsilon(delta)
 
 
-@pytest.mark.parametrize(("z", "sigma_b", "rounds"), [(1.1, 5.0, 40), (3.0, 50.0, 100)])
+@pytest.mark.parametrize(("z", "sigma_b", "rounds"), [(3.0, 5.0, 10), (7.5, 300.0, 40)])
 def test_the_two_releases_together_spend_the_budget_of_z(
     z: float, sigma_b: float, rounds: int
 ) -> None:

@@ -161,7 +161,7 @@ def test_the_config_key_and_its_rules(tmp_path: Path) -> None:
         load(seeds_config() + PROXIES_TOML)
     with pytest.raises(ConfigError, match=r"\[foltr_es\] server_seeds must be true or false"):
         load('[foltr_es]\nserver_seeds = "yes"\n')
-    with pytest.raises(ConfigError, match="known keys: .*learning_rate, server_seeds"):
+    with pytest.raises(ConfigError, match="known keys: .*difference_bound, server_seeds"):
         load("[foltr_es]\nserver_seed = true\n")
     # The key is the foltr-es workload's: another workload ignores it, like [foltr_es] itself.
     assert load("[foltr_es]\nserver_seeds = true\n").workload == "frecency"
