@@ -4,6 +4,7 @@ Dask cluster give the same files."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,20 @@ def test_bad_executor_options_say_what_is_wrong(
             log=Path("log.tsv"), out_dir=Path("out"), jobs=jobs, dask_workers=workers,
             dask_scheduler=scheduler,
         )  # fmt: skip
+
+
+@pytest.mark.parametrize("executor", [{"processes": 1}, {"dask_workers": 1}], ids=str)
+def test_workers_wait_passively_in_openmp(
+    executor: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pool and Dask workers start with OMP_WAIT_POLICY=PASSIVE (spinning LightGBM threads
+    of concurrent workers slowed GBDT runs 6x), unless the environment chose a policy."""
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    with job_executor(**executor) as pool:
+        assert pool.submit(os.getenv, "OMP_WAIT_POLICY").result() == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    with job_executor(**executor) as pool:
+        assert pool.submit(os.getenv, "OMP_WAIT_POLICY").result() == "ACTIVE"
 
 
 def test_a_local_dask_cluster_runs_functions_on_its_workers() -> None:
