@@ -67,8 +67,8 @@ def dp_options(func: _F) -> _F:
             type=float,
             default=None,
             help="--dp-epsilon: an adaptive clip that follows this quantile of the update "
-            "norms, estimated privately from a noised count (Andrew et al. 2021; e.g. 0.5). "
-            "Default: a fixed clip.",
+            "norms, estimated privately from a noised count (Andrew et al. 2021). Frecency: "
+            "above the share of zero updates (over half), e.g. 0.9. Default: a fixed clip.",
         ),
         click.option(
             "--dp-count-noise",
