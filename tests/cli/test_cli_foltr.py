@@ -198,6 +198,11 @@ def test_train_with_a_difference_bound(mq2008_dir: Path, tmp_path: Path) -> None
     one, two = json.loads(plain.read_text()), json.loads(bounded.read_text())
     assert one["config"]["difference_bound"] == 0.0 and two["config"]["difference_bound"] == 0.25
     assert one["final_params"] != two["final_params"]
+    # what an operator reads to choose the bound: every report's |f+ - f-|
+    diffs = one["report_differences"]
+    assert diffs["reports"] == one["iterations"] * 100
+    assert 0.0 <= diffs["median"] <= diffs["p90"] <= diffs["p99"] <= 1.0
+    assert 0.0 <= diffs["share_within"]["0.5"] <= 1.0
 
 
 def test_not_a_letor_directory_fails_cleanly(tmp_path: Path) -> None:

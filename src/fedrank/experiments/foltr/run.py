@@ -45,6 +45,7 @@ from fedrank.experiments.foltr.clients import (
     LocalESClients,
     LocalFPDGDClients,
 )
+from fedrank.experiments.foltr.differences import ReportDifferences
 from fedrank.metrics.evaluate import evaluate
 from fedrank.metrics.maxrr import maxrr_values
 from fedrank.models.click_models import CLICK_MODEL_NAMES, click_model, grades_of
@@ -184,6 +185,7 @@ class FoltrResult:
     wall_seconds: float = 0.0
     params: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     attack: dict[str, Any] = field(default_factory=dict)
+    report_differences: dict[str, Any] = field(default_factory=dict)
 
     @property
     def interactions_run(self) -> int:
@@ -206,6 +208,7 @@ class FoltrResult:
             "final_params": self.params.tolist(),
             "privacy": self.privacy(),
             **({"attack": self.attack} if self.attack else {}),
+            **({"report_differences": self.report_differences} if self.report_differences else {}),
         }
 
     def privacy(self) -> dict[str, Any]:
@@ -233,12 +236,14 @@ def train_es(
     progress: Callable[[int, int], None] | None = None,
     dask: Client | None = None,
     attacker: FoltrAttacker | None = None,
+    differences: ReportDifferences | None = None,
 ) -> tuple[np.ndarray, list[float], float | None]:
     """FOLtR-ES training; returns ``(final params, batch MaxRR per iteration, epsilon)``.
     Client ``c`` of iteration ``t`` draws its numbers from ``ClientRandom(config.seed, t,
     c)``; with ``dask`` the clients run on the cluster's workers, with the same result.
     ``attacker``: some clients' reports are poisoned, and the server refuses reports out
-    of MaxRR's range (:mod:`fedrank.simulation.attacks`)."""
+    of MaxRR's range (:mod:`fedrank.simulation.attacks`). ``differences`` counts the
+    antithetic differences of the reports the server folds."""
     model = click_model(config.click_model, grades_of(bank.split.labels))
     privatizer = _privatizer(config, model.depth)
     estimator = ESEstimator(
@@ -259,6 +264,8 @@ def train_es(
         batch = MessageBatch.of_es(reports.seeds, reports.metric, reports.antithetic_metric)
         if attacker is not None:
             batch = attacker.es(iteration, theta, batch)
+        if differences is not None:
+            differences.add(batch)
         agg = strategy.accumulate(aggregator.zero(), batch)
         step = strategy.server_step(agg, theta, state)
         theta, state = step.params, step.opt_state
@@ -334,8 +341,11 @@ def run_foltr(
     if attack is not None and attack.active:
         attacker = FoltrAttacker(attack, config.clients, config.seed, config.algorithm)
     start = time.perf_counter()
+    differences = ReportDifferences()
     if config.algorithm == "es":
-        theta, curve, epsilon = train_es(config, ranker, train_bank, progress, dask, attacker)
+        theta, curve, epsilon = train_es(
+            config, ranker, train_bank, progress, dask, attacker, differences
+        )
     else:
         theta, curve, epsilon = train_fpdgd(config, ranker, train_bank, progress, dask, attacker)
     wall = time.perf_counter() - start
@@ -353,6 +363,7 @@ def run_foltr(
         wall_seconds=wall,
         params=theta,
         attack={} if attacker is None else attacker.log.to_json(),
+        report_differences=differences.to_json() if differences.counts.any() else {},
     )
     for split, bank in (("train", train_bank), ("test", test_bank)):
         quality = evaluate(
