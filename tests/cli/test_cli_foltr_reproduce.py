@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from fedrank.privacy.accounting import randomized_response_epsilon
 from tests.cli.clirun import ok
 from tests.untimed import untimed
 
@@ -48,6 +49,21 @@ def test_reproduce_with_a_tiny_budget(mq2008_dir: Path, tmp_path: Path) -> None:
     assert len(data["per_fold"]["MSE"]["perfect"]["train"]) == 1
     for name in ("fig1_antithetic", "fig2_batch", "fig3_privacy", "fig4_folds_navigational"):
         assert (out_dir / f"{name}.png").read_bytes()[:8] == PNG
+    # Figure 3 as privacy against utility: randomized response's epsilon per interaction,
+    # per message of B = 4 and per client slot over every iteration, beside the quality
+    fig3 = data["fig3_privacy_utility"]
+    assert set(fig3) == {"p=0.15", "p=0.25", "p=0.5", "p=1.0"}
+    eps = randomized_response_epsilon(0.5, 11)
+    rounds = len(data["exploration"]["fig3_privacy"]["navigational"]["p=0.5"])
+    half = fig3["p=0.5"]["privacy"]
+    assert half["per_interaction"] == pytest.approx(eps)
+    assert half["per_message"]["epsilon"] == pytest.approx(4 * eps)
+    assert half["per_user"]["epsilon"] == pytest.approx(rounds * 4 * eps)
+    assert fig3["p=1.0"]["privacy"]["per_interaction"] is None
+    assert set(fig3["p=0.5"]["final_batch_maxrr"]) == set(data["exploration"]["fig3_privacy"])
+    text = (out_dir / "fig3_privacy.md").read_text()
+    assert f"| 0.5 | {eps:.4g} | {4 * eps:.4g} | {rounds * 4 * eps:.4g} ({rounds} rounds) |" in text
+    assert "| 1.0 | - | no guarantee | no guarantee |" in text
 
     # The same grid on a real 2-worker Dask cluster: every run seeded on its own, so the
     # same results (wall-clock times and the output paths aside).

@@ -89,6 +89,47 @@ def _exploration_runs(config: ReproduceConfig) -> list[tuple[str, str, FoltrConf
     return runs
 
 
+#: Iterations at the end of a Figure 3 run whose batch MaxRR is averaged for its table.
+FIG3_TAIL = 10
+
+
+def fig3_markdown(rows: dict[str, dict[str, Any]], name: str) -> str:
+    """Figure 3 as a privacy-utility table: each ``p``'s randomized-response guarantee per
+    interaction, per message and per client over the run (basic composition; a client slot
+    in every iteration), beside the mean batch MaxRR of its last iterations per click
+    model."""
+    models = sorted({m for row in rows.values() for m in row["final_batch_maxrr"]})
+    lines = [
+        f"Figure 3 with its privacy ({name}): epsilon of randomized response (delta 0) and the "
+        f"mean batch MaxRR of the last {FIG3_TAIL} iterations.",
+        "",
+        "| p | per interaction | per message | per client, all iterations | "
+        + " | ".join(models)
+        + " |",
+        "|---|---|---|---|" + "---|" * len(models),
+    ]
+    for label, row in rows.items():
+        privacy = row["privacy"]
+
+        def cell(key: str, privacy: dict[str, Any] = privacy) -> str:
+            value = privacy[key]
+            if isinstance(value, str):
+                return "no guarantee"
+            return f"{value['epsilon']:.4g}" + (
+                f" ({value['rounds']} rounds)" if key == "per_user" else ""
+            )
+
+        per_value = privacy["per_interaction"]
+        lines.append(
+            f"| {label.removeprefix('p=')} | "
+            + ("-" if per_value is None else f"{per_value:.4g}")
+            + f" | {cell('per_message')} | {cell('per_user')} | "
+            + " | ".join(f"{row['final_batch_maxrr'][m]:.4f}" for m in models)
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def _table_runs(config: ReproduceConfig) -> list[tuple[int, str, FoltrConfig]]:
     """``(fold, row, run config)`` of Table 3."""
     runs = []
@@ -247,12 +288,19 @@ def _reproduce(
     explore_fold = LetorFold(fold1.vali, None, fold1.test, f"{fold1.name} vali")
     figures: dict[str, dict[str, dict[str, list[float]]]] = {}
     scale: dict[str, dict[str, int]] = {}
+    fig3: dict[str, dict[str, Any]] = {}
     trained = _in_order(pool, _train, [(run, explore_fold) for _, _, run in exploration])
     for (figure, label, run), result in zip(exploration, trained, strict=True):
         figures.setdefault(figure, {}).setdefault(run.click_model, {})[label] = result.batch_maxrr
         scale.setdefault(figure, {})[label] = run.clients * run.batch
+        if figure == "fig3_privacy":
+            fig3.setdefault(label, {"privacy": result.privacy_report(), "final_batch_maxrr": {}})
+            tail = result.batch_maxrr[-FIG3_TAIL:]
+            fig3[label]["final_batch_maxrr"][run.click_model] = float(np.mean(tail))
         tick()
     results["exploration"] = figures
+    results["fig3_privacy_utility"] = fig3
+    (out_dir / "fig3_privacy.md").write_text(fig3_markdown(fig3, explore_fold.name))
     paths = []
     titles = {
         "fig1_antithetic": "Fig. 1: antithetic variates (B=4, no privatization)",

@@ -222,6 +222,26 @@ class FoltrResult:
             return run_privacy(fpdgd_privacy(asdict(self.config), rounds))
         return run_privacy(foltr_es_privacy(self.config.p, self.config.batch, rounds))
 
+    def privacy_report(self) -> dict[str, Any]:
+        """FOLtR-ES's guarantees of this run at three levels: per interaction (Eq. 10), per
+        message (``B`` interactions) and per client slot over every iteration
+        (:func:`fedrank.privacy.report.foltr_es_privacy`); strings say why there is none
+        (``p = 1``)."""
+        from fedrank.privacy.accounting import randomized_response_epsilon
+        from fedrank.privacy.report import foltr_es_privacy
+
+        if self.config.algorithm != "es":
+            raise ConfigError("privacy_report is FOLtR-ES's (randomized response); see privacy()")
+        p = self.config.p
+        row = foltr_es_privacy(p, self.config.batch, len(self.batch_maxrr))
+        return {
+            "per_interaction": None
+            if p is None
+            else randomized_response_epsilon(p, len(maxrr_values())),
+            "per_message": row.per_message,
+            "per_user": row.per_user,
+        }
+
 
 def _privatizer(config: FoltrConfig, depth: int) -> RandomizedResponse | None:
     if config.p is None:
