@@ -61,7 +61,7 @@ def test_a_local_dask_cluster_runs_functions_on_its_workers() -> None:
 
 def _grid(out: Path, log: Path, **executor: object) -> dict[str, dict[str, object]]:
     config = ReproduceConfig(log=log, out_dir=out, users=8, **executor)  # type: ignore[arg-type]
-    jobs = {"flat_s1": Job(FedPSSettings(mode="flat", rounds=1, seed=1), 8)}
+    jobs = {"proxy_s1": Job(FedPSSettings(mode="proxy", rounds=1, seed=1), 8)}
     return run_jobs(config, jobs)
 
 
@@ -72,7 +72,7 @@ def test_a_grid_on_dask_workers_equals_the_grid_on_local_processes(
     same results (every run is seeded; a worker returns its result, the driver writes it)."""
     local = _grid(tmp_path / "local", aol_log, jobs=1)
     dask = _grid(tmp_path / "dask", aol_log, dask_workers=2)
-    for name in ("flat_s1",):  # one trained run: each job costs a worker's data preparation
+    for name in ("proxy_s1",):  # one trained run (FedPSProxy: no cover queries to fit)
         a, b = untimed(local[name]), untimed(dask[name])
         assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True), name
         with (
@@ -81,4 +81,4 @@ def test_a_grid_on_dask_workers_equals_the_grid_on_local_processes(
         ):
             for key in ("per_query", "event_ids", "users"):
                 np.testing.assert_array_equal(x[key], y[key])
-    assert local["flat_s1"]["MAP"] > 0.3 and local["flat_s1"]["steps"] > 0  # a real run
+    assert local["proxy_s1"]["MAP"] > 0.3 and local["proxy_s1"]["steps"] > 0  # a real run

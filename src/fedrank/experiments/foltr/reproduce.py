@@ -110,24 +110,23 @@ def fig3_markdown(rows: dict[str, dict[str, Any]], name: str) -> str:
     ]
     for label, row in rows.items():
         privacy = row["privacy"]
-
-        def cell(key: str, privacy: dict[str, Any] = privacy) -> str:
-            value = privacy[key]
-            if isinstance(value, str):
-                return "no guarantee"
-            return f"{value['epsilon']:.4g}" + (
-                f" ({value['rounds']} rounds)" if key == "per_user" else ""
-            )
-
         per_value = privacy["per_interaction"]
         lines.append(
             f"| {label.removeprefix('p=')} | "
             + ("-" if per_value is None else f"{per_value:.4g}")
-            + f" | {cell('per_message')} | {cell('per_user')} | "
+            + f" | {_epsilon_cell(privacy['per_message'])} | "
+            + f"{_epsilon_cell(privacy['per_user'], rounds=True)} | "
             + " | ".join(f"{row['final_batch_maxrr'][m]:.4f}" for m in models)
             + " |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _epsilon_cell(value: dict[str, Any] | str, rounds: bool = False) -> str:
+    """A guarantee's epsilon (and its rounds), or why there is none."""
+    if isinstance(value, str):
+        return "no guarantee"
+    return f"{value['epsilon']:.4g}" + (f" ({value['rounds']} rounds)" if rounds else "")
 
 
 def _table_runs(config: ReproduceConfig) -> list[tuple[int, str, FoltrConfig]]:
