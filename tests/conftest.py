@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 from hypothesis import settings
 
+from fedrank.experiments.executors import set_worker_environment
+
 # Property tests draw the same examples on every run (a test run is reproducible, and CI
 # cannot go red on a draw no one can replay); HYPOTHESIS_PROFILE=explore draws fresh ones.
 # No per-example deadline: a timing limit is a benchmark's job, and on a loaded machine
@@ -24,10 +26,10 @@ settings.register_profile("explore", derandomize=False, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 # Four test workers share two cores: OpenMP threads (LightGBM's) that spin while they wait
-# would spin against the other workers (fedrank.experiments.executors: 44 s instead of
-# 7.6 s for two GBDT runs side by side). Set before any test imports LightGBM; inherited
-# by the CLI processes tests start.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# would spin against the other workers, as in a pool (fedrank.experiments.executors: 44 s
+# instead of 7.6 s for two GBDT runs side by side). Set before any test imports LightGBM;
+# inherited by the CLI processes tests start.
+set_worker_environment()
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -51,7 +51,7 @@ from fedrank.optim.serialization import (
     float_to_json,
     require_keys,
 )
-from fedrank.privacy.clipping import clip_l2
+from fedrank.privacy.clipping import clip_l2, geometric_bound
 
 
 class NormBoundedState(NamedTuple):
@@ -150,9 +150,14 @@ class NormBounded:
             return self.bound
         if state.count == 0:
             return min(max(state.bound, self.min_bound), self.max_bound)
-        b = state.within / state.count
-        updated = state.bound * math.exp(-self.eta * (b - self.quantile))
-        return min(max(updated, self.min_bound), self.max_bound)
+        return geometric_bound(
+            state.bound,
+            state.within / state.count,
+            self.quantile,
+            self.eta,
+            self.min_bound,
+            self.max_bound,
+        )
 
     def next_zero(self, state: NormBoundedState) -> NormBoundedState:
         """The empty aggregate of the next iteration (bound :meth:`next_bound`)."""

@@ -70,9 +70,10 @@ def check_executor_options(
 WORKER_ENVIRONMENT = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
-def _start_worker() -> None:
+def set_worker_environment() -> None:
     """A pool worker's initializer: :data:`WORKER_ENVIRONMENT`, where not set already
-    (before a task imports LightGBM, whose OpenMP runtime reads it once)."""
+    (before a task imports LightGBM, whose OpenMP runtime reads it once); the test workers
+    call it too."""
     for key, value in WORKER_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
 
@@ -85,7 +86,9 @@ def job_executor(
     check_executor_options(processes, dask_workers, dask_scheduler)
     if dask_workers is None and dask_scheduler is None:
         with ProcessPoolExecutor(
-            max_workers=processes, mp_context=get_context("spawn"), initializer=_start_worker
+            max_workers=processes,
+            mp_context=get_context("spawn"),
+            initializer=set_worker_environment,
         ) as pool:
             yield pool
         return

@@ -37,6 +37,7 @@ import numpy as np
 
 from fedrank.errors import ConfigError
 from fedrank.optim.serialization import check_hyperparameter
+from fedrank.privacy.clipping import geometric_bound
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ class AdaptiveClip:
         low: float = 0.0,
         high: float = math.inf,
     ) -> float:
-        """``C exp(-eta (b~ - gamma))`` clamped to ``[low, high]`` (Algorithm 1's update)."""
+        """``C exp(-eta (b~ - gamma))`` clamped to ``[low, high]`` (Algorithm 1's update,
+        :func:`~fedrank.privacy.clipping.geometric_bound`, with the noised fraction)."""
         b = self.noisy_fraction(within, count, rng)
-        return min(max(clip * math.exp(-self.eta * (b - self.quantile)), low), high)
+        return geometric_bound(clip, b, self.quantile, self.eta, low, high)

@@ -9,6 +9,8 @@ McMahan et al. 2018, "Learning Differentially Private Recurrent Language Models"
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from fedrank.errors import ConfigError
@@ -22,3 +24,14 @@ def clip_l2(updates: np.ndarray, bound: float) -> np.ndarray:
     mat = np.array(updates, dtype=np.float64, ndmin=1)
     norms = np.linalg.norm(mat, axis=-1, keepdims=True)
     return mat * (bound / np.maximum(norms, bound))  # 1 within the bound: no 0-division
+
+
+def geometric_bound(
+    bound: float, within: float, quantile: float, eta: float, low: float, high: float
+) -> float:
+    """Andrew et al.'s (2021) update of an adaptive bound: ``C exp(-eta (b - gamma))`` for
+    the share ``b`` (``within``) of a round's updates whose norm was at most ``C``,
+    clamped to ``[low, high]``. Its fixed point is the ``gamma``-quantile of the norms
+    (:class:`~fedrank.aggregators.norm_bounded.NormBounded` counts ``b`` exactly,
+    :class:`~fedrank.privacy.adaptive_clip.AdaptiveClip` with noise)."""
+    return min(max(bound * math.exp(-eta * (within - quantile)), low), high)
