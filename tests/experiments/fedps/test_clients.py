@@ -84,8 +84,12 @@ def test_a_dask_run_equals_the_run_in_one_process(
 ) -> None:
     settings = replace(SETTINGS, mode=mode)
     alone = run_fedps(small, settings)
-    spread = run_fedps(small, settings, dask=cluster)
+    # the run spreads its clients over the workers the scheduler knows when it starts; on a
+    # loaded machine a worker can miss a heartbeat and re-register (seen once: 0 workers
+    # listed right after a run), so wait for both before the run, and check then
+    cluster.wait_for_workers(2, timeout=120)
     assert len(cluster.scheduler_info()["workers"]) == 2
+    spread = run_fedps(small, settings, dask=cluster)
     assert alone.per_query is not None and spread.per_query is not None
     assert np.array_equal(alone.per_query, spread.per_query)
     assert _comparable(alone) == _comparable(spread)
