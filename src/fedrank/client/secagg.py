@@ -6,13 +6,17 @@ FedAvg delta, and runs the protocol with the server: advertise two fresh X25519 
 keys, Shamir-share its secrets with the cohort (encrypted to each peer), send its delta
 clipped to the round's ``l2_bound``, fixed-point encoded in ``Z_{2^32}`` and masked, then
 reveal the shares the server needs to unmask the sum. The server never receives the delta
-in the clear. Between stages the client polls ``GET /v1/secagg``.
+in the clear. When the server runs distributed DP (``[privacy] mode = 'distributed'``), the
+block's ``noise_variance`` is this client's share of the noise: Skellam noise of that
+variance (:mod:`fedrank.privacy.skellam`) is added to the encoded delta before masking.
+Between stages the client polls ``GET /v1/secagg``.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +25,8 @@ import numpy as np
 
 from fedrank.client.sdk import Checkin, Client, ClientError, _body
 from fedrank.errors import FedrankError
-from fedrank.secagg import wire
+from fedrank.privacy.skellam import skellam_noise
+from fedrank.secagg import field, wire
 from fedrank.secagg.field import FixedPointEncoder
 from fedrank.secagg.protocol import SecAggClient, SecAggParams
 
@@ -42,7 +47,7 @@ class SecureReport:
     contributors: int | None = None
 
 
-def _session(checkin: Checkin) -> tuple[SecAggParams, int, FixedPointEncoder, str]:
+def _session(checkin: Checkin) -> tuple[SecAggParams, int, FixedPointEncoder, str, float]:
     block = checkin.secagg
     if not checkin.selected or block is None:
         raise FedrankError(
@@ -58,7 +63,10 @@ def _session(checkin: Checkin) -> tuple[SecAggParams, int, FixedPointEncoder, st
         encoder = FixedPointEncoder(
             float(block["scale"]), int(block["max_clients"]), l2_bound=float(block["l2_bound"])
         )
-        return params, int(block["id"]), encoder, session
+        noise_variance = float(block.get("noise_variance", 0.0))
+        if not (math.isfinite(noise_variance) and noise_variance >= 0):
+            raise ValueError(f"noise_variance must be a finite number >= 0, got {noise_variance}")
+        return params, int(block["id"]), encoder, session, noise_variance
     except (KeyError, TypeError, ValueError, binascii.Error) as exc:
         raise FedrankError(f"the check-in's secagg block is malformed ({exc}): {block}") from exc
 
@@ -71,6 +79,7 @@ def send_secure(
     poll_seconds: float = 0.05,
     timeout: float = 600.0,
     drop_after: str | None = None,
+    noise_rng: np.random.Generator | None = None,
 ) -> SecureReport:
     """Take part in the round's secure aggregation with ``delta`` (module docstring).
 
@@ -83,6 +92,9 @@ def send_secure(
         timeout: give up (:class:`FedrankError`) after this many seconds.
         drop_after: stop after sending this stage, as a client that loses its connection
             would (to study dropouts); ``None``: run to the end.
+        noise_rng: draws this client's share of distributed DP noise (when the block
+            asks for one); ``None``: a generator seeded from OS entropy. A seeded one is
+            for tests only: the server must not be able to predict the noise.
 
     Raises:
         ClientError: the server refused a message (e.g. this client dropped out of a stage
@@ -91,11 +103,15 @@ def send_secure(
     """
     if drop_after is not None and drop_after not in STAGES:
         raise FedrankError(f"drop_after must be one of {', '.join(STAGES)}, got {drop_after!r}")
-    params, uid, encoder, session = _session(checkin)
+    params, uid, encoder, session, noise_variance = _session(checkin)
     x = np.asarray(delta, dtype=np.float64)
     if x.shape != (params.dimension,):
         raise FedrankError(f"delta must have {params.dimension} entries, got shape {x.shape}")
     encoded = encoder.encode(x)
+    if noise_variance > 0:
+        rng = np.random.default_rng() if noise_rng is None else noise_rng
+        noise = skellam_noise(rng, noise_variance, params.dimension)
+        encoded = field.add(encoded, noise.astype(np.uint64))  # two's complement, mod q
     me = SecAggClient(uid, params)
     limit = encoder.max_clients
     ident = {"client_id": checkin.client_id, "session": session}

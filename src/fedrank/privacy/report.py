@@ -11,9 +11,12 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedrank.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fedrank.privacy.skellam import SkellamPlan
 
 
 @dataclass
@@ -51,7 +54,8 @@ def _figure(epsilon: float, delta: float, rounds: int) -> dict[str, Any]:
 
 _CENTRAL_MESSAGE = (
     "none: central DP protects the aggregate, not the message; the server sees every "
-    "clipped update (secure aggregation, src/fedrank/secagg, would hide it: not wired in)"
+    "clipped update (secure aggregation with distributed noise, [privacy] mode = "
+    "'distributed', would hide it: FedAvg rounds in the service only)"
 )
 _NO_MECHANISM = "none: no privacy mechanism"
 
@@ -159,6 +163,43 @@ def gaussian_privacy(
         _figure(one, delta, 1),
         _figure(privacy["epsilon"], delta, rounds),
         notes,
+    )
+
+
+def skellam_privacy(plan: SkellamPlan, rounds: int) -> SystemPrivacy:
+    """Distributed DP under secure aggregation (:mod:`fedrank.privacy.skellam`): the
+    clients' Skellam shares on the sum of each round's encoded updates, after ``rounds``
+    rounds (epsilon 0 before the first)."""
+    one = plan.epsilon_after(1)
+    total = plan.epsilon_after(rounds) if rounds > 0 else 0.0
+    replace_one = plan.epsilon_after(rounds, "replace-one") if rounds > 0 else 0.0
+    return SystemPrivacy(
+        "fedavg",
+        "skellam (distributed, secure aggregation)",
+        {
+            "noise_multiplier": plan.noise_multiplier,
+            "clip": plan.clip,
+            "delta": plan.delta,
+            "accountant": "rdp",
+            "clients_per_round": plan.clients,
+            "threshold": plan.threshold,
+            **plan.to_json(),
+        },
+        "none needed against the server: it sees no single message, only each round's "
+        "masked sum (secure aggregation); a message carries only a 1/t share of the noise",
+        _figure(one, plan.delta, 1),
+        _figure(total, plan.delta, rounds),
+        [
+            "adjacency: add-or-remove one user (one clipped update per user and round); the "
+            f"number of contributors per round is not protected; replace-one: epsilon "
+            f"{replace_one:.3f} over {rounds} rounds",
+            f"holds against the server if at least t = {plan.threshold} honest clients add "
+            f"their share (each adds variance {plan.client_variance:.4g} in units of "
+            f"1/{plan.scale:g}); c clients colluding with the server leave (k - c)/t of the "
+            "noise on a sum of k contributions",
+            "sampling_rate 1.0: every user may be in every round (the cohort is the first "
+            "clients to check in, not a random sample), so no amplification is claimed",
+        ],
     )
 
 

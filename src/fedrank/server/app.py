@@ -128,6 +128,7 @@ class Server:
         r, sa = self.config.rounds, self.config.secagg
         issue = None if self.seeds is None else self.seeds.issue
         if sa.enabled:
+            assert self.engine is not None  # started before the first round
             self.secagg_previous = self.secagg
             self.secagg = SecAggRound(
                 number,
@@ -136,6 +137,7 @@ class Server:
                 sa.threshold_for(r.clients_per_round),
                 sa.l2_bound,
                 sa.stage_seconds,
+                self.engine.privacy.plan,
             )
         return Round(number, r.clients_per_round, r.t_max_seconds, issue_seed=issue)
 

@@ -81,7 +81,10 @@ A complete example (every key optional; these are the defaults)::
     l2_bound = 0.0               # clients clip their delta to this L2 norm (required)
     stage_seconds = 30.0         # each protocol stage closes after this (or when all sent)
 
-    [privacy]                    # central DP of the model (frecency, fedavg; docs/privacy.md)
+    [privacy]                    # DP of the model (frecency, fedavg; docs/privacy.md)
+    mode = "central"             # central: the server clips and adds Gaussian noise;
+                                 # distributed: clients add Skellam noise under [secagg]
+                                 # (needs clip = [secagg] l2_bound, accountant = "rdp")
     epsilon = 0.0                # each user's budget over the server's whole training; 0: off
                                  # (calibrated for 0.05..50)
     delta = 1e-6                 # its delta, well below 1 / users (1e-12..0.1)
@@ -227,6 +230,13 @@ class PrivacySection:
     rounds: int = 0
     accountant: str = "pld"
     noise_seed: int = -1
+    #: ``central`` (the server adds Gaussian noise) or ``distributed`` (clients add Skellam
+    #: noise under secure aggregation, :mod:`fedrank.privacy.skellam`).
+    mode: str = "central"
+
+    @property
+    def distributed(self) -> bool:
+        return self.enabled and self.mode == "distributed"
 
     @property
     def enabled(self) -> bool:
@@ -516,6 +526,8 @@ def _check(config: ServerConfig) -> None:
             raise ConfigError(message)
     if config.privacy.enabled:
         _check_privacy(config)
+    if config.privacy.distributed:
+        _check_distributed_privacy(config)
     if config.secagg.enabled:
         _check_secagg(config)
     names = [b.name for b in config.branches]
@@ -551,6 +563,7 @@ def _check_privacy(config: ServerConfig) -> None:
         ),
         (p.accountant in ("pld", "rdp"), "[privacy] accountant must be pld or rdp"),
         (p.noise_seed >= -1, "[privacy] noise_seed must be -1 (OS entropy) or >= 0"),
+        (p.mode in ("central", "distributed"), "[privacy] mode must be central or distributed"),
         (
             not config.proxies,
             "[privacy] cannot take [[proxies]]: a merged aggregate hides its clients' "
@@ -597,9 +610,40 @@ def _check_secagg(config: ServerConfig) -> None:
             "[secagg] cannot take [[proxies]] yet: remove them",
         ),
         (
-            not config.privacy.enabled,
-            "[secagg] with [privacy]: central DP clips each update at the server, which sees "
-            "only the sum here (distributed noise is not built): use one of the two",
+            not config.privacy.enabled or config.privacy.distributed,
+            "[secagg] with central [privacy]: the server clips each update and adds the noise, "
+            "but it sees only the sum here; set [privacy] mode = 'distributed' (the clients "
+            "add the noise, docs/privacy.md)",
+        ),
+    ]
+    for ok, message in rules:
+        if not ok:
+            raise ConfigError(message)
+
+
+def _check_distributed_privacy(config: ServerConfig) -> None:
+    """The rules of ``[privacy] mode = 'distributed'`` (docs/privacy.md, "Distributed DP")."""
+    p, sa = config.privacy, config.secagg
+    rules: list[tuple[bool, str]] = [
+        (
+            sa.enabled,
+            "[privacy] mode = 'distributed' needs [secagg] enabled = true: the clients add "
+            "the noise to updates the server only ever sees summed",
+        ),
+        (
+            p.clip == sa.l2_bound,
+            f"[privacy] clip ({p.clip:g}) must equal [secagg] l2_bound ({sa.l2_bound:g}): the "
+            "clients clip to l2_bound, and the noise is calibrated to clip",
+        ),
+        (
+            p.accountant == "rdp",
+            "[privacy] mode = 'distributed' is accounted in Renyi DP (the Skellam bound): set "
+            "accountant = 'rdp'",
+        ),
+        (
+            p.noise_seed == -1,
+            "[privacy] noise_seed is the server's noise; with mode = 'distributed' the clients "
+            "draw the noise: remove noise_seed",
         ),
     ]
     for ok, message in rules:

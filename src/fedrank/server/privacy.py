@@ -19,13 +19,20 @@ in one iteration moves the sum by up to ``m C``; its own guarantee is then that 
 ``z / m``. The metric summaries (``/v1/summary``) are not noised: they are outside the
 guarantee.
 
-Noise source: a fresh ``numpy`` generator seeded from OS entropy at every close (or, with
+With ``[privacy] mode = 'distributed'`` (and ``[secagg]``) the server adds no noise and sees
+no single update: every client of a secure round adds a share of Skellam noise to its encoded
+delta (:mod:`fedrank.privacy.skellam`; the plan's scale and per-client variance go out in
+each check-in's ``secagg`` block), and each completed round composes one Skellam mechanism
+for every user, accounted in Renyi DP. The ledger and the budget work as above.
+
+Noise source (central): a fresh ``numpy`` generator seeded from OS entropy at every close (or, with
 ``noise_seed >= 0``, ``default_rng([noise_seed, iteration])``: reproducible, for tests
 only). Never one generator carried across restarts, which would repeat a round's noise.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,7 +47,9 @@ from fedrank.privacy.report import (
     gaussian_privacy,
     no_privacy,
     run_privacy,
+    skellam_privacy,
 )
+from fedrank.privacy.skellam import SkellamPlan, plan
 from fedrank.strategies.frecency import FrecencyStrategy
 
 if TYPE_CHECKING:
@@ -56,6 +65,24 @@ def noise_multiplier(section: PrivacySection) -> float:
     )
 
 
+@functools.cache
+def _plan(
+    epsilon: float, delta: float, rounds: int, clip: float, dim: int, clients: int, t: int
+) -> SkellamPlan:
+    return plan(epsilon, delta, rounds, clip, dim, clients, t)
+
+
+def distributed_plan(config: ServerConfig) -> SkellamPlan | None:
+    """The clients' Skellam noise of ``[privacy] mode = 'distributed'`` (``None``
+    otherwise): the encoder's scale and each client's share, for the budget over
+    ``[privacy] rounds`` secure rounds of ``[rounds] clients_per_round`` clients."""
+    if not config.privacy.distributed:
+        return None
+    p, k = config.privacy, config.rounds.clients_per_round
+    t = config.secagg.threshold_for(k)
+    return _plan(p.epsilon, p.delta, p.rounds, p.clip, config.fedavg.dim, k, t)
+
+
 class PrivacyLedger:
     """The server's guarantees (module docstring); ``closed`` below is the number of
     iterations the server has closed (its open iteration's number)."""
@@ -66,12 +93,15 @@ class PrivacyLedger:
         self.enabled = self.section.enabled
         self._status: dict[int, dict[str, Any]] = {}
         self._dp: DPStrategy | None = None
-        if self.enabled:
+        #: The clients' noise under secure aggregation (``mode = 'distributed'``).
+        self.plan = distributed_plan(config)
+        if self.enabled and self.plan is None:
             noise_multiplier(self.section)  # calibrate at start: a bad budget fails here
 
     def wrap(self, strategy: Strategy) -> Strategy:
-        """The strategy the server runs: ``strategy`` itself, or its central-DP wrapper."""
-        if not self.enabled:
+        """The strategy the server runs: ``strategy`` itself (no DP, or distributed noise
+        added by the clients), or its central-DP wrapper."""
+        if not self.enabled or self.plan is not None:
             return strategy
         from fedrank.strategies.dp import DPStrategy
 
@@ -92,7 +122,8 @@ class PrivacyLedger:
         if not self.enabled:
             return None
         s = self.section
-        return {"epsilon": s.epsilon, "delta": s.delta, "clip": s.clip, "rounds": s.rounds}
+        identity = {"epsilon": s.epsilon, "delta": s.delta, "clip": s.clip, "rounds": s.rounds}
+        return identity if self.plan is None else {**identity, "mode": s.mode}
 
     def spent(self, closed: int) -> bool:
         """Whether ``closed`` closes have used the whole budget."""
@@ -150,6 +181,14 @@ def report_config(config: ServerConfig, rounds: int | None) -> list[SystemPrivac
                 f"the server closes at most [privacy] rounds = {ps.rounds} iterations; "
                 f"--rounds {rounds} is more"
             )
+        distributed = distributed_plan(config)
+        if distributed is not None:
+            out = skellam_privacy(distributed, ps.rounds if rounds is None else rounds)
+            out.notes.append(
+                f"the server refuses updates and closes after {ps.rounds} iterations "
+                f"(epsilon {ps.epsilon:g} at delta {ps.delta:g})"
+            )
+            return [out]
         block = central_dp_block(
             ps.epsilon,
             ps.delta,

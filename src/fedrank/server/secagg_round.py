@@ -19,7 +19,10 @@ into a running sum. When Unmasking completes, the round's result is the *sum* of
 contributors' clipped deltas (decoded from ``Z_{2^32}``, error at most
 ``FixedPointEncoder.error_bound``), which the server folds into the iteration as one
 aggregate standing for ``|U3|`` updates (an unweighted mean: each client's weight is 1) and
-closes. Nothing of one client is stored or logged. A round that cannot complete (fewer than
+closes. With ``[privacy] mode = 'distributed'`` each client also adds its share of Skellam
+noise (:mod:`fedrank.privacy.skellam`) and the sum carries the calibrated noise; the
+encoder's scale is then the plan's, which leaves room for the noise. Nothing of one client
+is stored or logged. A round that cannot complete (fewer than
 ``t`` clients at some stage) is aborted: no aggregate, and the next round starts.
 
 The session lives in memory: after a restart the round starts afresh (its clients check in
@@ -31,7 +34,7 @@ from __future__ import annotations
 import base64
 import hmac
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,6 +49,9 @@ from fedrank.secagg.protocol import (
     UnmaskRequest,
 )
 from fedrank.server.envelope import BadRequest
+
+if TYPE_CHECKING:
+    from fedrank.privacy.skellam import SkellamPlan
 
 #: The protocol's stages in order, as the endpoints name them.
 STAGES = ("advertise", "share_keys", "masked_input", "unmasking")
@@ -72,6 +78,9 @@ class SecAggRound:
     threshold: int
     l2_bound: float
     stage_seconds: float
+    #: The clients' distributed DP noise (``[privacy] mode = 'distributed'``): its scale
+    #: replaces the finest one, and each client adds its share (``noise_variance``).
+    noise: SkellamPlan | None = None
     session_id: bytes = field(default_factory=SecAggParams.new_session_id)
     ids: dict[str, int] = field(default_factory=dict)
     stage: int = 0
@@ -86,8 +95,10 @@ class SecAggRound:
 
     def __post_init__(self) -> None:
         self.params = SecAggParams(self.session_id, self.threshold, self.dimension)
-        self.encoder = FixedPointEncoder.with_max_scale(
-            self.clients_per_round, l2_bound=self.l2_bound
+        self.encoder = (
+            FixedPointEncoder.with_max_scale(self.clients_per_round, l2_bound=self.l2_bound)
+            if self.noise is None
+            else FixedPointEncoder(self.noise.scale, self.clients_per_round, l2_bound=self.l2_bound)
         )
         self.server = SecAggServer(self.params)
         self._directory: KeyDirectory | None = None
@@ -140,6 +151,7 @@ class SecAggRound:
             "scale": self.encoder.scale,
             "max_clients": self.clients_per_round,
             "stage_seconds": self.stage_seconds,
+            "noise_variance": 0.0 if self.noise is None else self.noise.client_variance,
         }
 
     # -- requests --------------------------------------------------------------------------
