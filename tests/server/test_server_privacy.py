@@ -25,8 +25,10 @@ from fedrank.privacy.accounting import (
     gaussian_noise_multiplier,
     randomized_response_message_epsilon,
 )
+from fedrank.privacy.adaptive_clip import AdaptiveClip
 from fedrank.server.engine import Engine, Incoming
-from fedrank.server.privacy import PrivacyLedger
+from fedrank.server.privacy import PrivacyLedger, report_config
+from fedrank.server.store import Store
 from fedrank.server.workloads import make_workload
 from fedrank.strategies.dp import DPStrategy
 from fedrank.strategies.fedavg import FedAvgStrategy
@@ -158,8 +160,82 @@ def test_the_budget_survives_a_restart_and_binds_the_store(tmp_path: Path) -> No
     assert "was created for" in error and '"rounds": 2' in error
 
 
-def _incoming(engine: Engine, message_id: str) -> Incoming:
-    payload = {"delta": [0.1] * 6, "n": 1}
+ADAPTIVE = TOML.replace(
+    f"noise_seed = {NOISE_SEED}\n", "clip_quantile = 0.5\ncount_noise = 5.0\n"
+).replace(f"rounds = {ROUNDS}", "rounds = 4")
+
+
+def test_the_adaptive_clip_follows_the_norms_privately_and_survives_a_restart(
+    tmp_path: Path,
+) -> None:
+    """``clip_quantile``: each close adds the budget's noise (split between the updates and
+    the count of updates within the clip) and moves the clip; every close equals
+    ``DPStrategy`` with the adaptive clip in process, with the noise drawn from the store's
+    secret; a restarted server continues with the same clip (it replays the closed round's
+    count noise, it does not draw new)."""
+    store = tmp_path / "store"
+    config = offline_config(ADAPTIVE, tmp_path, store=str(store))
+    updates = [_deltas(10 + k, 6) for k in range(3)]
+
+    async def scenario() -> tuple[list[float], list[np.ndarray], float, dict[str, object]]:
+        engine = Engine(config, asyncio.get_running_loop())
+        clips, params = [engine.privacy.current_clip], [engine.params]
+        try:
+            for k, rows in enumerate(updates):
+                batch = [_incoming(engine, f"m{k}-{i}", row) for i, row in enumerate(rows)]
+                await engine.submit(batch)
+                assert (await engine.command("close", reason="t", force=True)).status == 200
+                clips.append(engine.privacy.current_clip)
+                params.append(engine.params)
+            status = engine.privacy.status(engine.iteration)
+        finally:
+            engine.stop()
+        restarted = Engine(config, asyncio.get_running_loop())
+        try:
+            clip_after_restart = restarted.state.bound
+        finally:
+            restarted.stop()
+        return clips, params, clip_after_restart, status
+
+    clips, params, clip_after_restart, status = asyncio.run(scenario())
+    assert clip_after_restart == clips[-1]
+    assert status["clip_current"] == clips[-1] and status["clip"] == CLIP
+    assert len(set(clips)) == len(clips)  # the clip moved at every close
+    # The same closes in process, with the store's secret as the noise seed.
+    opened = Store(store)
+    try:
+        secret = opened.noise_secret()
+    finally:
+        opened.close()
+    z = gaussian_noise_multiplier(EPSILON, DELTA, 4)
+    dp = DPStrategy(
+        FedAvgStrategy(config.fedavg), z, CLIP, np.random.default_rng(), AdaptiveClip(0.5, 5.0)
+    )
+    state, opt_state = dp.zero(), dp.init(params[0])
+    for k, rows in enumerate(updates):
+        dp.use_rng(np.random.default_rng([secret, k]), np.random.default_rng([secret, k, 1]))
+        state = dp.accumulate(state, MessageBatch.of_vectors(rows, np.ones(len(rows))))
+        step = dp.server_step(state, params[k], opt_state)
+        np.testing.assert_allclose(params[k + 1], step.params, rtol=0, atol=1e-12)
+        opt_state, state = step.opt_state, dp.next_zero(state)
+        assert state.bound == clips[k + 1]
+    assert "adaptive clip" in " ".join(report_config(config, None)[0].notes)
+
+
+def test_adaptive_clip_settings_that_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="needs count_noise"):
+        offline_config(ADAPTIVE.replace("count_noise = 5.0\n", ""), tmp_path)
+    with pytest.raises(ConfigError, match="clip_quantile must be in"):
+        offline_config(ADAPTIVE.replace("clip_quantile = 0.5", "clip_quantile = 1.5"), tmp_path)
+    with pytest.raises(ConfigError, match="belongs to the adaptive clip"):
+        offline_config(ADAPTIVE.replace("clip_quantile = 0.5\n", ""), tmp_path)
+    small = offline_config(ADAPTIVE.replace("count_noise = 5.0", "count_noise = 0.5"), tmp_path)
+    with pytest.raises(ConfigError, match="count noise sigma_b = 0.5 is too small"):
+        make_workload(small, PrivacyLedger(small).wrap)
+
+
+def _incoming(engine: Engine, message_id: str, delta: np.ndarray | None = None) -> Incoming:
+    payload = {"delta": [0.1] * 6 if delta is None else delta.tolist(), "n": 1}
     parsed = engine.workload.parse(payload)
     text = orjson.dumps(payload).decode()
     return Incoming(message_id, engine.version, "treatment", "update", text, {}, parsed=parsed)

@@ -92,8 +92,13 @@ A complete example (every key optional; these are the defaults)::
     rounds = 0                   # iterations the budget covers (required with epsilon); the
                                  # noise is calibrated to them and no iteration closes after
     accountant = "pld"           # pld (tight) | rdp
-    noise_seed = -1              # -1: fresh OS entropy for every close; >= 0: reproducible
-                                 # noise (tests and experiments only)
+    noise_seed = -1              # -1: noise from the store's secret seed (OS entropy, drawn
+                                 # once); >= 0: reproducible noise (tests and experiments only)
+    clip_quantile = 0.0          # central only: the clip follows this quantile of the update
+                                 # norms, estimated privately (Andrew et al. 2021); 0: fixed
+    count_noise = 0.0            # sigma_b of that estimate (required with clip_quantile;
+                                 # Andrew et al.: the expected updates per iteration / 20)
+    clip_eta = 0.2               # the adaptive clip's learning rate
 
     [metrics]                    # the metrics clients may report: name = [low, high]
     loss = [0.0, 1e9]            # (given, the table replaces the workload's defaults,
@@ -233,6 +238,15 @@ class PrivacySection:
     #: ``central`` (the server adds Gaussian noise) or ``distributed`` (clients add Skellam
     #: noise under secure aggregation, :mod:`fedrank.privacy.skellam`).
     mode: str = "central"
+    #: The adaptive clip (central only; 0: a fixed clip): the quantile, ``sigma_b`` and the
+    #: learning rate of :class:`~fedrank.privacy.adaptive_clip.AdaptiveClip`.
+    clip_quantile: float = 0.0
+    count_noise: float = 0.0
+    clip_eta: float = 0.2
+
+    @property
+    def adaptive(self) -> bool:
+        return self.clip_quantile > 0
 
     @property
     def distributed(self) -> bool:
@@ -564,6 +578,26 @@ def _check_privacy(config: ServerConfig) -> None:
         (p.accountant in ("pld", "rdp"), "[privacy] accountant must be pld or rdp"),
         (p.noise_seed >= -1, "[privacy] noise_seed must be -1 (OS entropy) or >= 0"),
         (p.mode in ("central", "distributed"), "[privacy] mode must be central or distributed"),
+        (
+            0 <= p.clip_quantile < 1,
+            f"[privacy] clip_quantile must be in (0, 1) (or 0: a fixed clip), got "
+            f"{p.clip_quantile:g}",
+        ),
+        (
+            p.adaptive or p.count_noise == 0,
+            "[privacy] count_noise belongs to the adaptive clip: give clip_quantile too",
+        ),
+        (
+            not p.adaptive or p.count_noise > 0,
+            "[privacy] clip_quantile needs count_noise > 0 (sigma_b, the noise on the count "
+            "of updates within the clip; Andrew et al. take the expected updates per "
+            "iteration / 20)",
+        ),
+        (
+            not (p.adaptive and p.mode == "distributed"),
+            "[privacy] clip_quantile is central DP's: under mode = 'distributed' the clients "
+            "clip to the fixed [secagg] l2_bound",
+        ),
         (
             not config.proxies,
             "[privacy] cannot take [[proxies]]: a merged aggregate hides its clients' "

@@ -272,6 +272,7 @@ class Engine:
         self.shares = [(b.name, b.share) for b in config.branches]
         self.defaults = self.workload.initial_params()
         self.store = Store(config.server.store)
+        self.privacy.attach(self.store)
         # Rejections by reason: the writer's own (stale), and the event loop's (bad input);
         # each counter is written by one thread only.
         self.writer_rejected: Counter[str] = Counter()
@@ -317,6 +318,7 @@ class Engine:
         self.ids.open(iteration)
         self.accepted_total = self.counted_total = 0  # set from the store after the replay
         self.state = self._iteration_zero(iteration)
+        self.privacy.track(self.state)
         self.branch_stats: dict[str, dict[str, Any]] = {}
         self.updates_in_iteration = 0
         replayed = 0
@@ -712,6 +714,7 @@ class Engine:
                 exc,
             )
             return self.strategy.zero()
+        self.privacy.before_close(iteration - 1)  # that close's count noise, not a new draw
         return self.strategy.next_zero(previous)
 
     def _stale(self, version: int, oldest: int) -> Outcome:
@@ -831,7 +834,7 @@ class Engine:
                     f"{self.config.iteration.min_updates} before applying an aggregate",
                 },
             )
-        self.privacy.before_close(self.iteration)  # fresh noise for this close
+        self.privacy.before_close(self.iteration)  # this close's noise
         step = self.strategy.server_step(self.state, self.params, self.opt_state)
         new_params, opt_state = step.params, step.opt_state
         closed = self.iteration
@@ -851,6 +854,7 @@ class Engine:
         self.opened_at = time.time()
         self.ids.open(self.iteration)
         self.state = self.strategy.next_zero(self.state)  # e.g. the adaptive norm bound
+        self.privacy.track(self.state)
         with self._stats_lock:
             self.branch_stats = {}
         self.updates_in_iteration = 0

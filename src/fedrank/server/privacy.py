@@ -25,9 +25,18 @@ delta (:mod:`fedrank.privacy.skellam`; the plan's scale and per-client variance 
 each check-in's ``secagg`` block), and each completed round composes one Skellam mechanism
 for every user, accounted in Renyi DP. The ledger and the budget work as above.
 
-Noise source (central): a fresh ``numpy`` generator seeded from OS entropy at every close (or, with
-``noise_seed >= 0``, ``default_rng([noise_seed, iteration])``: reproducible, for tests
-only). Never one generator carried across restarts, which would repeat a round's noise.
+With ``clip_quantile`` (central only) the clip adapts by a private quantile estimate
+(:class:`~fedrank.privacy.adaptive_clip.AdaptiveClip`, Andrew et al. 2021): each close also
+releases the noised count of updates within the clip and sets the next iteration's clip
+from it; the budget's multiplier covers both releases.
+
+Noise source (central): each close's noise is drawn from ``default_rng([secret,
+iteration])`` and the adaptive clip's count noise from ``default_rng([secret, iteration,
+1])``, ``secret`` 128 bits of OS entropy drawn once and kept in the store (never served;
+:meth:`~fedrank.server.store.Store.noise_secret`), or ``noise_seed`` when it is set
+(reproducible, for tests only). A retried close draws the same noise, and a restarted
+server recomputes the open iteration's clip from the closed one's count with the same noise:
+nothing is released twice with different noise, which would average it away.
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ from fedrank.strategies.frecency import FrecencyStrategy
 
 if TYPE_CHECKING:
     from fedrank.server.config import PrivacySection, ServerConfig
+    from fedrank.server.store import Store
     from fedrank.strategies.base import Strategy
     from fedrank.strategies.dp import DPStrategy
 
@@ -93,6 +103,9 @@ class PrivacyLedger:
         self.enabled = self.section.enabled
         self._status: dict[int, dict[str, Any]] = {}
         self._dp: DPStrategy | None = None
+        self._secret: int | None = None
+        #: The open iteration's clip (adaptive clip only; :meth:`track`).
+        self.current_clip: float | None = None
         #: The clients' noise under secure aggregation (``mode = 'distributed'``).
         self.plan = distributed_plan(config)
         if self.enabled and self.plan is None:
@@ -100,21 +113,37 @@ class PrivacyLedger:
 
     def wrap(self, strategy: Strategy) -> Strategy:
         """The strategy the server runs: ``strategy`` itself (no DP, or distributed noise
-        added by the clients), or its central-DP wrapper."""
+        added by the clients), or its central-DP wrapper (with the adaptive clip when
+        ``clip_quantile`` is set)."""
         if not self.enabled or self.plan is not None:
             return strategy
+        from fedrank.privacy.adaptive_clip import AdaptiveClip
         from fedrank.strategies.dp import DPStrategy
 
+        s = self.section
+        adaptive = AdaptiveClip(s.clip_quantile, s.count_noise, s.clip_eta) if s.adaptive else None
         self._dp = DPStrategy(
-            strategy, noise_multiplier(self.section), self.section.clip, np.random.default_rng()
+            strategy, noise_multiplier(s), s.clip, np.random.default_rng(), adaptive
         )
         return self._dp
 
+    def attach(self, store: Store) -> None:
+        """Read (or draw, on a new store) the store's noise secret, unless ``noise_seed``
+        is set (module docstring)."""
+        if self._dp is not None and self.section.noise_seed < 0:
+            self._secret = store.noise_secret()
+
     def before_close(self, iteration: int) -> None:
-        """Give the DP wrapper the noise generator of ``iteration``'s close (nothing
-        without ``[privacy]``)."""
+        """Give the DP wrapper the noise generators of ``iteration``'s close (nothing
+        without central DP). Also called before a restart recomputes the next clip from
+        ``iteration``'s stored aggregate, so that it replays the same count noise."""
         if self._dp is not None:
-            self._dp.use_rng(self.noise_rng(iteration))
+            self._dp.use_rng(self.noise_rng(iteration), self.noise_rng(iteration, count=True))
+
+    def track(self, state: Any) -> None:
+        """Note the open iteration's clip (the adaptive clip's; ``state`` the aggregate)."""
+        if self._dp is not None and self._dp.adaptive is not None:
+            self.current_clip = float(state.bound)
 
     def identity(self) -> dict[str, Any] | None:
         """What the store records of the budget: a store trained under one budget cannot
@@ -122,17 +151,31 @@ class PrivacyLedger:
         if not self.enabled:
             return None
         s = self.section
-        identity = {"epsilon": s.epsilon, "delta": s.delta, "clip": s.clip, "rounds": s.rounds}
-        return identity if self.plan is None else {**identity, "mode": s.mode}
+        identity: dict[str, Any] = {
+            "epsilon": s.epsilon,
+            "delta": s.delta,
+            "clip": s.clip,
+            "rounds": s.rounds,
+        }
+        if self.plan is not None:
+            identity["mode"] = s.mode
+        if s.adaptive:
+            identity.update(
+                clip_quantile=s.clip_quantile, count_noise=s.count_noise, clip_eta=s.clip_eta
+            )
+        return identity
 
     def spent(self, closed: int) -> bool:
         """Whether ``closed`` closes have used the whole budget."""
         return self.enabled and closed >= self.section.rounds
 
-    def noise_rng(self, iteration: int) -> np.random.Generator:
-        """The generator of the noise added when ``iteration`` closes."""
-        seed = self.section.noise_seed
-        return np.random.default_rng() if seed < 0 else np.random.default_rng([seed, iteration])
+    def noise_rng(self, iteration: int, count: bool = False) -> np.random.Generator:
+        """The generator of the noise added when ``iteration`` closes (``count``: of the
+        adaptive clip's count), from ``noise_seed`` or the store's secret."""
+        seed = self.section.noise_seed if self.section.noise_seed >= 0 else self._secret
+        if seed is None:
+            raise RuntimeError("attach the store before the first close: no noise secret")
+        return np.random.default_rng([seed, iteration, 1] if count else [seed, iteration])
 
     def refusal(self) -> str:
         s = self.section
@@ -142,6 +185,12 @@ class PrivacyLedger:
         )
 
     def status(self, closed: int) -> dict[str, Any]:
+        """:meth:`guarantees` of ``closed`` iterations, and the open iteration's clip
+        (``clip_current``) when it adapts."""
+        value = self.guarantees(closed)
+        return value if self.current_clip is None else {**value, "clip_current": self.current_clip}
+
+    def guarantees(self, closed: int) -> dict[str, Any]:
         """``/v1/status``'s ``privacy``: each user's guarantee over the ``closed``
         iterations (``{mechanism, epsilon, delta, rounds, sampling_rate, noise_multiplier,
         clip}``; epsilon ``None``: no mechanism), the per-message guarantee, the budget and
@@ -170,6 +219,26 @@ class PrivacyLedger:
         }
 
 
+def _describe_adaptive_clip(out: SystemPrivacy, ps: PrivacySection, z: float) -> None:
+    """Add the adaptive clip's settings and its split of the budget's multiplier ``z``."""
+    from fedrank.privacy.adaptive_clip import AdaptiveClip
+
+    z_u = AdaptiveClip(ps.clip_quantile, ps.count_noise, ps.clip_eta).update_noise_multiplier(z)
+    out.parameters.update(
+        clip_quantile=ps.clip_quantile,
+        count_noise=ps.count_noise,
+        clip_eta=ps.clip_eta,
+        update_noise_multiplier=z_u,
+    )
+    out.notes.append(
+        f"adaptive clip (Andrew et al. 2021): clip {ps.clip:g} in the first iteration, then "
+        f"the {ps.clip_quantile:g}-quantile of the update norms, estimated from the count of "
+        f"updates within the clip with noise sigma_b = {ps.count_noise:g}; the updates' noise "
+        f"multiplier z_u = {z_u:.4g} and the count's 2 sigma_b together are one Gaussian "
+        f"mechanism of z = {z:.4g} per round (their Theorem 1)"
+    )
+
+
 def report_config(config: ServerConfig, rounds: int | None) -> list[SystemPrivacy]:
     """The guarantees of a server configured by ``config``: its workload's mechanism, and
     ``[privacy]``'s central DP (over ``rounds`` rounds, or the budget's)."""
@@ -184,20 +253,18 @@ def report_config(config: ServerConfig, rounds: int | None) -> list[SystemPrivac
         distributed = distributed_plan(config)
         if distributed is not None:
             out = skellam_privacy(distributed, ps.rounds if rounds is None else rounds)
-            out.notes.append(
-                f"the server refuses updates and closes after {ps.rounds} iterations "
-                f"(epsilon {ps.epsilon:g} at delta {ps.delta:g})"
+        else:
+            block = central_dp_block(
+                ps.epsilon,
+                ps.delta,
+                ps.clip,
+                ps.rounds,
+                ps.accountant,
+                ps.rounds if rounds is None else rounds,
             )
-            return [out]
-        block = central_dp_block(
-            ps.epsilon,
-            ps.delta,
-            ps.clip,
-            ps.rounds,
-            ps.accountant,
-            ps.rounds if rounds is None else rounds,
-        )
-        out = gaussian_privacy(workload, block, {"budget_epsilon": ps.epsilon})
+            out = gaussian_privacy(workload, block, {"budget_epsilon": ps.epsilon})
+            if ps.adaptive:
+                _describe_adaptive_clip(out, ps, block["noise_multiplier"])
         out.notes.append(
             f"the server refuses updates and closes after {ps.rounds} iterations "
             f"(epsilon {ps.epsilon:g} at delta {ps.delta:g})"

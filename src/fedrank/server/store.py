@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import sqlite3
 import threading
 import time
@@ -256,6 +257,18 @@ class Store:
         partial = path.with_suffix(".partial")
         partial.write_text(json.dumps({"store_id": store_id, **identity}, sort_keys=True))
         partial.replace(path)
+
+    def noise_secret(self) -> int:
+        """The store's secret seed of the DP noise (128 random bits, drawn on first use from
+        the OS, kept with the store, never served): each close's noise is drawn from it and
+        the iteration, so a restart replays neither more nor other noise than was released
+        (:mod:`fedrank.server.privacy`)."""
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'noise_secret'").fetchone()
+        if row is None:
+            secret = secrets.token_hex(16)
+            self.db.execute("INSERT INTO meta VALUES ('noise_secret', ?)", (secret,))
+            return int(secret, 16)
+        return int(row[0], 16)
 
     def paused(self) -> bool:
         """Whether the operator paused the server (kept across restarts)."""

@@ -217,6 +217,7 @@ class DPStrategy(Strategy):
         self.optimizer = inner.optimizer
         self.constraints = inner.constraints
         self.rng_ = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+        self.count_rng_: np.random.Generator | None = None
 
     @classmethod
     def for_budget(
@@ -246,12 +247,18 @@ class DPStrategy(Strategy):
             f"{self.noise_multiplier:g}, clip={self.mechanism.clip:g}{adaptive})"
         )
 
-    def use_rng(self, rng: np.random.Generator) -> None:
-        """Draw the noise from ``rng`` from now on (the server gives each close its own:
-        :mod:`fedrank.server.privacy`)."""
-        if not isinstance(rng, np.random.Generator):
-            raise ConfigError(f"rng must be a numpy Generator, got {rng!r}")
+    def use_rng(
+        self, rng: np.random.Generator, count_rng: np.random.Generator | None = None
+    ) -> None:
+        """Draw the noise from ``rng`` from now on, and the adaptive clip's count noise from
+        ``count_rng`` (``None``: from ``rng`` too, after the round's update noise). The
+        server gives each close its own pair (:mod:`fedrank.server.privacy`), so that a
+        restart can replay a closed round's count release exactly."""
+        for name, g in (("rng", rng), ("count_rng", count_rng)):
+            if g is not None and not isinstance(g, np.random.Generator):
+                raise ConfigError(f"{name} must be a numpy Generator, got {g!r}")
         self.rng_ = rng
+        self.count_rng_ = count_rng
 
     @property
     def noise_multiplier(self) -> float:
@@ -319,8 +326,9 @@ class DPStrategy(Strategy):
         if self.adaptive is None:
             return self.aggregator.zero()
         agg = self.aggregator
+        rng = self.rng_ if self.count_rng_ is None else self.count_rng_
         clip = self.adaptive.next_clip(
-            state.bound, state.within, state.count, self.rng_, agg.min_bound, agg.max_bound
+            state.bound, state.within, state.count, rng, agg.min_bound, agg.max_bound
         )
         return NormBoundedState(agg.inner.zero(), clip, 0, 0)
 
