@@ -118,6 +118,12 @@ def _seed_list(text: str | None) -> list[int] | None:
     default=None,
     help="probability of dropping a query's text scores in training (default 0.3)",
 )
+@click.option("--dp-epsilon", type=float, default=None,
+              help="central DP: each user's budget over the training (flat, proxy; "
+              "docs/privacy.md)")  # fmt: skip
+@click.option("--dp-delta", type=float, default=None, help="its delta (default 1e-6)")
+@click.option("--dp-clip", type=float, default=None,
+              help="the L2 bound of every update (required with --dp-epsilon)")  # fmt: skip
 @attack_options(SYSTEM_ATTACKS["fedps"], "the users (a fixed set; flat and proxy modes)")
 @dask_options("the clients of a flat or proxy run", "; same result as one process")
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False))
@@ -189,6 +195,13 @@ def run(
         f"{first['data']['users']} users, {first['data']['test_queries']} test queries)"
     )
     echo_attack(first.get("attack", {}))
+    if settings.dp_epsilon:
+        privacy = first["privacy"]
+        click.echo(
+            f"central DP: epsilon {privacy['epsilon']:.4g} per user at delta "
+            f"{privacy['delta']:g} over {privacy['rounds']} rounds (noise multiplier "
+            f"{privacy['noise_multiplier']:.4g}, clip {privacy['clip']:g})"
+        )
     if json_path is not None:
         write_json(
             {

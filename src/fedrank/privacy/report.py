@@ -272,8 +272,18 @@ def fpdgd_privacy(config: dict[str, Any], rounds: int) -> SystemPrivacy:
     )
 
 
-def fedps_privacy(mode: str) -> SystemPrivacy:
-    """A FedPS run (any mode): no mechanism; its KL measure is a disclosure figure."""
+def fedps_privacy(mode: str, dp: dict[str, Any] | None = None) -> SystemPrivacy:
+    """A FedPS run: central DP-FedAvg (``dp``, the block of
+    :func:`fedrank.experiments.fedps.run.dp_block`), or no mechanism; its KL measure is a
+    disclosure figure."""
+    if dp is not None:
+        out = gaussian_privacy("fedps", dp, {"mode": mode})
+        out.notes[1] = (
+            "each user takes part in exactly one step per round (a shuffled schedule, not "
+            "random sampling): its epsilon composes one Gaussian mechanism per round, no "
+            "amplification by subsampling is claimed"
+        )
+        return out
     return no_privacy(
         "fedps",
         {"mode": mode},

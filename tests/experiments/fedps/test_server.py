@@ -7,7 +7,7 @@ import pytest
 
 from fedrank.core.message import Message
 from fedrank.errors import ConfigError, DataFormatError
-from fedrank.experiments.fedps.server import FedPSServer
+from fedrank.experiments.fedps.server import CentralDP, FedPSServer
 
 
 def test_apply_adds_the_weighted_mean_times_the_server_step() -> None:
@@ -35,3 +35,22 @@ def test_bad_inputs() -> None:
         FedPSServer(np.zeros((2, 2)))
     with pytest.raises(ConfigError, match="learning_rate"):
         FedPSServer(np.zeros(2), learning_rate=0.0)
+
+
+def test_central_dp_clips_unweighted_and_adds_the_calibrated_noise() -> None:
+    """With ``dp`` the step is DPStrategy's: messages weigh 1 (``prepare``), every update is
+    clipped to ``C``, and the mean gets ``N(0, (z C / m)^2)`` from the seeded generator."""
+    dp = CentralDP(noise_multiplier=0.7, clip=1.0, seed=5)
+    server = FedPSServer(np.zeros(4, dtype=np.float32), dp=dp)
+    rows = [np.array([3.0, 4.0, 0.0, 0.0]), np.array([0.0, 0.0, 0.3, 0.4])]
+    state = server.aggregator.zero()
+    for row, n in zip(rows, (50, 1), strict=True):
+        message = server.prepare(Message(update=row, n=n))
+        assert message.n == 1
+        state = server.aggregator.accumulate(state, message)
+    server.apply(state)
+    clipped_mean = (rows[0] / 5.0 + rows[1]) / 2
+    noise = np.random.default_rng(5).normal(0.0, 0.7 * 1.0 / 2, size=4)
+    np.testing.assert_allclose(server.broadcast(), clipped_mean + noise, rtol=0, atol=1e-6)
+    plain = FedPSServer(np.zeros(4, dtype=np.float32))
+    assert plain.prepare(Message(update=rows[0], n=50)).n == 50

@@ -83,14 +83,14 @@ from fedrank.experiments.fedps.clients import (
 )
 from fedrank.experiments.fedps.communication import flat_round_time, proxy_round_time
 from fedrank.experiments.fedps.data import FedPSData
-from fedrank.experiments.fedps.server import FedPSServer
+from fedrank.experiments.fedps.server import CentralDP, FedPSServer
 from fedrank.experiments.fedps.stragglers import ResponseTimes
 from fedrank.metrics.relevance import per_query_table
 from fedrank.models.peps import PEPSRanker
 from fedrank.privacy import kl_settings
 from fedrank.privacy import profile_kl as kl
 from fedrank.privacy.cover_queries import CoverQueryGenerator
-from fedrank.privacy.report import fedps_privacy, run_privacy
+from fedrank.privacy.report import central_dp_block, fedps_privacy, run_privacy
 from fedrank.retrieval.candidates import UserData, build_users
 from fedrank.simulation.attacks import Attack, FedPSAttacker
 
@@ -147,6 +147,11 @@ class FedPSSettings:
             (default) or ``"compact"`` (the first model: a tanh MLP on the raw features).
         text_dropout: the personalized model's text dropout in training
             (:class:`fedrank.models.peps.PEPSConfig`).
+        dp_epsilon: each user's central-DP budget over the training (flat and proxy
+            only; 0: off): DP-FedAvg with the noise multiplier that keeps ``rounds``
+            participations within ``(dp_epsilon, dp_delta)`` (every client takes part in
+            exactly one step per round), updates clipped to ``dp_clip``.
+        dp_delta, dp_clip: the budget's delta and the clip ``C``.
     """
 
     mode: str
@@ -172,6 +177,9 @@ class FedPSSettings:
     seed: int = 0
     model: str = "encoded"
     text_dropout: float = 0.3
+    dp_epsilon: float = 0.0
+    dp_delta: float = 1e-6
+    dp_clip: float = 0.0
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -204,6 +212,18 @@ class FedPSSettings:
             raise ConfigError("learning_rate and server_learning_rate must be > 0")
         if self.cover_queries < 0:
             raise ConfigError(f"cover_queries must be >= 0, got {self.cover_queries}")
+        if self.dp_epsilon:
+            if self.mode not in ("flat", "proxy"):
+                raise ConfigError(
+                    f"central DP (dp_epsilon) noises the FedAvg step of flat and proxy runs; "
+                    f"mode {self.mode} has none"
+                )
+            if not (self.dp_epsilon > 0 and self.dp_clip > 0 and 0 < self.dp_delta < 1):
+                raise ConfigError(
+                    "central DP needs dp_epsilon > 0, dp_clip > 0 (the L2 bound of every "
+                    f"update) and dp_delta in (0, 1); got {self.dp_epsilon}, {self.dp_clip}, "
+                    f"{self.dp_delta}"
+                )
         per = min(self.clients_per_proxy_step, self.clients_per_step)
         if self.mode == "proxy" and self.clients_per_step % per:
             raise ConfigError(
@@ -237,9 +257,10 @@ class FedPSResult:
     attack: dict[str, Any] = field(default_factory=dict)
 
     def privacy(self) -> dict[str, Any]:
-        """The run's ``privacy`` object: no mechanism (:func:`fedrank.privacy.report.
-        run_privacy`); the KL measure is a disclosure figure, not a guarantee."""
-        return run_privacy(fedps_privacy(self.settings.mode))
+        """The run's ``privacy`` object (:func:`fedrank.privacy.report.run_privacy`): each
+        user's central-DP guarantee over the training, or no mechanism (the KL measure is a
+        disclosure figure, not a guarantee)."""
+        return run_privacy(fedps_privacy(self.settings.mode, dp_block(self.settings)))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -345,9 +366,19 @@ def _new_model(
     return new_model(data.word_vectors, **_model_kwargs(data, personalized, seed, settings))
 
 
+def dp_block(settings: FedPSSettings) -> dict[str, Any] | None:
+    """The central-DP block of a run (``None`` without DP): the Gaussian mechanism
+    calibrated to ``rounds`` participations per user, composed over all of them."""
+    if not settings.dp_epsilon:
+        return None
+    s = settings
+    return central_dp_block(s.dp_epsilon, s.dp_delta, s.dp_clip, s.rounds, "pld", s.rounds)
+
+
 def _seeds(seed: int) -> dict[str, int]:
     names = (
-        "model", "clients", "schedule", "stragglers", "late", "topology", "covers", "groups", "lda"
+        "model", "clients", "schedule", "stragglers", "late", "topology", "covers", "groups", "lda",
+        "dp",
     )  # fmt: skip
     children = np.random.SeedSequence(seed).spawn(len(names))
     return {n: int(c.generate_state(1)[0]) for n, c in zip(names, children, strict=True)}
@@ -476,9 +507,13 @@ def train_federated(
     deltas (:mod:`fedrank.simulation.attacks`)."""
     seeds = _seeds(settings.seed)
     model_kwargs = _model_kwargs(data, True, seeds["model"], settings)
+    block = dp_block(settings)
     server = FedPSServer(
         new_model(data.word_vectors, **model_kwargs).get_flat_parameters(),
         settings.server_learning_rate,
+        None
+        if block is None
+        else CentralDP(block["noise_multiplier"], settings.dp_clip, seeds["dp"]),
     )
     training = LocalTraining(
         settings.local_epochs,
@@ -523,6 +558,7 @@ def train_federated(
             messages = clients.local_updates(parameters, sampled.tolist(), server.version)
             if attacker is not None:
                 messages = attacker.apply(run.steps, sampled, messages, parameters)
+            messages = [server.prepare(m) for m in messages]
             for c, is_late, message in zip(sampled.tolist(), late.tolist(), messages, strict=True):
                 if observer is not None:
                     observer(c, message)

@@ -11,15 +11,35 @@ is ``eta_s = 1``; a larger server step size (FedAvg with server learning rate, R
 words and parameters that only a few of the K clients touch. It never receives a client
 object, a log, a profile or personal parameters; its module imports nothing from the
 client side (tested).
+
+With central DP (``dp``: DP-FedAvg, McMahan et al. 2018; :class:`~fedrank.strategies.dp.
+DPStrategy`, the same wrapper the frecency study and the HTTP server use) the step is the
+*unweighted* mean of the updates clipped to ``C`` plus Gaussian noise of standard deviation
+``z C / m``: every message then weighs 1 (:meth:`FedPSServer.prepare`), and the proxies of
+FedPSProxy clip each client's update as they merge (trusted proxies).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import numpy as np
 
-from fedrank.aggregators.mean import WeightedMeanState
+from fedrank.core.message import Message
 from fedrank.errors import DataFormatError
+from fedrank.strategies.base import Strategy
+from fedrank.strategies.dp import DPStrategy
 from fedrank.strategies.fedavg import FedAvgConfig, FedAvgStrategy
+
+
+@dataclasses.dataclass(frozen=True)
+class CentralDP:
+    """DP-FedAvg's settings: noise multiplier ``z``, clip ``C`` and the noise's seed."""
+
+    noise_multiplier: float
+    clip: float
+    seed: int
 
 
 class FedPSServer:
@@ -28,15 +48,28 @@ class FedPSServer:
     Args:
         initial_parameters: ``M_0``, the flat shared parameters (float32).
         learning_rate: ``eta_s``, the server step size (1 = Algorithm 1).
+        dp: central DP of every step (module docstring); ``None``: none.
     """
 
-    def __init__(self, initial_parameters: np.ndarray, learning_rate: float = 1.0) -> None:
+    def __init__(
+        self,
+        initial_parameters: np.ndarray,
+        learning_rate: float = 1.0,
+        dp: CentralDP | None = None,
+    ) -> None:
         params = np.asarray(initial_parameters, dtype=np.float32)
         if params.ndim != 1 or params.size == 0:
             raise DataFormatError(f"expected a non-empty flat parameter vector, got {params.shape}")
-        self.strategy = FedAvgStrategy(
+        fedavg = FedAvgStrategy(
             FedAvgConfig(dim=params.size, server_learning_rate=learning_rate), initial=params
         )
+        self.strategy: Strategy = (
+            fedavg
+            if dp is None
+            else DPStrategy(fedavg, dp.noise_multiplier, dp.clip, np.random.default_rng(dp.seed))
+        )
+        self.private = dp is not None
+        self._fedavg = fedavg
         self.aggregator = self.strategy.aggregator
         self._parameters = self.strategy.initial_params()
         self._opt_state = self.strategy.init(self._parameters)
@@ -45,13 +78,18 @@ class FedPSServer:
 
     @property
     def learning_rate(self) -> float:
-        return self.strategy.config.server_learning_rate
+        return self._fedavg.config.server_learning_rate
 
     def broadcast(self) -> np.ndarray:
         """A copy of ``M_t`` for the sampled clients."""
         return self._parameters.copy()
 
-    def apply(self, state: WeightedMeanState) -> None:
+    def prepare(self, message: Message) -> Message:
+        """``message`` as the aggregators take it: under DP with weight 1 (DP-FedAvg's mean
+        is unweighted: one user moves it by at most ``C / m``), else as sent."""
+        return dataclasses.replace(message, n=1) if self.private else message
+
+    def apply(self, state: Any) -> None:
         """FedAvg step with the merged updates of one step (Algorithm 1, line "server
         aggregates"): add their ``n_j``-weighted mean times ``eta_s``. A step whose updates
         all arrived too late (empty state) leaves the model unchanged but still counts as a
