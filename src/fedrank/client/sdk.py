@@ -17,6 +17,11 @@
   the perturbed models; ``send_es(task, metric, ...)`` reports the seed and the metric, with
   the seed's token.
 
+With ``privacy_budget`` the client keeps the user's own privacy ledger
+(:mod:`fedrank.client.user_ledger`): an update goes out only to a server that announces
+central DP, and only while the user's epsilon over the rounds it took part in stays within
+the budget.
+
 Identity: the client's study branch comes from its ``enrollment_id``, a random UUID it
 makes itself and keeps in ``state_dir`` (never anything identifying). Nothing else about
 the user is sent: updates are gradients, signs, seeds and metrics computed on the device.
@@ -35,6 +40,7 @@ import httpx
 import numpy as np
 
 from fedrank.client.outbox import Outbox
+from fedrank.client.user_ledger import PrivacyBudgetError, UserLedger
 from fedrank.core.codec import encode_es_message
 from fedrank.core.message import ESMessage, MessageBatch
 from fedrank.core.seeded_noise import gaussian_noise
@@ -218,6 +224,11 @@ class Client:
         backoff: first retry delay in seconds; doubles every attempt, with jitter.
         rng: randomness for ids and jitter (seed it for reproducible runs).
         http: an ``httpx.Client`` to share connections between many clients.
+        privacy_budget: the user's own epsilon budget over every round it takes part in
+            (:class:`~fedrank.client.user_ledger.UserLedger`, kept in ``state_dir``): each
+            update is sent only to a server running central DP and only while the user's
+            epsilon over its own rounds stays within it; ``None``: no ledger.
+        privacy_delta: the delta of ``privacy_budget``.
     """
 
     def __init__(
@@ -230,6 +241,8 @@ class Client:
         backoff: float = 0.2,
         rng: np.random.Generator | None = None,
         http: httpx.Client | None = None,
+        privacy_budget: float | None = None,
+        privacy_delta: float = 1e-6,
     ) -> None:
         if max_attempts < 1:
             raise FedrankError(f"max_attempts must be >= 1, got {max_attempts}")
@@ -243,10 +256,17 @@ class Client:
         self.enrollment_id = enrollment_id or self._stored_enrollment()
         self.outbox = Outbox(self.state_dir)
         self._model: ServedModel | None = None
+        self.ledger = (
+            None
+            if privacy_budget is None
+            else UserLedger(self.state_dir, privacy_budget, privacy_delta)
+        )
 
     def close(self) -> None:
         if self._own_http:
             self.http.close()
+        if self.ledger is not None:
+            self.ledger.close()
 
     def __enter__(self) -> Client:
         return self
@@ -338,7 +358,14 @@ class Client:
         message_id: str | None = None,
     ) -> SendResult:
         """Send one message (``payload`` ``{}``: metrics only); queued offline when the
-        server cannot be reached after every retry."""
+        server cannot be reached after every retry.
+
+        Raises:
+            PrivacyBudgetError: with ``privacy_budget``, an update the user's ledger does
+                not admit (nothing is sent or queued).
+        """
+        if payload and self.ledger is not None:
+            self._admit(model_version)
         message: dict[str, Any] = {
             "message_id": message_id or self.new_id(),
             "model_version": int(model_version),
@@ -349,6 +376,23 @@ class Client:
         if client_id is not None:
             message["client_id"] = client_id
         return self._deliver(message, queue_on_failure=True)
+
+    def _admit(self, model_version: int) -> None:
+        """Record the round of an update in the user's ledger, from the server's announced
+        central DP (``/v1/status``'s ``privacy``), or refuse it."""
+        assert self.ledger is not None
+        response = self._request("GET", "/v1/status")
+        if response.status_code != 200:
+            raise ClientError(response.status_code, _body(response))
+        privacy = dict(response.json().get("privacy") or {})
+        z = privacy.get("noise_multiplier")
+        if privacy.get("mechanism") != "gaussian (central)" or not isinstance(z, int | float):
+            raise PrivacyBudgetError(
+                f"this client has a privacy budget, but the server announces "
+                f"{privacy.get('mechanism', 'no privacy mechanism')!r}, not central DP with "
+                "a noise multiplier: nothing was sent"
+            )
+        self.ledger.admit(self.base_url, int(model_version), float(z))
 
     def _deliver(self, message: dict[str, Any], queue_on_failure: bool) -> SendResult:
         mid = message["message_id"]
