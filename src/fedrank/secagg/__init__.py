@@ -7,6 +7,7 @@ vectors and nothing else about any one of them, even when clients drop out.
 * :mod:`.masks`: X25519 + HKDF pairwise seeds, AES-CTR PRG, pairwise and self masks.
 * :mod:`.channel`: AES-GCM encryption of shares between clients through the server.
 * :mod:`.protocol`: the rounds as :class:`SecAggClient` and :class:`SecAggServer`.
+* :mod:`.proxy`: a proxy that sums its clients' masked inputs (:class:`MaskedInputProxy`).
 * :mod:`.inprocess`: one session with every client in this process (:func:`run_session`).
 * :mod:`.wire`: the messages' JSON forms, for the service and the SDK.
 
@@ -28,6 +29,7 @@ from fedrank.secagg.protocol import (
     ForwardedShares,
     KeyDirectory,
     MaskedInput,
+    MaskedSum,
     SecAggClient,
     SecAggParams,
     SecAggServer,
@@ -35,6 +37,7 @@ from fedrank.secagg.protocol import (
     UnmaskingShares,
     UnmaskRequest,
 )
+from fedrank.secagg.proxy import MaskedInputProxy
 
 __all__ = [
     "MODULUS",
@@ -44,6 +47,8 @@ __all__ = [
     "ForwardedShares",
     "KeyDirectory",
     "MaskedInput",
+    "MaskedInputProxy",
+    "MaskedSum",
     "ProtocolError",
     "RoundAbortedError",
     "SecAggClient",

@@ -21,6 +21,7 @@ from fedrank.secagg.protocol import (
     SecAggParams,
     SecAggServer,
 )
+from fedrank.secagg.proxy import MaskedInputProxy
 
 #: The rounds at which a client can drop out (it sends nothing from that round on).
 ROUNDS = ("advertise_keys", "share_keys", "masked_input", "unmasking")
@@ -82,6 +83,7 @@ def run_session(
     drop_before: Mapping[int, str] | None = None,
     randbits: RandBits = _secrets.randbits,
     progress: Callable[[str, int, int], None] | None = None,
+    proxies: Mapping[int, int] | None = None,
 ) -> tuple[AggregationResult, SessionTrace]:
     """One session of :class:`SecAggClient` objects (one per key of ``inputs``) and a
     :class:`SecAggServer`.
@@ -93,6 +95,9 @@ def run_session(
             sends nothing; e.g. ``"unmasking"`` drops it after its masked input was sent.
         randbits: passed to every client (keep the default outside tests).
         progress: called as ``progress(round, done, total)`` after each client's step.
+        proxies: client id -> proxy id: those clients' masked inputs reach the server as
+            one :class:`~fedrank.secagg.protocol.MaskedSum` per proxy
+            (:class:`~fedrank.secagg.proxy.MaskedInputProxy`); the others directly.
 
     Returns:
         The server's result and the costs.
@@ -158,7 +163,18 @@ def run_session(
 
     sent = client_step("masked_input", ids, mask)
     forwarded.clear()
-    server_step("masked_input", server.receive_masked_input, sent)
+    via = dict(proxies or {})
+    relays = {p: MaskedInputProxy(params.dimension) for p in sorted(set(via.values()))}
+    direct = []
+    for message in sent:
+        proxy = via.get(message.sender)  # type: ignore[attr-defined]
+        if proxy is None:
+            direct.append(message)
+        else:
+            relays[proxy].receive(message)  # type: ignore[arg-type]
+    server_step("masked_input", server.receive_masked_input, direct)
+    sums = [relay.forward() for relay in relays.values() if relay.senders]
+    server_step("masked_input", server.receive_masked_sum, sums)
     start = _clock()
     request = server.close_masked_input()
     trace.server_seconds["masked_input"] += _clock() - start

@@ -169,6 +169,20 @@ class MaskedInput:
         return ID_BYTES + field.ELEMENT_BYTES * int(np.asarray(self.masked).size)
 
 
+@dataclass(frozen=True, eq=False)
+class MaskedSum:
+    """Round 2, proxy -> server: the sum mod ``q`` of the masked inputs of ``senders``
+    (:class:`~fedrank.secagg.proxy.MaskedInputProxy`)."""
+
+    senders: tuple[int, ...]
+    masked: np.ndarray
+
+    def nbytes(self) -> int:
+        return ID_BYTES * len(self.senders) + field.ELEMENT_BYTES * int(
+            np.asarray(self.masked).size
+        )
+
+
 @dataclass(frozen=True)
 class UnmaskRequest:
     """Round 2 -> 4, server -> every client of ``U3``: the ids of ``U3``, sorted."""
@@ -536,6 +550,27 @@ class SecAggServer:
         assert self._s.masked_total is not None
         self._s.masked_total += y
         self._s.u3.add(u)
+
+    def receive_masked_sum(self, message: MaskedSum) -> None:
+        """Round 2 through a proxy: add the sum of several clients' ``y_u`` (each sender
+        joins ``U3`` as if its masked input had come directly)."""
+        self._expect(2)
+        senders = message.senders
+        if not senders or len(set(senders)) != len(senders):
+            raise ProtocolError(f"a masked sum needs distinct senders, got {senders}")
+        outside = sorted(set(senders) - self._s.u2)
+        if outside:
+            raise ProtocolError(
+                f"clients {outside} are in a masked sum but did not share keys in Round 1 (not "
+                "in U2): their masks could not be removed"
+            )
+        again = sorted(set(senders) & self._s.u3)
+        if again:
+            raise ProtocolError(f"clients {again} sent a masked input twice")
+        y = field.check_vector(message.masked, self.params.dimension, "a proxy's masked sum")
+        assert self._s.masked_total is not None
+        self._s.masked_total += y
+        self._s.u3.update(senders)
 
     def close_masked_input(self) -> UnmaskRequest:
         """End Round 2: ``U3`` is every client whose masked input arrived; ask them to unmask."""

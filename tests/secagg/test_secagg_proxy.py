@@ -1,0 +1,93 @@
+"""Secure aggregation through proxies (:mod:`fedrank.secagg.proxy`): proxies add their
+clients' masked inputs and forward one sum each; the server's result is the same exact sum
+as without proxies (with dropouts before and after the masked input), a proxy's forwarded
+sum looks uniform (the senders' self masks), and malformed sums are refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedrank.secagg import field
+from fedrank.secagg.errors import ProtocolError
+from fedrank.secagg.field import FixedPointEncoder
+from fedrank.secagg.inprocess import run_session
+from fedrank.secagg.protocol import MaskedInput, MaskedSum, SecAggParams
+from fedrank.secagg.proxy import MaskedInputProxy
+from tests.secagg.test_secagg_protocol import (
+    SESSION,
+    Session,
+    _assert_uniform_and_unlike,
+    float_inputs,
+    seeded,
+)
+
+
+def test_proxies_summing_masked_inputs_give_the_exact_sum_with_dropouts() -> None:
+    n, t, d = 24, 13, 22
+    enc = FixedPointEncoder.with_max_scale(n, max_abs=1.0)
+    inputs = {u: enc.encode(x) for u, x in float_inputs(n, d, seed=2).items()}
+    proxies = {u: (u - 1) // 8 for u in range(1, 21)}  # 3 proxies of 8; 21..24 direct
+    drop = {3: "masked_input", 12: "masked_input", 5: "unmasking", 22: "unmasking"}
+    params = SecAggParams(SESSION, t, d)
+    result, trace = run_session(
+        params, inputs, drop_before=drop, randbits=seeded(1), proxies=proxies
+    )
+    contributors = [u for u in range(1, n + 1) if drop.get(u) != "masked_input"]
+    assert result.contributors == tuple(contributors)
+    assert result.dropped == (3, 12)
+    assert np.array_equal(result.total, field.sum_vectors([inputs[u] for u in contributors]))
+    plain, _ = run_session(params, inputs, drop_before=drop, randbits=seeded(1))
+    assert np.array_equal(plain.total, result.total)
+    assert len(trace.upload_bytes["masked_input"]) == len(contributors)
+
+
+def test_a_proxys_sum_looks_uniform_to_the_proxy() -> None:
+    """The proxy adds four clients' masked inputs of the same very non-uniform vector: the
+    sum still carries their self masks."""
+    n, t, d = 6, 4, 4096
+    enc = FixedPointEncoder.with_max_scale(n, max_abs=1.0)
+    x = enc.encode(np.linspace(-1.0, 1.0, d))
+    s = Session(n, t, d, seed=6)
+    ids = list(range(1, n + 1))
+    forwarded = s.share(ids, s.advertise(ids))
+    proxy = MaskedInputProxy(d)
+    for u in ids[:4]:
+        proxy.receive(s.clients[u].masked_input(forwarded[u], x))
+    forwarded_sum = proxy.forward()
+    assert forwarded_sum.senders == (1, 2, 3, 4)
+    _assert_uniform_and_unlike(forwarded_sum.masked, field.sum_vectors([x] * 4))
+    s.server.receive_masked_sum(forwarded_sum)
+    for u in ids[4:]:
+        s.server.receive_masked_input(s.clients[u].masked_input(forwarded[u], x))
+    request = s.server.close_masked_input()
+    result, _ = s.unmask(ids, request)
+    assert np.array_equal(result.total, field.sum_vectors([x] * n))
+
+
+def test_malformed_masked_sums_are_refused() -> None:
+    n, t, d = 5, 3, 8
+    s = Session(n, t, d, seed=7)
+    ids = [1, 2, 3, 4]  # client 5 never shares keys: not in U2
+    forwarded = s.share(ids, s.advertise(list(range(1, n + 1))[:4]))
+    x = np.zeros(d, dtype=np.uint64)
+    y1 = s.clients[1].masked_input(forwarded[1], x)
+    zero = np.zeros(d, dtype=np.uint64)
+    for senders, match in (((), "distinct senders"), ((2, 2), "distinct senders"),
+                           ((2, 5), r"\[5\].*not in U2")):  # fmt: skip
+        with pytest.raises(ProtocolError, match=match):
+            s.server.receive_masked_sum(MaskedSum(senders, zero))
+    s.server.receive_masked_input(y1)
+    with pytest.raises(ProtocolError, match=r"\[1\] sent a masked input twice"):
+        s.server.receive_masked_sum(MaskedSum((1, 2), zero))
+    proxy = MaskedInputProxy(d)
+    with pytest.raises(ProtocolError, match="nothing to forward"):
+        proxy.forward()
+    proxy.receive(MaskedInput(2, zero))
+    with pytest.raises(ProtocolError, match="twice"):
+        proxy.receive(MaskedInput(2, zero))
+    proxy.forward()
+    with pytest.raises(ProtocolError, match="once"):
+        proxy.forward()
+    with pytest.raises(ProtocolError, match="Round 2 is over"):
+        proxy.receive(MaskedInput(3, zero))
