@@ -17,7 +17,7 @@ from fedrank.experiments.fedps.data import FedPSData
 from fedrank.experiments.fedps.run import FedPSResult, FedPSSettings, run_fedps
 from fedrank.privacy.accounting import gaussian_epsilon, gaussian_noise_multiplier
 
-FAST = {"rounds": 2, "clients_per_step": 4, "n_topics": 5, "patience": 8, "seed": 1}
+FAST = {"rounds": 1, "clients_per_step": 4, "n_topics": 5, "patience": 8, "seed": 1}
 DP = {"dp_epsilon": 4.0, "dp_clip": 0.5}
 
 
@@ -29,11 +29,11 @@ def test_a_private_run_reports_its_guarantee_and_is_reproducible(small: FedPSDat
     clean = run_fedps(small, FedPSSettings(mode="flat", **FAST))  # type: ignore[arg-type]
     private = run_fedps(small, FedPSSettings(mode="flat", **FAST, **DP))  # type: ignore[arg-type]
     again = run_fedps(small, FedPSSettings(mode="flat", **FAST, **DP))  # type: ignore[arg-type]
-    z = gaussian_noise_multiplier(4.0, 1e-6, 2)
+    z = gaussian_noise_multiplier(4.0, 1e-6, 1)
     privacy = private.to_json()["privacy"]
-    assert privacy["mechanism"] == "gaussian (central)" and privacy["rounds"] == 2
+    assert privacy["mechanism"] == "gaussian (central)" and privacy["rounds"] == 1
     assert privacy["noise_multiplier"] == pytest.approx(z) and privacy["clip"] == 0.5
-    assert privacy["epsilon"] == pytest.approx(gaussian_epsilon(z, 1e-6, 2), rel=1e-9)
+    assert privacy["epsilon"] == pytest.approx(gaussian_epsilon(z, 1e-6, 1), rel=1e-9)
     assert 3.9 < privacy["epsilon"] <= 4.0
     assert clean.to_json()["privacy"]["epsilon"] is None
     assert _maps(private) != _maps(clean)  # the noise changes what is learned
