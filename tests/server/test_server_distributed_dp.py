@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from fedrank.client import Client
+from fedrank.client.sdk import Checkin
 from fedrank.client.secagg import send_secure
-from fedrank.errors import ConfigError
+from fedrank.errors import ConfigError, FedrankError
 from fedrank.privacy.skellam import skellam_noise
 from fedrank.secagg.field import FixedPointEncoder
 from fedrank.server.privacy import distributed_plan, report_config
@@ -144,3 +145,22 @@ def test_distributed_dp_needs_secure_aggregation(tmp_path: Path) -> None:
     text = TOML.replace("[secagg]\nenabled = true\n", "[secagg]\nenabled = false\n")
     with pytest.raises(ConfigError, match="needs \\[secagg\\] enabled = true"):
         offline_config(text, tmp_path)
+
+
+@pytest.mark.parametrize("variance", [float("nan"), -1.0, float("inf"), 2.0**63])
+def test_the_client_refuses_a_noise_share_it_cannot_draw(variance: float) -> None:
+    """A check-in whose ``noise_variance`` is not a finite share that fits 32-bit sums is
+    refused before anything is sent (the client at port 9 is never contacted)."""
+    block = {
+        "session": "AAAAAAAAAAAAAAAAAAAAAA==",
+        "id": 1,
+        "threshold": 2,
+        "dimension": DIM,
+        "l2_bound": CLIP,
+        "scale": 1024.0,
+        "max_clients": K,
+        "noise_variance": variance,
+    }
+    checkin = Checkin("c", True, 0, secagg=block)
+    with Client("http://127.0.0.1:9") as client, pytest.raises(FedrankError, match="noise_var"):
+        send_secure(client, checkin, np.zeros(DIM))

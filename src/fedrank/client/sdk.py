@@ -106,8 +106,8 @@ class Checkin:
     seed: int | None = None
     seed_token: str | None = None
     #: The round's secure-aggregation session (``[secagg]`` servers): ``session``, ``id``,
-    #: ``threshold``, ``dimension``, ``l2_bound``, ``scale``, ``max_clients``
-    #: (:func:`fedrank.client.secagg.send_secure`).
+    #: ``threshold``, ``dimension``, ``l2_bound``, ``scale``, ``max_clients``,
+    #: ``noise_variance`` (:func:`fedrank.client.secagg.send_secure`).
     secagg: dict[str, Any] | None = None
 
     def __getitem__(self, key: str) -> Any:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +31,9 @@ from fedrank.secagg.protocol import SecAggClient, SecAggParams
 
 #: The longest pause between two polls (they start at ``poll_seconds`` and double).
 MAX_POLL_SECONDS = 1.0
+#: The largest per-client noise variance a check-in may ask for: more could not fit the
+#: protocol's 32-bit sums (its standard deviation would exceed ``2**31``).
+MAX_NOISE_VARIANCE = 2.0**62
 #: The stages a client sends in, in order.
 STAGES = ("advertise", "share_keys", "masked_input", "unmasking")
 
@@ -64,8 +66,11 @@ def _session(checkin: Checkin) -> tuple[SecAggParams, int, FixedPointEncoder, st
             float(block["scale"]), int(block["max_clients"]), l2_bound=float(block["l2_bound"])
         )
         noise_variance = float(block.get("noise_variance", 0.0))
-        if not (math.isfinite(noise_variance) and noise_variance >= 0):
-            raise ValueError(f"noise_variance must be a finite number >= 0, got {noise_variance}")
+        if not 0 <= noise_variance <= MAX_NOISE_VARIANCE:
+            raise ValueError(
+                f"noise_variance must be in [0, {MAX_NOISE_VARIANCE:g}] (noise that fits "
+                f"32-bit sums), got {noise_variance}"
+            )
         return params, int(block["id"]), encoder, session, noise_variance
     except (KeyError, TypeError, ValueError, binascii.Error) as exc:
         raise FedrankError(f"the check-in's secagg block is malformed ({exc}): {block}") from exc

@@ -20,6 +20,7 @@ client's ``state_dir`` (``privacy.sqlite3``; one transaction per admission, so s
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import threading
 from collections import Counter
@@ -105,8 +106,10 @@ class UserLedger:
             PrivacyBudgetError: the round is already recorded (one update per round), or
                 the epsilon with it would exceed the budget; nothing is recorded.
         """
-        if not noise_multiplier > 0:
-            raise FedrankError(f"the noise multiplier must be > 0, got {noise_multiplier}")
+        if not (math.isfinite(noise_multiplier) and noise_multiplier > 0):
+            raise FedrankError(
+                f"the noise multiplier must be a finite number > 0, got {noise_multiplier}"
+            )
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")  # one admission at a time, across processes
             try:
