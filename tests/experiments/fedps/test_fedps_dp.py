@@ -59,3 +59,8 @@ def test_cli_run_with_central_dp(aol_log: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "central DP: epsilon 2 per user at delta 1e-06 over 1 rounds" in result.output
     assert json.loads(out.read_text())["runs"][0]["privacy"]["epsilon"] <= 2.0
+
+
+def test_a_budget_outside_the_calibrated_range_fails_before_any_work() -> None:
+    with pytest.raises(ConfigError, match="outside what the noise is calibrated for"):
+        FedPSSettings(mode="flat", dp_epsilon=64.0, dp_clip=0.5)

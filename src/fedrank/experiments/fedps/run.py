@@ -224,6 +224,7 @@ class FedPSSettings:
                     f"update) and dp_delta in (0, 1); got {self.dp_epsilon}, {self.dp_clip}, "
                     f"{self.dp_delta}"
                 )
+            dp_block(self)  # calibrate now: a budget it cannot meet fails before any work
         per = min(self.clients_per_proxy_step, self.clients_per_step)
         if self.mode == "proxy" and self.clients_per_step % per:
             raise ConfigError(
