@@ -576,7 +576,10 @@ def _check_privacy(config: ServerConfig) -> None:
             "[privacy] rounds (the iterations the budget covers) must be in 1..100000",
         ),
         (p.accountant in ("pld", "rdp"), "[privacy] accountant must be pld or rdp"),
-        (p.noise_seed >= -1, "[privacy] noise_seed must be -1 (OS entropy) or >= 0"),
+        (
+            p.noise_seed >= -1,
+            "[privacy] noise_seed must be -1 (the store's secret seed) or >= 0",
+        ),
         (p.mode in ("central", "distributed"), "[privacy] mode must be central or distributed"),
         (
             0 <= p.clip_quantile < 1,
