@@ -21,7 +21,8 @@ from fedrank.privacy.accounting import (
     gaussian_epsilon,
     gaussian_noise_multiplier,
 )
-from tests.server.serverkit import ADMIN_TOKEN, admin, live_server, status
+from tests.server.serverkit import admin, live_server, status
+from tests.server.test_server_privacy import DELTA, EPSILON, ROUNDS, TOML
 
 
 def _direct(multipliers: list[float], delta: float) -> float:
@@ -56,44 +57,29 @@ def test_the_ledger_refuses_a_second_update_in_a_round_and_rounds_past_the_budge
         UserLedger(None, budget=0.0)
 
 
-TOML = f"""
-[server]
-workload = "fedavg"
-admin_token = "{ADMIN_TOKEN}"
-[iteration]
-seconds = 0.0
-min_updates = 1000000000
-[fedavg]
-dim = 3
-[privacy]
-epsilon = 8.0
-clip = 1.0
-rounds = 5
-noise_seed = 1
-"""
-
-
 def test_the_sdk_sends_only_what_the_users_budget_admits(tmp_path: Path) -> None:
-    z = gaussian_noise_multiplier(8.0, 1e-6, 5)
-    budget = gaussian_epsilon(z, 1e-6, 2) * 1.0001  # two rounds of this server's noise
+    """The server's budget covers two iterations; this user's own covers one."""
+    z = gaussian_noise_multiplier(EPSILON, DELTA, ROUNDS)
+    budget = gaussian_epsilon(z, DELTA, 1) * 1.0001
+    update = {"delta": [0.1] * 6, "n": 1}
     with live_server(tmp_path, TOML) as live:
         url = live.process.url
         with Client(url, state_dir=tmp_path / "user", privacy_budget=budget) as client:
-            for r in range(2):
-                assert client.send({"delta": [0.1, 0.2, 0.3], "n": 1}, r).status == "accepted"
-                with pytest.raises(PrivacyBudgetError, match="already sent"):
-                    client.send({"delta": [0.1, 0.2, 0.3], "n": 1}, r)
-                assert admin(live.client, "close").status_code == 200
+            assert client.send(update, 0).status == "accepted"
+            with pytest.raises(PrivacyBudgetError, match="already sent"):
+                client.send(update, 0)
+            assert admin(live.client, "close").status_code == 200
             with pytest.raises(PrivacyBudgetError, match="over its budget"):
-                client.send({"delta": [0.1, 0.2, 0.3], "n": 1}, 2)
-            assert client.send({}, 2, metrics={"loss": 1.0}).status == "accepted"  # a ping
+                client.send(update, 1)
+            assert client.send({}, 1, metrics={"loss": 1.0}).status == "accepted"  # a ping
             assert client.queued() == []
-        assert status(live.client)["updates_accepted_total"] == 3  # 2 updates, 1 ping
+        assert status(live.client)["updates_accepted_total"] == 2  # 1 update, 1 ping
+        assert status(live.client)["privacy"]["budget_spent"] is False  # the server's is not
         with (
             Client(url, state_dir=tmp_path / "user", privacy_budget=budget) as again,
             pytest.raises(PrivacyBudgetError, match="over its budget"),
         ):
-            again.send({"delta": [0.0, 0.0, 0.0], "n": 1}, 2)  # the ledger is on disk
+            again.send(update, 1)  # the ledger is on disk
 
 
 def test_a_budget_refuses_a_server_without_central_dp(tmp_path: Path) -> None:

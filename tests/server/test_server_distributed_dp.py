@@ -22,23 +22,15 @@ from fedrank.privacy.skellam import skellam_noise
 from fedrank.secagg.field import FixedPointEncoder
 from fedrank.server.privacy import distributed_plan, report_config
 from tests.server.serverkit import assert_error, live_server, offline_config, status, wait_until
+from tests.server.test_server_secagg import DIM, L2
+from tests.server.test_server_secagg import TOML as SECAGG_TOML
+from tests.server.test_server_secagg import K as SECAGG_K
 
-K, DIM, CLIP, EPSILON, DELTA = 5, 8, 1.0, 4.0, 1e-6
-TOML = f"""
-[server]
-workload = "fedavg"
-[iteration]
-seconds = 0.0
-[fedavg]
-dim = {DIM}
-[rounds]
-enabled = true
-clients_per_round = {K}
-t_max_seconds = 120.0
-[secagg]
-enabled = true
-l2_bound = {CLIP}
-stage_seconds = 12.0
+K, EPSILON, DELTA = 5, 4.0, 1e-6
+CLIP = L2
+TOML = (
+    SECAGG_TOML.replace(f"clients_per_round = {SECAGG_K}", f"clients_per_round = {K}")
+    + f"""
 [privacy]
 mode = "distributed"
 epsilon = {EPSILON}
@@ -47,6 +39,7 @@ clip = {CLIP}
 rounds = 1
 accountant = "rdp"
 """
+)
 
 
 def _deltas() -> np.ndarray:
