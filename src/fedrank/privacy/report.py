@@ -296,7 +296,16 @@ def report_run(data: dict[str, Any]) -> list[SystemPrivacy]:
     """The guarantees of a run's JSON: ``fedrank frecency simulate --json``, ``fedrank
     foltr train --json`` or ``fedrank fedps run --json``."""
     if "MAP_per_seed" in data and isinstance(data.get("mode"), str):
-        return [fedps_privacy(data["mode"])]
+        runs = data.get("runs") or [{}]
+        s = runs[0].get("settings", {})
+        dp = None
+        if s.get("dp_epsilon"):
+            rounds = int(s["rounds"])
+            dp = central_dp_block(
+                float(s["dp_epsilon"]), float(s["dp_delta"]), float(s["dp_clip"]), rounds, "pld",
+                rounds,
+            )  # fmt: skip
+        return [fedps_privacy(data["mode"], dp)]
     config = data.get("config")
     if not isinstance(config, dict):
         raise ConfigError(

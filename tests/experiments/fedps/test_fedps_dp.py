@@ -16,6 +16,7 @@ from fedrank.errors import ConfigError
 from fedrank.experiments.fedps.data import FedPSData
 from fedrank.experiments.fedps.run import FedPSResult, FedPSSettings, run_fedps
 from fedrank.privacy.accounting import gaussian_epsilon, gaussian_noise_multiplier
+from fedrank.privacy.report import report_run
 
 FAST = {"rounds": 1, "clients_per_step": 4, "n_topics": 5, "patience": 8, "seed": 1}
 DP = {"dp_epsilon": 4.0, "dp_clip": 0.5}
@@ -58,7 +59,11 @@ def test_cli_run_with_central_dp(aol_log: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert "central DP: epsilon 2 per user at delta 1e-06 over 1 rounds" in result.output
-    assert json.loads(out.read_text())["runs"][0]["privacy"]["epsilon"] <= 2.0
+    data = json.loads(out.read_text())
+    assert data["runs"][0]["privacy"]["epsilon"] <= 2.0
+    (row,) = report_run(data)  # what `fedrank privacy report --run` prints
+    assert row.mechanism == "gaussian (central)"
+    assert row.per_user["epsilon"] == pytest.approx(data["runs"][0]["privacy"]["epsilon"])
 
 
 def test_a_budget_outside_the_calibrated_range_fails_before_any_work() -> None:
