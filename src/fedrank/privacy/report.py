@@ -272,10 +272,26 @@ def fpdgd_privacy(config: dict[str, Any], rounds: int) -> SystemPrivacy:
     )
 
 
+def fedps_dp_block(settings: dict[str, Any]) -> dict[str, Any] | None:
+    """The central-DP block of a FedPS run from its settings (``dp_epsilon``, ``dp_delta``,
+    ``dp_clip``, ``rounds``; ``None`` without DP): the Gaussian mechanism calibrated to
+    ``rounds`` participations per user (one step per round), composed over all of them."""
+    if not settings.get("dp_epsilon"):
+        return None
+    rounds = int(settings["rounds"])
+    return central_dp_block(
+        float(settings["dp_epsilon"]),
+        float(settings["dp_delta"]),
+        float(settings["dp_clip"]),
+        rounds,
+        "pld",
+        rounds,
+    )
+
+
 def fedps_privacy(mode: str, dp: dict[str, Any] | None = None) -> SystemPrivacy:
-    """A FedPS run: central DP-FedAvg (``dp``, the block of
-    :func:`fedrank.experiments.fedps.run.dp_block`), or no mechanism; its KL measure is a
-    disclosure figure."""
+    """A FedPS run: central DP-FedAvg (``dp``, :func:`fedps_dp_block`), or no mechanism;
+    its KL measure is a disclosure figure."""
     if dp is not None:
         out = gaussian_privacy("fedps", dp, {"mode": mode})
         out.notes[1] = (
@@ -297,15 +313,7 @@ def report_run(data: dict[str, Any]) -> list[SystemPrivacy]:
     foltr train --json`` or ``fedrank fedps run --json``."""
     if "MAP_per_seed" in data and isinstance(data.get("mode"), str):
         runs = data.get("runs") or [{}]
-        s = runs[0].get("settings", {})
-        dp = None
-        if s.get("dp_epsilon"):
-            rounds = int(s["rounds"])
-            dp = central_dp_block(
-                float(s["dp_epsilon"]), float(s["dp_delta"]), float(s["dp_clip"]), rounds, "pld",
-                rounds,
-            )  # fmt: skip
-        return [fedps_privacy(data["mode"], dp)]
+        return [fedps_privacy(data["mode"], fedps_dp_block(runs[0].get("settings", {})))]
     config = data.get("config")
     if not isinstance(config, dict):
         raise ConfigError(

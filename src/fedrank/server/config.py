@@ -535,9 +535,7 @@ def _check(config: ServerConfig) -> None:
             "server_seeds = false",
         ),
     ]
-    for ok, message in rules:
-        if not ok:
-            raise ConfigError(message)
+    _require(rules)
     if config.privacy.enabled:
         _check_privacy(config)
     if config.privacy.distributed:
@@ -558,6 +556,13 @@ def _check(config: ServerConfig) -> None:
             raise ConfigError(f"branch {b.name!r}: served must be trained or defaults")
     if not any(b.served == "trained" for b in config.branches):
         raise ConfigError("one branch must be served the trained model (served = 'trained')")
+
+
+def _require(rules: list[tuple[bool, str]]) -> None:
+    """Raise the message of the first rule that does not hold."""
+    for ok, message in rules:
+        if not ok:
+            raise ConfigError(message)
 
 
 def _check_privacy(config: ServerConfig) -> None:
@@ -612,9 +617,7 @@ def _check_privacy(config: ServerConfig) -> None:
             "the exact aggregate's sign settles, a decision the noise does not cover",
         ),
     ]
-    for ok, message in rules:
-        if not ok:
-            raise ConfigError(message)
+    _require(rules)
 
 
 def _check_secagg(config: ServerConfig) -> None:
@@ -653,9 +656,7 @@ def _check_secagg(config: ServerConfig) -> None:
             "add the noise, docs/privacy.md)",
         ),
     ]
-    for ok, message in rules:
-        if not ok:
-            raise ConfigError(message)
+    _require(rules)
 
 
 def _check_distributed_privacy(config: ServerConfig) -> None:
@@ -683,9 +684,7 @@ def _check_distributed_privacy(config: ServerConfig) -> None:
             "draw the noise: remove noise_seed",
         ),
     ]
-    for ok, message in rules:
-        if not ok:
-            raise ConfigError(message)
+    _require(rules)
 
 
 def load_config(path: Path | None = None, **overrides: Any) -> ServerConfig:

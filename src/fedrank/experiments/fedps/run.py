@@ -90,7 +90,7 @@ from fedrank.models.peps import PEPSRanker
 from fedrank.privacy import kl_settings
 from fedrank.privacy import profile_kl as kl
 from fedrank.privacy.cover_queries import CoverQueryGenerator
-from fedrank.privacy.report import central_dp_block, fedps_privacy, run_privacy
+from fedrank.privacy.report import fedps_dp_block, fedps_privacy, run_privacy
 from fedrank.retrieval.candidates import UserData, build_users
 from fedrank.simulation.attacks import Attack, FedPSAttacker
 
@@ -368,12 +368,8 @@ def _new_model(
 
 
 def dp_block(settings: FedPSSettings) -> dict[str, Any] | None:
-    """The central-DP block of a run (``None`` without DP): the Gaussian mechanism
-    calibrated to ``rounds`` participations per user, composed over all of them."""
-    if not settings.dp_epsilon:
-        return None
-    s = settings
-    return central_dp_block(s.dp_epsilon, s.dp_delta, s.dp_clip, s.rounds, "pld", s.rounds)
+    """The central-DP block of a run (:func:`fedrank.privacy.report.fedps_dp_block`)."""
+    return fedps_dp_block(asdict(settings))
 
 
 def _seeds(seed: int) -> dict[str, int]:
