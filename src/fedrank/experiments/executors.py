@@ -97,10 +97,17 @@ def job_executor(
 
 
 @contextlib.contextmanager
-def dask_client(dask_workers: int | None, dask_scheduler: str | None) -> Iterator[Client]:
+def dask_client(
+    dask_workers: int | None, dask_scheduler: str | None, preload: Sequence[str] = ()
+) -> Iterator[Client]:
     """A ``distributed.Client`` of a new local cluster of ``dask_workers`` single-threaded
     worker processes, or of the existing cluster at ``dask_scheduler``; closed on exit
-    (with the local cluster)."""
+    (with the local cluster).
+
+    ``preload``: modules a new local cluster's workers import as they start (Dask's worker
+    preload), so that a run which starts the cluster first has the workers import them
+    while it prepares its data, instead of when the first task arrives. The workers of an
+    existing cluster are started by whoever runs it (``dask worker --preload``)."""
     check_executor_options(1, dask_workers, dask_scheduler)
     if dask_workers is None and dask_scheduler is None:
         raise ConfigError("give dask_workers (a local Dask cluster) or dask_scheduler")
@@ -138,6 +145,7 @@ def dask_client(dask_workers: int | None, dask_scheduler: str | None) -> Iterato
                     threads_per_worker=1,
                     processes=True,
                     dashboard_address=None,
+                    preload=list(preload),
                 )
             )
             client = Client(cluster, set_as_default=False)

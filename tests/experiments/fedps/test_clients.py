@@ -21,7 +21,8 @@ from fedrank.errors import ConfigError
 from fedrank.estimators.local_sgd import LocalTraining
 from fedrank.experiments.executors import blocks, dask_client
 from fedrank.experiments.fedps import run as fedps_run
-from fedrank.experiments.fedps.clients import LocalClients
+from fedrank.cli.fedps import CLIENTS_MODULE
+from fedrank.experiments.fedps.clients import LocalClients, evaluation_work
 from fedrank.experiments.fedps.data import FedPSData
 from fedrank.experiments.fedps.run import FedPSResult, FedPSSettings, run_fedps
 from tests.untimed import untimed
@@ -74,8 +75,32 @@ def _comparable(result: FedPSResult) -> str:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    with dask_client(2, None) as client:
+    with dask_client(2, None, preload=[CLIENTS_MODULE]) as client:
         yield client
+
+
+def _preloaded(dask_worker: Any) -> list[str]:
+    return [p.name for p in dask_worker.preloads]
+
+
+def test_the_workers_import_the_clients_code_as_they_start(cluster: Any) -> None:
+    """What `fedrank fedps run --dask-workers` asks of its cluster: each worker imports the
+    clients' module as it starts (while the driver prepares the data), not with its first
+    task."""
+    assert list(cluster.run(_preloaded).values()) == [[CLIENTS_MODULE]] * 2
+
+
+def test_blocks_are_balanced_by_what_each_evaluation_scores(small: FedPSData) -> None:
+    """Blocks split the users by their validation and test candidates (every block takes
+    part in every evaluation), not by their training queries."""
+    work = evaluation_work(small.users)
+    cells = [
+        u.samples("valid").n_candidates.sum() + u.samples("test").n_candidates.sum()
+        for u in small.users
+    ]
+    assert work.tolist() == cells
+    halves = [work[b.start : b.stop].sum() for b in blocks(work, 2)]
+    assert max(halves) - min(halves) <= work.max()
 
 
 @pytest.mark.parametrize("mode", ["flat", "proxy"])
