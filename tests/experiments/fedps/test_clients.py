@@ -17,11 +17,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fedrank.cli import main
+from fedrank.cli.fedps import CLIENTS_MODULE
 from fedrank.errors import ConfigError
 from fedrank.estimators.local_sgd import LocalTraining
 from fedrank.experiments.executors import blocks, dask_client
 from fedrank.experiments.fedps import run as fedps_run
-from fedrank.cli.fedps import CLIENTS_MODULE
 from fedrank.experiments.fedps.clients import LocalClients, evaluation_work
 from fedrank.experiments.fedps.data import FedPSData
 from fedrank.experiments.fedps.run import FedPSResult, FedPSSettings, run_fedps

@@ -7,9 +7,9 @@ the model does. :class:`LocalClients` holds a contiguous block of the run's clie
 model workspace; :class:`DaskClients` splits the clients into one block per Dask worker,
 each a Dask *actor* (created once on its worker, with the public document texts and word
 vectors scattered once to every worker; blocks are contiguous and balanced by the
-candidates their evaluations score, see :func:`evaluation_work`), and each step sends the broadcast parameters to the blocks
-that hold sampled clients. Updates travel back as their non-zero entries (a client's
-update touches only its own words' embedding rows).
+candidates their evaluations score, see :func:`evaluation_work`), and each step sends the
+broadcast parameters to the blocks that hold sampled clients. Updates travel back as their
+non-zero entries (a client's update touches only its own words' embedding rows).
 
 Results are the same bit for bit wherever the clients run: every client's randomness
 (minibatch order, text dropout) is its own, seeded from the run seed and its index, torch
