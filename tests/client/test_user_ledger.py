@@ -1,19 +1,24 @@
 """The user's own privacy ledger (:mod:`fedrank.client.user_ledger`): its epsilon is the PLD
 composition of exactly the rounds the user took part in (``dp_accounting`` called
-directly), it refuses a second update in a round and any round past the user's budget, it
-survives a restart of the client, and through the SDK it stops updates to a real server over
-loopback before anything is sent."""
+directly), for central Gaussian and local pure-epsilon mechanisms alike; it refuses a second
+update in a round and any round past the user's budget, it survives a restart of the client
+(and carries a Gaussian-only ledger over), and through the SDK it stops updates to a real
+server over loopback before anything is sent."""
 
 from __future__ import annotations
 
+import math
+import sqlite3
 from pathlib import Path
 
 import dp_accounting
 import numpy as np
 import pytest
 from dp_accounting import pld
+from dp_accounting.pld import privacy_loss_distribution as pld_of
 
 from fedrank.client import Client
+from fedrank.client.secagg import send_secure
 from fedrank.client.user_ledger import PrivacyBudgetError, UserLedger
 from fedrank.errors import FedrankError
 from fedrank.privacy.accounting import (
@@ -21,7 +26,8 @@ from fedrank.privacy.accounting import (
     gaussian_epsilon,
     gaussian_noise_multiplier,
 )
-from tests.server.serverkit import admin, live_server, status
+from fedrank.strategies.frecency import FrecencyConfig, FrecencyStrategy
+from tests.server.serverkit import ADMIN_TOKEN, admin, live_server, status
 from tests.server.test_server_privacy import DELTA, EPSILON, ROUNDS, TOML
 
 
@@ -36,12 +42,13 @@ def test_epsilon_composes_only_the_users_rounds(tmp_path: Path) -> None:
     ledger = UserLedger(tmp_path, budget=10.0)
     assert ledger.epsilon() == 0.0
     eps = [ledger.admit("s", r, 5.0) for r in (0, 3, 7)]  # 3 of perhaps 10 rounds
-    assert eps[-1] == pytest.approx(gaussian_epsilon(5.0, 1e-6, 3), rel=1e-6)
+    assert eps[-1] == pytest.approx(gaussian_epsilon(5.0, 1e-6, 3), rel=1e-5)
     ledger.admit("other", 0, 2.0)  # another server, another noise: composed too
-    assert ledger.epsilon() == pytest.approx(_direct([5.0, 5.0, 5.0, 2.0], 1e-6), rel=1e-6)
+    # the ledger composes distributions, the accountant events: the same up to discretization
+    assert ledger.epsilon() == pytest.approx(_direct([5.0, 5.0, 5.0, 2.0], 1e-6), rel=1e-5)
     ledger.close()
     reopened = UserLedger(tmp_path, budget=10.0)  # the ledger survives the client
-    assert reopened.multipliers() == [5.0, 5.0, 5.0, 2.0]
+    assert sorted(reopened.events()) == [("gaussian", 2.0)] + [("gaussian", 5.0)] * 3
 
 
 def test_the_ledger_refuses_a_second_update_in_a_round_and_rounds_past_the_budget() -> None:
@@ -52,9 +59,49 @@ def test_the_ledger_refuses_a_second_update_in_a_round_and_rounds_past_the_budge
     ledger.admit("s", 1, 4.0)
     with pytest.raises(PrivacyBudgetError, match="over its budget"):
         ledger.admit("s", 2, 4.0)
-    assert len(ledger.multipliers()) == 2  # the refused round is not recorded
+    assert len(ledger.events()) == 2  # the refused round is not recorded
     with pytest.raises(FedrankError, match="budget must be > 0"):
         UserLedger(None, budget=0.0)
+
+
+def test_local_rounds_compose_as_binary_randomized_response(tmp_path: Path) -> None:
+    """A local epsilon-DP message is accounted as binary randomized response with that
+    epsilon: one message costs its epsilon, many cost less than their sum (the sum is what
+    the server's basic-composition status says), and they compose with Gaussian rounds."""
+    ledger = UserLedger(tmp_path, budget=100.0)
+    one = ledger.admit_local("s", 0, 0.1)
+    assert 0.099 < one <= 0.1 + 1e-3
+    for r in range(1, 100):
+        hundred = ledger.admit_local("s", r, 0.1)
+    assert 3.0 < hundred < 7.0  # well below the basic composition's 10
+    ledger.admit("other", 0, 2.0)
+    rr = pld_of.from_randomized_response(
+        2 / (math.exp(0.1) + 1), 2, value_discretization_interval=PLD_DISCRETIZATION
+    )
+    gauss = pld_of.from_gaussian_mechanism(2.0, value_discretization_interval=PLD_DISCRETIZATION)
+    direct = rr.self_compose(100).compose(gauss).get_epsilon_for_delta(1e-6)
+    assert ledger.epsilon() == pytest.approx(direct, rel=1e-6)
+    assert ledger.epsilon() > max(hundred, gaussian_epsilon(2.0, 1e-6, 1))
+    with pytest.raises(FedrankError, match="epsilon per message must be a finite number"):
+        ledger.admit_local("s", 99, math.inf)
+
+
+def test_a_gaussian_only_ledger_is_carried_over(tmp_path: Path) -> None:
+    """A ledger written before local mechanisms were accounted (table ``rounds``) keeps its
+    rounds: the user's past spending is not forgotten."""
+    with sqlite3.connect(tmp_path / "privacy.sqlite3") as db:
+        db.execute(
+            "CREATE TABLE rounds (server TEXT NOT NULL, round INTEGER NOT NULL, "
+            "noise_multiplier REAL NOT NULL, PRIMARY KEY (server, round))"
+        )
+        db.executemany("INSERT INTO rounds VALUES (?, ?, ?)", [("s", 0, 4.0), ("s", 1, 4.0)])
+    ledger = UserLedger(tmp_path, budget=100.0)
+    assert ledger.events() == [("gaussian", 4.0), ("gaussian", 4.0)]
+    assert ledger.epsilon() == pytest.approx(gaussian_epsilon(4.0, 1e-6, 2), rel=1e-6)
+    with pytest.raises(PrivacyBudgetError, match="already sent an update in round 1"):
+        ledger.admit_local("s", 1, 1.0)
+    ledger.close()
+    assert UserLedger(tmp_path, budget=100.0).events() == [("gaussian", 4.0)] * 2
 
 
 def test_the_sdk_sends_only_what_the_users_budget_admits(tmp_path: Path) -> None:
@@ -82,6 +129,39 @@ def test_the_sdk_sends_only_what_the_users_budget_admits(tmp_path: Path) -> None
             again.send(update, 1)  # the ledger is on disk
 
 
+def test_the_sdk_accounts_randomized_signs_per_message(tmp_path: Path) -> None:
+    """A frecency server with randomized signs announces 22 x 0.5 = 11 per message; a user
+    whose budget covers one message sends one, and the second round is refused."""
+    toml = f"""
+[server]
+workload = "frecency"
+admin_token = "{ADMIN_TOKEN}"
+[iteration]
+seconds = 0.0
+min_updates = 1000000000
+[frecency]
+message = "sign"
+sign_epsilon = 0.5
+[[branches]]
+name = "treatment"
+share = 1.0
+"""
+    config = FrecencyConfig(message="sign", sign_epsilon=0.5)
+    strategy = FrecencyStrategy(config)
+    rng = np.random.default_rng(0)
+    payload = strategy.client_payload(rng.normal(size=22), 3, rng)
+    with live_server(tmp_path, toml) as live:
+        assert status(live.client)["privacy"]["per_message"]["epsilon"] == pytest.approx(11.0)
+        with Client(live.process.url, privacy_budget=11.01, rng=rng) as client:
+            assert client.send(payload, 0).status == "accepted"
+            assert client.ledger is not None
+            assert client.ledger.events() == [("pure", pytest.approx(11.0))]
+            assert admin(live.client, "close").status_code == 200
+            with pytest.raises(PrivacyBudgetError, match="over its budget"):
+                client.send(payload, 1)
+        assert status(live.client)["updates_accepted_total"] == 1
+
+
 def test_a_budget_refuses_a_server_without_central_dp(tmp_path: Path) -> None:
     with live_server(tmp_path, '[server]\nworkload = "fedavg"\n[fedavg]\ndim = 3\n') as live:
         with (
@@ -90,3 +170,13 @@ def test_a_budget_refuses_a_server_without_central_dp(tmp_path: Path) -> None:
         ):
             c.send({"delta": [0.1, 0.2, 0.3], "n": 1}, 0)
         assert status(live.client)["updates_accepted_total"] == 0
+
+
+def test_a_budget_refuses_secure_aggregation(tmp_path: Path) -> None:
+    """The ledger does not account distributed DP yet: a budgeted client does not take part
+    in a secure round rather than send unaccounted."""
+    with (
+        Client("http://127.0.0.1:9", privacy_budget=1.0) as c,
+        pytest.raises(PrivacyBudgetError, match="does not account secure-aggregation"),
+    ):
+        send_secure(c, None, np.zeros(3))  # type: ignore[arg-type]

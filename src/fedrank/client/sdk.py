@@ -19,8 +19,8 @@
 
 With ``privacy_budget`` the client keeps the user's own privacy ledger
 (:mod:`fedrank.client.user_ledger`): an update goes out only to a server that announces
-central DP, and only while the user's epsilon over the rounds it took part in stays within
-the budget.
+central DP or a local mechanism (randomized signs, randomized response), and only while the
+user's epsilon over the rounds it took part in stays within the budget.
 
 Identity: the client's study branch comes from its ``enrollment_id``, a random UUID it
 makes itself and keeps in ``state_dir`` (never anything identifying). Nothing else about
@@ -226,8 +226,9 @@ class Client:
         http: an ``httpx.Client`` to share connections between many clients.
         privacy_budget: the user's own epsilon budget over every round it takes part in
             (:class:`~fedrank.client.user_ledger.UserLedger`, kept in ``state_dir``): each
-            update is sent only to a server running central DP and only while the user's
-            epsilon over its own rounds stays within it; ``None``: no ledger.
+            update is sent only to a server running central DP or a local mechanism, and
+            only while the user's epsilon over its own rounds stays within it; ``None``: no
+            ledger.
         privacy_delta: the delta of ``privacy_budget``.
     """
 
@@ -379,20 +380,31 @@ class Client:
 
     def _admit(self, model_version: int) -> None:
         """Record the round of an update in the user's ledger, from the server's announced
-        central DP (``/v1/status``'s ``privacy``), or refuse it."""
+        mechanism (``/v1/status``'s ``privacy``): central DP with a noise multiplier, or a
+        local mechanism with a finite epsilon per message; else refuse it."""
         assert self.ledger is not None
         response = self._request("GET", "/v1/status")
         if response.status_code != 200:
             raise ClientError(response.status_code, _body(response))
         privacy = dict(response.json().get("privacy") or {})
+        mechanism = str(privacy.get("mechanism", "no privacy mechanism"))
         z = privacy.get("noise_multiplier")
-        if privacy.get("mechanism") != "gaussian (central)" or not isinstance(z, int | float):
+        per_message = privacy.get("per_message")
+        if mechanism == "gaussian (central)" and isinstance(z, int | float):
+            self.ledger.admit(self.base_url, int(model_version), float(z))
+        elif (
+            mechanism.endswith("(local)")
+            and isinstance(per_message, dict)
+            and per_message.get("delta") == 0
+            and isinstance(per_message.get("epsilon"), int | float)
+        ):
+            self.ledger.admit_local(self.base_url, int(model_version), per_message["epsilon"])
+        else:
             raise PrivacyBudgetError(
-                f"this client has a privacy budget, but the server announces "
-                f"{privacy.get('mechanism', 'no privacy mechanism')!r}, not central DP with "
-                "a noise multiplier: nothing was sent"
+                f"this client has a privacy budget, but the server announces {mechanism!r}, "
+                "neither central DP with a noise multiplier nor a local mechanism with an "
+                "epsilon per message: nothing was sent"
             )
-        self.ledger.admit(self.base_url, int(model_version), float(z))
 
     def _deliver(self, message: dict[str, Any], queue_on_failure: bool) -> SendResult:
         mid = message["message_id"]

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from fedrank.client.sdk import Checkin, Client, ClientError, _body
+from fedrank.client.user_ledger import PrivacyBudgetError
 from fedrank.errors import FedrankError
 from fedrank.privacy.skellam import skellam_noise
 from fedrank.secagg import field, wire
@@ -105,7 +106,15 @@ def send_secure(
         ClientError: the server refused a message (e.g. this client dropped out of a stage
             whose deadline passed).
         FedrankError: the session was aborted, or the timeout passed.
+        PrivacyBudgetError: ``client`` keeps a privacy budget: its ledger does not account
+            secure-aggregation rounds (distributed DP) yet, so nothing is sent.
     """
+    if client.ledger is not None:
+        raise PrivacyBudgetError(
+            "this client has a privacy budget, but its ledger does not account secure-"
+            "aggregation rounds (distributed DP) yet: nothing was sent; use a Client without "
+            "privacy_budget for [secagg] servers"
+        )
     if drop_after is not None and drop_after not in STAGES:
         raise FedrankError(f"drop_after must be one of {', '.join(STAGES)}, got {drop_after!r}")
     params, uid, encoder, session, noise_variance = _session(checkin)

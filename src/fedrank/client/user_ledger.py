@@ -1,21 +1,36 @@
-"""The user's own privacy ledger: the rounds of central DP this device took part in, and its
-epsilon over exactly those rounds (docs/privacy.md, "The user's ledger").
+"""The user's own privacy ledger: the rounds this device took part in, under the mechanism
+each server announced, and its epsilon over exactly those rounds (docs/privacy.md, "The
+user's ledger").
 
 The server's ledger (:mod:`fedrank.server.privacy`) counts every closed iteration against
 every user, because it cannot tell users apart: a bound for a user who reports in every
 iteration. A user who takes part in fewer rounds has spent less, and only the device knows
-which rounds it took part in. :class:`UserLedger` records them (server, round, the noise
-multiplier the server announced in ``/v1/status``) and composes the Gaussian mechanisms of
-those rounds with the PLD accountant (:func:`fedrank.privacy.accounting.gaussian_epsilon`,
-``dp_accounting``). :meth:`UserLedger.admit` records a round only if the user's epsilon with
-it stays within the user's own budget; else it raises :class:`PrivacyBudgetError` and the
-SDK sends nothing.
+which rounds it took part in. :class:`UserLedger` records them (server, round, and the
+mechanism from ``/v1/status``) and composes their privacy loss distributions
+(``dp_accounting``'s PLD, as its accountant does):
 
-Rules: one update per user and round (the sensitivity the server's noise covers); a round is
+* ``gaussian``: central DP, one Gaussian mechanism of the announced noise multiplier
+  (sensitivity 1) per round;
+* ``pure``: a local mechanism that makes each message ``epsilon``-DP (delta 0): FOLtR-ES's
+  randomized response, frecency's randomized signs. It is composed as binary randomized
+  response with the same epsilon (keep the true bit with probability ``e^eps / (1 +
+  e^eps)``), whose privacy loss dominates that of every ``epsilon``-DP mechanism (Kairouz,
+  Oh & Viswanath, ICML 2015), so the bound holds whatever the mechanism and is tight for
+  the worst one. Over many rounds of a small epsilon it is well below the basic
+  composition's sum (100 rounds of 0.1: about half at delta 1e-6); a few rounds of a large
+  epsilon cost about their sum.
+
+:meth:`UserLedger.admit` and :meth:`UserLedger.admit_local` record a round only if the
+user's epsilon with it stays within the user's own budget; else they raise
+:class:`PrivacyBudgetError` and the SDK sends nothing.
+
+Rules: one update per user and round (the sensitivity the mechanisms cover); a round is
 recorded when the update is handed to the SDK, before delivery, so an update that is later
 refused (stale) still counts (the ledger errs on the safe side). The ledger lives in the
 client's ``state_dir`` (``privacy.sqlite3``; one transaction per admission, so several
-``Client`` objects or processes may share it), or in memory without one.
+``Client`` objects or processes may share it), or in memory without one. A ledger written
+by a version that knew only the Gaussian mechanism (table ``rounds``) is carried over once,
+in one transaction.
 """
 
 from __future__ import annotations
@@ -25,17 +40,28 @@ import sqlite3
 import threading
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fedrank.errors import FedrankError
 
+if TYPE_CHECKING:
+    from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
+
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS rounds (
+CREATE TABLE IF NOT EXISTS events (
     server TEXT NOT NULL,
     round INTEGER NOT NULL,
-    noise_multiplier REAL NOT NULL,
+    mechanism TEXT NOT NULL CHECK (mechanism IN ('gaussian', 'pure')),
+    value REAL NOT NULL,
     PRIMARY KEY (server, round)
 );
 """
+
+#: The mechanisms a ledger composes, and what ``value`` is for each.
+MECHANISMS = {"gaussian": "noise multiplier", "pure": "epsilon per message"}
+
+#: A recorded round: ``(mechanism, value)``.
+Event = tuple[str, float]
 
 
 class PrivacyBudgetError(FedrankError):
@@ -43,22 +69,34 @@ class PrivacyBudgetError(FedrankError):
     took part in; nothing was sent."""
 
 
-def composed_epsilon(multipliers: list[float], delta: float) -> float:
-    """The epsilon at ``delta`` of one Gaussian mechanism per entry of ``multipliers``
-    (sensitivity 1 each), composed by the PLD accountant; 0 for none."""
-    if not multipliers:
-        return 0.0
-    import dp_accounting
-    from dp_accounting import pld
+def _loss_distribution(mechanism: str, value: float, count: int) -> PrivacyLossDistribution:
+    """The privacy loss distribution of ``count`` rounds of one mechanism (PLD accountant's
+    discretization, pessimistic)."""
+    from dp_accounting.pld import privacy_loss_distribution as pld
 
     from fedrank.privacy.accounting import PLD_DISCRETIZATION
 
-    events = [
-        dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), count)
-        for z, count in sorted(Counter(multipliers).items())
-    ]
-    accountant = pld.PLDAccountant(value_discretization_interval=PLD_DISCRETIZATION)
-    return float(accountant.compose(dp_accounting.ComposedDpEvent(events)).get_epsilon(delta))
+    if mechanism == "gaussian":
+        one = pld.from_gaussian_mechanism(
+            value, sensitivity=1.0, value_discretization_interval=PLD_DISCRETIZATION
+        )
+    else:  # binary randomized response with epsilon = value (module docstring)
+        one = pld.from_randomized_response(
+            2.0 / (math.exp(value) + 1.0), 2, value_discretization_interval=PLD_DISCRETIZATION
+        )
+    return one.self_compose(count) if count > 1 else one
+
+
+def composed_epsilon(events: list[Event], delta: float) -> float:
+    """The epsilon at ``delta`` of the recorded ``events`` (``(mechanism, value)``: see the
+    module docstring), their privacy loss distributions composed; 0 for none."""
+    if not events:
+        return 0.0
+    parts = [_loss_distribution(m, v, k) for (m, v), k in sorted(Counter(events).items())]
+    total = parts[0]
+    for part in parts[1:]:
+        total = total.compose(part)
+    return float(total.get_epsilon_for_delta(delta))
 
 
 class UserLedger:
@@ -84,45 +122,75 @@ class UserLedger:
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA busy_timeout = 30000")
         self._db.executescript(SCHEMA)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Carry a Gaussian-only ledger's ``rounds`` over to ``events`` (module docstring)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                old = self._db.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'rounds'"
+                ).fetchone()
+                if old is not None:
+                    self._db.execute(
+                        "INSERT INTO events SELECT server, round, 'gaussian', noise_multiplier "
+                        "FROM rounds"
+                    )
+                    self._db.execute("DROP TABLE rounds")
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
 
     def close(self) -> None:
         self._db.close()
 
-    def multipliers(self) -> list[float]:
-        """The noise multiplier of every recorded round."""
+    def events(self) -> list[Event]:
+        """Every recorded round's ``(mechanism, value)``."""
         with self._lock:
-            rows = self._db.execute("SELECT noise_multiplier FROM rounds").fetchall()
-        return [float(r[0]) for r in rows]
+            rows = self._db.execute("SELECT mechanism, value FROM events").fetchall()
+        return [(str(m), float(v)) for m, v in rows]
 
     def epsilon(self) -> float:
         """The user's epsilon at :attr:`delta` over the recorded rounds."""
-        return composed_epsilon(self.multipliers(), self.delta)
+        return composed_epsilon(self.events(), self.delta)
 
     def admit(self, server: str, round_: int, noise_multiplier: float) -> float:
-        """Record that the user takes part in ``round_`` of ``server`` under Gaussian noise
-        of ``noise_multiplier``, and return its epsilon with that round.
+        """Record that the user takes part in ``round_`` of ``server`` under central
+        Gaussian noise of ``noise_multiplier``, and return its epsilon with that round.
 
         Raises:
             PrivacyBudgetError: the round is already recorded (one update per round), or
                 the epsilon with it would exceed the budget; nothing is recorded.
         """
-        if not (math.isfinite(noise_multiplier) and noise_multiplier > 0):
+        return self._admit(server, round_, "gaussian", noise_multiplier)
+
+    def admit_local(self, server: str, round_: int, epsilon: float) -> float:
+        """Record that the user sends ``round_``'s message to ``server`` through a local
+        mechanism that makes it ``epsilon``-DP (delta 0), and return its epsilon with that
+        round. Raises as :meth:`admit`."""
+        return self._admit(server, round_, "pure", epsilon)
+
+    def _admit(self, server: str, round_: int, mechanism: str, value: float) -> float:
+        if not (math.isfinite(value) and value > 0):
             raise FedrankError(
-                f"the noise multiplier must be a finite number > 0, got {noise_multiplier}"
+                f"the {MECHANISMS[mechanism]} must be a finite number > 0, got {value}"
             )
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")  # one admission at a time, across processes
             try:
                 taken = self._db.execute(
-                    "SELECT 1 FROM rounds WHERE server = ? AND round = ?", (server, round_)
+                    "SELECT 1 FROM events WHERE server = ? AND round = ?", (server, round_)
                 ).fetchone()
                 if taken is not None:
                     raise PrivacyBudgetError(
                         f"this user already sent an update in round {round_} of {server}: "
-                        "central DP covers one update per user and round"
+                        "the privacy mechanisms cover one update per user and round"
                     )
-                rows = self._db.execute("SELECT noise_multiplier FROM rounds").fetchall()
-                eps = composed_epsilon([float(r[0]) for r in rows] + [noise_multiplier], self.delta)
+                rows = self._db.execute("SELECT mechanism, value FROM events").fetchall()
+                recorded = [(str(m), float(v)) for m, v in rows]
+                eps = composed_epsilon([*recorded, (mechanism, value)], self.delta)
                 if eps > self.budget:
                     raise PrivacyBudgetError(
                         f"taking part in round {round_} would bring this user's epsilon to "
@@ -130,7 +198,7 @@ class UserLedger:
                         "nothing was sent"
                     )
                 self._db.execute(
-                    "INSERT INTO rounds VALUES (?, ?, ?)", (server, round_, noise_multiplier)
+                    "INSERT INTO events VALUES (?, ?, ?, ?)", (server, round_, mechanism, value)
                 )
                 self._db.execute("COMMIT")
             except BaseException:
