@@ -143,11 +143,34 @@ def test_report_refuses_unclear_input(runs: dict[str, Path], tmp_path: Path) -> 
 
 def test_dp_options_refuse_a_bad_budget() -> None:
     assert_clean_failure(run(argv(f"{TINY_STUDY} --dp-epsilon 4 --dp-delta 0")), "delta")
-    for alone in ("--dp-clip-quantile 0.5", "--dp-count-noise 5"):
+    for alone in ("--dp-clip-quantile 0.5", "--dp-count-noise 5", "--dp-denominator 50"):
         assert_clean_failure(run(argv(f"{TINY_STUDY} {alone}")), "give --dp-epsilon")
     assert_clean_failure(
         run(argv(f"{TINY_STUDY} {DP} --dp-count-noise 5")), "give --dp-clip-quantile"
     )
+
+
+def test_a_fixed_denominator_in_a_study(tmp_path: Path) -> None:
+    """``--dp-denominator W``: the noise on each iteration's aggregate is ``z C / W``
+    whatever the count; under Rprop, which steps on signs, the published weights are those
+    of the run without it (dividing by W or by m keeps every sign); under SGD they differ."""
+    docs = {}
+    for name, extra in {
+        "count": "",
+        "fixed": " --dp-denominator 50",
+        "sgd_count": " --optimizer sgd",
+        "sgd_fixed": " --optimizer sgd --dp-denominator 50",
+    }.items():
+        path = tmp_path / f"{name}.json"
+        ok(argv(f"{TINY_STUDY} {DP}{extra} --json", path))
+        docs[name] = _load(path)
+    privacy = docs["fixed"]["privacy"]
+    assert privacy["denominator"] == 50.0 and "participation" in privacy["adjacency"]
+    z = privacy["noise_multiplier"]
+    assert privacy["noise_std_per_iteration"] == pytest.approx([z * 0.05 / 50] * 2)
+    assert "denominator" not in docs["count"]["privacy"]
+    assert docs["fixed"]["published_weights"] == docs["count"]["published_weights"]
+    assert docs["sgd_fixed"]["published_weights"] != docs["sgd_count"]["published_weights"]
 
 
 def test_an_adaptive_clip_in_a_study(tmp_path: Path) -> None:

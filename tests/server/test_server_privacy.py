@@ -222,6 +222,42 @@ def test_the_adaptive_clip_follows_the_norms_privately_and_survives_a_restart(
     assert "adaptive clip" in " ".join(report_config(config, None)[0].notes)
 
 
+def test_a_fixed_denominator_divides_every_close_by_it(tmp_path: Path) -> None:
+    """``[privacy] denominator = 10``: each close is DPStrategy's step with that fixed
+    denominator (5 updates, divided by 10, not 5), and the status says what it protects."""
+    text = TOML + "denominator = 10.0\n"
+    config = offline_config(text, tmp_path)
+    z = gaussian_noise_multiplier(EPSILON, DELTA, ROUNDS)
+    rows = _deltas(3, 5)
+    with live_server(tmp_path, text) as live:
+        client = live.client
+        before = np.array(client.get("/v1/model").json()["params"])
+        for i, row in enumerate(rows):
+            body = {
+                "message_id": f"d{i}",
+                "model_version": 0,
+                "payload": {"delta": row.tolist(), "n": 1},
+            }
+            assert client.post("/v1/updates", json=body).status_code == 202
+        assert admin(client, "close").status_code == 200
+        after = np.array(client.get("/v1/model").json()["params"])
+        privacy = status(client)["privacy"]
+    dp = DPStrategy(
+        FedAvgStrategy(config.fedavg), z, CLIP, np.random.default_rng([7, 0]), denominator=10.0
+    )
+    state = dp.accumulate(dp.zero(), MessageBatch.of_vectors(rows, np.ones(len(rows))))
+    np.testing.assert_allclose(after, dp.server_step(state, before, dp.init(before)).params)
+    by_count = DPStrategy(FedAvgStrategy(config.fedavg), z, CLIP, np.random.default_rng([7, 0]))
+    state = by_count.accumulate(by_count.zero(), MessageBatch.of_vectors(rows, np.ones(5)))
+    assert not np.allclose(after, by_count.server_step(state, before, dp.init(before)).params)
+    report = report_config(config, 1)[0]
+    assert report.parameters["denominator"] == 10.0
+    assert any("fixed denominator 10" in note for note in report.notes)
+    assert privacy["epsilon"] == pytest.approx(report.per_user["epsilon"])
+    with pytest.raises(ConfigError, match="denominator is central DP's"):
+        offline_config(text.replace("[privacy]\n", '[privacy]\nmode = "distributed"\n'), tmp_path)
+
+
 def test_adaptive_clip_settings_that_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="needs count_noise"):
         offline_config(ADAPTIVE.replace("count_noise = 5.0\n", ""), tmp_path)
@@ -253,6 +289,8 @@ def _incoming(engine: Engine, message_id: str, delta: np.ndarray | None = None) 
         (PROXIES_TOML, "proxies"),
         ("[iteration]\nstable_ticks = 3\n", "stable_ticks"),
         ("[privacy]\nepsilon = 1.0\nclip = 1.0\nrounds = 10\nbudget = 3\n", "unknown key"),
+        ("[privacy]\nepsilon = 1.0\nclip = 1.0\nrounds = 10\ndenominator = -1\n", "denominator"),
+        ("[privacy]\nepsilon = 1.0\nclip = 1.0\nrounds = 10\ndenominator = inf\n", "denominator"),
     ],
 )
 def test_privacy_configurations_that_are_refused(tmp_path: Path, extra: str, message: str) -> None:

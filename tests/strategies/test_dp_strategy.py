@@ -60,6 +60,40 @@ def test_the_mean_is_unweighted() -> None:
     np.testing.assert_allclose(_round(dp, updates, np.array([1.0, 1000.0])), 2.0, atol=1e-9)
 
 
+def test_a_fixed_denominator_hides_who_took_part() -> None:
+    """With ``denominator = W`` the aggregate is (clipped sum + noise) / W: with the same
+    noise draw, a user's absence changes it by that user's clipped update over W and
+    nothing else, and an empty round steps on its noise alone. Divided by the count, the
+    same absence rescales every other user's contribution too."""
+    rng = np.random.default_rng(3)
+    updates = rng.normal(size=(10, DIM)) * 0.1
+    updates[0] = np.full(DIM, 5.0)  # clipped to norm 1
+
+    def aggregate(rows: np.ndarray, denominator: float | None) -> np.ndarray:
+        dp = DPStrategy(_fedavg(), 2.0, 1.0, rng=7, denominator=denominator)
+        return _round(dp, rows)
+
+    noise = np.random.default_rng(7).normal(0.0, 2.0 * 1.0, size=DIM)
+    clipped0 = updates[0] / np.linalg.norm(updates[0])
+    with_all, without = aggregate(updates, 8.0), aggregate(updates[1:], 8.0)
+    np.testing.assert_allclose(with_all, (clipped0 + updates[1:].sum(axis=0) + noise) / 8.0)
+    np.testing.assert_allclose(with_all - without, clipped0 / 8.0, atol=1e-12)
+    np.testing.assert_allclose(aggregate(np.zeros((0, DIM)), 8.0), noise / 8.0)
+    by_count = aggregate(updates, None) - aggregate(updates[1:], None)
+    assert not np.allclose(by_count, clipped0 / 10.0, atol=1e-3)  # the others rescale too
+    dp = DPStrategy(_fedavg(), 2.0, 1.0, rng=7, denominator=8.0)
+    assert dp.noise_std(3) == dp.noise_std(30) == pytest.approx(2.0 / 8.0)
+    privacy = dp.run_privacy(DPConfig(epsilon=1.0, delta=1e-6, clip=1.0), 4, [10] * 4)
+    assert privacy["denominator"] == 8.0 and "participation is protected" in privacy["adjacency"]
+    for bad in (0.0, -1.0, float("inf")):
+        with pytest.raises(ConfigError, match="denominator"):
+            DPStrategy(_fedavg(), 2.0, 1.0, rng=7, denominator=bad)
+        with pytest.raises(ConfigError, match="denominator"):
+            DPConfig(epsilon=1.0, delta=1e-6, clip=1.0, denominator=bad)
+    config = DPConfig(epsilon=1.0, delta=1e-6, clip=1.0, denominator=5.0)
+    assert DPStrategy.for_budget(_fedavg(), config, 4, rng=0).denominator == 5.0
+
+
 def test_same_seed_same_result_other_seed_other_noise() -> None:
     updates = np.random.default_rng(5).normal(size=(30, DIM))
 

@@ -127,6 +127,9 @@ def _seed_list(text: str | None) -> list[int] | None:
 @click.option("--dp-delta", type=float, default=None, help="its delta (default 1e-6)")
 @click.option("--dp-clip", type=float, default=None,
               help="the L2 bound of every update (required with --dp-epsilon)")  # fmt: skip
+@click.option("--dp-denominator", type=float, default=None,
+              help="divide each step's noised sum by this fixed number (e.g. K) instead of "
+              "the step's count, so that the model hides who took part")  # fmt: skip
 @attack_options(SYSTEM_ATTACKS["fedps"], "the users (a fixed set; flat and proxy modes)")
 @dask_options("the clients of a flat or proxy run", "; same result as one process")
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False))

@@ -391,6 +391,7 @@ def frecency_simulate(
     dp_clip: float,
     dp_clip_quantile: float | None,
     dp_count_noise: float | None,
+    dp_denominator: float | None,
     **settings: Any,
 ) -> None:
     """Simulate the federated frecency study (optimization + evaluation phases); with
@@ -404,7 +405,9 @@ def frecency_simulate(
         settings["n_users"] = None  # every user of the log
     config = FrecencyStudyConfig(track_stability=stability, **settings)
     poison = attack_from_options("frecency", malicious, attack, attack_factor)
-    dp = dp_from_options(dp_epsilon, dp_delta, dp_clip, dp_clip_quantile, dp_count_noise)
+    dp = dp_from_options(
+        dp_epsilon, dp_delta, dp_clip, dp_clip_quantile, dp_count_noise, dp_denominator
+    )
     result = _run_study(config, dask_workers, dask_scheduler, poison, dp)
     _summarize(result)
     echo_attack(result.attack)

@@ -78,6 +78,15 @@ def dp_options(func: _F) -> _F:
             "updates within the clip (default: the treatment users / 20, Andrew et al.'s "
             "choice).",
         ),
+        click.option(
+            "--dp-denominator",
+            type=float,
+            default=None,
+            help="--dp-epsilon: divide each iteration's noised sum by this fixed number "
+            "(about the treatment users) instead of the iteration's count, so that the model "
+            "hides who took part (McMahan et al. 2018). Rprop steps on signs only, so it "
+            "changes nothing there; it matters with --optimizer sgd or adam.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -90,14 +99,16 @@ def dp_from_options(
     clip: float,
     clip_quantile: float | None = None,
     count_noise: float | None = None,
+    denominator: float | None = None,
 ) -> DPConfig | None:
-    """The budget of ``--dp-epsilon/--dp-delta/--dp-clip`` and the adaptive clip of
-    ``--dp-clip-quantile/--dp-count-noise`` (``None`` without ``--dp-epsilon``)."""
+    """The budget of ``--dp-epsilon/--dp-delta/--dp-clip``, the adaptive clip of
+    ``--dp-clip-quantile/--dp-count-noise`` and the fixed ``--dp-denominator`` (``None``
+    without ``--dp-epsilon``)."""
     if epsilon is None:
-        if clip_quantile is not None or count_noise is not None:
+        if clip_quantile is not None or count_noise is not None or denominator is not None:
             raise click.UsageError(
-                "--dp-clip-quantile and --dp-count-noise adapt the clip of central DP: give "
-                "--dp-epsilon too"
+                "--dp-clip-quantile, --dp-count-noise and --dp-denominator belong to central "
+                "DP: give --dp-epsilon too"
             )
         return None
     if count_noise is not None and clip_quantile is None:
@@ -112,6 +123,7 @@ def dp_from_options(
         clip=clip,
         clip_quantile=clip_quantile,
         count_noise=count_noise,
+        denominator=denominator,
     )
 
 

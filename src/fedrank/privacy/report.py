@@ -134,9 +134,15 @@ def gaussian_privacy(
     z, delta, rounds = privacy["noise_multiplier"], privacy["delta"], privacy["rounds"]
     accountant = privacy.get("accountant", "pld")
     one = gaussian_epsilon(z, delta, 1, privacy.get("sampling_rate", 1.0), accountant)
+    fixed = privacy.get("denominator") or (parameters or {}).get("denominator")
+    counted = (
+        f"a fixed denominator ({fixed:g}) keeps the number of updates per iteration out of "
+        "the model"
+        if fixed
+        else "the number of updates per iteration is not protected"
+    )
     notes = [
-        f"adjacency: {privacy.get('adjacency', 'add-or-remove one user')}; the number of "
-        "updates per iteration is not protected",
+        f"adjacency: {privacy.get('adjacency', 'add-or-remove one user')}; {counted}",
         "sampling_rate 1.0: every user is counted in every iteration (users report when "
         "they search or check in, not by a random sample of the population), so no "
         "amplification by subsampling is claimed",
@@ -274,12 +280,13 @@ def fpdgd_privacy(config: dict[str, Any], rounds: int) -> SystemPrivacy:
 
 def fedps_dp_block(settings: dict[str, Any]) -> dict[str, Any] | None:
     """The central-DP block of a FedPS run from its settings (``dp_epsilon``, ``dp_delta``,
-    ``dp_clip``, ``rounds``; ``None`` without DP): the Gaussian mechanism calibrated to
-    ``rounds`` participations per user (one step per round), composed over all of them."""
+    ``dp_clip``, ``rounds``, optionally ``dp_denominator``; ``None`` without DP): the
+    Gaussian mechanism calibrated to ``rounds`` participations per user (one step per
+    round), composed over all of them."""
     if not settings.get("dp_epsilon"):
         return None
     rounds = int(settings["rounds"])
-    return central_dp_block(
+    block = central_dp_block(
         float(settings["dp_epsilon"]),
         float(settings["dp_delta"]),
         float(settings["dp_clip"]),
@@ -287,6 +294,9 @@ def fedps_dp_block(settings: dict[str, Any]) -> dict[str, Any] | None:
         "pld",
         rounds,
     )
+    if settings.get("dp_denominator"):
+        block["denominator"] = float(settings["dp_denominator"])
+    return block
 
 
 def fedps_privacy(mode: str, dp: dict[str, Any] | None = None) -> SystemPrivacy:

@@ -99,6 +99,9 @@ A complete example (every key optional; these are the defaults)::
     count_noise = 0.0            # sigma_b of that estimate (required with clip_quantile;
                                  # Andrew et al.: the expected updates per iteration / 20)
     clip_eta = 0.2               # the adaptive clip's learning rate
+    denominator = 0.0            # central only: divide each noised sum by this fixed number
+                                 # (about the expected updates per iteration), so that the
+                                 # model hides who took part too; 0: by the iteration's count
 
     [metrics]                    # the metrics clients may report: name = [low, high]
     loss = [0.0, 1e9]            # (given, the table replaces the workload's defaults,
@@ -243,6 +246,9 @@ class PrivacySection:
     clip_quantile: float = 0.0
     count_noise: float = 0.0
     clip_eta: float = 0.2
+    #: Central only: the fixed denominator ``W`` of :class:`~fedrank.strategies.dp.
+    #: DPStrategy` (0: the iteration's count of updates).
+    denominator: float = 0.0
 
     @property
     def adaptive(self) -> bool:
@@ -600,6 +606,16 @@ def _check_privacy(config: ServerConfig) -> None:
             "[privacy] clip_quantile needs count_noise > 0 (sigma_b, the noise on the count "
             "of updates within the clip; Andrew et al. take the expected updates per "
             "iteration / 20)",
+        ),
+        (
+            math.isfinite(p.denominator) and 0 <= p.denominator <= 1e9,
+            f"[privacy] denominator must be in [0, 1e9] (0: divide by the iteration's count), "
+            f"got {p.denominator:g}",
+        ),
+        (
+            p.denominator == 0 or p.mode == "central",
+            "[privacy] denominator is central DP's: under mode = 'distributed' the decoded "
+            "sum is divided by the round's contributors",
         ),
         (
             not (p.adaptive and p.mode == "distributed"),

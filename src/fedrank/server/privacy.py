@@ -123,7 +123,12 @@ class PrivacyLedger:
         s = self.section
         adaptive = AdaptiveClip(s.clip_quantile, s.count_noise, s.clip_eta) if s.adaptive else None
         self._dp = DPStrategy(
-            strategy, noise_multiplier(s), s.clip, np.random.default_rng(), adaptive
+            strategy,
+            noise_multiplier(s),
+            s.clip,
+            np.random.default_rng(),
+            adaptive,
+            s.denominator or None,
         )
         return self._dp
 
@@ -262,9 +267,18 @@ def report_config(config: ServerConfig, rounds: int | None) -> list[SystemPrivac
                 ps.accountant,
                 ps.rounds if rounds is None else rounds,
             )
-            out = gaussian_privacy(workload, block, {"budget_epsilon": ps.epsilon})
+            fixed = {"denominator": ps.denominator} if ps.denominator else {}
+            out = gaussian_privacy(workload, block, {"budget_epsilon": ps.epsilon, **fixed})
             if ps.adaptive:
                 _describe_adaptive_clip(out, ps, block["noise_multiplier"])
+            if ps.denominator:
+                out.notes.append(
+                    f"fixed denominator {ps.denominator:g}: each iteration's noised sum is "
+                    "divided by it, not by the iteration's count, so the model depends on the "
+                    "noised sums only and hides who took part as well as what they sent (the "
+                    "counts in /v1/status and the store are the operator's, outside the "
+                    "guarantee)"
+                )
         out.notes.append(
             f"the server refuses updates and closes after {ps.rounds} iterations "
             f"(epsilon {ps.epsilon:g} at delta {ps.delta:g})"

@@ -24,16 +24,21 @@ and the constraints; it replaces the aggregation:
    the round's ``m`` updates (:class:`~fedrank.privacy.gaussian.GaussianSumMechanism`)
    before the optimizer: the sum of the clipped updates plus ``N(0, (z C)^2)``, divided by
    ``m`` (adaptive: ``z_u`` and the round's clip ``C_t``; :meth:`DPStrategy.next_zero`
-   then draws the count's noise and sets ``C_{t+1}``).
+   then draws the count's noise and sets ``C_{t+1}``). With a fixed ``denominator`` ``W``
+   (McMahan et al. 2018's fixed-denominator estimator), the noised sum is divided by ``W``
+   instead of ``m``, every round (an empty one steps on its noise alone): the released
+   aggregate is then a function of the noised sum only, so a user's participation is
+   protected as well as its update, without taking ``m`` as public.
 
 Adjacency: add or remove one user, who sends at most one update per round (in the frecency
 study a client's message is the mean gradient of its own searches of the iteration, one per
 user). Then the sum's sensitivity is ``C`` and each round is ``dp_accounting``'s
 ``GaussianDpEvent(z)``; a run of ``T`` rounds is their composition
 (:meth:`DPStrategy.guarantee`; :mod:`fedrank.privacy.accounting`). The number ``m`` of a
-round's updates is treated as public (it is not noised; the server sees it, and a
-simulation's results list it); for neighbours with the same participants (replace-one) the
-guarantee is that of multiplier ``z / 2`` (``adjacency="replace-one"``).
+round's updates is treated as public unless ``denominator`` is set (it is not noised; the
+server sees it, and a simulation's results list it); for neighbours with the same
+participants (replace-one) the guarantee is that of multiplier ``z / 2``
+(``adjacency="replace-one"``).
 
 The noise comes from a seeded ``numpy.random.Generator`` (reproducible; one draw of ``d``
 normals per :meth:`~DPStrategy.server_step`, empty rounds included). A deployment needs a
@@ -88,6 +93,9 @@ class DPConfig:
         count_noise: ``sigma_b`` of the adaptive clip; ``None``: Andrew et al.'s choice,
             the expected number of updates per round over 20 (the runner knows it).
         clip_eta: the adaptive clip's learning rate (Andrew et al.: 0.2).
+        denominator: ``W``: divide each round's noised sum by this fixed number (about the
+            expected updates per round) instead of the round's count (module docstring);
+            ``None`` (default): the count.
     """
 
     epsilon: float
@@ -97,6 +105,7 @@ class DPConfig:
     clip_quantile: float | None = None
     count_noise: float | None = None
     clip_eta: float = 0.2
+    denominator: float | None = None
 
     def __post_init__(self) -> None:
         check_hyperparameter("epsilon (the per-user privacy budget)", self.epsilon)
@@ -114,6 +123,8 @@ class DPConfig:
         if self.clip_quantile is None and self.count_noise is not None:
             raise ConfigError("count_noise belongs to the adaptive clip: give clip_quantile too")
         self.adaptive(1)  # validates the adaptive clip's settings
+        if self.denominator is not None:
+            _check_denominator(self.denominator)
 
     def adaptive(self, expected_updates: int) -> AdaptiveClip | None:
         """The adaptive clip (``None``: a fixed one); its count noise ``count_noise``, or
@@ -134,6 +145,12 @@ class DPConfig:
         return gaussian_noise_multiplier(
             self.epsilon, self.delta, rounds, sampling_rate, self.accountant
         )
+
+
+def _check_denominator(value: float) -> float:
+    return check_hyperparameter(
+        "denominator (W: the fixed number each round's noised sum is divided by)", value
+    )
 
 
 def _check_inner(inner: Strategy, clip: float) -> None:
@@ -178,6 +195,8 @@ class DPStrategy(Strategy):
         rng: the noise's generator, or a seed for one (an int or a ``SeedSequence``).
         adaptive: a clip that follows a quantile of the update norms, privately; ``None``
             (default): a fixed clip.
+        denominator: ``W``: divide the noised sum by this fixed number, not by the round's
+            count (participation protected; module docstring); ``None``: the count.
 
     ``accumulate`` folds updates with weight 1 each, whatever their ``n``.
     """
@@ -191,8 +210,10 @@ class DPStrategy(Strategy):
         clip: float,
         rng: np.random.Generator | np.random.SeedSequence | int,
         adaptive: AdaptiveClip | None = None,
+        denominator: float | None = None,
     ) -> None:
         self.adaptive = adaptive
+        self.denominator = None if denominator is None else _check_denominator(denominator)
         self.budget_multiplier = check_hyperparameter("noise_multiplier", noise_multiplier)
         update = (
             noise_multiplier
@@ -238,6 +259,7 @@ class DPStrategy(Strategy):
             config.clip,
             rng,
             config.adaptive(expected_updates),
+            config.denominator,
         )
 
     def __repr__(self) -> str:
@@ -278,8 +300,12 @@ class DPStrategy(Strategy):
 
     def noise_std(self, count: int, clip: float | None = None) -> float:
         """The noise's standard deviation per coordinate of the mean of ``count`` updates
-        clipped to ``clip`` (default: the first round's): ``z_u C / count``."""
-        return self._mechanism(clip).mean_std(count)
+        clipped to ``clip`` (default: the first round's): ``z_u C / count``, or ``z_u C /
+        W`` with a fixed denominator."""
+        mechanism = self._mechanism(clip)
+        if self.denominator is not None:
+            return mechanism.sum_std / self.denominator
+        return mechanism.mean_std(count)
 
     def _mechanism(self, clip: float | None) -> GaussianSumMechanism:
         if clip is None or clip == self.mechanism.clip:
@@ -312,10 +338,14 @@ class DPStrategy(Strategy):
 
     def noisy_aggregate(self, state: NormBoundedState) -> np.ndarray:
         """The round's unweighted mean of clipped updates plus ``N(0, (z_u C_t / m)^2)`` per
-        coordinate, ``C_t`` the round's clip (draws the round's noise)."""
+        coordinate, ``C_t`` the round's clip (draws the round's noise); with a fixed
+        denominator ``W``, the sum plus ``N(0, (z_u C_t)^2)`` over ``W``."""
         self.aggregator.check_consistent(state)
         mechanism = self._mechanism(state.bound)
-        return mechanism.noisy_mean(state.inner.weighted_sum, state.count, self.rng_)
+        total = state.inner.weighted_sum
+        if self.denominator is not None:
+            return (total + mechanism.noise(total.size, self.rng_)) / self.denominator
+        return mechanism.noisy_mean(total, state.count, self.rng_)
 
     def next_zero(self, state: NormBoundedState) -> NormBoundedState:
         """The next round's empty aggregate: with an adaptive clip, its clip from this
@@ -394,6 +424,16 @@ class DPStrategy(Strategy):
                 clip_eta=a.eta,
                 update_noise_multiplier=self.update_noise_multiplier,
                 clip_per_iteration=list(self.clips),
+            )
+        if self.denominator is not None:
+            out["denominator"] = self.denominator
+            out["aggregate"] += (
+                "; with the fixed denominator: the noised sum divided by denominator, not by m"
+            )
+            out["adjacency"] = (
+                "add-or-remove one user (one clipped update per user and round); the model "
+                "depends on the noised sums only (fixed denominator), so participation is "
+                "protected too"
             )
         if counts is not None and self.adaptive is None:
             out["noise_std_per_iteration"] = [self.noise_std(m) for m in counts]

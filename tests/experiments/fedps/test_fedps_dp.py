@@ -49,18 +49,22 @@ def test_dp_needs_a_federated_mode_and_a_clip() -> None:
         FedPSSettings(mode="central", **DP)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="dp_clip > 0"):
         FedPSSettings(mode="flat", dp_epsilon=4.0)
+    for bad in ({"dp_denominator": 10.0}, {**DP, "dp_denominator": 0.0}):
+        with pytest.raises(ConfigError, match="dp_denominator"):
+            FedPSSettings(mode="flat", **bad)  # type: ignore[arg-type]
 
 
 def test_cli_run_with_central_dp(aol_log: Path, tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     args = ["fedps", "run", "--mode", "flat", "--log", str(aol_log), "--users", "8", "--seed",
             "1", "--rounds", "1", "-k", "4", "--dp-epsilon", "2", "--dp-clip", "1",
-            "--json", str(out)]  # fmt: skip
+            "--dp-denominator", "4", "--json", str(out)]  # fmt: skip
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert "central DP: epsilon 2 per user at delta 1e-06 over 1 rounds" in result.output
     data = json.loads(out.read_text())
     assert data["runs"][0]["privacy"]["epsilon"] <= 2.0
+    assert data["runs"][0]["settings"]["dp_denominator"] == 4.0
     (row,) = report_run(data)  # what `fedrank privacy report --run` prints
     assert row.mechanism == "gaussian (central)"
     assert row.per_user["epsilon"] == pytest.approx(data["runs"][0]["privacy"]["epsilon"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -54,3 +56,12 @@ def test_central_dp_clips_unweighted_and_adds_the_calibrated_noise() -> None:
     np.testing.assert_allclose(server.broadcast(), clipped_mean + noise, rtol=0, atol=1e-6)
     plain = FedPSServer(np.zeros(4, dtype=np.float32))
     assert plain.prepare(Message(update=rows[0], n=50)).n == 50
+    # a fixed denominator W = 4 (e.g. K, when stragglers leave 2 of 4): the sum over 4
+    fixed = FedPSServer(np.zeros(4, dtype=np.float32), dp=dataclasses.replace(dp, denominator=4))
+    state = fixed.aggregator.zero()
+    for row in rows:
+        state = fixed.aggregator.accumulate(state, fixed.prepare(Message(update=row, n=1)))
+    fixed.apply(state)
+    noise = np.random.default_rng(5).normal(0.0, 0.7 * 1.0, size=4)
+    expected = (rows[0] / 5.0 + rows[1] + noise) / 4
+    np.testing.assert_allclose(fixed.broadcast(), expected, rtol=0, atol=1e-6)

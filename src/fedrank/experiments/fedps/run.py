@@ -46,6 +46,7 @@ from the search engine). :func:`run_seeds` repeats a mode over training seeds.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -152,6 +153,9 @@ class FedPSSettings:
             participations within ``(dp_epsilon, dp_delta)`` (every client takes part in
             exactly one step per round), updates clipped to ``dp_clip``.
         dp_delta, dp_clip: the budget's delta and the clip ``C``.
+        dp_denominator: divide each step's noised sum by this fixed number instead of the
+            step's count of updates (``None``: the count), so that the model hides who took
+            part (McMahan et al. 2018; e.g. ``clients_per_step``).
     """
 
     mode: str
@@ -180,6 +184,7 @@ class FedPSSettings:
     dp_epsilon: float = 0.0
     dp_delta: float = 1e-6
     dp_clip: float = 0.0
+    dp_denominator: float | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -225,6 +230,13 @@ class FedPSSettings:
                     f"{self.dp_delta}"
                 )
             dp_block(self)  # calibrate now: a budget it cannot meet fails before any work
+        if self.dp_denominator is not None and not (
+            self.dp_epsilon and math.isfinite(self.dp_denominator) and self.dp_denominator > 0
+        ):
+            raise ConfigError(
+                f"dp_denominator (the fixed denominator of central DP's step) needs dp_epsilon "
+                f"and must be a finite number > 0, got {self.dp_denominator}"
+            )
         per = min(self.clients_per_proxy_step, self.clients_per_step)
         if self.mode == "proxy" and self.clients_per_step % per:
             raise ConfigError(
@@ -510,7 +522,9 @@ def train_federated(
         settings.server_learning_rate,
         None
         if block is None
-        else CentralDP(block["noise_multiplier"], settings.dp_clip, seeds["dp"]),
+        else CentralDP(
+            block["noise_multiplier"], settings.dp_clip, seeds["dp"], settings.dp_denominator
+        ),
     )
     training = LocalTraining(
         settings.local_epochs,

@@ -35,11 +35,14 @@ from fedrank.strategies.fedavg import FedAvgConfig, FedAvgStrategy
 
 @dataclasses.dataclass(frozen=True)
 class CentralDP:
-    """DP-FedAvg's settings: noise multiplier ``z``, clip ``C`` and the noise's seed."""
+    """DP-FedAvg's settings: noise multiplier ``z``, clip ``C``, the noise's seed, and the
+    fixed denominator ``W`` (``None``: each step's count; :class:`~fedrank.strategies.dp.
+    DPStrategy`)."""
 
     noise_multiplier: float
     clip: float
     seed: int
+    denominator: float | None = None
 
 
 class FedPSServer:
@@ -66,7 +69,13 @@ class FedPSServer:
         self.strategy: Strategy = (
             fedavg
             if dp is None
-            else DPStrategy(fedavg, dp.noise_multiplier, dp.clip, np.random.default_rng(dp.seed))
+            else DPStrategy(
+                fedavg,
+                dp.noise_multiplier,
+                dp.clip,
+                np.random.default_rng(dp.seed),
+                denominator=dp.denominator,
+            )
         )
         self.private = dp is not None
         self._fedavg = fedavg
