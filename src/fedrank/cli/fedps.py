@@ -109,6 +109,11 @@ def _seed_list(text: str | None) -> list[int] | None:
               help="share of responses later than T_max (default 0.1)")  # fmt: skip
 @click.option("--t-max", type=float, default=None, help="T_max in seconds (default: calibrated)")
 @click.option("--upload", type=click.Choice(["all", "frequent", "frozen"]), default=None)
+@click.option("--sampling", type=click.Choice(["shuffle", "poisson"]), default=None,
+              help="FedPSFlat's clients per step: shuffle (the paper: every client once a "
+              "round) or poisson (each client in each step with probability K/N; with "
+              "--dp-epsilon it needs --dp-denominator and gives amplification by "
+              "subsampling)")  # fmt: skip
 @click.option("--client-metrics", is_flag=True, default=None,
               help="clients also send their training loss")  # fmt: skip
 @click.option("--cover-queries", type=int, default=None, help="m cover queries per query")

@@ -41,6 +41,7 @@ guarantee of noise multiplier ``z / 2``.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from types import ModuleType
@@ -256,7 +257,18 @@ def _calibrate(
             inner = dp.PoissonSampledDpEvent(sampling_rate, inner)
         return dp.SelfComposedDpEvent(inner, rounds)
 
-    z_rdp = float(dp.calibrate_dp_mechanism(dp.rdp.RdpAccountant, event, target, delta, tol=1e-9))
+    # The RDP search tries small multipliers at which dp_accounting's subsampled-Gaussian
+    # series cannot converge for the lowest orders; it drops those orders (still an upper
+    # bound) and logs a warning for each try, dozens per calibration: quieted here.
+    absl = logging.getLogger("absl")
+    level = absl.level
+    absl.setLevel(logging.ERROR)
+    try:
+        z_rdp = float(
+            dp.calibrate_dp_mechanism(dp.rdp.RdpAccountant, event, target, delta, tol=1e-9)
+        )
+    finally:
+        absl.setLevel(level)
     if accountant == "rdp":
         return z_rdp
 

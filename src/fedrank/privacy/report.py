@@ -278,21 +278,34 @@ def fpdgd_privacy(config: dict[str, Any], rounds: int) -> SystemPrivacy:
     )
 
 
-def fedps_dp_block(settings: dict[str, Any]) -> dict[str, Any] | None:
+def fedps_dp_block(settings: dict[str, Any], n_users: int | None = None) -> dict[str, Any] | None:
     """The central-DP block of a FedPS run from its settings (``dp_epsilon``, ``dp_delta``,
-    ``dp_clip``, ``rounds``, optionally ``dp_denominator``; ``None`` without DP): the
-    Gaussian mechanism calibrated to ``rounds`` participations per user (one step per
-    round), composed over all of them."""
+    ``dp_clip``, ``rounds``, optionally ``dp_denominator`` and ``sampling``; ``None``
+    without DP): the Gaussian mechanism calibrated to the steps a user can take part in,
+    composed over all of them. Shuffled rounds (the default): one step per round, ``rounds``
+    in all. Poisson sampling (``sampling = "poisson"``, which needs the run's ``n_users``):
+    every step of every round, ``ceil(N / K)`` steps a round, each user in each with
+    probability ``K / N`` (amplification by subsampling)."""
     if not settings.get("dp_epsilon"):
         return None
     rounds = int(settings["rounds"])
+    steps, rate = rounds, 1.0
+    if settings.get("sampling") == "poisson":
+        if n_users is None or n_users < 1:
+            raise ConfigError(
+                "a Poisson-sampled FedPS run's guarantee depends on its number of users: "
+                "give n_users (the run JSON's data.users)"
+            )
+        k = min(int(settings["clients_per_step"]), n_users)
+        steps, rate = rounds * math.ceil(n_users / k), k / n_users
     block = central_dp_block(
         float(settings["dp_epsilon"]),
         float(settings["dp_delta"]),
         float(settings["dp_clip"]),
-        rounds,
+        steps,
         "pld",
-        rounds,
+        steps,
+        rate,
     )
     if settings.get("dp_denominator"):
         block["denominator"] = float(settings["dp_denominator"])
@@ -304,10 +317,16 @@ def fedps_privacy(mode: str, dp: dict[str, Any] | None = None) -> SystemPrivacy:
     its KL measure is a disclosure figure."""
     if dp is not None:
         out = gaussian_privacy("fedps", dp, {"mode": mode})
+        rate = float(dp.get("sampling_rate", 1.0))
         out.notes[1] = (
             "each user takes part in exactly one step per round (a shuffled schedule, not "
             "random sampling): its epsilon composes one Gaussian mechanism per round, no "
             "amplification by subsampling is claimed"
+            if rate == 1.0
+            else f"each step samples every user independently with probability {rate:.4g} "
+            f"(Poisson; the sample is the server's secret and the model depends on the "
+            f"noised sums only, by the fixed denominator): its epsilon composes "
+            f"{dp['rounds']} subsampled Gaussian mechanisms (amplification by subsampling)"
         )
         return out
     return no_privacy(
@@ -323,7 +342,9 @@ def report_run(data: dict[str, Any]) -> list[SystemPrivacy]:
     foltr train --json`` or ``fedrank fedps run --json``."""
     if "MAP_per_seed" in data and isinstance(data.get("mode"), str):
         runs = data.get("runs") or [{}]
-        return [fedps_privacy(data["mode"], fedps_dp_block(runs[0].get("settings", {})))]
+        users = (runs[0].get("data") or {}).get("users")
+        block = fedps_dp_block(runs[0].get("settings", {}), users)
+        return [fedps_privacy(data["mode"], block)]
     config = data.get("config")
     if not isinstance(config, dict):
         raise ConfigError(
@@ -345,34 +366,43 @@ def report_run(data: dict[str, Any]) -> list[SystemPrivacy]:
 
 
 @functools.cache
-def budget_noise_multiplier(epsilon: float, delta: float, rounds: int, accountant: str) -> float:
-    """The noise multiplier that keeps ``rounds`` rounds within ``(epsilon, delta)``
-    (:func:`~fedrank.privacy.accounting.gaussian_noise_multiplier`, sampling rate 1;
-    cached: the calibration takes about a second)."""
+def budget_noise_multiplier(
+    epsilon: float, delta: float, rounds: int, accountant: str, sampling_rate: float = 1.0
+) -> float:
+    """The noise multiplier that keeps ``rounds`` rounds, each user in each with
+    probability ``sampling_rate`` (Poisson), within ``(epsilon, delta)``
+    (:func:`~fedrank.privacy.accounting.gaussian_noise_multiplier`; cached: the calibration
+    takes about a second)."""
     from fedrank.privacy.accounting import gaussian_noise_multiplier
 
-    return gaussian_noise_multiplier(epsilon, delta, rounds, 1.0, accountant)
+    return gaussian_noise_multiplier(epsilon, delta, rounds, sampling_rate, accountant)
 
 
 def central_dp_block(
-    epsilon: float, delta: float, clip: float, rounds: int, accountant: str, closed: int
+    epsilon: float,
+    delta: float,
+    clip: float,
+    rounds: int,
+    accountant: str,
+    closed: int,
+    sampling_rate: float = 1.0,
 ) -> dict[str, Any]:
     """The privacy block of central DP calibrated to a budget of ``(epsilon, delta)`` over
-    ``rounds`` rounds, after ``closed`` of them: the
-    :class:`~fedrank.privacy.accounting.PrivacyGuarantee` keys (epsilon 0 before the first
-    round), the budget asked for and the accountant."""
+    ``rounds`` rounds (each user sampled into each with probability ``sampling_rate``),
+    after ``closed`` of them: the :class:`~fedrank.privacy.accounting.PrivacyGuarantee`
+    keys (epsilon 0 before the first round), the budget asked for and the accountant."""
     from fedrank.privacy.accounting import gaussian_guarantee
 
-    z = budget_noise_multiplier(epsilon, delta, rounds, accountant)
+    z = budget_noise_multiplier(epsilon, delta, rounds, accountant, sampling_rate)
     if closed > 0:
-        block = gaussian_guarantee(z, clip, delta, closed, 1.0, accountant).to_json()
+        block = gaussian_guarantee(z, clip, delta, closed, sampling_rate, accountant).to_json()
     else:
         block = {
             "mechanism": "gaussian",
             "epsilon": 0.0,
             "delta": delta,
             "rounds": 0,
-            "sampling_rate": 1.0,
+            "sampling_rate": sampling_rate,
             "noise_multiplier": z,
             "clip": clip,
         }

@@ -7,7 +7,11 @@ import pytest
 
 from fedrank.aggregators.hierarchy import Topology
 from fedrank.errors import ConfigError
-from fedrank.experiments.fedps.client_sampling import flat_schedule, proxy_schedule
+from fedrank.experiments.fedps.client_sampling import (
+    flat_schedule,
+    poisson_schedule,
+    proxy_schedule,
+)
 from fedrank.experiments.fedps.communication import RoundTime, flat_round_time, proxy_round_time
 
 
@@ -17,6 +21,32 @@ def test_flat_round_visits_every_client_once() -> None:
     assert sorted(np.concatenate(steps).tolist()) == list(range(1_003))
     again = flat_schedule(1_003, 10, np.random.default_rng(0))
     assert all(np.array_equal(a, b) for a, b in zip(steps, again, strict=True))
+
+
+def test_poisson_steps_take_each_client_with_probability_k_over_n() -> None:
+    """ceil(N / K) steps a round; over 400 rounds every client trains about once a round
+    (K / N per step), step sizes vary (some may be empty), and a seed fixes everything."""
+    n, k = 95, 10
+    rounds = [poisson_schedule(n, k, np.random.default_rng(r)) for r in range(400)]
+    assert {len(steps) for steps in rounds} == {10}
+    counts = np.zeros(n)
+    sizes = []
+    for steps in rounds:
+        for step in steps:
+            assert (
+                np.all(np.diff(step) > 0) and step.min(initial=0) >= 0 and step.max(initial=0) < n
+            )
+            counts[step] += 1
+            sizes.append(step.size)
+    per_round = counts / 400  # expected 10 steps x 10/95 = 1.05
+    assert per_round.mean() == pytest.approx(100 / 95, rel=0.02)
+    assert per_round.min() > 0.8 and per_round.max() < 1.3
+    assert np.std(sizes) > 1.0  # Binomial(95, 10/95): sd 2.9
+    again = poisson_schedule(n, k, np.random.default_rng(3))
+    assert all(np.array_equal(a, b) for a, b in zip(rounds[3], again, strict=True))
+    assert len(poisson_schedule(5, 10, np.random.default_rng(0))) == 1  # K capped at N
+    with pytest.raises(ConfigError, match="K"):
+        poisson_schedule(5, 0, np.random.default_rng(0))
 
 
 def test_proxy_round_samples_k_over_10_proxies_of_10_clients() -> None:

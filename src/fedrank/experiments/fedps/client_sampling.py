@@ -5,6 +5,11 @@ round, we ensure that every client updates the model once, and complete the mode
 training on all clients in N/K steps").
 
 * Flat (:func:`flat_schedule`): a seeded permutation of the clients, cut into steps of K.
+* Poisson (:func:`poisson_schedule`, beyond the paper, for differential privacy): each of
+  the round's ``ceil(N / K)`` steps takes every client independently with probability
+  ``K / N``, so a client trains once per round on average, and a step's sample is random
+  and secret: what lets the accountant claim amplification by subsampling (DP-FedAvg,
+  McMahan et al. 2018).
 * Proxy (:func:`proxy_schedule`): "FedPSProxy first samples K/10 proxies, then samples 10
   clients in the scope of each proxy". Each proxy's clients are shuffled and cut into
   chunks of ``per_proxy``; each step draws ``K / per_proxy`` distinct proxies that still
@@ -32,6 +37,16 @@ def flat_schedule(n_clients: int, k: int, rng: np.random.Generator) -> list[np.n
     _positive("K (clients per step)", k)
     order = rng.permutation(n_clients)
     return [order[i : i + k] for i in range(0, n_clients, k)]
+
+
+def poisson_schedule(n_clients: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """One round of Poisson sampling: ``ceil(N / K)`` steps, each the clients whose coin
+    (one uniform per client and step, drawn at once) falls below ``K / N``; a step may be
+    empty."""
+    n = _positive("n_clients", n_clients)
+    k = min(_positive("K (clients per step)", k), n)
+    coins = rng.random((-(-n // k), n)) < k / n
+    return [np.flatnonzero(row) for row in coins]
 
 
 def proxy_schedule(

@@ -74,7 +74,11 @@ from fedrank.experiments.fedps.baselines import (
     cover_query_logs,
     group_user_logs,
 )
-from fedrank.experiments.fedps.client_sampling import flat_schedule, proxy_schedule
+from fedrank.experiments.fedps.client_sampling import (
+    flat_schedule,
+    poisson_schedule,
+    proxy_schedule,
+)
 from fedrank.experiments.fedps.clients import (
     MODEL_VARIANTS,
     ClientPool,
@@ -156,6 +160,10 @@ class FedPSSettings:
         dp_denominator: divide each step's noised sum by this fixed number instead of the
             step's count of updates (``None``: the count), so that the model hides who took
             part (McMahan et al. 2018; e.g. ``clients_per_step``).
+        sampling: FedPSFlat's clients per step: ``shuffle`` (the paper: each round visits
+            every client once) or ``poisson`` (each step takes every client with
+            probability ``K / N``; with DP it needs ``dp_denominator`` and gives
+            amplification by subsampling; :mod:`~fedrank.experiments.fedps.client_sampling`).
     """
 
     mode: str
@@ -185,6 +193,7 @@ class FedPSSettings:
     dp_delta: float = 1e-6
     dp_clip: float = 0.0
     dp_denominator: float | None = None
+    sampling: str = "shuffle"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -229,7 +238,20 @@ class FedPSSettings:
                     f"update) and dp_delta in (0, 1); got {self.dp_epsilon}, {self.dp_clip}, "
                     f"{self.dp_delta}"
                 )
-            dp_block(self)  # calibrate now: a budget it cannot meet fails before any work
+            if self.sampling == "shuffle":  # Poisson's calibration needs the users: at start
+                dp_block(self)  # calibrate now: a budget it cannot meet fails before any work
+        if self.sampling not in ("shuffle", "poisson"):
+            raise ConfigError(f"sampling must be shuffle or poisson, got {self.sampling!r}")
+        if self.sampling == "poisson" and self.mode != "flat":
+            raise ConfigError(
+                f"Poisson sampling draws FedPSFlat's clients; mode {self.mode} samples its own"
+            )
+        if self.sampling == "poisson" and self.dp_epsilon and self.dp_denominator is None:
+            raise ConfigError(
+                "central DP with Poisson sampling needs a fixed denominator (dp_denominator, "
+                "e.g. clients_per_step): dividing by the sampled count would reveal who was "
+                "sampled, and the amplification would not hold"
+            )
         if self.dp_denominator is not None and not (
             self.dp_epsilon and math.isfinite(self.dp_denominator) and self.dp_denominator > 0
         ):
@@ -273,7 +295,9 @@ class FedPSResult:
         """The run's ``privacy`` object (:func:`fedrank.privacy.report.run_privacy`): each
         user's central-DP guarantee over the training, or no mechanism (the KL measure is a
         disclosure figure, not a guarantee)."""
-        return run_privacy(fedps_privacy(self.settings.mode, dp_block(self.settings)))
+        block = dp_block(self.settings, self.data.get("users"))
+        rate = 1.0 if block is None else block["sampling_rate"]
+        return run_privacy(fedps_privacy(self.settings.mode, block), rate)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -379,9 +403,10 @@ def _new_model(
     return new_model(data.word_vectors, **_model_kwargs(data, personalized, seed, settings))
 
 
-def dp_block(settings: FedPSSettings) -> dict[str, Any] | None:
-    """The central-DP block of a run (:func:`fedrank.privacy.report.fedps_dp_block`)."""
-    return fedps_dp_block(asdict(settings))
+def dp_block(settings: FedPSSettings, n_users: int | None = None) -> dict[str, Any] | None:
+    """The central-DP block of a run of ``n_users`` clients
+    (:func:`fedrank.privacy.report.fedps_dp_block`)."""
+    return fedps_dp_block(asdict(settings), n_users)
 
 
 def _seeds(seed: int) -> dict[str, int]:
@@ -516,7 +541,7 @@ def train_federated(
     deltas (:mod:`fedrank.simulation.attacks`)."""
     seeds = _seeds(settings.seed)
     model_kwargs = _model_kwargs(data, True, seeds["model"], settings)
-    block = dp_block(settings)
+    block = dp_block(settings, len(users))
     server = FedPSServer(
         new_model(data.word_vectors, **model_kwargs).get_flat_parameters(),
         settings.server_learning_rate,
@@ -554,6 +579,8 @@ def train_federated(
             schedule = proxy_schedule(
                 federation.topology, settings.clients_per_step, rng, per_proxy=per_proxy
             )
+        elif settings.sampling == "poisson":
+            schedule = poisson_schedule(clients.n_clients, settings.clients_per_step, rng)
         else:
             schedule = flat_schedule(clients.n_clients, settings.clients_per_step, rng)
         checkpoints = _checkpoints(len(schedule), settings.evals_per_round)
