@@ -84,6 +84,11 @@ def test_local_rounds_compose_as_binary_randomized_response(tmp_path: Path) -> N
     assert ledger.epsilon() > max(hundred, gaussian_epsilon(2.0, 1e-6, 1))
     with pytest.raises(FedrankError, match="epsilon per message must be a finite number"):
         ledger.admit_local("s", 99, math.inf)
+    with pytest.raises(PrivacyBudgetError, match="over this user's whole budget"):
+        ledger.admit_local("s", 99, 5000.0)  # e^5000 would overflow; refused up front
+    big = UserLedger(None, budget=2000.0)  # large epsilons add up as they are
+    assert big.admit_local("s", 0, 800.0) == 800.0
+    assert big.admit("s", 1, 2.0) == pytest.approx(800.0 + gaussian_epsilon(2.0, 1e-6, 1), rel=1e-5)
 
 
 def test_a_gaussian_only_ledger_is_carried_over(tmp_path: Path) -> None:

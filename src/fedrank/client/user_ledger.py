@@ -87,16 +87,25 @@ def _loss_distribution(mechanism: str, value: float, count: int) -> PrivacyLossD
     return one.self_compose(count) if count > 1 else one
 
 
+#: A local round at least this epsilon is added to the total as it is (basic composition):
+#: its randomized response keeps the true bit with probability 1 - 1e-22, so composing its
+#: loss distribution would give the same, and ``dp_accounting`` overflows near 700.
+LARGE_EPSILON = 50.0
+
+
 def composed_epsilon(events: list[Event], delta: float) -> float:
     """The epsilon at ``delta`` of the recorded ``events`` (``(mechanism, value)``: see the
-    module docstring), their privacy loss distributions composed; 0 for none."""
-    if not events:
-        return 0.0
-    parts = [_loss_distribution(m, v, k) for (m, v), k in sorted(Counter(events).items())]
+    module docstring), their privacy loss distributions composed (local rounds of at least
+    :data:`LARGE_EPSILON` added as they are); 0 for none."""
+    large = sum(v for m, v in events if m == "pure" and v >= LARGE_EPSILON)
+    rest = [(m, v) for m, v in events if not (m == "pure" and v >= LARGE_EPSILON)]
+    if not rest:
+        return float(large)
+    parts = [_loss_distribution(m, v, k) for (m, v), k in sorted(Counter(rest).items())]
     total = parts[0]
     for part in parts[1:]:
         total = total.compose(part)
-    return float(total.get_epsilon_for_delta(delta))
+    return float(total.get_epsilon_for_delta(delta)) + large
 
 
 class UserLedger:
@@ -176,6 +185,11 @@ class UserLedger:
         if not (math.isfinite(value) and value > 0):
             raise FedrankError(
                 f"the {MECHANISMS[mechanism]} must be a finite number > 0, got {value}"
+            )
+        if mechanism == "pure" and value > self.budget:  # alone it is over: no accounting
+            raise PrivacyBudgetError(
+                f"one message of round {round_} is {value:.4g}-DP, over this user's whole "
+                f"budget {self.budget:g}; nothing was sent"
             )
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")  # one admission at a time, across processes
