@@ -20,6 +20,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_of
 from fedrank.client import Client
 from fedrank.client.secagg import send_secure
 from fedrank.client.user_ledger import PrivacyBudgetError, UserLedger
+from fedrank.core.message import MessageBatch
 from fedrank.errors import FedrankError
 from fedrank.privacy.accounting import (
     PLD_DISCRETIZATION,
@@ -27,6 +28,7 @@ from fedrank.privacy.accounting import (
     gaussian_noise_multiplier,
 )
 from fedrank.strategies.frecency import FrecencyConfig, FrecencyStrategy
+from tests.cli.clirun import assert_clean_failure, ok, run
 from tests.server.serverkit import ADMIN_TOKEN, admin, live_server, status
 from tests.server.test_server_privacy import DELTA, EPSILON, ROUNDS, TOML
 
@@ -134,10 +136,7 @@ def test_the_sdk_sends_only_what_the_users_budget_admits(tmp_path: Path) -> None
             again.send(update, 1)  # the ledger is on disk
 
 
-def test_the_sdk_accounts_randomized_signs_per_message(tmp_path: Path) -> None:
-    """A frecency server with randomized signs announces 22 x 0.5 = 11 per message; a user
-    whose budget covers one message sends one, and the second round is refused."""
-    toml = f"""
+SIGN_TOML = f"""
 [server]
 workload = "frecency"
 admin_token = "{ADMIN_TOKEN}"
@@ -151,11 +150,18 @@ sign_epsilon = 0.5
 name = "treatment"
 share = 1.0
 """
-    config = FrecencyConfig(message="sign", sign_epsilon=0.5)
-    strategy = FrecencyStrategy(config)
+
+
+def test_the_sdk_accounts_randomized_signs_per_message(tmp_path: Path) -> None:
+    """A frecency server with randomized signs announces 22 x 0.5 = 11 per message; a user
+    whose budget covers one message sends one, and the second round is refused. A device
+    that says what it applied (``local_epsilon``) is accounted by its own figure; a
+    budgeted client does not forward batches."""
+    strategy = FrecencyStrategy(FrecencyConfig(message="sign", sign_epsilon=0.5))
+    assert strategy.message_epsilon() == pytest.approx(11.0)
     rng = np.random.default_rng(0)
     payload = strategy.client_payload(rng.normal(size=22), 3, rng)
-    with live_server(tmp_path, toml) as live:
+    with live_server(tmp_path, SIGN_TOML) as live:
         assert status(live.client)["privacy"]["per_message"]["epsilon"] == pytest.approx(11.0)
         with Client(live.process.url, privacy_budget=11.01, rng=rng) as client:
             assert client.send(payload, 0).status == "accepted"
@@ -164,7 +170,27 @@ share = 1.0
             assert admin(live.client, "close").status_code == 200
             with pytest.raises(PrivacyBudgetError, match="over its budget"):
                 client.send(payload, 1)
+        with Client(live.process.url, privacy_budget=100.0, rng=rng) as own:
+            assert own.send(payload, 1, local_epsilon=5.5).status == "accepted"
+            assert own.ledger is not None and own.ledger.events() == [("pure", 5.5)]
+            with pytest.raises(PrivacyBudgetError, match="cannot account"):
+                own.send_batch(MessageBatch.of_vectors(np.ones((2, 22)), np.ones(2)), 1)
+        assert status(live.client)["updates_accepted_total"] == 2
+
+
+def test_fedrank_client_keeps_the_users_budget(tmp_path: Path, firefox_dir: Path) -> None:
+    """``fedrank client --privacy-budget``: the real profile's update goes out once per
+    round while it fits; the same round again is refused with the reason, nothing sent."""
+    args = ["client", "--server", "", "--places", str(firefox_dir / "places.sqlite"),
+            "--state", str(tmp_path / "state"), "--privacy-budget", "12"]  # fmt: skip
+    with live_server(tmp_path, SIGN_TOML) as live:
+        args[2] = live.process.url
+        first = ok(args)
+        assert "update -> accepted" in first.output
+        assert_clean_failure(run(args), "already sent an update in round 0")
         assert status(live.client)["updates_accepted_total"] == 1
+    ledger = UserLedger(tmp_path / "state", budget=12.0)
+    assert ledger.events() == [("pure", pytest.approx(11.0))]
 
 
 def test_a_budget_refuses_a_server_without_central_dp(tmp_path: Path) -> None:

@@ -32,18 +32,38 @@ from fedrank.cli._common import write_json
     show_default=True,
     help="Keeps the enrollment id and the offline queue.",
 )
+@click.option(
+    "--privacy-budget",
+    type=float,
+    default=None,
+    help="The user's own epsilon over every round this profile takes part in, kept in "
+    '--state (docs/privacy.md, "The user\'s ledger"): the update is sent only if it fits. '
+    "Default: no ledger.",
+)
+@click.option("--privacy-delta", type=float, default=1e-6, show_default=True)
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
 def client(
-    server_url: str, workload: str, places: Path, state_dir: Path, json_path: Path | None
+    server_url: str,
+    workload: str,
+    places: Path,
+    state_dir: Path,
+    privacy_budget: float | None,
+    privacy_delta: float,
+    json_path: Path | None,
 ) -> None:
     """Fetch the model, compute this profile's update on the device, send it (retries,
     offline queue); a client in a control branch sends its metrics only."""
     from fedrank.client import Client
     from fedrank.client.frecency_update import ProfileSearches, frecency_update
     from fedrank.errors import ConfigError
-    from fedrank.strategies.frecency import FrecencyConfig
+    from fedrank.strategies.frecency import FrecencyConfig, FrecencyStrategy
 
-    with Client(server_url, state_dir=state_dir) as c:
+    with Client(
+        server_url,
+        state_dir=state_dir,
+        privacy_budget=privacy_budget,
+        privacy_delta=privacy_delta,
+    ) as c:
         flushed = c.flush()
         if flushed:
             click.echo(f"resent {len(flushed)} queued message(s): {[r.status for r in flushed]}")
@@ -63,7 +83,9 @@ def client(
             if dropped:
                 click.echo(f"not sent (the server does not accept them): {', '.join(dropped)}")
             metrics = {k: v for k, v in metrics.items() if k in accepted}
-        result = c.send(payload, model.version, metrics)
+        # randomized signs are applied here, on the device: the ledger records their epsilon
+        local = FrecencyStrategy(section).message_epsilon()
+        result = c.send(payload, model.version, metrics, local_epsilon=local)
         click.echo(
             f"branch {model.branch}, model version {model.version}: {searches.n_searches} "
             f"searches from {searches.source}, {int(metrics['searches'])} usable; "

@@ -357,16 +357,20 @@ class Client:
         metrics: dict[str, float] | None = None,
         client_id: str | None = None,
         message_id: str | None = None,
+        local_epsilon: float | None = None,
     ) -> SendResult:
         """Send one message (``payload`` ``{}``: metrics only); queued offline when the
-        server cannot be reached after every retry.
+        server cannot be reached after every retry. ``local_epsilon``: the epsilon per
+        message of a local randomization this device applied to ``payload`` (randomized
+        signs, randomized response); with ``privacy_budget`` the ledger records the
+        device's own figure, not the server's announcement.
 
         Raises:
             PrivacyBudgetError: with ``privacy_budget``, an update the user's ledger does
                 not admit (nothing is sent or queued).
         """
         if payload and self.ledger is not None:
-            self._admit(model_version)
+            self._admit(model_version, local_epsilon)
         message: dict[str, Any] = {
             "message_id": message_id or self.new_id(),
             "model_version": int(model_version),
@@ -378,11 +382,15 @@ class Client:
             message["client_id"] = client_id
         return self._deliver(message, queue_on_failure=True)
 
-    def _admit(self, model_version: int) -> None:
-        """Record the round of an update in the user's ledger, from the server's announced
-        mechanism (``/v1/status``'s ``privacy``): central DP with a noise multiplier, or a
-        local mechanism with a finite epsilon per message; else refuse it."""
+    def _admit(self, model_version: int, local_epsilon: float | None = None) -> None:
+        """Record the round of an update in the user's ledger: with ``local_epsilon``, the
+        device's own local randomization; else from the server's announced mechanism
+        (``/v1/status``'s ``privacy``): central DP with a noise multiplier, or a local
+        mechanism with a finite epsilon per message; else refuse it."""
         assert self.ledger is not None
+        if local_epsilon is not None:
+            self.ledger.admit_local(self.base_url, int(model_version), float(local_epsilon))
+            return
         response = self._request("GET", "/v1/status")
         if response.status_code != 200:
             raise ClientError(response.status_code, _body(response))
@@ -459,7 +467,15 @@ class Client:
 
         Raises:
             ClientError: the server refused the batch (e.g. 422 with the reason).
+            PrivacyBudgetError: this client keeps a user's privacy budget: a batch holds
+                many clients' messages, which one user's ledger cannot account.
         """
+        if self.ledger is not None:
+            raise PrivacyBudgetError(
+                "this client keeps one user's privacy budget; a batch forwards many clients' "
+                "messages, which that ledger cannot account: nothing was sent (use a Client "
+                "without privacy_budget to forward batches)"
+            )
         ids = message_ids if message_ids is not None else [self.new_id() for _ in range(batch.size)]
         body = {"batch": batch.to_json(), "message_ids": ids, "model_version": int(model_version)}
         response = self._request("POST", "/v1/updates:batch", json=body)
@@ -514,13 +530,20 @@ class Client:
         antithetic_metric: float | None = None,
         metrics: dict[str, float] | None = None,
         message_id: str | None = None,
+        local_epsilon: float | None = None,
     ) -> SendResult:
         """Report a FOLtR-ES task's (privatized) metric, and the antithetic one when the
         server uses antithetic variates, with the seed's token (:meth:`send`: retries, the
-        offline queue)."""
+        offline queue; ``local_epsilon``: the randomized response's epsilon per message,
+        for the user's ledger)."""
         payload = es_payload(task.seed, metric, antithetic_metric, task.seed_token)
         return self.send(
-            payload, task.model_version, metrics, client_id=task.client_id, message_id=message_id
+            payload,
+            task.model_version,
+            metrics,
+            client_id=task.client_id,
+            message_id=message_id,
+            local_epsilon=local_epsilon,
         )
 
 

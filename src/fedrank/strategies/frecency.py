@@ -247,6 +247,14 @@ class FrecencyStrategy(Strategy):
                 else RandomizedSigns(c.sign_epsilon)
             )
 
+    def message_epsilon(self) -> float | None:
+        """The local DP of one client message: ``sign_epsilon`` per weight, composed over
+        the message's weights (basic composition, as the privacy report counts it);
+        ``None`` without randomized signs."""
+        if self.config.sign_epsilon is None:
+            return None
+        return float(self.config.sign_epsilon) * self.dim
+
     def initial_params(self) -> np.ndarray:
         """Firefox's default weights (a safeguard of Sec. 5.6: start from what ships)."""
         return self.scorer.defaults()
