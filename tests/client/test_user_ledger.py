@@ -7,6 +7,7 @@ server over loopback before anything is sent."""
 
 from __future__ import annotations
 
+import base64
 import math
 import sqlite3
 from pathlib import Path
@@ -18,6 +19,7 @@ from dp_accounting import pld
 from dp_accounting.pld import privacy_loss_distribution as pld_of
 
 from fedrank.client import Client
+from fedrank.client.sdk import Checkin
 from fedrank.client.secagg import send_secure
 from fedrank.client.user_ledger import PrivacyBudgetError, UserLedger
 from fedrank.core.message import MessageBatch
@@ -27,10 +29,16 @@ from fedrank.privacy.accounting import (
     gaussian_epsilon,
     gaussian_noise_multiplier,
 )
+from fedrank.privacy.skellam import sensitivities, skellam_epsilon
 from fedrank.strategies.frecency import FrecencyConfig, FrecencyStrategy
 from tests.cli.clirun import assert_clean_failure, ok, run
 from tests.server.serverkit import ADMIN_TOKEN, admin, live_server, status
 from tests.server.test_server_privacy import DELTA, EPSILON, ROUNDS, TOML
+
+
+def _kinds(ledger: UserLedger) -> list[tuple[str, float]]:
+    """The recorded rounds as ``(mechanism, value)``."""
+    return [(e.mechanism, e.value) for e in ledger.events()]
 
 
 def _direct(multipliers: list[float], delta: float) -> float:
@@ -50,7 +58,7 @@ def test_epsilon_composes_only_the_users_rounds(tmp_path: Path) -> None:
     assert ledger.epsilon() == pytest.approx(_direct([5.0, 5.0, 5.0, 2.0], 1e-6), rel=1e-5)
     ledger.close()
     reopened = UserLedger(tmp_path, budget=10.0)  # the ledger survives the client
-    assert sorted(reopened.events()) == [("gaussian", 2.0)] + [("gaussian", 5.0)] * 3
+    assert sorted(_kinds(reopened)) == [("gaussian", 2.0)] + [("gaussian", 5.0)] * 3
 
 
 def test_the_ledger_refuses_a_second_update_in_a_round_and_rounds_past_the_budget() -> None:
@@ -103,12 +111,12 @@ def test_a_gaussian_only_ledger_is_carried_over(tmp_path: Path) -> None:
         )
         db.executemany("INSERT INTO rounds VALUES (?, ?, ?)", [("s", 0, 4.0), ("s", 1, 4.0)])
     ledger = UserLedger(tmp_path, budget=100.0)
-    assert ledger.events() == [("gaussian", 4.0), ("gaussian", 4.0)]
+    assert _kinds(ledger) == [("gaussian", 4.0), ("gaussian", 4.0)]
     assert ledger.epsilon() == pytest.approx(gaussian_epsilon(4.0, 1e-6, 2), rel=1e-6)
     with pytest.raises(PrivacyBudgetError, match="already sent an update in round 1"):
         ledger.admit_local("s", 1, 1.0)
     ledger.close()
-    assert UserLedger(tmp_path, budget=100.0).events() == [("gaussian", 4.0)] * 2
+    assert _kinds(UserLedger(tmp_path, budget=100.0)) == [("gaussian", 4.0)] * 2
 
 
 def test_the_sdk_sends_only_what_the_users_budget_admits(tmp_path: Path) -> None:
@@ -166,13 +174,13 @@ def test_the_sdk_accounts_randomized_signs_per_message(tmp_path: Path) -> None:
         with Client(live.process.url, privacy_budget=11.01, rng=rng) as client:
             assert client.send(payload, 0).status == "accepted"
             assert client.ledger is not None
-            assert client.ledger.events() == [("pure", pytest.approx(11.0))]
+            assert _kinds(client.ledger) == [("pure", pytest.approx(11.0))]
             assert admin(live.client, "close").status_code == 200
             with pytest.raises(PrivacyBudgetError, match="over its budget"):
                 client.send(payload, 1)
         with Client(live.process.url, privacy_budget=100.0, rng=rng) as own:
             assert own.send(payload, 1, local_epsilon=5.5).status == "accepted"
-            assert own.ledger is not None and own.ledger.events() == [("pure", 5.5)]
+            assert own.ledger is not None and _kinds(own.ledger) == [("pure", 5.5)]
             with pytest.raises(PrivacyBudgetError, match="cannot account"):
                 own.send_batch(MessageBatch.of_vectors(np.ones((2, 22)), np.ones(2)), 1)
         assert status(live.client)["updates_accepted_total"] == 2
@@ -190,7 +198,7 @@ def test_fedrank_client_keeps_the_users_budget(tmp_path: Path, firefox_dir: Path
         assert_clean_failure(run(args), "already sent an update in round 0")
         assert status(live.client)["updates_accepted_total"] == 1
     ledger = UserLedger(tmp_path / "state", budget=12.0)
-    assert ledger.events() == [("pure", pytest.approx(11.0))]
+    assert _kinds(ledger) == [("pure", pytest.approx(11.0))]
 
 
 def test_a_budget_refuses_a_server_without_central_dp(tmp_path: Path) -> None:
@@ -203,11 +211,30 @@ def test_a_budget_refuses_a_server_without_central_dp(tmp_path: Path) -> None:
         assert status(live.client)["updates_accepted_total"] == 0
 
 
-def test_a_budget_refuses_secure_aggregation(tmp_path: Path) -> None:
-    """The ledger does not account distributed DP yet: a budgeted client does not take part
-    in a secure round rather than send unaccounted."""
+def test_skellam_rounds_compose_by_renyi_dp_and_with_the_others(tmp_path: Path) -> None:
+    """Secure rounds with distributed noise: their Renyi DP adds up (the plan's own
+    accounting), and beside PLD rounds each part takes half of delta."""
+    l1, l2 = sensitivities(4096.0, 1.0, 6)
+    ledger = UserLedger(tmp_path, budget=100.0)
+    for r in range(3):
+        ledger.admit_skellam("s", r, 4e7, l1, l2)
+    assert ledger.epsilon() == pytest.approx(skellam_epsilon(4e7, l1, l2, 3, 1e-6), rel=1e-9)
+    ledger.admit("other", 0, 3.0)
+    both = skellam_epsilon(4e7, l1, l2, 3, 5e-7) + gaussian_epsilon(3.0, 5e-7, 1)
+    assert ledger.epsilon() == pytest.approx(both, rel=1e-5)
+    assert ledger.events()[0] == ("skellam", 4e7, l1, l2)
+    with pytest.raises(FedrankError, match="l2 must be a finite number"):
+        ledger.admit_skellam("s", 9, 4e7, l1, 0.0)
+
+
+def test_a_budget_refuses_a_secure_round_without_noise() -> None:
+    """Secure aggregation alone is not DP: a budgeted client does not send in such a round."""
+    block = {"session": base64.b64encode(b"x" * 32).decode(), "id": 1, "threshold": 2,
+             "dimension": 3, "scale": 1024.0, "max_clients": 4, "l2_bound": 1.0,
+             "noise_variance": 0.0}  # fmt: skip
+    checkin = Checkin("c", True, 0, model_version=0, secagg=block)
     with (
         Client("http://127.0.0.1:9", privacy_budget=1.0) as c,
-        pytest.raises(PrivacyBudgetError, match="does not account secure-aggregation"),
+        pytest.raises(PrivacyBudgetError, match="adds no distributed noise"),
     ):
-        send_secure(c, None, np.zeros(3))  # type: ignore[arg-type]
+        send_secure(c, checkin, np.zeros(3))

@@ -17,6 +17,7 @@ import pytest
 from fedrank.client import Client
 from fedrank.client.sdk import Checkin
 from fedrank.client.secagg import send_secure
+from fedrank.client.user_ledger import UserLedger
 from fedrank.errors import ConfigError, FedrankError
 from fedrank.privacy.skellam import skellam_noise
 from fedrank.secagg.field import FixedPointEncoder
@@ -52,8 +53,13 @@ def _noise_rng(i: int) -> np.random.Generator:
     return np.random.default_rng([77, i])
 
 
-def _client_run(url: str, i: int, delta: np.ndarray) -> str:
-    with Client(url, rng=np.random.default_rng(i)) as client:
+def _client_run(url: str, i: int, delta: np.ndarray, ledger_dir: Path | None = None) -> str:
+    """Client ``i``'s secure round; client 0 keeps a user's budget in ``ledger_dir``."""
+    budget = 10.0 if i == 0 and ledger_dir is not None else None
+    with Client(
+        url, state_dir=ledger_dir if budget else None, rng=np.random.default_rng(i),
+        privacy_budget=budget,
+    ) as client:  # fmt: skip
         checkin = client.checkin(f"client-{i}")
         assert checkin.selected and checkin.secagg is not None
         report = send_secure(client, checkin, delta, poll_seconds=0.05, noise_rng=_noise_rng(i))
@@ -71,7 +77,9 @@ def test_clients_noise_the_sum_the_server_publishes_it_and_stops_at_the_budget(
         first = status(live.client)["privacy"]
         params0 = np.array(live.client.get("/v1/model").json()["params"])
         with ThreadPoolExecutor(max_workers=K) as pool:
-            outcomes = list(pool.map(lambda i: _client_run(url, i, deltas[i]), range(K)))
+            outcomes = list(
+                pool.map(lambda i: _client_run(url, i, deltas[i], tmp_path / "user"), range(K))
+            )
         final = wait_until(
             lambda: (s := status(live.client))["model_version"] == 1 and s,
             timeout=60,
@@ -100,6 +108,12 @@ def test_clients_noise_the_sum_the_server_publishes_it_and_stops_at_the_budget(
     assert privacy["noise_multiplier"] == pytest.approx(plan.noise_multiplier)
     assert privacy["clip"] == CLIP and privacy["budget_spent"] is True
     assert_error(late, 403, "privacy_budget_spent")
+    # Client 0's own ledger accounted the round as the plan does: the same Skellam mechanism
+    ledger = UserLedger(tmp_path / "user", budget=10.0)
+    (event,) = ledger.events()
+    assert event.mechanism == "skellam"
+    assert event.value == pytest.approx(plan.client_variance * plan.threshold, rel=1e-12)
+    assert ledger.epsilon() == pytest.approx(plan.epsilon_after(1), rel=1e-9)
 
 
 def test_the_report_of_a_distributed_configuration(tmp_path: Path) -> None:

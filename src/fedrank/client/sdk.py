@@ -19,8 +19,9 @@
 
 With ``privacy_budget`` the client keeps the user's own privacy ledger
 (:mod:`fedrank.client.user_ledger`): an update goes out only to a server that announces
-central DP or a local mechanism (randomized signs, randomized response), and only while the
-user's epsilon over the rounds it took part in stays within the budget.
+central DP or a local mechanism (randomized signs, randomized response), or in a secure
+round with distributed noise, and only while the user's epsilon over the rounds it took
+part in stays within the budget.
 
 Identity: the client's study branch comes from its ``enrollment_id``, a random UUID it
 makes itself and keeps in ``state_dir`` (never anything identifying). Nothing else about

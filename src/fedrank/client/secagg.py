@@ -25,7 +25,7 @@ import numpy as np
 from fedrank.client.sdk import Checkin, Client, ClientError, _body
 from fedrank.client.user_ledger import PrivacyBudgetError
 from fedrank.errors import FedrankError
-from fedrank.privacy.skellam import skellam_noise
+from fedrank.privacy.skellam import sensitivities, skellam_noise
 from fedrank.secagg import field, wire
 from fedrank.secagg.field import FixedPointEncoder
 from fedrank.secagg.protocol import SecAggClient, SecAggParams
@@ -77,6 +77,29 @@ def _session(checkin: Checkin) -> tuple[SecAggParams, int, FixedPointEncoder, st
         raise FedrankError(f"the check-in's secagg block is malformed ({exc}): {block}") from exc
 
 
+def _admit_secure(
+    client: Client,
+    checkin: Checkin,
+    params: SecAggParams,
+    encoder: FixedPointEncoder,
+    noise_variance: float,
+) -> None:
+    """Record the round in the user's ledger: Skellam noise of ``noise_variance x t`` on
+    the sum (at least ``t`` clients add their share) over encoded updates clipped to the
+    round's ``l2_bound``; a round without distributed noise is refused."""
+    assert client.ledger is not None
+    if noise_variance <= 0:
+        raise PrivacyBudgetError(
+            "this client has a privacy budget, but the secure round adds no distributed "
+            "noise (secure aggregation alone hides the message, not what the sum reveals): "
+            "nothing was sent"
+        )
+    l1, l2 = sensitivities(encoder.scale, encoder.l2_bound, params.dimension)
+    client.ledger.admit_skellam(
+        client.base_url, checkin.round, noise_variance * params.threshold, l1, l2
+    )
+
+
 def send_secure(
     client: Client,
     checkin: Checkin,
@@ -106,18 +129,14 @@ def send_secure(
         ClientError: the server refused a message (e.g. this client dropped out of a stage
             whose deadline passed).
         FedrankError: the session was aborted, or the timeout passed.
-        PrivacyBudgetError: ``client`` keeps a privacy budget: its ledger does not account
-            secure-aggregation rounds (distributed DP) yet, so nothing is sent.
+        PrivacyBudgetError: ``client`` keeps a privacy budget, and the round has no
+            distributed noise or would take the user over it: nothing is sent.
     """
-    if client.ledger is not None:
-        raise PrivacyBudgetError(
-            "this client has a privacy budget, but its ledger does not account secure-"
-            "aggregation rounds (distributed DP) yet: nothing was sent; use a Client without "
-            "privacy_budget for [secagg] servers"
-        )
     if drop_after is not None and drop_after not in STAGES:
         raise FedrankError(f"drop_after must be one of {', '.join(STAGES)}, got {drop_after!r}")
     params, uid, encoder, session, noise_variance = _session(checkin)
+    if client.ledger is not None:
+        _admit_secure(client, checkin, params, encoder, noise_variance)
     x = np.asarray(delta, dtype=np.float64)
     if x.shape != (params.dimension,):
         raise FedrankError(f"delta must have {params.dimension} entries, got shape {x.shape}")

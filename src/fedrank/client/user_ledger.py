@@ -19,8 +19,14 @@ mechanism from ``/v1/status``) and composes their privacy loss distributions
   the worst one. Over many rounds of a small epsilon it is well below the basic
   composition's sum (100 rounds of 0.1: about half at delta 1e-6); a few rounds of a large
   epsilon cost about their sum.
+* ``skellam``: a secure-aggregation round with distributed DP: the clients' Skellam shares
+  give the round's sum noise of the announced variance (at the threshold), over encoded
+  updates of sensitivities ``(l1, l2)``; composed by Renyi DP (Agarwal, Kairouz & Liu 2021,
+  :func:`fedrank.privacy.skellam.rdp`). With both kinds in one ledger, each part gets half
+  of ``delta`` and their epsilons add (basic composition).
 
-:meth:`UserLedger.admit` and :meth:`UserLedger.admit_local` record a round only if the
+:meth:`UserLedger.admit`, :meth:`UserLedger.admit_local` and
+:meth:`UserLedger.admit_skellam` record a round only if the
 user's epsilon with it stays within the user's own budget; else they raise
 :class:`PrivacyBudgetError` and the SDK sends nothing.
 
@@ -40,7 +46,7 @@ import sqlite3
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from fedrank.errors import FedrankError
 
@@ -51,17 +57,30 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
     server TEXT NOT NULL,
     round INTEGER NOT NULL,
-    mechanism TEXT NOT NULL CHECK (mechanism IN ('gaussian', 'pure')),
+    mechanism TEXT NOT NULL CHECK (mechanism IN ('gaussian', 'pure', 'skellam')),
     value REAL NOT NULL,
+    l1 REAL NOT NULL DEFAULT 0,
+    l2 REAL NOT NULL DEFAULT 0,
     PRIMARY KEY (server, round)
 );
 """
 
 #: The mechanisms a ledger composes, and what ``value`` is for each.
-MECHANISMS = {"gaussian": "noise multiplier", "pure": "epsilon per message"}
+MECHANISMS = {
+    "gaussian": "noise multiplier",
+    "pure": "epsilon per message",
+    "skellam": "Skellam noise variance on the round's sum",
+}
 
-#: A recorded round: ``(mechanism, value)``.
-Event = tuple[str, float]
+
+class Event(NamedTuple):
+    """A recorded round: its mechanism and parameter (:data:`MECHANISMS`); a Skellam round
+    also has the sensitivities ``(l1, l2)`` of one encoded update."""
+
+    mechanism: str
+    value: float
+    l1: float = 0.0
+    l2: float = 0.0
 
 
 class PrivacyBudgetError(FedrankError):
@@ -93,12 +112,11 @@ def _loss_distribution(mechanism: str, value: float, count: int) -> PrivacyLossD
 LARGE_EPSILON = 50.0
 
 
-def composed_epsilon(events: list[Event], delta: float) -> float:
-    """The epsilon at ``delta`` of the recorded ``events`` (``(mechanism, value)``: see the
-    module docstring), their privacy loss distributions composed (local rounds of at least
-    :data:`LARGE_EPSILON` added as they are); 0 for none."""
-    large = sum(v for m, v in events if m == "pure" and v >= LARGE_EPSILON)
-    rest = [(m, v) for m, v in events if not (m == "pure" and v >= LARGE_EPSILON)]
+def _pld_epsilon(events: list[Event], delta: float) -> float:
+    large = sum(e.value for e in events if e.mechanism == "pure" and e.value >= LARGE_EPSILON)
+    rest = [
+        (e.mechanism, e.value) for e in events if e.value < LARGE_EPSILON or e.mechanism != "pure"
+    ]
     if not rest:
         return float(large)
     parts = [_loss_distribution(m, v, k) for (m, v), k in sorted(Counter(rest).items())]
@@ -106,6 +124,31 @@ def composed_epsilon(events: list[Event], delta: float) -> float:
     for part in parts[1:]:
         total = total.compose(part)
     return float(total.get_epsilon_for_delta(delta)) + large
+
+
+def _rdp_epsilon(events: list[Event], delta: float) -> float:
+    from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+
+    from fedrank.privacy.skellam import ORDERS, rdp
+
+    curve = sum(rdp(e.value, e.l1, e.l2) for e in events)
+    eps, _ = compute_epsilon(ORDERS, list(curve), delta)
+    return float(eps)
+
+
+def composed_epsilon(events: list[Event], delta: float) -> float:
+    """The epsilon at ``delta`` of the recorded ``events`` (module docstring): Gaussian and
+    local rounds by their privacy loss distributions composed (local rounds of at least
+    :data:`LARGE_EPSILON` added as they are), Skellam rounds by their Renyi DP summed; with
+    both kinds, each at half of ``delta`` and the two epsilons added (basic composition);
+    0 for none."""
+    skellam = [Event(*e) for e in events if e[0] == "skellam"]
+    others = [Event(*e) for e in events if e[0] != "skellam"]
+    if not skellam:
+        return _pld_epsilon(others, delta) if others else 0.0
+    if not others:
+        return _rdp_epsilon(skellam, delta)
+    return _pld_epsilon(others, delta / 2) + _rdp_epsilon(skellam, delta / 2)
 
 
 class UserLedger:
@@ -143,8 +186,8 @@ class UserLedger:
                 ).fetchone()
                 if old is not None:
                     self._db.execute(
-                        "INSERT INTO events SELECT server, round, 'gaussian', noise_multiplier "
-                        "FROM rounds"
+                        "INSERT INTO events (server, round, mechanism, value) "
+                        "SELECT server, round, 'gaussian', noise_multiplier FROM rounds"
                     )
                     self._db.execute("DROP TABLE rounds")
                 self._db.execute("COMMIT")
@@ -156,10 +199,13 @@ class UserLedger:
         self._db.close()
 
     def events(self) -> list[Event]:
-        """Every recorded round's ``(mechanism, value)``."""
+        """Every recorded round."""
         with self._lock:
-            rows = self._db.execute("SELECT mechanism, value FROM events").fetchall()
-        return [(str(m), float(v)) for m, v in rows]
+            return self._events()
+
+    def _events(self) -> list[Event]:
+        rows = self._db.execute("SELECT mechanism, value, l1, l2 FROM events").fetchall()
+        return [Event(str(m), float(v), float(a), float(b)) for m, v, a, b in rows]
 
     def epsilon(self) -> float:
         """The user's epsilon at :attr:`delta` over the recorded rounds."""
@@ -173,15 +219,29 @@ class UserLedger:
             PrivacyBudgetError: the round is already recorded (one update per round), or
                 the epsilon with it would exceed the budget; nothing is recorded.
         """
-        return self._admit(server, round_, "gaussian", noise_multiplier)
+        return self._admit(server, round_, Event("gaussian", noise_multiplier))
 
     def admit_local(self, server: str, round_: int, epsilon: float) -> float:
         """Record that the user sends ``round_``'s message to ``server`` through a local
         mechanism that makes it ``epsilon``-DP (delta 0), and return its epsilon with that
         round. Raises as :meth:`admit`."""
-        return self._admit(server, round_, "pure", epsilon)
+        return self._admit(server, round_, Event("pure", epsilon))
 
-    def _admit(self, server: str, round_: int, mechanism: str, value: float) -> float:
+    def admit_skellam(
+        self, server: str, round_: int, variance: float, l1: float, l2: float
+    ) -> float:
+        """Record that the user takes part in a secure-aggregation round of ``server`` whose
+        sum carries Skellam noise of ``variance`` (the clients' shares together, at the
+        threshold) over updates of sensitivities ``(l1, l2)`` (in the encoded units;
+        :func:`fedrank.privacy.skellam.sensitivities`), and return its epsilon with that
+        round. Raises as :meth:`admit`."""
+        for name, v in (("l1", l1), ("l2", l2)):
+            if not (math.isfinite(v) and v > 0):
+                raise FedrankError(f"the Skellam round's {name} must be a finite number > 0")
+        return self._admit(server, round_, Event("skellam", variance, l1, l2))
+
+    def _admit(self, server: str, round_: int, event: Event) -> float:
+        mechanism, value = event.mechanism, event.value
         if not (math.isfinite(value) and value > 0):
             raise FedrankError(
                 f"the {MECHANISMS[mechanism]} must be a finite number > 0, got {value}"
@@ -202,9 +262,7 @@ class UserLedger:
                         f"this user already sent an update in round {round_} of {server}: "
                         "the privacy mechanisms cover one update per user and round"
                     )
-                rows = self._db.execute("SELECT mechanism, value FROM events").fetchall()
-                recorded = [(str(m), float(v)) for m, v in rows]
-                eps = composed_epsilon([*recorded, (mechanism, value)], self.delta)
+                eps = composed_epsilon([*self._events(), event], self.delta)
                 if eps > self.budget:
                     raise PrivacyBudgetError(
                         f"taking part in round {round_} would bring this user's epsilon to "
@@ -212,7 +270,7 @@ class UserLedger:
                         "nothing was sent"
                     )
                 self._db.execute(
-                    "INSERT INTO events VALUES (?, ?, ?, ?)", (server, round_, mechanism, value)
+                    "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?)", (server, round_, *event)
                 )
                 self._db.execute("COMMIT")
             except BaseException:
