@@ -227,9 +227,9 @@ class Client:
         http: an ``httpx.Client`` to share connections between many clients.
         privacy_budget: the user's own epsilon budget over every round it takes part in
             (:class:`~fedrank.client.user_ledger.UserLedger`, kept in ``state_dir``): each
-            update is sent only to a server running central DP or a local mechanism, and
-            only while the user's epsilon over its own rounds stays within it; ``None``: no
-            ledger.
+            update is sent only to a server running central DP or a local mechanism, or in
+            a secure round with distributed noise, and only while the user's epsilon over
+            its own rounds stays within it; ``None``: no ledger.
         privacy_delta: the delta of ``privacy_budget``.
     """
 
