@@ -22,7 +22,7 @@ from fedrank.errors import ConfigError
 from fedrank.estimators.local_sgd import LocalTraining
 from fedrank.experiments.executors import blocks, dask_client
 from fedrank.experiments.fedps import run as fedps_run
-from fedrank.experiments.fedps.clients import LocalClients, evaluation_work
+from fedrank.experiments.fedps.clients import DaskClients, LocalClients, evaluation_work
 from fedrank.experiments.fedps.data import FedPSData
 from fedrank.experiments.fedps.run import FedPSResult, FedPSSettings, run_fedps
 from tests.untimed import untimed
@@ -90,10 +90,17 @@ def test_the_workers_import_the_clients_code_as_they_start(cluster: Any) -> None
     assert list(cluster.run(_preloaded).values()) == [[CLIENTS_MODULE]] * 2
 
 
-def test_blocks_are_balanced_by_what_each_evaluation_scores(small: FedPSData) -> None:
+def test_blocks_are_balanced_by_what_each_evaluation_scores(small: FedPSData, cluster: Any) -> None:
     """Blocks split the users by their validation and test candidates (every block takes
-    part in every evaluation), not by their training queries."""
+    part in every evaluation), not by their training queries; a run on the cluster uses
+    them."""
+    cluster.wait_for_workers(2, timeout=120)
+    kwargs = fedps_run._model_kwargs(small, True, 5, SETTINGS)
+    spread = DaskClients(
+        cluster, small.users, small.doc_tokens, small.word_vectors, LocalTraining(), kwargs, 100
+    )
     work = evaluation_work(small.users)
+    assert spread._blocks == blocks(work, 2)
     cells = [
         u.samples("valid").n_candidates.sum() + u.samples("test").n_candidates.sum()
         for u in small.users
