@@ -173,6 +173,31 @@ def test_a_fixed_denominator_in_a_study(tmp_path: Path) -> None:
     assert docs["sgd_fixed"]["published_weights"] != docs["sgd_count"]["published_weights"]
 
 
+def test_distributed_dp_in_a_study(tmp_path: Path) -> None:
+    """``--dp-mode distributed``: the clients' Skellam noise under (emulated) secure
+    aggregation, the plan's guarantee in the JSON and `privacy report --run`, reproducible;
+    central DP's options refused with it."""
+    path = tmp_path / "distributed.json"
+    ok(argv(f"{TINY_STUDY} {DP} --dp-mode distributed --json", path))
+    privacy = _load(path)["privacy"]
+    assert privacy["mechanism"] == "skellam (distributed, secure aggregation)"
+    assert privacy["accountant"] == "rdp" and 3.9 < privacy["epsilon"] <= 4.0
+    treatment = privacy["clients_per_round"]
+    assert privacy["threshold"] == -(-treatment // 2)
+    assert len(privacy["contributors_per_iteration"]) == 2
+    assert all(
+        privacy["threshold"] <= m <= treatment for m in privacy["contributors_per_iteration"]
+    )
+    again = tmp_path / "again.json"
+    ok(argv(f"{TINY_STUDY} {DP} --dp-mode distributed --json", again))
+    assert _load(again)["published_weights"] == _load(path)["published_weights"]
+    assert_clean_failure(
+        run(argv(f"{TINY_STUDY} {DP} --dp-mode distributed --dp-denominator 50")),
+        "drop clip_quantile and denominator",
+    )
+    assert_clean_failure(run(argv(f"{TINY_STUDY} --dp-mode distributed")), "needs --dp-epsilon")
+
+
 def test_an_adaptive_clip_in_a_study(tmp_path: Path) -> None:
     """``--dp-clip-quantile``: the clip of every iteration in the JSON, the first the
     configured one, the noise scaled by each, epsilon within the budget."""

@@ -392,6 +392,8 @@ def frecency_simulate(
     dp_clip_quantile: float | None,
     dp_count_noise: float | None,
     dp_denominator: float | None,
+    dp_mode: str,
+    dp_threshold: float,
     **settings: Any,
 ) -> None:
     """Simulate the federated frecency study (optimization + evaluation phases); with
@@ -406,7 +408,14 @@ def frecency_simulate(
     config = FrecencyStudyConfig(track_stability=stability, **settings)
     poison = attack_from_options("frecency", malicious, attack, attack_factor)
     dp = dp_from_options(
-        dp_epsilon, dp_delta, dp_clip, dp_clip_quantile, dp_count_noise, dp_denominator
+        dp_epsilon,
+        dp_delta,
+        dp_clip,
+        dp_clip_quantile,
+        dp_count_noise,
+        dp_denominator,
+        dp_mode,
+        dp_threshold,
     )
     result = _run_study(config, dask_workers, dask_scheduler, poison, dp)
     _summarize(result)

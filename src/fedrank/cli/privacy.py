@@ -79,6 +79,24 @@ def dp_options(func: _F) -> _F:
             "choice).",
         ),
         click.option(
+            "--dp-mode",
+            type=click.Choice(["central", "distributed"]),
+            default="central",
+            show_default=True,
+            help="--dp-epsilon: central (the server adds Gaussian noise) or distributed (the "
+            "clients add Skellam noise under secure aggregation, as [privacy] mode = "
+            "'distributed' in the service; Renyi DP accounting).",
+        ),
+        click.option(
+            "--dp-threshold",
+            type=float,
+            default=0.5,
+            show_default=True,
+            help="--dp-mode distributed: the share of the treatment users whose noise an "
+            "iteration's sum must hold (secure aggregation's threshold; fewer reports: the "
+            "iteration is aborted).",
+        ),
+        click.option(
             "--dp-denominator",
             type=float,
             default=None,
@@ -100,6 +118,8 @@ def dp_from_options(
     clip_quantile: float | None = None,
     count_noise: float | None = None,
     denominator: float | None = None,
+    mode: str = "central",
+    threshold: float = 0.5,
 ) -> DPConfig | None:
     """The budget of ``--dp-epsilon/--dp-delta/--dp-clip``, the adaptive clip of
     ``--dp-clip-quantile/--dp-count-noise`` and the fixed ``--dp-denominator`` (``None``
@@ -110,6 +130,8 @@ def dp_from_options(
                 "--dp-clip-quantile, --dp-count-noise and --dp-denominator belong to central "
                 "DP: give --dp-epsilon too"
             )
+        if mode != "central":
+            raise click.UsageError("--dp-mode distributed needs --dp-epsilon")
         return None
     if count_noise is not None and clip_quantile is None:
         raise click.UsageError(
@@ -124,6 +146,9 @@ def dp_from_options(
         clip_quantile=clip_quantile,
         count_noise=count_noise,
         denominator=denominator,
+        mode=mode,
+        threshold=threshold,
+        accountant="rdp" if mode == "distributed" else "pld",
     )
 
 

@@ -96,6 +96,11 @@ class DPConfig:
         denominator: ``W``: divide each round's noised sum by this fixed number (about the
             expected updates per round) instead of the round's count (module docstring);
             ``None`` (default): the count.
+        mode: ``central`` (this module) or ``distributed``: the clients add Skellam noise
+            under secure aggregation (:mod:`fedrank.strategies.distributed_dp`; Renyi DP,
+            no adaptive clip, no denominator).
+        threshold: ``distributed``: the share of the reporting users whose noise shares a
+            round's sum must hold (the secure-aggregation threshold ``t``), in (0, 1].
     """
 
     epsilon: float
@@ -106,6 +111,8 @@ class DPConfig:
     count_noise: float | None = None
     clip_eta: float = 0.2
     denominator: float | None = None
+    mode: str = "central"
+    threshold: float = 0.5
 
     def __post_init__(self) -> None:
         check_hyperparameter("epsilon (the per-user privacy budget)", self.epsilon)
@@ -125,6 +132,17 @@ class DPConfig:
         self.adaptive(1)  # validates the adaptive clip's settings
         if self.denominator is not None:
             _check_denominator(self.denominator)
+        if self.mode not in ("central", "distributed"):
+            raise ConfigError(f"mode must be central or distributed, got {self.mode!r}")
+        if not 0 < self.threshold <= 1:
+            raise ConfigError(f"threshold must be in (0, 1], got {self.threshold}")
+        if self.mode == "distributed" and (
+            self.clip_quantile is not None or self.denominator is not None
+        ):
+            raise ConfigError(
+                "distributed DP clips to a fixed bound and divides the decoded sum by its "
+                "contributors: drop clip_quantile and denominator (central DP's)"
+            )
 
     def adaptive(self, expected_updates: int) -> AdaptiveClip | None:
         """The adaptive clip (``None``: a fixed one); its count noise ``count_noise``, or

@@ -59,6 +59,7 @@ from fedrank.strategies.frecency import FrecencyConfig, FrecencyStrategy
 if TYPE_CHECKING:
     from distributed import Client
 
+    from fedrank.strategies.distributed_dp import DistributedDPStrategy
     from fedrank.strategies.dp import DPConfig, DPStrategy
 
 WORLDS: tuple[str, ...] = ("synthetic", "aol")
@@ -482,6 +483,39 @@ def study_streams(seed: int) -> list[np.random.SeedSequence]:
     return np.random.SeedSequence(seed).spawn(4)
 
 
+def private_strategy(
+    strategy: FrecencyStrategy,
+    dp: DPConfig,
+    iterations: int,
+    noise_seed: np.random.SeedSequence,
+    treatment: int,
+) -> DPStrategy | DistributedDPStrategy:
+    """The study's private server strategy for the budget ``dp``: central DP
+    (:class:`~fedrank.strategies.dp.DPStrategy`), or distributed DP
+    (:class:`~fedrank.strategies.distributed_dp.DistributedDPStrategy`) whose Skellam plan
+    covers the ``treatment`` users who may report, with the threshold ``dp.threshold`` of
+    them."""
+    from fedrank.strategies.distributed_dp import DistributedDPStrategy
+    from fedrank.strategies.dp import DPStrategy
+
+    if dp.mode == "central":
+        return DPStrategy.for_budget(
+            strategy, dp, iterations, noise_seed, expected_updates=treatment
+        )
+    from fedrank.privacy import skellam
+
+    threshold = max(2, math.ceil(dp.threshold * treatment))
+    if treatment < threshold:
+        raise ConfigError(
+            f"distributed DP needs at least 2 reporting (treatment) users; the study has "
+            f"{treatment}"
+        )
+    plan = skellam.plan(
+        dp.epsilon, dp.delta, iterations, dp.clip, strategy.dim, treatment, threshold
+    )
+    return DistributedDPStrategy(strategy, plan, noise_seed)
+
+
 def run_study(
     config: FrecencyStudyConfig,
     progress: Callable[[int, int], None] | None = None,
@@ -506,22 +540,23 @@ def run_study(
     world = build_world(c, np.random.default_rng(world_seed))
     if branches is not None:
         world.set_branches(branches)
-    private: DPStrategy | None = None
-    if dp is not None:  # central DP; its noise from a fifth stream, apart from the four
-        from fedrank.strategies.dp import DPStrategy
+    from fedrank.strategies.distributed_dp import DistributedDPStrategy
+    from fedrank.strategies.dp import DPStrategy
 
+    private: DPStrategy | DistributedDPStrategy | None = None
+    if dp is not None:  # DP; its noise from a fifth stream, apart from the four
         noise_seed = np.random.SeedSequence(config.seed).spawn(5)[4]
         treatment = int(np.count_nonzero(world.branch == TREATMENT))  # who reports
-        private = DPStrategy.for_budget(
-            strategy, dp, c.iterations, noise_seed, expected_updates=treatment
-        )
+        private = private_strategy(strategy, dp, c.iterations, noise_seed, treatment)
     server = InProcessServer(strategy if private is None else private)
     result = StudyResult(config=config, world_stats=dict(world.browsing.stats))
     clients = None if dask is None else DaskFrecencyClients(dask, strategy)
     rng = np.random.default_rng(train_seed)
     optimization_phase(world, c, strategy, server, rng, result, progress, clients, attack)
-    if private is not None and dp is not None:
+    if isinstance(private, DPStrategy) and dp is not None:
         result.privacy = private.run_privacy(dp, c.iterations, result.reports_per_iteration)
+    elif isinstance(private, DistributedDPStrategy):
+        result.privacy = private.run_privacy(c.iterations)
     result.final_weights = strategy.scorer.to_dict(server.params)
     final = server.model()
     result.published_weights = strategy.scorer.to_dict(final)
