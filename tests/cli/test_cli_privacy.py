@@ -188,6 +188,11 @@ def test_distributed_dp_in_a_study(tmp_path: Path) -> None:
     assert all(
         privacy["threshold"] <= m <= treatment for m in privacy["contributors_per_iteration"]
     )
+    ok(["privacy", "report", "--json", str(tmp_path / "r.json"), "--run", str(path)])
+    row = _load(tmp_path / "r.json")["systems"][0]
+    assert row["mechanism"] == privacy["mechanism"]
+    assert row["per_user"]["epsilon"] == pytest.approx(privacy["epsilon"])
+    assert 0 < row["per_round"]["epsilon"] < privacy["epsilon"]
     again = tmp_path / "again.json"
     ok(argv(f"{TINY_STUDY} {DP} --dp-mode distributed --json", again))
     assert _load(again)["published_weights"] == _load(path)["published_weights"]

@@ -96,6 +96,8 @@ def frecency_privacy(
     ``rounds`` iterations); else no guarantee (full gradients; plain sign messages are a
     deterministic compression)."""
     message = config.get("message", "full")
+    if privacy and str(privacy.get("mechanism", "")).startswith("skellam"):
+        return _recorded_skellam("frecency", privacy)
     if privacy and privacy.get("noise_multiplier") is not None:
         return gaussian_privacy("frecency", privacy, {"message": message})
     eps = config.get("sign_epsilon")
@@ -120,6 +122,37 @@ def frecency_privacy(
         else "none: the full gradient is sent as computed"
     )
     return no_privacy("frecency", {"message": message}, why)
+
+
+def _recorded_skellam(system: str, privacy: dict[str, Any]) -> SystemPrivacy:
+    """Distributed DP as a run recorded it (``--dp-mode distributed``): the plan's
+    parameters, one round's epsilon recomputed from them, the run's epsilon."""
+    from fedrank.privacy.skellam import skellam_epsilon
+
+    delta = float(privacy["delta"])
+    one = skellam_epsilon(
+        float(privacy["variance"]),
+        float(privacy["l1_sensitivity"]),
+        float(privacy["l2_sensitivity"]),
+        1,
+        delta,
+    )
+    keys = ("noise_multiplier", "clip", "clients_per_round", "threshold", "scale", "variance")
+    aborted = privacy.get("aborted_iterations", 0)
+    return SystemPrivacy(
+        system,
+        str(privacy["mechanism"]),
+        {k: privacy[k] for k in keys if k in privacy},
+        "none needed against the server: it sees only each round's masked sum (secure "
+        "aggregation, emulated in the simulation)",
+        _figure(one, delta, 1),
+        _figure(float(privacy["epsilon"]), delta, int(privacy["rounds"])),
+        [
+            f"holds if at least t = {privacy.get('threshold')} clients add their share in "
+            f"every round; {aborted} round(s) had fewer and released nothing",
+            "Renyi DP (Agarwal, Kairouz & Liu 2021), add-or-remove one user",
+        ],
+    )
 
 
 def gaussian_privacy(
