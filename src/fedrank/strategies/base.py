@@ -219,3 +219,24 @@ class Strategy(ABC):
                 f"(violated: {violated}); the model was not changed"
             )
         return ServerStep(new_params, new_opt_state, aggregate, step)
+
+
+class WrappedStrategy(Strategy):
+    """A strategy that replaces another's aggregation (a privacy wrapper) and keeps its
+    model: the first model, the parameter names, what clients receive and the optimizer's
+    state are ``inner``'s. Subclasses set ``inner``, ``aggregator``, ``optimizer`` and
+    ``constraints``."""
+
+    inner: Strategy
+
+    def initial_params(self) -> np.ndarray:
+        return self.inner.initial_params()
+
+    def parameter_names(self) -> list[str] | None:
+        return self.inner.parameter_names()
+
+    def publish(self, params: np.ndarray) -> np.ndarray:
+        return self.inner.publish(params)
+
+    def init(self, params: np.ndarray) -> Any:
+        return self.inner.init(params)

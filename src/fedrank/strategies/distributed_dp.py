@@ -33,7 +33,7 @@ from fedrank.core.message import MessageBatch
 from fedrank.errors import ConfigError
 from fedrank.privacy.report import run_privacy, skellam_privacy
 from fedrank.privacy.skellam import SkellamPlan, skellam_noise
-from fedrank.strategies.base import ServerStep, Strategy
+from fedrank.strategies.base import ServerStep, Strategy, WrappedStrategy
 
 #: Secure aggregation's field: sums are kept modulo ``2**32``.
 FIELD = 2**32
@@ -75,7 +75,7 @@ class EncodedSum:
         return EncodedSumState(a.total + b.total, a.count + b.count)
 
 
-class DistributedDPStrategy(Strategy):
+class DistributedDPStrategy(WrappedStrategy):
     """Distributed DP of a vector strategy (module docstring).
 
     Args:
@@ -105,18 +105,6 @@ class DistributedDPStrategy(Strategy):
         self.rng_ = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
         #: Per round: the clients in the sum (0 for an aborted round, below the threshold).
         self.released: list[int] = []
-
-    def initial_params(self) -> np.ndarray:
-        return self.inner.initial_params()
-
-    def parameter_names(self) -> list[str] | None:
-        return self.inner.parameter_names()
-
-    def publish(self, params: np.ndarray) -> np.ndarray:
-        return self.inner.publish(params)
-
-    def init(self, params: np.ndarray) -> Any:
-        return self.inner.init(params)
 
     def accumulate(self, state: EncodedSumState, batch: MessageBatch) -> EncodedSumState:
         """Fold in a batch of updates, each with weight 1 whatever its ``n``."""

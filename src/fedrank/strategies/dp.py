@@ -70,7 +70,7 @@ from fedrank.privacy.accounting import (
 )
 from fedrank.privacy.adaptive_clip import AdaptiveClip
 from fedrank.privacy.gaussian import GaussianSumMechanism
-from fedrank.strategies.base import ServerStep, Strategy
+from fedrank.strategies.base import ServerStep, Strategy, WrappedStrategy
 
 #: The inner aggregators whose role the DP mean takes over: the means and the sign vote.
 _MEANS = (WeightedMean, GatedMean, SignVote)
@@ -201,7 +201,7 @@ def _check_inner(inner: Strategy, clip: float) -> None:
         )
 
 
-class DPStrategy(Strategy):
+class DPStrategy(WrappedStrategy):
     """Central DP of a vector strategy (module docstring).
 
     Args:
@@ -329,20 +329,6 @@ class DPStrategy(Strategy):
         if clip is None or clip == self.mechanism.clip:
             return self.mechanism
         return GaussianSumMechanism(clip, self.mechanism.noise_multiplier)
-
-    # ------------------------------------------------------------------ the inner model
-
-    def initial_params(self) -> np.ndarray:
-        return self.inner.initial_params()
-
-    def parameter_names(self) -> list[str] | None:
-        return self.inner.parameter_names()
-
-    def publish(self, params: np.ndarray) -> np.ndarray:
-        return self.inner.publish(params)
-
-    def init(self, params: np.ndarray) -> Any:
-        return self.inner.init(params)
 
     # ------------------------------------------------------------------ server half
 
