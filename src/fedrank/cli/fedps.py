@@ -156,7 +156,19 @@ def run(
     P@1 (mean and spread over seeds) and the KL divergence (with --malicious and --attack,
     while a share of the users poisons its updates)."""
     from fedrank.experiments.executors import dask_client
+    from fedrank.experiments.fedps.data import prepare_aol
+    from fedrank.experiments.fedps.run import FedPSSettings, run_seeds
 
+    training_seeds = _seed_list(seeds) or [seed]
+    given = {k: v for k, v in overrides.items() if v is not None}
+    settings = FedPSSettings(mode=mode, seed=training_seeds[0], **given)
+    poison = attack_from_options("fedps", malicious, attack, attack_factor)
+    if poison is not None and mode not in ("flat", "proxy"):
+        raise click.UsageError(
+            f"--attack poisons the clients' updates of a federated run (flat, proxy); mode "
+            f"{mode} has none"
+        )
+    path = _log_path(log)
     on_dask = dask_workers is not None or dask_scheduler is not None
     if on_dask and mode not in ("flat", "proxy"):
         raise click.UsageError(
@@ -167,25 +179,12 @@ def run(
     with contextlib.ExitStack() as stack, progress_bar() as bar:
         dask = None
         if on_dask:
-            # the cluster starts first: its workers import the clients' code while this
-            # process imports its own and prepares the data
+            # the cluster starts before the data are prepared, and its workers import the
+            # clients' code meanwhile (the preparation's first stages use one core)
             starting = stack.enter_context(ThreadPoolExecutor(1)).submit(
                 stack.enter_context,
                 dask_client(dask_workers, dask_scheduler, preload=[CLIENTS_MODULE]),
             )
-        from fedrank.experiments.fedps.data import prepare_aol
-        from fedrank.experiments.fedps.run import FedPSSettings, run_seeds
-
-        training_seeds = _seed_list(seeds) or [seed]
-        given = {k: v for k, v in overrides.items() if v is not None}
-        settings = FedPSSettings(mode=mode, seed=training_seeds[0], **given)
-        poison = attack_from_options("fedps", malicious, attack, attack_factor)
-        if poison is not None and mode not in ("flat", "proxy"):
-            raise click.UsageError(
-                f"--attack poisons the clients' updates of a federated run (flat, proxy); "
-                f"mode {mode} has none"
-            )
-        path = _log_path(log)
         task = bar.add_task("prepare AOL data", total=1)
         data = prepare_aol(path, users=users, seed=seed)
         bar.update(task, completed=1)
