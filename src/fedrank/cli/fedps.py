@@ -211,9 +211,15 @@ def run(
     echo_attack(first.get("attack", {}))
     if settings.dp_epsilon:
         privacy = first["privacy"]
+        rate = privacy["sampling_rate"]
+        over = (
+            f"{privacy['rounds']} rounds"
+            if rate == 1.0
+            else f"{privacy['rounds']} steps, each user in each with probability {rate:.3g}"
+        )
         click.echo(
             f"central DP: epsilon {privacy['epsilon']:.4g} per user at delta "
-            f"{privacy['delta']:g} over {privacy['rounds']} rounds (noise multiplier "
+            f"{privacy['delta']:g} over {over} (noise multiplier "
             f"{privacy['noise_multiplier']:.4g}, clip {privacy['clip']:g})"
         )
     if json_path is not None:

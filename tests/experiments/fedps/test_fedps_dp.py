@@ -116,6 +116,9 @@ def test_cli_run_with_central_dp(aol_log: Path, tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert data["runs"][0]["privacy"]["epsilon"] <= 2.0
     assert data["runs"][0]["settings"]["dp_denominator"] == 4.0
+    poisson = CliRunner().invoke(main, [*args, "--sampling", "poisson"])
+    assert poisson.exit_code == 0, poisson.output
+    assert "over 2 steps, each user in each with probability 0.5" in poisson.output
     (row,) = report_run(data)  # what `fedrank privacy report --run` prints
     assert row.mechanism == "gaussian (central)"
     assert row.per_user["epsilon"] == pytest.approx(data["runs"][0]["privacy"]["epsilon"])
