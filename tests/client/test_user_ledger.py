@@ -21,7 +21,12 @@ from dp_accounting.pld import privacy_loss_distribution as pld_of
 from fedrank.client import Client
 from fedrank.client.sdk import Checkin
 from fedrank.client.secagg import send_secure
-from fedrank.client.user_ledger import PrivacyBudgetError, UserLedger
+from fedrank.client.user_ledger import (
+    MAX_NOISE_MULTIPLIER,
+    MIN_LOCAL_EPSILON,
+    PrivacyBudgetError,
+    UserLedger,
+)
 from fedrank.core.message import MessageBatch
 from fedrank.errors import FedrankError
 from fedrank.privacy.accounting import (
@@ -99,6 +104,21 @@ def test_local_rounds_compose_as_binary_randomized_response(tmp_path: Path) -> N
     big = UserLedger(None, budget=2000.0)  # large epsilons add up as they are
     assert big.admit_local("s", 0, 800.0) == 800.0
     assert big.admit("s", 1, 2.0) == pytest.approx(800.0 + gaussian_epsilon(2.0, 1e-6, 1), rel=1e-5)
+
+
+def test_what_a_server_announces_is_bounded() -> None:
+    """A server chooses the noise multiplier and epsilon the ledger accounts: a tiny
+    multiplier (whose loss distribution would take all memory) is refused, a huge one is
+    accounted at the bound (less noise: an upper bound), a vanishing local epsilon at its
+    floor (randomized response cannot be built for it); none raises anything else."""
+    ledger = UserLedger(None, budget=10.0)
+    for tiny in (1e-3, 1e-300):
+        with pytest.raises(PrivacyBudgetError, match="below 0.1"):
+            ledger.admit("s", 0, tiny)
+    assert 0 < ledger.admit("s", 0, 1e308) < 1e-2
+    assert ledger.events()[0].value == MAX_NOISE_MULTIPLIER
+    assert 0 < ledger.admit_local("s", 1, 1e-300) < 1e-2
+    assert ledger.events()[1].value == MIN_LOCAL_EPSILON
 
 
 def test_a_gaussian_only_ledger_is_carried_over(tmp_path: Path) -> None:

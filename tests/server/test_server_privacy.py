@@ -291,6 +291,7 @@ def _incoming(engine: Engine, message_id: str, delta: np.ndarray | None = None) 
         ("[privacy]\nepsilon = 1.0\nclip = 1.0\nrounds = 10\nbudget = 3\n", "unknown key"),
         ("[privacy]\nepsilon = 1.0\nclip = 1.0\nrounds = 10\ndenominator = -1\n", "denominator"),
         ("[privacy]\nepsilon = 1.0\nclip = 1.0\nrounds = 10\ndenominator = inf\n", "denominator"),
+        ("[privacy]\nepsilon = 1.0\nclip = 1.0\nrounds = 10\ndenominator = 0.5\n", "denominator"),
     ],
 )
 def test_privacy_configurations_that_are_refused(tmp_path: Path, extra: str, message: str) -> None:

@@ -85,7 +85,7 @@ def test_a_fixed_denominator_hides_who_took_part() -> None:
     assert dp.noise_std(3) == dp.noise_std(30) == pytest.approx(2.0 / 8.0)
     privacy = dp.run_privacy(DPConfig(epsilon=1.0, delta=1e-6, clip=1.0), 4, [10] * 4)
     assert privacy["denominator"] == 8.0 and "participation is protected" in privacy["adjacency"]
-    for bad in (0.0, -1.0, float("inf")):
+    for bad in (0.0, -1.0, float("inf"), 1e-300):
         with pytest.raises(ConfigError, match="denominator"):
             DPStrategy(_fedavg(), 2.0, 1.0, rng=7, denominator=bad)
         with pytest.raises(ConfigError, match="denominator"):

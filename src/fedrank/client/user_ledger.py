@@ -106,6 +106,16 @@ def _loss_distribution(mechanism: str, value: float, count: int) -> PrivacyLossD
     return one.self_compose(count) if count > 1 else one
 
 
+#: The noise multipliers a ledger accounts: a server may announce any number, so below
+#: :data:`MIN_NOISE_MULTIPLIER` (over epsilon 90 in one round at delta 1e-6) a round is
+#: refused, and above :data:`MAX_NOISE_MULTIPLIER` it is accounted at that bound (less noise
+#: than announced: an upper bound), which keeps the loss distributions small and finite.
+MIN_NOISE_MULTIPLIER = 0.1
+MAX_NOISE_MULTIPLIER = 1e5
+#: A local round below this epsilon is accounted at it (an upper bound; randomized response
+#: cannot be built for an epsilon that rounds its flip probability to 1).
+MIN_LOCAL_EPSILON = 1e-6
+
 #: A local round at least this epsilon is added to the total as it is (basic composition):
 #: its randomized response keeps the true bit with probability 1 - 1e-22, so composing its
 #: loss distribution would give the same, and ``dp_accounting`` overflows near 700.
@@ -246,6 +256,15 @@ class UserLedger:
             raise FedrankError(
                 f"the {MECHANISMS[mechanism]} must be a finite number > 0, got {value}"
             )
+        if mechanism == "gaussian" and value < MIN_NOISE_MULTIPLIER:
+            raise PrivacyBudgetError(
+                f"round {round_} announces noise multiplier {value:.3g}, below "
+                f"{MIN_NOISE_MULTIPLIER}: more than epsilon 90 in one round; nothing was sent"
+            )
+        if mechanism == "gaussian":
+            event = event._replace(value=min(value, MAX_NOISE_MULTIPLIER))
+        if mechanism == "pure":
+            event = event._replace(value=max(value, MIN_LOCAL_EPSILON))
         if mechanism == "pure" and value > self.budget:  # alone it is over: no accounting
             raise PrivacyBudgetError(
                 f"one message of round {round_} is {value:.4g}-DP, over this user's whole "

@@ -64,12 +64,14 @@ class GaussianSumMechanism:
         """The noise's standard deviation on the sum, per coordinate: ``z C``."""
         return self.noise_multiplier * self.clip
 
-    def mean_std(self, count: int) -> float:
+    def mean_std(self, count: int, denominator: float | None = None) -> float:
         """The noise's standard deviation on the mean of ``count`` updates, per coordinate:
         ``z C / count`` (``z C`` for ``count = 0``, whose mean :meth:`noisy_mean` leaves
-        at 0)."""
+        at 0), or ``z C / denominator`` with a fixed denominator."""
         if count < 0:
             raise ConfigError(f"count (updates in the round) must be >= 0, got {count}")
+        if denominator is not None:
+            return self.sum_std / denominator
         return self.sum_std / max(int(count), 1)
 
     def noise(self, dim: int, rng: np.random.Generator) -> np.ndarray:
@@ -77,18 +79,28 @@ class GaussianSumMechanism:
         (float64)."""
         return rng.normal(0.0, self.sum_std, size=int(dim))
 
-    def noisy_mean(self, total: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    def noisy_mean(
+        self,
+        total: np.ndarray,
+        count: int,
+        rng: np.random.Generator,
+        denominator: float | None = None,
+    ) -> np.ndarray:
         """``(total + noise) / count`` for ``total`` the sum of ``count`` updates already
         clipped to ``clip``: their mean plus ``N(0, (z C / count)^2)`` per coordinate. An
         empty round (``count = 0``) gives zeros, no step (its count is public: nothing to
         hide); its noise is drawn all the same, so every round takes the same numbers from
-        ``rng``."""
+        ``rng``. With a fixed ``denominator`` ``W`` (McMahan et al. 2018): ``(total +
+        noise) / W`` every round, an empty one included, so the result depends on the
+        noised sum only and not on ``count``."""
         vec = np.asarray(total, dtype=np.float64)
         if vec.ndim != 1:
             raise ConfigError(f"total must be a vector (the sum of updates), got {vec.shape}")
         if count < 0:
             raise ConfigError(f"count (updates in the round) must be >= 0, got {count}")
         noise = self.noise(vec.size, rng)
+        if denominator is not None:
+            return (vec + noise) / denominator
         if count == 0:
             return np.zeros(vec.size)
         return (vec + noise) / int(count)

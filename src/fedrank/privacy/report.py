@@ -96,8 +96,16 @@ def frecency_privacy(
     ``rounds`` iterations); else no guarantee (full gradients; plain sign messages are a
     deterministic compression)."""
     message = config.get("message", "full")
-    if privacy and str(privacy.get("mechanism", "")).startswith("skellam"):
-        return _recorded_skellam("frecency", privacy)
+    if privacy and privacy.get("mode") == "distributed":
+        from fedrank.privacy.skellam import SkellamPlan
+
+        out = skellam_privacy(SkellamPlan.from_record(privacy), int(privacy["rounds"]))
+        out.system = "frecency"
+        out.notes.append(
+            f"{privacy.get('aborted_iterations', 0)} iteration(s) had fewer than t reports "
+            "and released nothing"
+        )
+        return out
     if privacy and privacy.get("noise_multiplier") is not None:
         return gaussian_privacy("frecency", privacy, {"message": message})
     eps = config.get("sign_epsilon")
@@ -124,50 +132,20 @@ def frecency_privacy(
     return no_privacy("frecency", {"message": message}, why)
 
 
-def _recorded_skellam(system: str, privacy: dict[str, Any]) -> SystemPrivacy:
-    """Distributed DP as a run recorded it (``--dp-mode distributed``): the plan's
-    parameters, one round's epsilon recomputed from them, the run's epsilon."""
-    from fedrank.privacy.skellam import skellam_epsilon
-
-    delta = float(privacy["delta"])
-    one = skellam_epsilon(
-        float(privacy["variance"]),
-        float(privacy["l1_sensitivity"]),
-        float(privacy["l2_sensitivity"]),
-        1,
-        delta,
-    )
-    keys = ("noise_multiplier", "clip", "clients_per_round", "threshold", "scale", "variance")
-    aborted = privacy.get("aborted_iterations", 0)
-    return SystemPrivacy(
-        system,
-        str(privacy["mechanism"]),
-        {k: privacy[k] for k in keys if k in privacy},
-        "none needed against the server: it sees only each round's masked sum (secure "
-        "aggregation, emulated in the simulation)",
-        _figure(one, delta, 1),
-        _figure(float(privacy["epsilon"]), delta, int(privacy["rounds"])),
-        [
-            f"holds if at least t = {privacy.get('threshold')} clients add their share in "
-            f"every round; {aborted} round(s) had fewer and released nothing",
-            "Renyi DP (Agarwal, Kairouz & Liu 2021), add-or-remove one user",
-        ],
-    )
-
-
 def gaussian_privacy(
     system: str, privacy: dict[str, Any], parameters: dict[str, Any] | None = None
 ) -> SystemPrivacy:
     """The central Gaussian mechanism (:class:`~fedrank.strategies.dp.DPStrategy`) of a
     ``privacy`` block (``noise_multiplier``, ``clip``, ``delta``, ``rounds``, ``epsilon``;
     optionally ``accountant``, ``adjacency``, ``epsilon_replace_one``, ``epsilon_rdp`` /
-    ``epsilon_pld``): no per-message guarantee, one round's and the training's."""
+    ``epsilon_pld``, ``denominator``): no per-message guarantee, one round's and the
+    training's."""
     from fedrank.privacy.accounting import gaussian_epsilon
 
     z, delta, rounds = privacy["noise_multiplier"], privacy["delta"], privacy["rounds"]
     accountant = privacy.get("accountant", "pld")
     one = gaussian_epsilon(z, delta, 1, privacy.get("sampling_rate", 1.0), accountant)
-    fixed = privacy.get("denominator") or (parameters or {}).get("denominator")
+    fixed = privacy.get("denominator")
     counted = (
         f"a fixed denominator ({fixed:g}) keeps the number of updates per iteration out of "
         "the model"
@@ -196,6 +174,7 @@ def gaussian_privacy(
             "clip": privacy["clip"],
             "delta": delta,
             "accountant": accountant,
+            **({"denominator": fixed} if fixed else {}),
             **(parameters or {}),
         },
         _CENTRAL_MESSAGE,
@@ -236,8 +215,9 @@ def skellam_privacy(plan: SkellamPlan, rounds: int) -> SystemPrivacy:
             f"their share (each adds variance {plan.client_variance:.4g} in units of "
             f"1/{plan.scale:g}); c clients colluding with the server leave (k - c)/t of the "
             "noise on a sum of k contributions",
-            "sampling_rate 1.0: every user may be in every round (the cohort is the first "
-            "clients to check in, not a random sample), so no amplification is claimed",
+            "sampling_rate 1.0: every user may be in every round (the service's cohort is the "
+            "first clients to check in, the simulation's the users who searched: not a "
+            "random sample), so no amplification is claimed",
         ],
     )
 

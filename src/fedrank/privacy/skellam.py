@@ -189,6 +189,7 @@ class SkellamPlan:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "dim": self.dim,
             "scale": self.scale,
             "variance": self.variance,
             "client_variance": self.client_variance,
@@ -198,6 +199,39 @@ class SkellamPlan:
             "l1_sensitivity": self.l1,
             "l2_sensitivity": self.l2,
         }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> SkellamPlan:
+        """The plan a run's ``privacy`` object recorded (:meth:`to_json` with the budget:
+        ``target_epsilon``, ``delta``, ``rounds``, ``clip``, ``clients_per_round``,
+        ``threshold``).
+
+        Raises:
+            ConfigError: a field is missing or not a number (named).
+        """
+        try:
+            return cls._from_record(record)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(
+                f"the run's privacy object does not record a Skellam plan ({exc!r} missing or "
+                "malformed): rerun it with this version of fedrank"
+            ) from exc
+
+    @classmethod
+    def _from_record(cls, record: dict[str, Any]) -> SkellamPlan:
+        return cls(
+            float(record["target_epsilon"]),
+            float(record["delta"]),
+            int(record["rounds"]),
+            float(record["clip"]),
+            int(record["dim"]),
+            int(record["clients_per_round"]),
+            int(record["threshold"]),
+            float(record["scale"]),
+            float(record["variance"]),
+            float(record["l1_sensitivity"]),
+            float(record["l2_sensitivity"]),
+        )
 
 
 def plan(

@@ -608,9 +608,9 @@ def _check_privacy(config: ServerConfig) -> None:
             "iteration / 20)",
         ),
         (
-            math.isfinite(p.denominator) and 0 <= p.denominator <= 1e9,
-            f"[privacy] denominator must be in [0, 1e9] (0: divide by the iteration's count), "
-            f"got {p.denominator:g}",
+            math.isfinite(p.denominator) and (p.denominator == 0 or 1 <= p.denominator <= 1e9),
+            f"[privacy] denominator must be 0 (divide by the iteration's count) or in [1, 1e9] "
+            f"(about the expected updates per iteration), got {p.denominator:g}",
         ),
         (
             p.denominator == 0 or p.mode == "central",

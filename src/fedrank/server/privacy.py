@@ -267,8 +267,9 @@ def report_config(config: ServerConfig, rounds: int | None) -> list[SystemPrivac
                 ps.accountant,
                 ps.rounds if rounds is None else rounds,
             )
-            fixed = {"denominator": ps.denominator} if ps.denominator else {}
-            out = gaussian_privacy(workload, block, {"budget_epsilon": ps.epsilon, **fixed})
+            if ps.denominator:
+                block["denominator"] = ps.denominator
+            out = gaussian_privacy(workload, block, {"budget_epsilon": ps.epsilon})
             if ps.adaptive:
                 _describe_adaptive_clip(out, ps, block["noise_multiplier"])
             if ps.denominator:

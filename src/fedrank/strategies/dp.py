@@ -166,8 +166,13 @@ class DPConfig:
 
 
 def _check_denominator(value: float) -> float:
+    """``W`` stands for a number of updates: a finite number >= 1."""
     return check_hyperparameter(
-        "denominator (W: the fixed number each round's noised sum is divided by)", value
+        "denominator (W: the fixed number each round's noised sum is divided by, about the "
+        "expected updates per round)",
+        value,
+        low=1.0,
+        low_inclusive=True,
     )
 
 
@@ -320,10 +325,7 @@ class DPStrategy(WrappedStrategy):
         """The noise's standard deviation per coordinate of the mean of ``count`` updates
         clipped to ``clip`` (default: the first round's): ``z_u C / count``, or ``z_u C /
         W`` with a fixed denominator."""
-        mechanism = self._mechanism(clip)
-        if self.denominator is not None:
-            return mechanism.sum_std / self.denominator
-        return mechanism.mean_std(count)
+        return self._mechanism(clip).mean_std(count, self.denominator)
 
     def _mechanism(self, clip: float | None) -> GaussianSumMechanism:
         if clip is None or clip == self.mechanism.clip:
@@ -346,10 +348,9 @@ class DPStrategy(WrappedStrategy):
         denominator ``W``, the sum plus ``N(0, (z_u C_t)^2)`` over ``W``."""
         self.aggregator.check_consistent(state)
         mechanism = self._mechanism(state.bound)
-        total = state.inner.weighted_sum
-        if self.denominator is not None:
-            return (total + mechanism.noise(total.size, self.rng_)) / self.denominator
-        return mechanism.noisy_mean(total, state.count, self.rng_)
+        return mechanism.noisy_mean(
+            state.inner.weighted_sum, state.count, self.rng_, self.denominator
+        )
 
     def next_zero(self, state: NormBoundedState) -> NormBoundedState:
         """The next round's empty aggregate: with an adaptive clip, its clip from this

@@ -253,11 +253,12 @@ class FedPSSettings:
                 "sampled, and the amplification would not hold"
             )
         if self.dp_denominator is not None and not (
-            self.dp_epsilon and math.isfinite(self.dp_denominator) and self.dp_denominator > 0
+            self.dp_epsilon and math.isfinite(self.dp_denominator) and self.dp_denominator >= 1
         ):
             raise ConfigError(
-                f"dp_denominator (the fixed denominator of central DP's step) needs dp_epsilon "
-                f"and must be a finite number > 0, got {self.dp_denominator}"
+                f"dp_denominator (the fixed denominator of central DP's step, about the "
+                f"updates per step) needs dp_epsilon and must be a finite number >= 1, got "
+                f"{self.dp_denominator}"
             )
         per = min(self.clients_per_proxy_step, self.clients_per_step)
         if self.mode == "proxy" and self.clients_per_step % per:
