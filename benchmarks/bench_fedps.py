@@ -30,7 +30,8 @@ TARGET_BYTES = 8 * 2**30
 def one_mode(log: str, users: int | None, mode: str, rounds: int, seed: int) -> dict[str, Any]:
     """Prepare the data and run ``mode`` in this (fresh) process."""
     from fedrank.experiments.fedps.data import prepare_aol
-    from fedrank.experiments.fedps.run import FedPSSettings, run_fedps
+    from fedrank.experiments.fedps.run import run_fedps
+    from fedrank.experiments.fedps.settings import FedPSSettings
 
     start = time.perf_counter()
     data = prepare_aol(log, users=users, seed=seed)

@@ -13,7 +13,7 @@ import pytest
 from fedrank.errors import ConfigError
 from fedrank.experiments.executors import check_executor_options, job_executor
 from fedrank.experiments.fedps.reproduce import Job, ReproduceConfig, run_jobs
-from fedrank.experiments.fedps.run import FedPSSettings
+from fedrank.experiments.fedps.settings import FedPSSettings
 from tests.untimed import untimed
 
 

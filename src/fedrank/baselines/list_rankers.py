@@ -31,13 +31,16 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import lightgbm
 import numpy as np
 
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.metrics.relevance import per_query_table
 from fedrank.retrieval.candidates import FEATURE_NAMES, RankingSamples
+
+if TYPE_CHECKING:
+    import lightgbm
 
 __all__ = ["RULES", "GBDTRanker", "lexicographic_scores", "rule_scores"]
 
@@ -145,6 +148,8 @@ class GBDTRanker:
         self.n_jobs = n_jobs
 
     def fit(self, train: Sequence[RankingSamples], valid: Sequence[RankingSamples]) -> GBDTRanker:
+        import lightgbm  # here: the rule rankers and the run settings do without its import
+
         x, y, groups = _flatten(train)
         xv, yv, groups_v = _flatten(valid)
         train_set = lightgbm.Dataset(

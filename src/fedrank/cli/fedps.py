@@ -13,8 +13,9 @@ from fedrank.cli._attack import attack_from_options, attack_options, echo_attack
 from fedrank.cli._common import dask_options, progress_bar, write_json
 from fedrank.simulation.attacks import SYSTEM_ATTACKS
 
-#: What the workers of a flat or proxy run on Dask import as they start.
-CLIENTS_MODULE = "fedrank.experiments.fedps.clients"
+#: What the workers of a flat or proxy run on Dask import as they start: the clients' code,
+#: and the module torch imports when a client builds its first optimizer (~1 s).
+WORKER_PRELOAD = ("fedrank.experiments.fedps.clients", "torch._dynamo")
 
 _LOG_HELP = "AOL click log (.tsv or .tsv.gz); default: the shared 1,000-user sample"
 
@@ -156,8 +157,7 @@ def run(
     P@1 (mean and spread over seeds) and the KL divergence (with --malicious and --attack,
     while a share of the users poisons its updates)."""
     from fedrank.experiments.executors import dask_client
-    from fedrank.experiments.fedps.data import prepare_aol
-    from fedrank.experiments.fedps.run import FedPSSettings, run_seeds
+    from fedrank.experiments.fedps.settings import FedPSSettings
 
     training_seeds = _seed_list(seeds) or [seed]
     given = {k: v for k, v in overrides.items() if v is not None}
@@ -179,12 +179,17 @@ def run(
     with contextlib.ExitStack() as stack, progress_bar() as bar:
         dask = None
         if on_dask:
-            # the cluster starts before the data are prepared, and its workers import the
-            # clients' code meanwhile (the preparation's first stages use one core)
+            # the cluster starts before the run's heavy imports and the data preparation,
+            # and its workers import the clients' code meanwhile (both use one core)
             starting = stack.enter_context(ThreadPoolExecutor(1)).submit(
                 stack.enter_context,
-                dask_client(dask_workers, dask_scheduler, preload=[CLIENTS_MODULE]),
+                dask_client(dask_workers, dask_scheduler, preload=WORKER_PRELOAD),
             )
+        # the settings above are checked with light modules only (fedps.settings): a bad
+        # command line fails at once and starts no cluster
+        from fedrank.experiments.fedps.data import prepare_aol
+        from fedrank.experiments.fedps.run import run_seeds
+
         task = bar.add_task("prepare AOL data", total=1)
         data = prepare_aol(path, users=users, seed=seed)
         bar.update(task, completed=1)

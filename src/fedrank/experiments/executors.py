@@ -31,7 +31,7 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
-from multiprocessing import get_context
+from multiprocessing import get_all_start_methods, get_context
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -106,8 +106,11 @@ def dask_client(
 
     ``preload``: modules a new local cluster's workers import as they start (Dask's worker
     preload), so that a run which starts the cluster first has the workers import them
-    while it prepares its data, instead of when the first task arrives. The workers of an
-    existing cluster are started by whoever runs it (``dask worker --preload``)."""
+    while it prepares its data, instead of when the first task arrives. Where the platform
+    has it, such workers are forked from one ``forkserver`` process that imported the
+    modules once (each spawned worker imported torch and fedrank itself: ~2.7 CPU-s per
+    worker, on a machine whose cores the run needs). The workers of an existing cluster
+    are started by whoever runs it (``dask worker --preload``)."""
     check_executor_options(1, dask_workers, dask_scheduler)
     if dask_workers is None and dask_scheduler is None:
         raise ConfigError("give dask_workers (a local Dask cluster) or dask_scheduler")
@@ -126,11 +129,19 @@ def dask_client(
         else:
             # Dask sets MALLOC_TRIM_THRESHOLD_ in its workers by default; any value turns off
             # glibc's dynamic mmap threshold, and torch's many mid-sized tensors then cost
-            # ~2x the CPU (measured on the FedPS clients). None unsets it. And OpenMP waits
-            # passively, as in a process pool (module docstring).
+            # ~2x the CPU (measured on the FedPS clients). None unsets it. OpenMP waits
+            # passively, as in a process pool (module docstring). And the workers do not
+            # sample their own stacks every 10 ms (Dask's statistical profiler, shown only on
+            # a dashboard, which a local cluster here does not have).
+            if preload and "forkserver" in get_all_start_methods():
+                _preload_forkserver(preload)
+                stack.enter_context(
+                    dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
+                )
             stack.enter_context(
                 dask.config.set(
                     {
+                        "distributed.worker.profile.enabled": False,
                         "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
                         **{
                             f"distributed.nanny.pre-spawn-environ.{key}": os.environ.get(key, value)
@@ -153,6 +164,19 @@ def dask_client(
         # cannot be exited in another (the CLI starts the cluster in a helper thread)
         stack.callback(client.close)
         yield client
+
+
+def _preload_forkserver(preload: Sequence[str]) -> None:
+    """Have multiprocessing's fork server import ``preload`` (and Dask) before it forks the
+    workers. Dask sets the fork server's preload itself the first time it starts a worker
+    by ``forkserver`` (its own packages only) unless its module flag says that it was set;
+    this sets both. Once the fork server of this process runs, a new preload has no effect
+    (workers then import ``preload`` themselves, through Dask's worker preload: slower,
+    the same result)."""
+    import distributed.utils
+
+    get_context("forkserver").set_forkserver_preload(["distributed", *preload])
+    distributed.utils._forkserver_preload_set = True
 
 
 def blocks(work: np.ndarray, n_blocks: int) -> list[range]:

@@ -5,6 +5,7 @@ bit; a client's update does not depend on which clients trained before it."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -17,14 +18,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fedrank.cli import main
-from fedrank.cli.fedps import CLIENTS_MODULE
+from fedrank.cli.fedps import WORKER_PRELOAD
 from fedrank.errors import ConfigError
 from fedrank.estimators.local_sgd import LocalTraining
 from fedrank.experiments.executors import blocks, dask_client
 from fedrank.experiments.fedps import run as fedps_run
 from fedrank.experiments.fedps.clients import DaskClients, LocalClients, evaluation_work
 from fedrank.experiments.fedps.data import FedPSData
-from fedrank.experiments.fedps.run import FedPSResult, FedPSSettings, run_fedps
+from fedrank.experiments.fedps.run import FedPSResult, run_fedps
+from fedrank.experiments.fedps.settings import FedPSSettings
 from tests.untimed import untimed
 
 SETTINGS = FedPSSettings(
@@ -75,7 +77,7 @@ def _comparable(result: FedPSResult) -> str:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    with dask_client(2, None, preload=[CLIENTS_MODULE]) as client:
+    with dask_client(2, None, preload=WORKER_PRELOAD) as client:
         yield client
 
 
@@ -83,11 +85,28 @@ def _preloaded(dask_worker: Any) -> list[str]:
     return [p.name for p in dask_worker.preloads]
 
 
+def _profiling(dask_worker: Any) -> bool:
+    return "profile" in dask_worker.periodic_callbacks
+
+
+def _parent_command(dask_worker: Any) -> str:
+    return Path(f"/proc/{os.getppid()}/cmdline").read_bytes().decode().replace("\0", " ")
+
+
 def test_the_workers_import_the_clients_code_as_they_start(cluster: Any) -> None:
     """What `fedrank fedps run --dask-workers` asks of its cluster: each worker imports the
     clients' module as it starts (while the driver prepares the data), not with its first
-    task."""
-    assert list(cluster.run(_preloaded).values()) == [[CLIENTS_MODULE]] * 2
+    task; and no worker samples its own stacks (Dask's profiler: CPU on a 2-core run)."""
+    assert list(cluster.run(_preloaded).values()) == [list(WORKER_PRELOAD)] * 2
+    assert list(cluster.run(_profiling).values()) == [False] * 2
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc (Linux)")
+def test_the_workers_are_forked_from_one_process_that_imported_their_code(cluster: Any) -> None:
+    """Each spawned worker imported torch and fedrank itself (~2.7 CPU-s each, on the cores
+    the run needs); a fork server imports them once and forks the workers."""
+    parents = list(cluster.run(_parent_command).values())
+    assert len(parents) == 2 and all("multiprocessing.forkserver" in p for p in parents)
 
 
 def test_blocks_are_balanced_by_what_each_evaluation_scores(small: FedPSData, cluster: Any) -> None:

@@ -7,6 +7,8 @@ import ast
 import gc
 import inspect
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,15 +22,9 @@ from fedrank.estimators.local_sgd import FedPSClient, UploadPolicy, UserWorkspac
 from fedrank.experiments.fedps import run as fedps_module
 from fedrank.experiments.fedps import server as fedps_server
 from fedrank.experiments.fedps.data import FedPSData
-from fedrank.experiments.fedps.run import (
-    MODES,
-    RULE_MODES,
-    FedPSResult,
-    FedPSSettings,
-    run_fedps,
-    run_seeds,
-)
+from fedrank.experiments.fedps.run import FedPSResult, run_fedps, run_seeds
 from fedrank.experiments.fedps.server import FedPSServer
+from fedrank.experiments.fedps.settings import MODES, RULE_MODES, FedPSSettings
 from fedrank.models.peps import PersonalEmbeddings
 from fedrank.privacy import kl_settings
 from fedrank.retrieval.candidates import RankingSamples, UserData
@@ -273,6 +269,35 @@ def test_bad_settings_are_refused() -> None:
     with pytest.raises(ConfigError, match="upload"):
         UploadPolicy("some")  # type: ignore[arg-type]
     assert FedPSSettings(mode="flat").server_learning_rate == 1.0  # Algorithm 1
+
+
+def test_settings_are_checked_without_the_heavy_imports() -> None:
+    """`fedrank fedps run --dask-workers` checks its settings, starts the cluster, and only
+    then imports torch and LightGBM (they take seconds the workers use to start): the
+    settings module must not import them."""
+    code = (
+        "import sys; from fedrank.experiments.fedps.settings import FedPSSettings; "
+        "FedPSSettings(mode='flat', dp_epsilon=4.0, dp_clip=1.0); "
+        "print(sorted(m for m in ('torch', 'lightgbm', 'sklearn') if m in sys.modules))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "[]"
+
+
+def test_cli_refuses_bad_settings_before_starting_a_cluster(
+    aol_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_cluster(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a cluster was started for a bad command line")
+
+    monkeypatch.setattr("fedrank.experiments.executors.dask_client", no_cluster)
+    result = CliRunner().invoke(
+        main,
+        ["fedps", "run", "--mode", "flat", "--log", str(aol_log), "--dask-workers", "2",
+         "--stragglers", "1.5"],
+    )  # fmt: skip
+    assert result.exit_code != 0
+    assert "straggler_ratio must be in [0, 1)" in result.output
 
 
 def test_cli_run_with_seeds_writes_json(aol_log: Path, tmp_path: Path) -> None:

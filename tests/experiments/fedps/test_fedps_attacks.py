@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from fedrank.cli import main
 from fedrank.errors import ConfigError
 from fedrank.experiments.fedps.data import FedPSData
-from fedrank.experiments.fedps.run import FedPSResult, FedPSSettings, run_fedps
+from fedrank.experiments.fedps.run import FedPSResult, run_fedps
+from fedrank.experiments.fedps.settings import FedPSSettings
 from fedrank.simulation.attacks import Attack
 
 FAST = {"rounds": 2, "clients_per_step": 4, "n_topics": 5, "patience": 8, "seed": 1}

@@ -24,7 +24,8 @@ from fedrank.experiments.fedps.continuous import (
     stage_split,
 )
 from fedrank.experiments.fedps.data import FedPSData, prepare_aol
-from fedrank.experiments.fedps.run import FedPSSettings, run_fedps
+from fedrank.experiments.fedps.run import run_fedps
+from fedrank.experiments.fedps.settings import FedPSSettings
 from fedrank.retrieval.candidates import RankingSamples, build_users
 
 SPLITS = ("train", "valid", "test")

@@ -16,7 +16,8 @@ from click.testing import CliRunner
 from fedrank.cli import main
 from fedrank.errors import ConfigError
 from fedrank.experiments.fedps.data import FedPSData
-from fedrank.experiments.fedps.run import FedPSResult, FedPSSettings, run_fedps
+from fedrank.experiments.fedps.run import FedPSResult, run_fedps
+from fedrank.experiments.fedps.settings import FedPSSettings
 from fedrank.privacy.accounting import gaussian_epsilon, gaussian_noise_multiplier
 from fedrank.privacy.report import fedps_dp_block, report_run
 from tests.untimed import untimed

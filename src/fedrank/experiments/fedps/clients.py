@@ -30,29 +30,12 @@ from fedrank.core.message import Message
 from fedrank.errors import ConfigError
 from fedrank.estimators.local_sgd import FedPSClient, LocalTraining
 from fedrank.experiments.executors import blocks
+from fedrank.experiments.fedps.settings import MODEL_VARIANTS
 from fedrank.models.peps import PEPSConfig, PEPSRanker
-from fedrank.retrieval.candidates import FEATURE_EDGES, FEATURE_NAMES, UserData
+from fedrank.retrieval.candidates import FEATURE_NAMES, UserData
 
 if TYPE_CHECKING:
     from distributed import Client
-
-#: The personalized model's variants (:class:`fedrank.models.peps.PEPSConfig` fields).
-#: ``compact``: the first model, a tanh MLP of 16 units on the raw click features and a
-#: final tanh MLP over the six scores. ``encoded``: the click features in fixed bins
-#: (:data:`~fedrank.retrieval.candidates.FEATURE_EDGES`) through two ReLU layers of 64, and
-#: a final ReLU MLP that also sees that tower's hidden layer. On the AOL lists the compact
-#: tower ranked by the click history worse than a GBDT on the same features
-#: (docs/fedps.md, "Model").
-MODEL_VARIANTS: dict[str, dict[str, Any]] = {
-    "compact": {},
-    "encoded": {
-        "feature_hidden": 64,
-        "feature_layers": 2,
-        "feature_edges": FEATURE_EDGES,
-        "combine_hidden": 32,
-        "combine_sees_features": True,
-    },
-}
 
 
 def new_model(

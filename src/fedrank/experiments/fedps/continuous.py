@@ -47,13 +47,8 @@ from fedrank.data.aol import (
 )
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.experiments.fedps.data import FedPSData, prepare_split
-from fedrank.experiments.fedps.run import (
-    FedPSResult,
-    FedPSSettings,
-    Progress,
-    report_progress,
-    run_fedps,
-)
+from fedrank.experiments.fedps.run import FedPSResult, Progress, report_progress, run_fedps
+from fedrank.experiments.fedps.settings import FedPSSettings
 
 __all__ = [
     "BASELINE_MODE",
@@ -537,10 +532,10 @@ def run_continuous(
 
     Args:
         data: the prepared data (:func:`~fedrank.experiments.fedps.data.prepare_aol`).
-        modes: modes of :data:`~fedrank.experiments.fedps.run.MODES`; ``"original"``, the
+        modes: modes of :data:`~fedrank.experiments.fedps.settings.MODES`; ``"original"``, the
             baseline of every improvement, is always run and put first.
         base: settings template of every mode (its ``mode`` is replaced); default the
-            paper's (:class:`~fedrank.experiments.fedps.run.FedPSSettings`: 10% stragglers).
+            paper's (:class:`~fedrank.experiments.fedps.settings.FedPSSettings`: 10% stragglers).
         settings: full settings for some modes (key = mode), overriding ``base``.
         stages: the stages to run; default all.
         start, n_stages, valid_fraction: the stage windows (:func:`stage_split`).

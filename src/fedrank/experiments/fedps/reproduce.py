@@ -1,11 +1,11 @@
 """``fedrank fedps reproduce``: FedPS Tables 2-6 and Figure 4 on the AOL log.
 
-Every configuration is one *job* (a :class:`~fedrank.experiments.fedps.run.FedPSSettings`) whose
-result is written to ``<out>/runs/<name>.json`` (and its per-query test metrics, query
-events and users to ``<name>.npz``) as soon as it finishes; a rerun skips finished jobs, so
-an interrupted reproduction resumes. Jobs run in ``jobs`` worker processes (spawned; each
-prepares the data once). Then :func:`write_tables` assembles ``tables.md`` and
-``results.json``:
+Every configuration is one *job* (a :class:`~fedrank.experiments.fedps.settings.
+FedPSSettings`) whose result is written to ``<out>/runs/<name>.json`` (and its per-query
+test metrics, query events and users to ``<name>.npz``) as soon as it finishes; a rerun
+skips finished jobs, so an interrupted reproduction resumes. Jobs run in ``jobs`` worker
+processes (spawned; each prepares the data once). Then :func:`write_tables` assembles
+``tables.md`` and ``results.json``:
 
 * **Lists**: how relevant and irrelevant candidates compare (no-match rates, popularity,
   the user's earlier clicks, BM25 rank) and how many clicked queries got a list
@@ -59,7 +59,8 @@ from fedrank.experiments.fedps.client_sampling import flat_schedule, proxy_sched
 from fedrank.experiments.fedps.communication import flat_round_time, proxy_round_time
 from fedrank.experiments.fedps.data import FedPSData, prepare_aol
 from fedrank.experiments.fedps.lists import list_diagnostics, refinding_queries
-from fedrank.experiments.fedps.run import RULE_MODES, FedPSSettings, run_fedps
+from fedrank.experiments.fedps.run import run_fedps
+from fedrank.experiments.fedps.settings import RULE_MODES, FedPSSettings
 from fedrank.experiments.stats import seed_user_test
 from fedrank.privacy import kl_settings
 

@@ -46,7 +46,6 @@ from the search engine). :func:`run_seeds` repeats a mode over training seeds.
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -59,7 +58,7 @@ import torch
 from scipy import sparse
 
 from fedrank.aggregators.hierarchy import ProxyRound, Topology
-from fedrank.baselines.list_rankers import RULES, GBDTRanker, rule_scores
+from fedrank.baselines.list_rankers import GBDTRanker, rule_scores
 from fedrank.core.message import Message
 from fedrank.data.aol import BACKGROUND, TRAIN, UserLog
 from fedrank.errors import ConfigError
@@ -80,7 +79,6 @@ from fedrank.experiments.fedps.client_sampling import (
     proxy_schedule,
 )
 from fedrank.experiments.fedps.clients import (
-    MODEL_VARIANTS,
     ClientPool,
     DaskClients,
     LocalClients,
@@ -89,24 +87,24 @@ from fedrank.experiments.fedps.clients import (
 from fedrank.experiments.fedps.communication import flat_round_time, proxy_round_time
 from fedrank.experiments.fedps.data import FedPSData
 from fedrank.experiments.fedps.server import CentralDP, FedPSServer
+from fedrank.experiments.fedps.settings import (
+    RULE_MODES,
+    FedPSSettings,
+    dp_block,
+)
 from fedrank.experiments.fedps.stragglers import ResponseTimes
 from fedrank.metrics.relevance import per_query_table
 from fedrank.models.peps import PEPSRanker
 from fedrank.privacy import kl_settings
 from fedrank.privacy import profile_kl as kl
 from fedrank.privacy.cover_queries import CoverQueryGenerator
-from fedrank.privacy.report import fedps_dp_block, fedps_privacy, run_privacy
+from fedrank.privacy.report import fedps_privacy, run_privacy
 from fedrank.retrieval.candidates import UserData, build_users
 from fedrank.simulation.attacks import Attack, FedPSAttacker
 
 if TYPE_CHECKING:
     from distributed import Client
 
-RULE_MODES: tuple[str, ...] = RULES
-TRAINED_MODES: tuple[str, ...] = ("knrm", "central", "flat", "proxy", "coverquery", "groupuser")
-MODES: tuple[str, ...] = (*RULE_MODES, "gbdt", *TRAINED_MODES)
-#: Modes whose outcome depends on a training seed.
-SEEDED_MODES: tuple[str, ...] = ("gbdt", *TRAINED_MODES)
 METRICS: tuple[str, ...] = ("MAP", "MRR", "P@1")
 
 
@@ -114,158 +112,6 @@ METRICS: tuple[str, ...] = ("MAP", "MRR", "P@1")
 Progress = Callable[[str, int, int], None]
 #: ``observer(client_index, message)``: sees every message a client sends (tests).
 MessageObserver = Callable[[int, Message], None]
-
-
-@dataclass(frozen=True)
-class FedPSSettings:
-    """One experiment's settings (defaults: FedPS Sec. 4.3 and Algorithm 1).
-
-    Attributes:
-        mode: one of :data:`MODES`.
-        rounds: ``R``, the most rounds of federated training (epochs of central training).
-        evals_per_round: validation evaluations per round or epoch (4: every quarter).
-        patience: stop after this many evaluations without a better validation MAP.
-        clients_per_step: ``K`` (paper: 10).
-        clients_per_proxy_step: clients sampled under one proxy in a FedPSProxy step
-            (paper: 10; a step samples ``K / clients_per_proxy_step`` proxies).
-        local_epochs: ``E`` (paper: 1).
-        batch_size: ``B``, queries per minibatch.
-        learning_rate: ``eta``, Adam's step size (clients' and central).
-        server_learning_rate: ``eta_s`` of the FedAvg step; Algorithm 1 is 1 (default).
-        straggler_ratio: the share of responses later than ``T_max`` (paper: 10%), which
-            sets ``T_max`` unless ``t_max`` is given.
-        t_max: ``T_max`` in seconds of the response-time model (``None``: calibrated).
-        clients_per_proxy, proxies_per_group: the FedPSProxy topology (paper: 100 clients
-            per proxy and 1,000 proxies per group server for 118,067 users, i.e. two group
-            servers; 5 proxies per group server gives the AOL sample's 986 users two as
-            well).
-        upload: upload case of Sec. 3.3.2: ``"all"``, ``"frequent"`` or ``"frozen"``.
-        frequent_words: words whose rows are uploaded under ``"frequent"``.
-        client_metrics: clients also send their training loss (off: the update and its
-            count only).
-        cover_queries: ``m``, cover queries per real query (paper: 1).
-        n_topics: LDA topics of the cover-query generator.
-        group_size: users per GroupUser identity (paper: 100).
-        seed: the training seed: model initialization, sampling, response times, covers,
-            groups (the data have their own seed, :func:`prepare_aol`).
-        model: the personalized model's variant (:data:`MODEL_VARIANTS`): ``"encoded"``
-            (default) or ``"compact"`` (the first model: a tanh MLP on the raw features).
-        text_dropout: the personalized model's text dropout in training
-            (:class:`fedrank.models.peps.PEPSConfig`).
-        dp_epsilon: each user's central-DP budget over the training (flat and proxy
-            only; 0: off): DP-FedAvg with the noise multiplier that keeps ``rounds``
-            participations within ``(dp_epsilon, dp_delta)`` (every client takes part in
-            exactly one step per round), updates clipped to ``dp_clip``.
-        dp_delta, dp_clip: the budget's delta and the clip ``C``.
-        dp_denominator: divide each step's noised sum by this fixed number instead of the
-            step's count of updates (``None``: the count), so that the model hides who took
-            part (McMahan et al. 2018; e.g. ``clients_per_step``).
-        sampling: FedPSFlat's clients per step: ``shuffle`` (the paper: each round visits
-            every client once) or ``poisson`` (each step takes every client with
-            probability ``K / N``; with DP it needs ``dp_denominator`` and gives
-            amplification by subsampling; :mod:`~fedrank.experiments.fedps.client_sampling`).
-    """
-
-    mode: str
-    rounds: int = 4
-    evals_per_round: int = 4
-    patience: int = 4
-    clients_per_step: int = 10
-    clients_per_proxy_step: int = 10
-    local_epochs: int = 1
-    batch_size: int = 32
-    learning_rate: float = 1e-3
-    server_learning_rate: float = 1.0
-    straggler_ratio: float = 0.1
-    t_max: float | None = None
-    clients_per_proxy: int = 100
-    proxies_per_group: int = 5
-    upload: str = "all"
-    frequent_words: int = 5000
-    client_metrics: bool = False
-    cover_queries: int = 1
-    n_topics: int = 50
-    group_size: int = 100
-    seed: int = 0
-    model: str = "encoded"
-    text_dropout: float = 0.3
-    dp_epsilon: float = 0.0
-    dp_delta: float = 1e-6
-    dp_clip: float = 0.0
-    dp_denominator: float | None = None
-    sampling: str = "shuffle"
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ConfigError(f"mode must be one of {', '.join(MODES)}; got {self.mode!r}")
-        if self.model not in MODEL_VARIANTS:
-            raise ConfigError(
-                f"model must be one of {', '.join(MODEL_VARIANTS)}; got {self.model!r}"
-            )
-        if not 0.0 <= self.text_dropout < 1.0:
-            raise ConfigError(f"text_dropout must be in [0, 1), got {self.text_dropout}")
-        for name in (
-            "rounds",
-            "evals_per_round",
-            "patience",
-            "clients_per_step",
-            "clients_per_proxy_step",
-            "local_epochs",
-            "batch_size",
-            "group_size",
-            "clients_per_proxy",
-            "proxies_per_group",
-        ):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not 0.0 <= self.straggler_ratio < 1.0:
-            raise ConfigError(f"straggler_ratio must be in [0, 1), got {self.straggler_ratio}")
-        if self.t_max is not None and not self.t_max > 0:
-            raise ConfigError(f"t_max must be > 0 seconds, got {self.t_max}")
-        if not (self.learning_rate > 0 and self.server_learning_rate > 0):
-            raise ConfigError("learning_rate and server_learning_rate must be > 0")
-        if self.cover_queries < 0:
-            raise ConfigError(f"cover_queries must be >= 0, got {self.cover_queries}")
-        if self.dp_epsilon:
-            if self.mode not in ("flat", "proxy"):
-                raise ConfigError(
-                    f"central DP (dp_epsilon) noises the FedAvg step of flat and proxy runs; "
-                    f"mode {self.mode} has none"
-                )
-            if not (self.dp_epsilon > 0 and self.dp_clip > 0 and 0 < self.dp_delta < 1):
-                raise ConfigError(
-                    "central DP needs dp_epsilon > 0, dp_clip > 0 (the L2 bound of every "
-                    f"update) and dp_delta in (0, 1); got {self.dp_epsilon}, {self.dp_clip}, "
-                    f"{self.dp_delta}"
-                )
-            if self.sampling == "shuffle":  # Poisson's calibration needs the users: at start
-                dp_block(self)  # calibrate now: a budget it cannot meet fails before any work
-        if self.sampling not in ("shuffle", "poisson"):
-            raise ConfigError(f"sampling must be shuffle or poisson, got {self.sampling!r}")
-        if self.sampling == "poisson" and self.mode != "flat":
-            raise ConfigError(
-                f"Poisson sampling draws FedPSFlat's clients; mode {self.mode} samples its own"
-            )
-        if self.sampling == "poisson" and self.dp_epsilon and self.dp_denominator is None:
-            raise ConfigError(
-                "central DP with Poisson sampling needs a fixed denominator (dp_denominator, "
-                "e.g. clients_per_step): dividing by the sampled count would reveal who was "
-                "sampled, and the amplification would not hold"
-            )
-        if self.dp_denominator is not None and not (
-            self.dp_epsilon and math.isfinite(self.dp_denominator) and self.dp_denominator >= 1
-        ):
-            raise ConfigError(
-                f"dp_denominator (the fixed denominator of central DP's step, about the "
-                f"updates per step) needs dp_epsilon and must be a finite number >= 1, got "
-                f"{self.dp_denominator}"
-            )
-        per = min(self.clients_per_proxy_step, self.clients_per_step)
-        if self.mode == "proxy" and self.clients_per_step % per:
-            raise ConfigError(
-                f"FedPSProxy samples K / {per} proxies x {per} clients: K must be a multiple "
-                f"of clients_per_proxy_step, got K = {self.clients_per_step}"
-            )
 
 
 @dataclass
@@ -402,12 +248,6 @@ def _new_model(
     data: FedPSData, personalized: bool, seed: int, settings: FedPSSettings
 ) -> PEPSRanker:
     return new_model(data.word_vectors, **_model_kwargs(data, personalized, seed, settings))
-
-
-def dp_block(settings: FedPSSettings, n_users: int | None = None) -> dict[str, Any] | None:
-    """The central-DP block of a run of ``n_users`` clients
-    (:func:`fedrank.privacy.report.fedps_dp_block`)."""
-    return fedps_dp_block(asdict(settings), n_users)
 
 
 def _seeds(seed: int) -> dict[str, int]:
