@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from fedrank.cli._attack import attack_from_options, attack_options, echo_attack
 from fedrank.cli._common import dask_options, progress_bar, write_json
 from fedrank.simulation.attacks import SYSTEM_ATTACKS
-
-if TYPE_CHECKING:
-    import numpy as np
-
-    from fedrank.data.aol import AolCorpus
 
 #: What the workers of a flat or proxy run on Dask import as they start: the clients' code,
 #: and the module torch imports when a client builds its first optimizer (~1 s).
@@ -161,7 +156,7 @@ def run(
     """Train and evaluate one FedPS mode over one or more training seeds; print MAP, MRR,
     P@1 (mean and spread over seeds) and the KL divergence (with --malicious and --attack,
     while a share of the users poisons its updates)."""
-    from fedrank.experiments.executors import dask_client, side_process
+    from fedrank.experiments.executors import dask_client
     from fedrank.experiments.fedps.settings import FedPSSettings
 
     training_seeds = _seed_list(seeds) or [seed]
@@ -193,31 +188,15 @@ def run(
         # the settings above are checked with light modules only (fedps.settings): a bad
         # command line fails at once and starts no cluster
         from fedrank.experiments.fedps.data import prepare_aol
-        from fedrank.experiments.fedps.run import cover_queries, run_seeds
-
-        covers: list[Future[list[np.ndarray]]] = []
-        early = on_dask and mode == "flat"
-
-        def start_covers(corpus: AolCorpus) -> None:
-            # FedPSFlat's cover queries (the longest chain of its work on Dask) start in a
-            # process of their own as soon as the corpus is built: the driver's preparation
-            # uses one core, and the workers wait for it
-            pool = stack.enter_context(side_process())
-            covers.append(pool.submit(cover_queries, corpus, settings))
+        from fedrank.experiments.fedps.run import run_seeds
 
         task = bar.add_task("prepare AOL data", total=1)
-        data = prepare_aol(path, users=users, seed=seed, on_corpus=start_covers if early else None)
+        data = prepare_aol(path, users=users, seed=seed)
         bar.update(task, completed=1)
         if on_dask:
             dask = starting.result()
         results = run_seeds(
-            data,
-            settings,
-            training_seeds,
-            progress=_Bar(bar),
-            dask=dask,
-            attack=poison,
-            covers=covers[0] if covers else None,
+            data, settings, training_seeds, progress=_Bar(bar), dask=dask, attack=poison
         )
     summary = results.summary()
     first = results.results[0].to_json()

@@ -9,7 +9,6 @@ import inspect
 import json
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -22,14 +21,13 @@ from fedrank.errors import ConfigError
 from fedrank.estimators.local_sgd import FedPSClient, UploadPolicy, UserWorkspace
 from fedrank.experiments.fedps import run as fedps_module
 from fedrank.experiments.fedps import server as fedps_server
-from fedrank.experiments.fedps.data import FedPSData, prepare_aol
-from fedrank.experiments.fedps.run import FedPSResult, cover_queries, run_fedps, run_seeds
+from fedrank.experiments.fedps.data import FedPSData
+from fedrank.experiments.fedps.run import FedPSResult, run_fedps, run_seeds
 from fedrank.experiments.fedps.server import FedPSServer
 from fedrank.experiments.fedps.settings import MODES, RULE_MODES, FedPSSettings
 from fedrank.models.peps import PersonalEmbeddings
 from fedrank.privacy import kl_settings
 from fedrank.retrieval.candidates import RankingSamples, UserData
-from tests.untimed import untimed
 
 FAST = {
     "rounds": 2,
@@ -259,26 +257,6 @@ def test_run_seeds_summary(small: FedPSData) -> None:
     assert np.nanmean(table[0, :, 0]) == pytest.approx(per_seed[0])
     with pytest.raises(ConfigError, match="distinct"):
         run_seeds(small, _settings("central"), [1, 1])
-
-
-def _comparable(result: FedPSResult) -> str:
-    return json.dumps(untimed(result.to_json()), sort_keys=True)
-
-
-def test_cover_queries_started_ahead_give_the_same_run(small: FedPSData, aol_log: Path) -> None:
-    """What `fedrank fedps run --dask-workers` does: the covers start as soon as the corpus
-    is built (prepare_aol's on_corpus), and the run uses them."""
-    seen: list[object] = []
-    data = prepare_aol(aol_log, users=12, seed=3, dim=16, word2vec_epochs=1, on_corpus=seen.append)
-    assert len(seen) == 1 and seen[0] is data.corpus
-    settings = _settings("flat", seed=1)
-    with ThreadPoolExecutor(1) as pool:
-        ahead = pool.submit(cover_queries, small.corpus, settings)
-        assert _comparable(run_fedps(small, settings, covers=ahead)) == _comparable(
-            run_fedps(small, settings)
-        )
-        with pytest.raises(ConfigError, match="serve FedPSFlat's KL measure"):
-            run_fedps(small, _settings("coverquery"), covers=ahead)
 
 
 def test_bad_settings_are_refused() -> None:

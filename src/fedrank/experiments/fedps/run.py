@@ -60,7 +60,7 @@ from scipy import sparse
 from fedrank.aggregators.hierarchy import ProxyRound, Topology
 from fedrank.baselines.list_rankers import GBDTRanker, rule_scores
 from fedrank.core.message import Message
-from fedrank.data.aol import BACKGROUND, TRAIN, AolCorpus, UserLog
+from fedrank.data.aol import BACKGROUND, TRAIN, UserLog
 from fedrank.errors import ConfigError
 from fedrank.estimators.local_sgd import (
     LocalTraining,
@@ -535,19 +535,21 @@ def fit_cover_generator(
     )
 
 
-def cover_queries(corpus: AolCorpus, settings: FedPSSettings) -> list[np.ndarray]:
-    """Every user's ``m`` cover queries per query (none when ``cover_queries`` is 0), from an
-    LDA over the past documents' texts (needs only the corpus)."""
+def _covers(
+    past_tokens: np.ndarray,
+    vocab_size: int,
+    logs: Sequence[UserLog],
+    settings: FedPSSettings,
+) -> list[np.ndarray]:
+    """Every user's ``m`` cover queries per query (none when ``cover_queries`` is 0)."""
     if settings.cover_queries > 0:
         return cover_queries_for(
-            corpus.users,
-            fit_cover_generator(
-                corpus.pool.tokens.astype(np.int64)[corpus.past_docs], len(corpus.vocab), settings
-            ),
+            logs,
+            fit_cover_generator(past_tokens, vocab_size, settings),
             settings.cover_queries,
             np.random.default_rng(_seeds(settings.seed)["covers"]),
         )
-    return [np.zeros((log.n_events, 0, log.queries.shape[1]), np.int32) for log in corpus.users]
+    return [np.zeros((log.n_events, 0, log.queries.shape[1]), np.int32) for log in logs]
 
 
 def _kl_method(mode: str) -> str:
@@ -565,22 +567,14 @@ def run_fedps(
     observer: MessageObserver | None = None,
     dask: Client | None = None,
     attack: Attack | None = None,
-    covers: Future[list[np.ndarray]] | None = None,
 ) -> FedPSResult:
     """Run one mode on prepared data (see the module docstring). Sets torch to one thread
     (the per-batch work is small; competing OpenMP threads only slow it down). With
     ``dask``, a federated run's clients train on the cluster's workers (the same result;
     :mod:`fedrank.experiments.fedps.clients`) and FedPSFlat's cover queries, needed only
-    for the KL measure, are computed here meanwhile, or were started earlier: ``covers``
-    (FedPSFlat only), the pending :func:`cover_queries` of this data and settings.
-    ``attack`` (flat and proxy modes): a fixed share of the users is malicious
-    (:class:`~fedrank.simulation.attacks.FedPSAttacker`); the result records it under
-    ``attack``."""
-    if covers is not None and settings.mode != "flat":
-        raise ConfigError(
-            f"cover queries computed ahead serve FedPSFlat's KL measure; mode {settings.mode} "
-            f"computes what it needs itself"
-        )
+    for the KL measure, are computed here meanwhile. ``attack`` (flat and proxy modes): a
+    fixed share of the users is malicious (:class:`~fedrank.simulation.attacks.
+    FedPSAttacker`); the result records it under ``attack``."""
     attacker = None
     if attack is not None and attack.active:
         if settings.mode not in ("flat", "proxy"):
@@ -592,7 +586,7 @@ def run_fedps(
             attack, len(data.users), settings.seed, settings.server_learning_rate
         )
     with contextlib.ExitStack() as stack:
-        result = _run_fedps(data, settings, progress, observer, dask, stack, attacker, covers)
+        result = _run_fedps(data, settings, progress, observer, dask, stack, attacker)
     if attacker is not None:
         result.attack = attacker.log.to_json()
     return result
@@ -605,8 +599,7 @@ def _run_fedps(
     observer: MessageObserver | None,
     dask: Client | None,
     stack: contextlib.ExitStack,
-    attacker: FedPSAttacker | None,
-    started_covers: Future[list[np.ndarray]] | None,
+    attacker: FedPSAttacker | None = None,
 ) -> FedPSResult:
     start = time.perf_counter()
     torch.set_num_threads(1)
@@ -614,15 +607,14 @@ def _run_fedps(
     seeds = _seeds(settings.seed)
     upload = _upload_policy(data, settings)
     covers: list[np.ndarray] | None = None
-    pending = started_covers
-    if pending is None and mode == "flat" and dask is not None:
+    pending: Future[list[np.ndarray]] | None = None
+    cover_args = (data.doc_tokens[data.corpus.past_docs], data.vocab_size, data.corpus.users)
+    if mode == "flat" and dask is not None:
         # only the KL measure needs them: computed here while the cluster trains
-        pending = stack.enter_context(ThreadPoolExecutor(1)).submit(
-            cover_queries, data.corpus, settings
-        )
-    elif pending is None and mode in ("flat", "coverquery"):
+        pending = stack.enter_context(ThreadPoolExecutor(1)).submit(_covers, *cover_args, settings)
+    elif mode in ("flat", "coverquery"):
         report_progress(progress, "cover queries (LDA)", 0, 1)
-        covers = cover_queries(data.corpus, settings)
+        covers = _covers(*cover_args, settings)
         report_progress(progress, "cover queries (LDA)", 1, 1)
     groups = None
     if mode == "groupuser":
@@ -746,11 +738,9 @@ def run_seeds(
     progress: Progress | None = None,
     dask: Client | None = None,
     attack: Attack | None = None,
-    covers: Future[list[np.ndarray]] | None = None,
 ) -> SeededResults:
     """:func:`run_fedps` once per training seed (the data stay the same); ``dask``: run the
-    federated modes' clients on that cluster; ``attack``: poison each run's updates;
-    ``covers``: the first seed's cover queries, started ahead (:func:`run_fedps`)."""
+    federated modes' clients on that cluster; ``attack``: poison each run's updates."""
     if not seeds:
         raise ConfigError("give at least one seed")
     if len(set(seeds)) != len(seeds):
@@ -758,14 +748,9 @@ def run_seeds(
     return SeededResults(
         [
             run_fedps(
-                data,
-                replace(settings, seed=int(s)),
-                progress=progress,
-                dask=dask,
-                attack=attack,
-                covers=covers if i == 0 else None,
+                data, replace(settings, seed=int(s)), progress=progress, dask=dask, attack=attack
             )
-            for i, s in enumerate(seeds)
+            for s in seeds
         ]
     )
 
