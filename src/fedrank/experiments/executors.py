@@ -179,6 +179,14 @@ def _preload_forkserver(preload: Sequence[str]) -> None:
     distributed.utils._forkserver_preload_set = True
 
 
+def side_process() -> ProcessPoolExecutor:
+    """One process for a driver's own long work beside a local cluster's (a thread would
+    share the driver's GIL with its main thread), started like the cluster's workers: by
+    the fork server where the platform has one (:func:`dask_client`), else spawned."""
+    method = "forkserver" if "forkserver" in get_all_start_methods() else "spawn"
+    return ProcessPoolExecutor(1, mp_context=get_context(method))
+
+
 def blocks(work: np.ndarray, n_blocks: int) -> list[range]:
     """Contiguous blocks of client indices with nearly equal total ``work`` (one entry per
     client), at most one block per client."""

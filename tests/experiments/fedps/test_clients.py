@@ -146,6 +146,23 @@ def test_a_dask_run_equals_the_run_in_one_process(
     assert _comparable(alone) == _comparable(spread)
 
 
+def test_the_command_on_dask_equals_the_command_in_one_process(
+    aol_log: Path, tmp_path: Path
+) -> None:
+    """`fedrank fedps run --dask-workers 2` as a user runs it (the cluster starts before the
+    heavy imports, its workers are forked from a fork server, the cover queries are
+    computed in a process beside the driver): the result is the one-process command's."""
+    args = ["fedps", "run", "--mode", "flat", "--log", str(aol_log), "--users", "8",
+            "--rounds", "1", "--seed", "2"]  # fmt: skip
+    outputs = []
+    for extra in ([], ["--dask-workers", "2"]):
+        out = tmp_path / f"run{len(extra)}.json"
+        result = CliRunner().invoke(main, [*args, *extra, "--json", str(out)])
+        assert result.exit_code == 0, result.output
+        outputs.append(json.dumps(untimed(json.loads(out.read_text())), sort_keys=True))
+    assert outputs[0] == outputs[1]
+
+
 def test_dask_options_are_refused_where_no_clients_train(aol_log: Path) -> None:
     result = CliRunner().invoke(
         main, ["fedps", "run", "--mode", "central", "--log", str(aol_log), "--dask-workers", "2"]

@@ -48,7 +48,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -68,6 +68,7 @@ from fedrank.estimators.local_sgd import (
     UserWorkspace,
     train_step,
 )
+from fedrank.experiments.executors import side_process
 from fedrank.experiments.fedps.baselines import (
     cover_queries_for,
     cover_query_logs,
@@ -610,8 +611,9 @@ def _run_fedps(
     pending: Future[list[np.ndarray]] | None = None
     cover_args = (data.doc_tokens[data.corpus.past_docs], data.vocab_size, data.corpus.users)
     if mode == "flat" and dask is not None:
-        # only the KL measure needs them: computed here while the cluster trains
-        pending = stack.enter_context(ThreadPoolExecutor(1)).submit(_covers, *cover_args, settings)
+        # only the KL measure needs them: computed beside the driver while the cluster trains
+        # (in a process of its own: a thread would hold the GIL the driver's steps need)
+        pending = stack.enter_context(side_process()).submit(_covers, *cover_args, settings)
     elif mode in ("flat", "coverquery"):
         report_progress(progress, "cover queries (LDA)", 0, 1)
         covers = _covers(*cover_args, settings)
