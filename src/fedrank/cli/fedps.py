@@ -133,6 +133,13 @@ def _seed_list(text: str | None) -> list[int] | None:
 @click.option("--dp-delta", type=float, default=None, help="its delta (default 1e-6)")
 @click.option("--dp-clip", type=float, default=None,
               help="the L2 bound of every update (required with --dp-epsilon)")  # fmt: skip
+@click.option("--dp-mode", type=click.Choice(["central", "distributed"]), default=None,
+              help="central: the server adds Gaussian noise; distributed: each client adds "
+              "a share of Skellam noise on secure aggregation's integer grid and the server "
+              "sees only each step's noisy sum (docs/privacy.md)")  # fmt: skip
+@click.option("--dp-threshold", type=float, default=None,
+              help="distributed DP: secure aggregation's threshold as a share of K (default "
+              "0.5); a step with fewer contributors is aborted")  # fmt: skip
 @click.option("--dp-denominator", type=float, default=None,
               help="divide each step's noised sum by this fixed number (e.g. K) instead of "
               "the step's count, so that the model hides who took part")  # fmt: skip
@@ -223,7 +230,7 @@ def run(
             else f"{privacy['rounds']} steps, each user in each with probability {rate:.3g}"
         )
         click.echo(
-            f"central DP: epsilon {privacy['epsilon']:.4g} per user at delta "
+            f"{settings.dp_mode} DP: epsilon {privacy['epsilon']:.4g} per user at delta "
             f"{privacy['delta']:g} over {over} (noise multiplier "
             f"{privacy['noise_multiplier']:.4g}, clip {privacy['clip']:g})"
         )

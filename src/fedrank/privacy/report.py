@@ -97,15 +97,7 @@ def frecency_privacy(
     deterministic compression)."""
     message = config.get("message", "full")
     if privacy and privacy.get("mode") == "distributed":
-        from fedrank.privacy.skellam import SkellamPlan
-
-        out = skellam_privacy(SkellamPlan.from_record(privacy), int(privacy["rounds"]))
-        out.system = "frecency"
-        out.notes.append(
-            f"{privacy.get('aborted_iterations', 0)} iteration(s) had fewer than t reports "
-            "and released nothing"
-        )
-        return out
+        return recorded_skellam_privacy("frecency", privacy)
     if privacy and privacy.get("noise_multiplier") is not None:
         return gaussian_privacy("frecency", privacy, {"message": message})
     eps = config.get("sign_epsilon")
@@ -184,7 +176,20 @@ def gaussian_privacy(
     )
 
 
-def skellam_privacy(plan: SkellamPlan, rounds: int) -> SystemPrivacy:
+def recorded_skellam_privacy(system: str, privacy: dict[str, Any]) -> SystemPrivacy:
+    """The guarantee of a run with distributed DP from the ``privacy`` object it recorded
+    (:meth:`fedrank.strategies.distributed_dp.DistributedDPStrategy.run_privacy`)."""
+    from fedrank.privacy.skellam import SkellamPlan
+
+    out = skellam_privacy(SkellamPlan.from_record(privacy), int(privacy["rounds"]), system)
+    out.notes.append(
+        f"{privacy.get('aborted_iterations', 0)} iteration(s) had fewer than t reports "
+        "and released nothing"
+    )
+    return out
+
+
+def skellam_privacy(plan: SkellamPlan, rounds: int, system: str = "fedavg") -> SystemPrivacy:
     """Distributed DP under secure aggregation (:mod:`fedrank.privacy.skellam`): the
     clients' Skellam shares on the sum of each round's encoded updates, after ``rounds``
     rounds (epsilon 0 before the first)."""
@@ -192,7 +197,7 @@ def skellam_privacy(plan: SkellamPlan, rounds: int) -> SystemPrivacy:
     total = plan.epsilon_after(rounds) if rounds > 0 else 0.0
     replace_one = plan.epsilon_after(rounds, "replace-one") if rounds > 0 else 0.0
     return SystemPrivacy(
-        "fedavg",
+        system,
         "skellam (distributed, secure aggregation)",
         {
             "noise_multiplier": plan.noise_multiplier,
@@ -299,8 +304,8 @@ def fedps_dp_block(settings: dict[str, Any], n_users: int | None = None) -> dict
     in all. Poisson sampling (``sampling = "poisson"``, which needs the run's ``n_users``):
     every step of every round, ``ceil(N / K)`` steps a round, each user in each with
     probability ``K / N`` (amplification by subsampling)."""
-    if not settings.get("dp_epsilon"):
-        return None
+    if not settings.get("dp_epsilon") or settings.get("dp_mode") == "distributed":
+        return None  # distributed DP's plan needs the model's dimension: fedps_skellam_plan
     rounds = int(settings["rounds"])
     steps, rate = rounds, 1.0
     if settings.get("sampling") == "poisson":
@@ -323,6 +328,24 @@ def fedps_dp_block(settings: dict[str, Any], n_users: int | None = None) -> dict
     if settings.get("dp_denominator"):
         block["denominator"] = float(settings["dp_denominator"])
     return block
+
+
+def fedps_skellam_plan(settings: dict[str, Any], dim: int) -> SkellamPlan:
+    """The distributed-DP plan of a FedPS run with ``dp_mode = "distributed"`` and a model
+    of ``dim`` shared parameters: ``K`` clients per step, threshold ``max(2, ceil(
+    dp_threshold K))``, each user in one step per round (``rounds`` in all)."""
+    from fedrank.privacy import skellam
+
+    k = int(settings["clients_per_step"])
+    return skellam.plan(
+        float(settings["dp_epsilon"]),
+        float(settings["dp_delta"]),
+        int(settings["rounds"]),
+        float(settings["dp_clip"]),
+        dim,
+        k,
+        max(2, math.ceil(float(settings["dp_threshold"]) * k)),
+    )
 
 
 def fedps_privacy(mode: str, dp: dict[str, Any] | None = None) -> SystemPrivacy:
@@ -355,6 +378,8 @@ def report_run(data: dict[str, Any]) -> list[SystemPrivacy]:
     foltr train --json`` or ``fedrank fedps run --json``."""
     if "MAP_per_seed" in data and isinstance(data.get("mode"), str):
         runs = data.get("runs") or [{}]
+        if (runs[0].get("settings") or {}).get("dp_mode") == "distributed":
+            return [recorded_skellam_privacy("fedps", runs[0].get("privacy") or {})]
         users = (runs[0].get("data") or {}).get("users")
         block = fedps_dp_block(runs[0].get("settings", {}), users)
         return [fedps_privacy(data["mode"], block)]

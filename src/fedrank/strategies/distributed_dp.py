@@ -28,8 +28,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fedrank.aggregators.mean import vector_columns
-from fedrank.core.message import MessageBatch
+from fedrank.aggregators.mean import check_update, vector_columns
+from fedrank.core.message import Message, MessageBatch
 from fedrank.errors import ConfigError
 from fedrank.privacy.report import run_privacy, skellam_privacy
 from fedrank.privacy.skellam import SkellamPlan, skellam_noise
@@ -66,6 +66,11 @@ class EncodedSum:
         factor = np.where(norms > self.clip, self.clip / np.maximum(norms, 1e-300), 1.0)
         clipped = np.clip(mat * factor, -self.clip, self.clip)
         return np.rint(clipped * np.float64(self.scale)).astype(np.int64)
+
+    def accumulate(self, state: EncodedSumState, message: Message) -> EncodedSumState:
+        """Fold in one update (weight 1, whatever its ``n``)."""
+        row = check_update(message.update, self.dim)[None, :]
+        return EncodedSumState(state.total + self.encode(row)[0], state.count + 1)
 
     def accumulate_batch(self, state: EncodedSumState, batch: MessageBatch) -> EncodedSumState:
         mat, _ = vector_columns(batch, self.dim)
@@ -132,11 +137,11 @@ class DistributedDPStrategy(WrappedStrategy):
             return ServerStep(params.copy(), opt_state, zeros, zeros)
         return self.step_from(aggregate, params, opt_state)
 
-    def run_privacy(self, rounds: int) -> dict[str, Any]:
+    def run_privacy(self, rounds: int, system: str = "fedavg") -> dict[str, Any]:
         """What a run's JSON records under ``privacy``: the plan's guarantee over
         ``rounds`` rounds (:func:`fedrank.privacy.report.skellam_privacy`), its parameters,
         and each round's contributors (0: aborted)."""
-        row = skellam_privacy(self.plan, rounds)
+        row = skellam_privacy(self.plan, rounds, system)
         return {
             **run_privacy(row),
             "target_epsilon": self.plan.epsilon,

@@ -1,4 +1,4 @@
-"""Central DP in the FedPS simulator (``--dp-epsilon``; DP-FedAvg through
+"""Central and distributed DP in the FedPS simulator (``--dp-epsilon``; DP-FedAvg through
 :class:`~fedrank.strategies.dp.DPStrategy`, docs/privacy.md): the run reports each user's
 epsilon over its participations as ``dp_accounting`` computes it, the noise changes what is
 learned, the same seed gives the same run, and modes without a FedAvg step refuse it."""
@@ -14,12 +14,17 @@ import pytest
 from click.testing import CliRunner
 
 from fedrank.cli import main
+from fedrank.core.message import Message
 from fedrank.errors import ConfigError
+from fedrank.experiments.fedps import run as fedps_module
 from fedrank.experiments.fedps.data import FedPSData
 from fedrank.experiments.fedps.run import FedPSResult, run_fedps
+from fedrank.experiments.fedps.server import DistributedDP, FedPSServer
 from fedrank.experiments.fedps.settings import FedPSSettings
+from fedrank.privacy import skellam
 from fedrank.privacy.accounting import gaussian_epsilon, gaussian_noise_multiplier
-from fedrank.privacy.report import fedps_dp_block, report_run
+from fedrank.privacy.report import fedps_dp_block, fedps_skellam_plan, report_run
+from fedrank.privacy.skellam import skellam_epsilon, skellam_noise
 from tests.untimed import untimed
 
 FAST = {"rounds": 1, "clients_per_step": 4, "n_topics": 5, "patience": 8, "seed": 1}
@@ -128,3 +133,92 @@ def test_cli_run_with_central_dp(aol_log: Path, tmp_path: Path) -> None:
 def test_a_budget_outside_the_calibrated_range_fails_before_any_work() -> None:
     with pytest.raises(ConfigError, match="outside what the noise is calibrated for"):
         FedPSSettings(mode="flat", dp_epsilon=64.0, dp_clip=0.5)
+
+
+# --------------------------------------------------------------------- distributed DP
+
+DISTRIBUTED = {**DP, "dp_mode": "distributed"}
+
+
+def test_a_distributed_dp_run_reports_its_plan_and_is_reproducible(small: FedPSData) -> None:
+    """``dp_mode = "distributed"``: the clients' encoded updates carry Skellam shares, the
+    guarantee is the plan's for the model's dimension (checked against the Skellam RDP
+    computed directly), and `fedrank privacy report --run` reads it back."""
+    settings = FedPSSettings(mode="flat", **FAST, **DISTRIBUTED)  # type: ignore[arg-type]
+    private = run_fedps(small, settings)
+    again = run_fedps(small, settings)
+    clean = run_fedps(small, FedPSSettings(mode="flat", **FAST))  # type: ignore[arg-type]
+    privacy = private.to_json()["privacy"]
+    dim = fedps_module._new_model(small, True, 0, settings).get_flat_parameters().size
+    plan = fedps_skellam_plan(asdict(settings), dim)
+    assert privacy["mode"] == "distributed" and privacy["dim"] == dim
+    assert plan.clients == 4 and plan.threshold == 2
+    assert privacy["epsilon"] == pytest.approx(
+        skellam_epsilon(plan.variance, plan.l1, plan.l2, 1, 1e-6), rel=1e-12
+    )
+    assert 3.5 < privacy["epsilon"] <= 4.0
+    steps = privacy["contributors_per_iteration"]
+    assert len(steps) == private.steps and all(0 <= m <= 4 for m in steps)
+    assert sum(steps) > 0
+    assert privacy["aborted_iterations"] == sum(1 for m in steps if m == 0)
+    assert _maps(private) != _maps(clean)  # the noise changes what is learned
+    assert _maps(private) == _maps(again) and private.metrics == again.metrics
+    assert again.to_json()["privacy"] == privacy
+    (row,) = report_run({"MAP_per_seed": [0.5], "mode": "flat", "runs": [private.to_json()]})
+    assert row.system == "fedps" and row.mechanism.startswith("skellam")
+    assert row.per_user["epsilon"] == pytest.approx(privacy["epsilon"])
+    proxy_settings = FedPSSettings(mode="proxy", clients_per_proxy_step=2, **FAST, **DISTRIBUTED)  # type: ignore[arg-type]
+    proxy = run_fedps(small, proxy_settings).to_json()["privacy"]
+    assert proxy["epsilon"] == pytest.approx(privacy["epsilon"])
+
+
+def test_the_distributed_step_is_the_decoded_noisy_mean_or_nothing() -> None:
+    """The server steps by (sum of the encoded clipped updates + the clients' noise) /
+    scale / m; a step with fewer contributors than the threshold leaves the model."""
+    dim, clip = 50, 1.0
+    plan = skellam.plan(4.0, 1e-6, 2, clip, dim, 4, 3)
+    start = np.zeros(dim, dtype=np.float32)
+    server = FedPSServer(start, dp=DistributedDP(plan, seed=7))
+    rng = np.random.default_rng(0)
+    updates = rng.normal(size=(3, dim)) * np.array([[0.1], [0.5], [3.0]])  # the last clipped
+    state = server.aggregator.zero()
+    for u in updates:
+        state = server.aggregator.accumulate(state, server.prepare(Message(u, n=9)))
+    server.apply(state)
+    norms = np.linalg.norm(updates, axis=1, keepdims=True)
+    clipped = updates * np.minimum(1.0, clip / norms)
+    encoded = np.rint(clipped * plan.scale).sum(axis=0)
+    noise = skellam_noise(np.random.default_rng(7), plan.client_variance * 3, dim)
+    expected = (encoded + noise) / plan.scale / 3
+    np.testing.assert_allclose(server.broadcast(), expected.astype(np.float32), rtol=1e-6)
+    assert np.abs(server.broadcast() - clipped.mean(axis=0)).max() < 20 * plan.noise_std
+    before = server.broadcast()
+    two = server.aggregator.zero()
+    for u in updates[:2]:
+        two = server.aggregator.accumulate(two, Message(u))
+    server.apply(two)  # 2 < t = 3: aborted
+    assert np.array_equal(server.broadcast(), before) and server.version == 2
+
+
+def test_distributed_dp_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="needs dp_epsilon"):
+        FedPSSettings(mode="flat", dp_mode="distributed")
+    with pytest.raises(ConfigError, match="neither Poisson sampling nor dp_denominator"):
+        FedPSSettings(mode="flat", dp_denominator=4.0, **DISTRIBUTED)  # type: ignore[arg-type]
+    for bad in (0.0, 1.5):
+        with pytest.raises(ConfigError, match="dp_threshold"):
+            FedPSSettings(mode="flat", dp_threshold=bad, **DISTRIBUTED)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="central or distributed"):
+        FedPSSettings(mode="flat", dp_mode="local", **DP)  # type: ignore[arg-type]
+
+
+def test_cli_run_with_distributed_dp(aol_log: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    args = ["fedps", "run", "--mode", "flat", "--log", str(aol_log), "--users", "8", "--seed",
+            "1", "--rounds", "1", "-k", "4", "--dp-epsilon", "2", "--dp-clip", "1",
+            "--dp-mode", "distributed", "--dp-threshold", "0.75", "--json", str(out)]  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "distributed DP: epsilon" in result.output
+    privacy = json.loads(out.read_text())["runs"][0]["privacy"]
+    assert privacy["threshold"] == 3 and privacy["epsilon"] <= 2.0

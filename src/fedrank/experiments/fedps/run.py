@@ -87,7 +87,7 @@ from fedrank.experiments.fedps.clients import (
 )
 from fedrank.experiments.fedps.communication import flat_round_time, proxy_round_time
 from fedrank.experiments.fedps.data import FedPSData
-from fedrank.experiments.fedps.server import CentralDP, FedPSServer
+from fedrank.experiments.fedps.server import CentralDP, DistributedDP, FedPSServer
 from fedrank.experiments.fedps.settings import (
     RULE_MODES,
     FedPSSettings,
@@ -99,9 +99,10 @@ from fedrank.models.peps import PEPSRanker
 from fedrank.privacy import kl_settings
 from fedrank.privacy import profile_kl as kl
 from fedrank.privacy.cover_queries import CoverQueryGenerator
-from fedrank.privacy.report import fedps_privacy, run_privacy
+from fedrank.privacy.report import fedps_privacy, fedps_skellam_plan, run_privacy
 from fedrank.retrieval.candidates import UserData, build_users
 from fedrank.simulation.attacks import Attack, FedPSAttacker
+from fedrank.strategies.distributed_dp import DistributedDPStrategy
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -138,11 +139,15 @@ class FedPSResult:
     per_query: np.ndarray | None = None
     event_ids: np.ndarray | None = None
     attack: dict[str, Any] = field(default_factory=dict)
+    #: Distributed DP: the guarantee as the run's server recorded it (plan, contributors).
+    distributed_dp: dict[str, Any] | None = None
 
     def privacy(self) -> dict[str, Any]:
         """The run's ``privacy`` object (:func:`fedrank.privacy.report.run_privacy`): each
-        user's central-DP guarantee over the training, or no mechanism (the KL measure is a
-        disclosure figure, not a guarantee)."""
+        user's central- or distributed-DP guarantee over the training, or no mechanism (the
+        KL measure is a disclosure figure, not a guarantee)."""
+        if self.distributed_dp is not None:
+            return self.distributed_dp
         block = dp_block(self.settings, self.data.get("users"))
         rate = 1.0 if block is None else block["sampling_rate"]
         return run_privacy(fedps_privacy(self.settings.mode, block), rate)
@@ -363,6 +368,8 @@ class FederatedRun:
     updates_late: int = 0
     weight_total: float = 0.0
     weight_late: float = 0.0
+    #: Distributed DP: the run's ``privacy`` record (the plan, each step's contributors).
+    distributed_dp: dict[str, Any] | None = None
 
 
 def train_federated(
@@ -383,16 +390,15 @@ def train_federated(
     deltas (:mod:`fedrank.simulation.attacks`)."""
     seeds = _seeds(settings.seed)
     model_kwargs = _model_kwargs(data, True, seeds["model"], settings)
-    block = dp_block(settings, len(users))
-    server = FedPSServer(
-        new_model(data.word_vectors, **model_kwargs).get_flat_parameters(),
-        settings.server_learning_rate,
-        None
-        if block is None
-        else CentralDP(
+    initial = new_model(data.word_vectors, **model_kwargs).get_flat_parameters()
+    dp: CentralDP | DistributedDP | None = None
+    if settings.dp_epsilon and settings.dp_mode == "distributed":
+        dp = DistributedDP(fedps_skellam_plan(asdict(settings), initial.size), seeds["dp"])
+    elif (block := dp_block(settings, len(users))) is not None:
+        dp = CentralDP(
             block["noise_multiplier"], settings.dp_clip, seeds["dp"], settings.dp_denominator
-        ),
-    )
+        )
+    server = FedPSServer(initial, settings.server_learning_rate, dp)
     training = LocalTraining(
         settings.local_epochs,
         settings.batch_size,
@@ -465,8 +471,16 @@ def train_federated(
                 losses = []
                 position = r - 1 + done / len(schedule)
                 if evaluator(position, run.steps, loss, time.perf_counter() - start):
-                    return evaluator, run
-    return evaluator, run
+                    return evaluator, _recorded(run, server, settings)
+    return evaluator, _recorded(run, server, settings)
+
+
+def _recorded(run: FederatedRun, server: FedPSServer, settings: FedPSSettings) -> FederatedRun:
+    """``run`` with its distributed-DP record (planned rounds: an early stop releases less
+    than the guarantee covers)."""
+    if isinstance(server.strategy, DistributedDPStrategy):
+        run.distributed_dp = server.strategy.run_privacy(settings.rounds, "fedps")
+    return run
 
 
 # --------------------------------------------------------------------------- privacy
@@ -631,6 +645,7 @@ def _run_fedps(
     details: dict[str, Any] = {}
     received: np.ndarray | None = None
     proxies: np.ndarray | None = None
+    distributed_dp: dict[str, Any] | None = None
     if mode in RULE_MODES:
         per_query = _rule_per_query(users, mode)
     elif mode == "gbdt":
@@ -649,6 +664,7 @@ def _run_fedps(
         )
         steps = fed.steps
         received = fed.received
+        distributed_dp = fed.distributed_dp
         proxies = federation.topology.proxy_of
         communication = _communication(fed, federation, mode)
     else:
@@ -689,6 +705,7 @@ def _run_fedps(
         data=data.summary(),
         per_query=per_query,
         event_ids=_test_event_ids(users),
+        distributed_dp=distributed_dp,
     )
 
 

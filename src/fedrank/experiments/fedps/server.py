@@ -17,6 +17,13 @@ DPStrategy`, the same wrapper the frecency study and the HTTP server use) the st
 *unweighted* mean of the updates clipped to ``C`` plus Gaussian noise of standard deviation
 ``z C / m``: every message then weighs 1 (:meth:`FedPSServer.prepare`), and the proxies of
 FedPSProxy clip each client's update as they merge (trusted proxies).
+
+With distributed DP (``dp``: :class:`DistributedDP`; :class:`~fedrank.strategies.
+distributed_dp.DistributedDPStrategy`, the service's ``[privacy] mode = "distributed"``)
+every client's update is clipped and encoded on secure aggregation's integer grid, the
+step's sum carries the clients' Skellam shares, and the server steps by the decoded sum
+over its contributors; a step with fewer than the plan's threshold is aborted (the model
+stays). The proxies of FedPSProxy then sum encoded vectors (as they would sum masked ones).
 """
 
 from __future__ import annotations
@@ -28,7 +35,9 @@ import numpy as np
 
 from fedrank.core.message import Message
 from fedrank.errors import DataFormatError
+from fedrank.privacy.skellam import SkellamPlan
 from fedrank.strategies.base import Strategy
+from fedrank.strategies.distributed_dp import DistributedDPStrategy
 from fedrank.strategies.dp import DPStrategy
 from fedrank.strategies.fedavg import FedAvgConfig, FedAvgStrategy
 
@@ -45,20 +54,29 @@ class CentralDP:
     denominator: float | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class DistributedDP:
+    """Distributed DP's settings: the Skellam plan (:func:`fedrank.privacy.report.
+    fedps_skellam_plan`) and the noise's seed."""
+
+    plan: SkellamPlan
+    seed: int
+
+
 class FedPSServer:
     """The shared model and the FedAvg step.
 
     Args:
         initial_parameters: ``M_0``, the flat shared parameters (float32).
         learning_rate: ``eta_s``, the server step size (1 = Algorithm 1).
-        dp: central DP of every step (module docstring); ``None``: none.
+        dp: central or distributed DP of every step (module docstring); ``None``: none.
     """
 
     def __init__(
         self,
         initial_parameters: np.ndarray,
         learning_rate: float = 1.0,
-        dp: CentralDP | None = None,
+        dp: CentralDP | DistributedDP | None = None,
     ) -> None:
         params = np.asarray(initial_parameters, dtype=np.float32)
         if params.ndim != 1 or params.size == 0:
@@ -66,17 +84,17 @@ class FedPSServer:
         fedavg = FedAvgStrategy(
             FedAvgConfig(dim=params.size, server_learning_rate=learning_rate), initial=params
         )
-        self.strategy: Strategy = (
-            fedavg
-            if dp is None
-            else DPStrategy(
+        self.strategy: Strategy = fedavg
+        if isinstance(dp, CentralDP):
+            self.strategy = DPStrategy(
                 fedavg,
                 dp.noise_multiplier,
                 dp.clip,
                 np.random.default_rng(dp.seed),
                 denominator=dp.denominator,
             )
-        )
+        elif isinstance(dp, DistributedDP):
+            self.strategy = DistributedDPStrategy(fedavg, dp.plan, np.random.default_rng(dp.seed))
         self.private = dp is not None
         self._fedavg = fedavg
         self.aggregator = self.strategy.aggregator
@@ -95,7 +113,8 @@ class FedPSServer:
 
     def prepare(self, message: Message) -> Message:
         """``message`` as the aggregators take it: under DP with weight 1 (DP-FedAvg's mean
-        is unweighted: one user moves it by at most ``C / m``), else as sent."""
+        is unweighted: one user moves it by at most ``C / m``; distributed DP's encoded sum
+        has no weights), else as sent."""
         return dataclasses.replace(message, n=1) if self.private else message
 
     def apply(self, state: Any) -> None:

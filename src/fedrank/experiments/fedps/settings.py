@@ -87,6 +87,15 @@ class FedPSSettings:
             every client once) or ``poisson`` (each step takes every client with
             probability ``K / N``; with DP it needs ``dp_denominator`` and gives
             amplification by subsampling; :mod:`~fedrank.experiments.fedps.client_sampling`).
+        dp_mode: ``central`` (the server adds Gaussian noise to the clipped updates it
+            sees) or ``distributed`` (each client encodes its clipped update on secure
+            aggregation's integer grid and adds a share of Skellam noise; the server sees
+            only each step's noisy sum: :mod:`fedrank.privacy.skellam`, the service's
+            ``[privacy] mode = "distributed"``). Its plan depends on the model's dimension,
+            so it is calibrated when the run starts.
+        dp_threshold: distributed DP: secure aggregation's threshold ``t`` as a share of
+            ``K`` (``t = max(2, ceil(dp_threshold K))``): a step with fewer contributors
+            (late clients are dropped) is aborted and leaves the model as it is.
     """
 
     mode: str
@@ -117,6 +126,8 @@ class FedPSSettings:
     dp_clip: float = 0.0
     dp_denominator: float | None = None
     sampling: str = "shuffle"
+    dp_mode: str = "central"
+    dp_threshold: float = 0.5
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -161,8 +172,28 @@ class FedPSSettings:
                     f"update) and dp_delta in (0, 1); got {self.dp_epsilon}, {self.dp_clip}, "
                     f"{self.dp_delta}"
                 )
-            if self.sampling == "shuffle":  # Poisson's calibration needs the users: at start
-                dp_block(self)  # calibrate now: a budget it cannot meet fails before any work
+            if self.dp_mode == "central" and self.sampling == "shuffle":
+                # calibrate now: a budget it cannot meet fails before any work (Poisson's
+                # calibration needs the users, distributed DP's the model: at start)
+                dp_block(self)
+        if self.dp_mode not in ("central", "distributed"):
+            raise ConfigError(f"dp_mode must be central or distributed, got {self.dp_mode!r}")
+        if self.dp_mode == "distributed":
+            if not self.dp_epsilon:
+                raise ConfigError("dp_mode distributed needs dp_epsilon (the budget)")
+            if self.sampling != "shuffle" or self.dp_denominator is not None:
+                raise ConfigError(
+                    "distributed DP divides each step's decoded sum by its contributors, "
+                    "whom secure aggregation reveals, and its accounting claims no "
+                    "amplification: it takes neither Poisson sampling nor dp_denominator"
+                )
+            if not 0.0 < self.dp_threshold <= 1.0:
+                raise ConfigError(
+                    f"dp_threshold (secure aggregation's threshold as a share of K) must be "
+                    f"in (0, 1], got {self.dp_threshold}"
+                )
+            if self.clients_per_step < 2:
+                raise ConfigError("distributed DP needs K >= 2 clients per step")
         if self.sampling not in ("shuffle", "poisson"):
             raise ConfigError(f"sampling must be shuffle or poisson, got {self.sampling!r}")
         if self.sampling == "poisson" and self.mode != "flat":
