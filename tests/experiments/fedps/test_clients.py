@@ -8,6 +8,7 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import replace
+from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,10 @@ def test_the_workers_are_forked_from_one_process_that_imported_their_code(cluste
     the run needs); a fork server imports them once and forks the workers."""
     parents = list(cluster.run(_parent_command).values())
     assert len(parents) == 2 and all("multiprocessing.forkserver" in p for p in parents)
+    # what the fork server imported before forking them: the clients' code (not only Dask's
+    # own packages, which Dask would set without dask_client's preload)
+    preloaded = forkserver._forkserver._preload_modules  # type: ignore[attr-defined]
+    assert set(WORKER_PRELOAD) <= set(preloaded)
 
 
 def test_blocks_are_balanced_by_what_each_evaluation_scores(small: FedPSData, cluster: Any) -> None:
