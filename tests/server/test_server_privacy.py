@@ -33,6 +33,7 @@ from fedrank.server.workloads import make_workload
 from fedrank.strategies.dp import DPStrategy
 from fedrank.strategies.fedavg import FedAvgStrategy
 from tests.server.serverkit import (
+    ADMIN,
     ADMIN_TOKEN,
     PROXIES_TOML,
     admin,
@@ -78,6 +79,34 @@ def _deltas(seed: int, count: int) -> np.ndarray:
     return rows / np.linalg.norm(rows, axis=1, keepdims=True) * rng.uniform(0.1, 3.0, (count, 1))
 
 
+def test_under_privacy_only_the_admin_token_sees_the_exact_counts(tmp_path: Path) -> None:
+    """Polled, an iteration's count of updates tells whether a user just took part (the
+    fixed denominator hides it in the model): under ``[privacy]`` the counts of
+    ``/v1/status``, ``/v1/summary`` and ``/metrics`` need the admin token, unless
+    ``public_counts`` says otherwise; the privacy block stays public (the SDK's ledger)."""
+    with live_server(tmp_path / "private", TOML) as live:
+        client = live.client
+        body = {"message_id": "m1", "model_version": 0, "payload": {"delta": [0.1] * 6, "n": 1}}
+        assert client.post("/v1/updates", json=body).status_code == 202
+        public = client.get("/v1/status").json()
+        assert public["counts_withheld"] is True
+        assert public["updates_in_iteration"] is None and public["updates_accepted_total"] is None
+        assert public["privacy"]["mechanism"].startswith("gaussian")
+        for path in ("/v1/summary", "/metrics"):
+            assert_error(client.get(path), 403, "counts_withheld", "admin token")
+            wrong = {"Authorization": "Bearer not-the-token-at-all"}
+            assert_error(client.get(path, headers=wrong), 403, "counts_withheld")
+            assert client.get(path, headers=ADMIN).status_code == 200
+        operator = status(client)  # with the token
+        assert operator["counts_withheld"] is False and operator["updates_in_iteration"] == 1
+    open_toml = TOML + "public_counts = true\n"
+    with live_server(tmp_path / "public", open_toml) as live:
+        public = live.client.get("/v1/status").json()
+        assert public["counts_withheld"] is False and public["updates_in_iteration"] == 0
+        assert live.client.get("/v1/summary").status_code == 200
+        assert live.client.get("/metrics").status_code == 200
+
+
 def test_a_private_server_noises_each_close_reports_epsilon_and_stops_at_the_budget(
     tmp_path: Path,
 ) -> None:
@@ -105,7 +134,7 @@ def test_a_private_server_noises_each_close_reports_epsilon_and_stops_at_the_bud
             params.append(np.array(client.get("/v1/model").json()["params"]))
             epsilons.append(status(client)["privacy"]["epsilon"])
         last = status(client)["privacy"]
-        metrics = prometheus(client.get("/metrics").text)
+        metrics = prometheus(client.get("/metrics", headers=ADMIN).text)
         # Spent: updates, closes and the admin's close are refused, nothing changes.
         before = state_of(client)
         body = {"message_id": "late", "model_version": ROUNDS, "payload": {"delta": [0.0] * 6}}

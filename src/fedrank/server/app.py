@@ -971,20 +971,50 @@ class Server:
             raise BadRequest(404, "no_secagg", "this server does not run secure aggregation")
         return self.secagg
 
+    def _counts_visible(self, request: Request) -> bool:
+        """Whether ``request`` may see the exact counts: always without ``[privacy]`` (or
+        with ``public_counts``), else only with the admin token. Under DP the counts of an
+        iteration's updates, polled, tell who took part, which a fixed denominator hides in
+        the model."""
+        privacy, token = self.config.privacy, self.config.server.admin_token
+        if not privacy.enabled or privacy.public_counts:
+            return True
+        given = request.headers.get("authorization", "").encode()
+        return bool(token) and hmac.compare_digest(given, f"Bearer {token}".encode())
+
+    def _counts_withheld(self, endpoint: str) -> Response:
+        return self._reject(
+            endpoint,
+            BadRequest(
+                403,
+                "counts_withheld",
+                "[privacy] is on: the exact counts and summaries tell who took part; send "
+                "the admin token (Authorization: Bearer ...) or set [privacy] public_counts "
+                "= true",
+            ),
+        )
+
     async def status(self, request: Request) -> Response:
         assert self.engine is not None
         e, snap = self.engine, self.engine.snapshot()
+        counts: dict[str, Any] = {
+            "updates_accepted_total": e.accepted_total,
+            "updates_counted_total": e.counted_total,
+            "updates_in_iteration": snap.updates_in_iteration,
+            "updates_rejected_total": sum(e.rejected().values()),
+            "updates_duplicate_total": e.duplicates_total,
+            "requests_refused_total": sum(self.refused.values()),
+        }
+        withheld = not self._counts_visible(request)
+        if withheld:
+            counts = dict.fromkeys(counts)
         return json_response(
             {
                 "model_version": snap.version,
                 "iteration": snap.iteration,
                 "workload": e.workload.name,
-                "updates_accepted_total": e.accepted_total,
-                "updates_counted_total": e.counted_total,
-                "updates_in_iteration": snap.updates_in_iteration,
-                "updates_rejected_total": sum(e.rejected().values()),
-                "updates_duplicate_total": e.duplicates_total,
-                "requests_refused_total": sum(self.refused.values()),
+                **counts,
+                "counts_withheld": withheld,
                 "close_failures_total": self.close_failures_total,
                 "last_close_error": self.last_close_error,
                 "paused": snap.paused,
@@ -996,12 +1026,16 @@ class Server:
 
     async def summary(self, request: Request) -> Response:
         assert self.engine is not None
+        if not self._counts_visible(request):
+            return self._counts_withheld("summary")
         loop = asyncio.get_running_loop()
         iterations = await loop.run_in_executor(None, self.engine.summary)
         return json_response({"iterations": iterations})
 
     async def metrics(self, request: Request) -> Response:
         assert self.engine is not None
+        if not self._counts_visible(request):
+            return self._counts_withheld("metrics")
         text = prometheus_text(self.engine, self.requests, self.refused)
         return Response(text, media_type="text/plain; version=0.0.4")
 

@@ -102,6 +102,9 @@ A complete example (every key optional; these are the defaults)::
     denominator = 0.0            # central only: divide each noised sum by this fixed number
                                  # (about the expected updates per iteration), so that the
                                  # model hides who took part too; 0: by the iteration's count
+    public_counts = false        # true: /v1/status's counts, /v1/summary and /metrics answer
+                                 # anyone, as without [privacy] (their exact counts reveal who
+                                 # took part); false: only to the admin token
 
     [metrics]                    # the metrics clients may report: name = [low, high]
     loss = [0.0, 1e9]            # (given, the table replaces the workload's defaults,
@@ -249,6 +252,9 @@ class PrivacySection:
     #: Central only: the fixed denominator ``W`` of :class:`~fedrank.strategies.dp.
     #: DPStrategy` (0: the iteration's count of updates).
     denominator: float = 0.0
+    #: Whether the exact counts (``/v1/status``'s counts, ``/v1/summary``, ``/metrics``)
+    #: answer anyone while DP is on; by default only the admin token sees them.
+    public_counts: bool = False
 
     @property
     def adaptive(self) -> bool:

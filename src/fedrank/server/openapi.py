@@ -243,15 +243,24 @@ def openapi_document() -> dict[str, Any]:
                 "get": {
                     "responses": {
                         "200": _json_response(
-                            "server status; privacy: each user's guarantee so far"
+                            "server status; privacy: each user's guarantee so far; under "
+                            "[privacy] the counts are null without the admin token "
+                            "(counts_withheld)"
                         )
                     }
                 }
             },
             "/v1/summary": {
-                "get": {"responses": {"200": _json_response("per-branch, per-iteration metrics")}}
+                "get": {
+                    "responses": {
+                        "200": _json_response("per-branch, per-iteration metrics"),
+                        **_errors(403),
+                    }
+                }
             },
-            "/metrics": {"get": {"responses": {"200": {"description": "Prometheus text"}}}},
+            "/metrics": {
+                "get": {"responses": {"200": {"description": "Prometheus text"}, **_errors(403)}}
+            },
             "/v1/admin/{action}": {
                 "post": {
                     "summary": "close, pause or resume (bearer token)",
