@@ -587,9 +587,9 @@ def run_fedps(
     (the per-batch work is small; competing OpenMP threads only slow it down). With
     ``dask``, a federated run's clients train on the cluster's workers (the same result;
     :mod:`fedrank.experiments.fedps.clients`) and FedPSFlat's cover queries, needed only
-    for the KL measure, are computed here meanwhile. ``attack`` (flat and proxy modes): a
-    fixed share of the users is malicious (:class:`~fedrank.simulation.attacks.
-    FedPSAttacker`); the result records it under ``attack``."""
+    for the KL measure, are computed in a process beside the driver meanwhile. ``attack``
+    (flat and proxy modes): a fixed share of the users is malicious (:class:`~fedrank.
+    simulation.attacks.FedPSAttacker`); the result records it under ``attack``."""
     attacker = None
     if attack is not None and attack.active:
         if settings.mode not in ("flat", "proxy"):

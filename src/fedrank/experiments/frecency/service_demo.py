@@ -257,8 +257,9 @@ def run_service_demo(
 
         list(pool.map(evaluate, range(config.users)))
         requests = service.requests + config.users
-        summary = http.get(f"{server.url}/v1/summary").json()["iterations"]
-        status = http.get(f"{server.url}/v1/status").json()
+        # the operator's view (the admin token: under [privacy] the counts are its only)
+        summary = http.get(f"{server.url}/v1/summary", headers=service.admin).json()["iterations"]
+        status = http.get(f"{server.url}/v1/status", headers=service.admin).json()
         trained = next(m for m in service.models if m.served == "trained")
         final = dict(zip(trained.parameter_names or [], trained.params.tolist(), strict=True))
         if progress:
