@@ -75,10 +75,11 @@ class FedPSSettings:
             (default) or ``"compact"`` (the first model: a tanh MLP on the raw features).
         text_dropout: the personalized model's text dropout in training
             (:class:`fedrank.models.peps.PEPSConfig`).
-        dp_epsilon: each user's central-DP budget over the training (flat and proxy
-            only; 0: off): DP-FedAvg with the noise multiplier that keeps ``rounds``
-            participations within ``(dp_epsilon, dp_delta)`` (every client takes part in
-            exactly one step per round), updates clipped to ``dp_clip``.
+        dp_epsilon: each user's DP budget over the training (flat and proxy only; 0:
+            off): DP-FedAvg with the noise that keeps ``rounds`` participations within
+            ``(dp_epsilon, dp_delta)`` (every client takes part in exactly one step per
+            round), updates clipped to ``dp_clip``; the server's Gaussian noise or the
+            clients' Skellam shares (``dp_mode``).
         dp_delta, dp_clip: the budget's delta and the clip ``C``.
         dp_denominator: divide each step's noised sum by this fixed number instead of the
             step's count of updates (``None``: the count), so that the model hides who took
