@@ -114,3 +114,6 @@ def test_the_plan_fits_32_bits_keeps_the_budget_and_refuses_what_cannot_fit() ->
         sk.plan(4.0, 1e-6, 10, 1.0, 10**10, 1000, 501)
     with pytest.raises(ConfigError, match="threshold"):
         sk.plan(4.0, 1e-6, 10, 1.0, 10, 100, 1)
+    for budget in (float("inf"), 1e4, 0.001):  # what the Gaussian's calibration refuses too
+        with pytest.raises(ConfigError, match="epsilon"):
+            sk.plan(budget, 1e-6, 10, 1.0, 22, 100, 51)

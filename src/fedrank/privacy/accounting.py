@@ -207,6 +207,28 @@ def gaussian_epsilon(
     return float(_accountant(accountant).compose(event).get_epsilon(_check_delta(delta)))
 
 
+def check_budget(epsilon: float, delta: float, rounds: int) -> tuple[float, float, int]:
+    """``(epsilon, delta, rounds)`` checked against the range the noise is calibrated for
+    (:data:`CALIBRATED_EPSILON`, :data:`CALIBRATED_DELTA`, :data:`MAX_CALIBRATED_ROUNDS`),
+    for every mechanism calibrated to a budget (Gaussian here, Skellam in
+    :func:`fedrank.privacy.skellam.plan`)."""
+    target = check_hyperparameter("epsilon (the privacy budget)", epsilon)
+    delta = _check_delta(delta)
+    rounds = _check_rounds(rounds)
+    low, high = CALIBRATED_EPSILON
+    if not (low <= target <= high and CALIBRATED_DELTA[0] <= delta <= CALIBRATED_DELTA[1]):
+        raise ConfigError(
+            f"a budget of epsilon {target:g} at delta {delta:g} is outside what the noise is "
+            f"calibrated for: epsilon in [{low:g}, {high:g}], delta in "
+            f"[{CALIBRATED_DELTA[0]:g}, {CALIBRATED_DELTA[1]:g}] (beyond them the accountant "
+            "is too coarse, too slow or fails; a budget there protects no one or needs no "
+            "noise)"
+        )
+    if rounds > MAX_CALIBRATED_ROUNDS:
+        raise ConfigError(f"rounds must be at most {MAX_CALIBRATED_ROUNDS:,}, got {rounds:,}")
+    return target, delta, rounds
+
+
 def gaussian_noise_multiplier(
     epsilon: float,
     delta: float,
@@ -219,22 +241,9 @@ def gaussian_noise_multiplier(
     most ``epsilon``: ``dp_accounting.calibrate_dp_mechanism`` (Brent's method with a
     bisection fallback that keeps the budget), by RDP first and then, for ``pld``, within
     ``[z_rdp / 2^k, z_rdp]`` (PLD is tighter, so it needs no more noise than RDP)."""
-    target = check_hyperparameter("epsilon (the privacy budget)", epsilon)
-    delta = _check_delta(delta)
-    rounds = _check_rounds(rounds)
+    target, delta, rounds = check_budget(epsilon, delta, rounds)
     sampling_rate = _check_sampling(sampling_rate)
     _check_choice("accountant", accountant, ACCOUNTANTS)
-    low, high = CALIBRATED_EPSILON
-    if not (low <= target <= high and CALIBRATED_DELTA[0] <= delta <= CALIBRATED_DELTA[1]):
-        raise ConfigError(
-            f"a budget of epsilon {target:g} at delta {delta:g} is outside what the noise is "
-            f"calibrated for: epsilon in [{low:g}, {high:g}], delta in "
-            f"[{CALIBRATED_DELTA[0]:g}, {CALIBRATED_DELTA[1]:g}] (beyond them the accountant "
-            "is too coarse, too slow or fails; a budget there protects no one or needs no "
-            "noise)"
-        )
-    if rounds > MAX_CALIBRATED_ROUNDS:
-        raise ConfigError(f"rounds must be at most {MAX_CALIBRATED_ROUNDS:,}, got {rounds:,}")
     no_bracket = _dp().mechanism_calibration.NoBracketIntervalFoundError
     try:
         return _calibrate(target, delta, rounds, sampling_rate, accountant)

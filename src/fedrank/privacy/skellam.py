@@ -250,10 +250,14 @@ def plan(
     noise variance is calibrated to the budget at that scale (:func:`skellam_variance`).
 
     Raises:
-        ConfigError: no scale both fits and keeps rounding below
-            :data:`MAX_ROUNDING_SHARE` of the sensitivity (too many clients, or too many
-            coordinates, for 32-bit sums).
+        ConfigError: a budget outside the calibrated range
+            (:func:`~fedrank.privacy.accounting.check_budget`); no scale both fits and
+            keeps rounding below :data:`MAX_ROUNDING_SHARE` of the sensitivity (too many
+            clients, or too many coordinates, for 32-bit sums).
     """
+    from fedrank.privacy.accounting import check_budget
+
+    epsilon, delta, rounds = check_budget(epsilon, delta, rounds)
     if not 2 <= threshold <= clients:
         raise ConfigError(f"threshold must be in 2..clients ({clients}), got {threshold}")
     per_coordinate = WRAP_PROBABILITY / (dim * rounds)

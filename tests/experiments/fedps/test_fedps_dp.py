@@ -210,6 +210,9 @@ def test_distributed_dp_settings_are_checked() -> None:
             FedPSSettings(mode="flat", dp_threshold=bad, **DISTRIBUTED)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="central or distributed"):
         FedPSSettings(mode="flat", dp_mode="local", **DP)  # type: ignore[arg-type]
+    for budget in (1e4, float("inf"), 0.001):  # refused before any work, as central DP's
+        with pytest.raises(ConfigError, match="epsilon"):
+            FedPSSettings(mode="flat", dp_mode="distributed", dp_epsilon=budget, dp_clip=0.5)
 
 
 def test_cli_run_with_distributed_dp(aol_log: Path, tmp_path: Path) -> None:

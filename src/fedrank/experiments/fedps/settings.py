@@ -11,6 +11,7 @@ from typing import Any
 
 from fedrank.baselines.list_rankers import RULES
 from fedrank.errors import ConfigError
+from fedrank.privacy.accounting import check_budget
 from fedrank.privacy.report import fedps_dp_block
 from fedrank.retrieval.candidates import FEATURE_EDGES
 
@@ -182,6 +183,7 @@ class FedPSSettings:
         if self.dp_mode == "distributed":
             if not self.dp_epsilon:
                 raise ConfigError("dp_mode distributed needs dp_epsilon (the budget)")
+            check_budget(self.dp_epsilon, self.dp_delta, self.rounds)  # before any work
             if self.sampling != "shuffle" or self.dp_denominator is not None:
                 raise ConfigError(
                     "distributed DP divides each step's decoded sum by its contributors, "
