@@ -2,9 +2,15 @@
 training (docs/privacy.md, "Privacy and utility"): FPDGD in its own setting (MQ2008 Fold 1,
 Navigational clicks, 10 clients per round, B = 4, 40,000 interactions: 1,000 rounds) without
 noise, with FPDGD's distributed Laplace mechanism and with the local one, at several
-per-round epsilons, over several seeds; test nDCG@10 and expected MaxRR (mean and sd over
-seeds) beside each row's epsilon per round and per user (``fedrank.privacy.report``: basic
-composition over the rounds for a client in every round).
+per-round epsilons, and with central DP (the server's Gaussian noise, calibrated to a
+per-user budget over the training), over several seeds; test nDCG@10 and expected MaxRR
+(mean and sd over seeds) beside each row's epsilon per round and per user
+(``fedrank.privacy.report``: basic composition of the Laplace rounds, the Gaussian
+mechanism's PLD accounting, for a client in every round).
+
+Run only some rows with --modes (e.g. --modes none,central); --clients and --interactions
+change the setting (central DP needs many clients per round: --clients 1000 --interactions
+400000).
 
 Prints JSON and writes it to --json (default results/benchmarks/privacy_utility.json).
 
@@ -16,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +42,9 @@ SETTINGS: tuple[tuple[str, float], ...] = (
     ("local", 100.0),
     ("local", 10.0),
     ("local", 1.2),
+    ("central", 16.0),
+    ("central", 4.0),
+    ("central", 1.0),
 )
 
 
@@ -44,6 +54,8 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=default_data)
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--interactions", type=int, default=40_000)
+    parser.add_argument("--clients", type=int, default=10, help="clients per round")
+    parser.add_argument("--modes", default="none,distributed,local,central")
     parser.add_argument(
         "--json", type=Path, default=Path("results/benchmarks/privacy_utility.json")
     )
@@ -51,12 +63,15 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     fold = load_folds(args.data)[0]
     rows: list[dict[str, Any]] = []
+    modes = set(args.modes.split(","))
     for mode, eps in SETTINGS:
+        if mode not in modes:
+            continue
         runs = []
         for seed in seeds:
             config = FoltrConfig(
                 algorithm="fpdgd",
-                clients=10,
+                clients=args.clients,
                 interactions=args.interactions,
                 dp=mode,  # type: ignore[arg-type]
                 dp_epsilon=eps if mode != "none" else 4.5,
@@ -64,7 +79,7 @@ def main() -> None:
             )
             runs.append(run_foltr(config, fold))
         rounds = len(runs[0].batch_maxrr)
-        report = fpdgd_privacy({"dp": mode, "dp_epsilon": eps, "dp_clip": 1.0}, rounds)
+        report = fpdgd_privacy(asdict(runs[0].config), rounds)
         ndcg = np.array([r.ndcg10["test"] for r in runs])
         maxrr = np.array([r.expected_maxrr["test"] for r in runs])
         row = {
@@ -84,7 +99,13 @@ def main() -> None:
         }
         rows.append(row)
         print(row, flush=True)
-    out = {"machine": platform.platform(), "system": "fpdgd", "rows": rows}
+    out = {
+        "machine": platform.platform(),
+        "system": "fpdgd",
+        "clients": args.clients,
+        "interactions": args.interactions,
+        "rows": rows,
+    }
     write_json(out, args.json)
     print(f"wrote {args.json}")
 

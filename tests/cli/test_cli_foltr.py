@@ -79,6 +79,22 @@ def test_train_writes_json_and_plot(mq2008_dir: Path, tmp_path: Path) -> None:
     assert untimed(spread, drop=drop) == untimed(data, drop=drop)
 
 
+def test_train_fpdgd_with_central_dp(mq2008_dir: Path, tmp_path: Path) -> None:
+    """``--dp central``: the server's Gaussian noise (drawn in the driver, so a run with its
+    clients on Dask is the same bit for bit), each client's epsilon over the training."""
+    args = "foltr train --algorithm fpdgd --clients 10 --interactions 2000 --dp central"
+    args += " --dp-epsilon 4 --dp-delta 1e-5 --dp-clip 0.5 --seed 3 --data"
+    single, spread = tmp_path / "single.json", tmp_path / "spread.json"
+    output = ok([*argv(args, mq2008_dir), "--json", str(single)]).output
+    assert "central DP: epsilon 4 per client over 50 iterations at delta 1e-05" in output
+    ok([*argv(args, mq2008_dir), "--dask-workers", "2", "--json", str(spread)])
+    one, two = json.loads(single.read_text()), json.loads(spread.read_text())
+    assert one["final_params"] == two["final_params"]
+    privacy = one["privacy"]
+    assert privacy["mechanism"] == "gaussian (central)" and privacy["clip"] == 0.5
+    assert privacy["epsilon"] == pytest.approx(one["epsilon"]) and privacy["epsilon"] <= 4.0
+
+
 def test_train_fpdgd_and_p_one(mq2008_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "fpdgd.json"
     ok(

@@ -73,13 +73,28 @@ def foltr() -> None:
 @click.option("--interactions", type=int, default=2_000_000, show_default=True)
 @click.option(
     "--dp",
-    type=click.Choice(["none", "local", "distributed"]),
+    type=click.Choice(["none", "local", "distributed", "central"]),
     default="none",
     show_default=True,
-    help="FPDGD only: Laplace noise on model deltas (per message, or shares of one draw).",
+    help="FPDGD only: Laplace noise on model deltas (per message, or shares of one draw), or "
+    "central DP (the server's Gaussian noise on the mean of L2-clipped deltas, each client's "
+    "epsilon accounted over the training).",
 )
-@click.option("--dp-epsilon", type=float, default=4.5, show_default=True)
-@click.option("--dp-clip", type=float, default=1.0, show_default=True, help="L1 clip of deltas.")
+@click.option(
+    "--dp-epsilon",
+    type=float,
+    default=4.5,
+    show_default=True,
+    help="Laplace: epsilon per round; central: each client's budget over the training.",
+)
+@click.option("--dp-delta", type=float, default=1e-6, show_default=True, help="central: delta.")
+@click.option(
+    "--dp-clip",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="L1 clip of deltas (Laplace); their L2 bound (central).",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "--difference-bound",
@@ -154,7 +169,14 @@ def foltr_train(
             f"  {split:5s} expected MaxRR {report['expected_maxrr'][split]:.4f}  "
             f"nDCG@10 {report['ndcg10'][split]:.4f}"
         )
-    if report["epsilon"] is not None:
+    if config.dp == "central":
+        privacy = report["privacy"]
+        click.echo(
+            f"  central DP: epsilon {privacy['epsilon']:.4g} per client over "
+            f"{privacy['rounds']} iterations at delta {privacy['delta']:g} (noise multiplier "
+            f"{privacy['noise_multiplier']:.4g}, L2 clip {privacy['clip']:g})"
+        )
+    elif report["epsilon"] is not None:
         click.echo(f"  epsilon {report['epsilon']:.3f}")
     echo_attack(report.get("attack", {}))
     if json_path:

@@ -267,11 +267,18 @@ def foltr_es_privacy(p: float | None, batch: int, rounds: int | None) -> SystemP
 
 
 def fpdgd_privacy(config: dict[str, Any], rounds: int) -> SystemPrivacy:
-    """FPDGD's optional Laplace mechanism (:mod:`fedrank.privacy.laplace`)."""
+    """FPDGD's optional Laplace mechanism (:mod:`fedrank.privacy.laplace`), or central DP
+    (``dp = "central"``: the Gaussian mechanism calibrated to the budget over the run's
+    planned iterations, every client slot in each, after ``rounds`` of them)."""
     mode, eps = config.get("dp", "none"), float(config.get("dp_epsilon", 0.0))
     parameters = {"dp": mode, "dp_epsilon": eps, "dp_clip": config.get("dp_clip")}
     if mode == "none":
         return no_privacy("fpdgd", parameters, "none: the model delta is sent as computed")
+    if mode == "central":
+        planned = int(config["interactions"]) // (int(config["clients"]) * int(config["batch"]))
+        delta = float(config.get("dp_delta", 1e-6))
+        block = central_dp_block(eps, delta, float(config["dp_clip"]), planned, "pld", rounds)
+        return gaussian_privacy("fpdgd", block, parameters)
     if mode == "local":
         return local_privacy(
             "fpdgd",

@@ -12,6 +12,8 @@ from fedrank.errors import ConfigError
 from fedrank.experiments.foltr.run import FoltrConfig, run_foltr
 from fedrank.models.click_models import click_model
 from fedrank.models.linear import LinearRanker
+from fedrank.privacy.accounting import gaussian_epsilon, gaussian_noise_multiplier
+from fedrank.privacy.report import report_run
 from fedrank.simulation.per_client_loop import loop_train
 
 SMALL = dict(clients=500, batch=4, interactions=200_000)
@@ -79,6 +81,32 @@ def test_fpdgd_learns_with_and_without_distributed_dp(mq2008_fold1) -> None:  # 
     )
     assert noisy.epsilon == 4.5
     assert noisy.expected_maxrr["train"] > 0.38  # still far above a random ranking (~0.34)
+
+
+def test_fpdgd_with_central_dp_accounts_each_client_over_the_training(mq2008_fold1) -> None:  # noqa: ANN001
+    """``dp = "central"``: the FedAvg step wrapped in DPStrategy (the other systems'
+    wrapper): the epsilon is dp_accounting's for the calibrated multiplier over every
+    iteration, the noise changes the model, the same seed gives the same run, and the
+    report and `fedrank privacy report --run` agree."""
+    settings = dict(algorithm="fpdgd", clients=10, interactions=4_000, dp_clip=1.0)
+    config = FoltrConfig(dp="central", dp_epsilon=4.0, **settings)  # type: ignore[arg-type]
+    private = run_foltr(config, mq2008_fold1)
+    again = run_foltr(config, mq2008_fold1)
+    plain = run_foltr(FoltrConfig(**settings), mq2008_fold1)  # type: ignore[arg-type]
+    z = gaussian_noise_multiplier(4.0, 1e-6, config.iterations)
+    assert config.iterations == 100 and config.noise_multiplier() == pytest.approx(z)
+    assert private.epsilon == pytest.approx(gaussian_epsilon(z, 1e-6, 100), rel=1e-9)
+    assert 3.9 < private.epsilon <= 4.0
+    privacy = private.to_json()["privacy"]
+    assert privacy["mechanism"] == "gaussian (central)" and privacy["rounds"] == 100
+    assert privacy["epsilon"] == pytest.approx(private.epsilon, rel=1e-9)
+    assert not np.array_equal(private.params, plain.params)  # the noise is there
+    assert np.array_equal(private.params, again.params)
+    (row,) = report_run(private.to_json())
+    assert row.system == "fpdgd" and row.per_user["epsilon"] == pytest.approx(private.epsilon)
+    for bad in ({"dp_clip": 0.0}, {"dp_epsilon": 1e4}):
+        with pytest.raises(ConfigError):
+            FoltrConfig(dp="central", **{**settings, "dp_epsilon": 4.0, **bad})  # type: ignore[arg-type]
 
 
 def test_vectorized_simulator_matches_the_per_client_loop(mq2008_fold1) -> None:  # noqa: ANN001

@@ -53,6 +53,8 @@ from fedrank.models.rankers import RANKER_NAMES, Ranker, make_ranker
 from fedrank.privacy.laplace import DistributedLaplace, LocalLaplace
 from fedrank.privacy.randomized_response import RandomizedResponse
 from fedrank.simulation.attacks import Attack, FoltrAttacker
+from fedrank.strategies.base import Strategy
+from fedrank.strategies.dp import DPStrategy
 from fedrank.strategies.fedavg import FedAvgConfig, FedAvgStrategy
 from fedrank.strategies.foltr_es import FoltrEsConfig, FoltrEsStrategy
 
@@ -61,8 +63,8 @@ if TYPE_CHECKING:
 
 Algorithm = Literal["es", "fpdgd"]
 ALGORITHMS: tuple[str, ...] = ("es", "fpdgd")
-DPMode = Literal["none", "local", "distributed"]
-DP_MODES: tuple[str, ...] = ("none", "local", "distributed")
+DPMode = Literal["none", "local", "distributed", "central"]
+DP_MODES: tuple[str, ...] = ("none", "local", "distributed", "central")
 
 #: Default learning rates: the server's Adam for ES (the paper's PyTorch default), the
 #: clients' local PDGD steps for FPDGD (the FPDGD paper's 0.1).
@@ -88,10 +90,15 @@ class FoltrConfig:
         interactions: total interaction budget (2,000,000).
         seed: seed of every random choice.
         dp: FPDGD's optional differential privacy of the model deltas: ``none``,
-            ``local`` (:class:`~fedrank.privacy.laplace.LocalLaplace`) or ``distributed``
-            (:class:`~fedrank.privacy.laplace.DistributedLaplace`, FPDGD's mechanism).
-        dp_epsilon: its epsilon (FPDGD's paper used 1.2 to 10).
-        dp_clip: the L1 radius deltas are clipped to.
+            ``local`` (:class:`~fedrank.privacy.laplace.LocalLaplace`), ``distributed``
+            (:class:`~fedrank.privacy.laplace.DistributedLaplace`, FPDGD's mechanism) or
+            ``central`` (:class:`~fedrank.strategies.dp.DPStrategy`, the wrapper the other
+            systems use: deltas clipped in L2 norm, the server adds Gaussian noise to their
+            mean, and each client's epsilon over the training is accounted).
+        dp_epsilon: its epsilon: per round for the Laplace mechanisms (FPDGD's paper used
+            1.2 to 10), each client's budget over the whole training for ``central``.
+        dp_delta: ``central``: the budget's delta.
+        dp_clip: the L1 radius deltas are clipped to (Laplace); their L2 bound (central).
         difference_bound: FOLtR-ES: every report's antithetic difference is clipped to
             this bound (:class:`~fedrank.aggregators.es_gradient.ESGradient`); 0: off.
     """
@@ -111,6 +118,7 @@ class FoltrConfig:
     dp_epsilon: float = 4.5
     dp_clip: float = 1.0
     difference_bound: float = 0.0
+    dp_delta: float = 1e-6
 
     def __post_init__(self) -> None:
         if self.click_model not in CLICK_MODEL_NAMES:
@@ -141,6 +149,10 @@ class FoltrConfig:
             raise ConfigError(
                 "dp applies to FPDGD's model deltas; FOLtR-ES privatizes its metric with p"
             )
+        if self.dp == "central":
+            if not (np.isfinite(self.dp_clip) and self.dp_clip > 0):
+                raise ConfigError(f"central DP needs dp_clip > 0 (an L2 bound), got {self.dp_clip}")
+            self.noise_multiplier()  # calibrate now: a budget it cannot meet fails before work
         if self.difference_bound and self.algorithm != "es":
             raise ConfigError(
                 "difference_bound clips FOLtR-ES reports' antithetic differences; FPDGD sends "
@@ -150,6 +162,13 @@ class FoltrConfig:
     @property
     def iterations(self) -> int:
         return self.interactions // (self.clients * self.batch)
+
+    def noise_multiplier(self) -> float:
+        """Central DP's noise multiplier: the smallest that keeps every iteration (each
+        client slot reports in all of them) within ``(dp_epsilon, dp_delta)``."""
+        from fedrank.privacy.report import budget_noise_multiplier
+
+        return budget_noise_multiplier(self.dp_epsilon, self.dp_delta, self.iterations, "pld")
 
     def strategy_config(self, n_features: int) -> FoltrEsConfig:
         """The FOLtR-ES strategy's section for this run (what a server would be given)."""
@@ -320,7 +339,10 @@ def train_fpdgd(
         LocalFPDGDClients(update, bank) if dask is None else DaskFPDGDClients(dask, update, bank)
     )
     theta = ranker.init_params(rng)
-    strategy = FedAvgStrategy(FedAvgConfig(dim=ranker.dim), initial=theta)
+    strategy: Strategy = FedAvgStrategy(FedAvgConfig(dim=ranker.dim), initial=theta)
+    if config.dp == "central":
+        noise = np.random.default_rng(np.random.SeedSequence(config.seed).spawn(2)[1])
+        strategy = DPStrategy(strategy, config.noise_multiplier(), config.dp_clip, noise)
     aggregator = strategy.aggregator
     server_state = strategy.init(theta)
     n = np.full(config.clients, config.batch)
@@ -340,6 +362,11 @@ def train_fpdgd(
         curve.append(float(reports.maxrr.mean()))
         if progress is not None:
             progress(iteration + 1, config.iterations)
+    if config.dp == "central":
+        from fedrank.privacy.accounting import gaussian_epsilon
+
+        z = config.noise_multiplier()
+        return theta, curve, gaussian_epsilon(z, config.dp_delta, config.iterations)
     return theta, curve, None if privatizer is None else privatizer.epsilon()
 
 
