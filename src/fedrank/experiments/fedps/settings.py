@@ -165,12 +165,12 @@ class FedPSSettings:
         if self.dp_epsilon:
             if self.mode not in ("flat", "proxy"):
                 raise ConfigError(
-                    f"central DP (dp_epsilon) noises the FedAvg step of flat and proxy runs; "
+                    f"DP (dp_epsilon) noises the FedAvg step of flat and proxy runs; "
                     f"mode {self.mode} has none"
                 )
             if not (self.dp_epsilon > 0 and self.dp_clip > 0 and 0 < self.dp_delta < 1):
                 raise ConfigError(
-                    "central DP needs dp_epsilon > 0, dp_clip > 0 (the L2 bound of every "
+                    "DP needs dp_epsilon > 0, dp_clip > 0 (the L2 bound of every "
                     f"update) and dp_delta in (0, 1); got {self.dp_epsilon}, {self.dp_clip}, "
                     f"{self.dp_delta}"
                 )
