@@ -351,7 +351,7 @@ def fedps_skellam_plan(settings: dict[str, Any], dim: int) -> SkellamPlan:
         float(settings["dp_clip"]),
         dim,
         k,
-        max(2, math.ceil(float(settings["dp_threshold"]) * k)),
+        skellam.share_threshold(float(settings["dp_threshold"]), k),
     )
 
 

@@ -234,6 +234,12 @@ class SkellamPlan:
         )
 
 
+def share_threshold(share: float, clients: int) -> int:
+    """Secure aggregation's threshold ``t`` as a share of a round's ``clients``:
+    ``max(2, ceil(share clients))`` (the simulators' ``--dp-threshold``)."""
+    return max(2, math.ceil(share * clients))
+
+
 def plan(
     epsilon: float,
     delta: float,

@@ -976,9 +976,13 @@ class Server:
         with ``public_counts``), else only with the admin token. Under DP the counts of an
         iteration's updates, polled, tell who took part, which a fixed denominator hides in
         the model."""
-        privacy, token = self.config.privacy, self.config.server.admin_token
-        if not privacy.enabled or privacy.public_counts:
-            return True
+        privacy = self.config.privacy
+        return not privacy.enabled or privacy.public_counts or self._is_admin(request)
+
+    def _is_admin(self, request: Request) -> bool:
+        """The request carries ``[server] admin_token`` as its bearer token (compared in
+        constant time; never true without a configured token)."""
+        token = self.config.server.admin_token
         given = request.headers.get("authorization", "").encode()
         return bool(token) and hmac.compare_digest(given, f"Bearer {token}".encode())
 
@@ -1046,8 +1050,7 @@ class Server:
         try:
             if not token:
                 raise BadRequest(403, "admin_disabled", "set [server] admin_token to enable admin")
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            if not self._is_admin(request):
                 raise BadRequest(401, "unauthorized", "a valid bearer token is required")
             if action not in ("close", "pause", "resume"):
                 raise BadRequest(404, "not_found", f"unknown admin action {action!r}")

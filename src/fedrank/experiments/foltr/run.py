@@ -363,10 +363,10 @@ def train_fpdgd(
         if progress is not None:
             progress(iteration + 1, config.iterations)
     if config.dp == "central":
-        from fedrank.privacy.accounting import gaussian_epsilon
+        from fedrank.privacy.report import fpdgd_privacy
 
-        z = config.noise_multiplier()
-        return theta, curve, gaussian_epsilon(z, config.dp_delta, config.iterations)
+        row = fpdgd_privacy(asdict(config), config.iterations)
+        return theta, curve, float(row.per_user["epsilon"])  # type: ignore[index]
     return theta, curve, None if privatizer is None else privatizer.epsilon()
 
 

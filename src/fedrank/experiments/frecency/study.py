@@ -504,7 +504,7 @@ def private_strategy(
         )
     from fedrank.privacy import skellam
 
-    threshold = max(2, math.ceil(dp.threshold * treatment))
+    threshold = skellam.share_threshold(dp.threshold, treatment)
     if treatment < threshold:
         raise ConfigError(
             f"distributed DP needs at least 2 reporting (treatment) users; the study has "
