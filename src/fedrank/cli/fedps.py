@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import contextlib
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+from threadpoolctl import threadpool_limits
 
 from fedrank.cli._attack import attack_from_options, attack_options, echo_attack
 from fedrank.cli._common import dask_options, progress_bar, write_json
 from fedrank.simulation.attacks import SYSTEM_ATTACKS
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from fedrank.data.aol import AolCorpus
 
 #: What the workers of a flat or proxy run on Dask import as they start: the clients' code,
 #: and the module torch imports when a client builds its first optimizer (~1 s).
@@ -192,18 +198,41 @@ def run(
                 stack.enter_context,
                 dask_client(dask_workers, dask_scheduler, preload=WORKER_PRELOAD),
             )
+        if dask_workers is not None:
+            # the driver shares this machine's cores with the local workers: its BLAS
+            # threads (word2vec) would spin against them (13 CPU-s instead of 7 to prepare
+            # the 100-user data, benchmarks/bench_dask.py)
+            stack.enter_context(threadpool_limits(limits=1))
         # the settings above are checked with light modules only (fedps.settings): a bad
         # command line fails at once and starts no cluster
         from fedrank.experiments.fedps.data import prepare_aol
-        from fedrank.experiments.fedps.run import run_seeds
+        from fedrank.experiments.fedps.run import run_seeds, start_covers
+
+        covers: list[Future[list[np.ndarray]]] = []
+
+        def start(corpus: AolCorpus) -> None:
+            covers.append(start_covers(corpus, settings, stack))
 
         task = bar.add_task("prepare AOL data", total=1)
-        data = prepare_aol(path, users=users, seed=seed)
+        data = prepare_aol(
+            path,
+            users=users,
+            seed=seed,
+            # FedPSFlat's cover queries need only the corpus: on Dask they start beside
+            # the driver at once, in parallel with the rest of the preparation
+            on_corpus=start if on_dask and mode == "flat" else None,
+        )
         bar.update(task, completed=1)
         if on_dask:
             dask = starting.result()
         results = run_seeds(
-            data, settings, training_seeds, progress=_Bar(bar), dask=dask, attack=poison
+            data,
+            settings,
+            training_seeds,
+            progress=_Bar(bar),
+            dask=dask,
+            attack=poison,
+            covers=covers[0] if covers else None,
         )
     summary = results.summary()
     first = results.results[0].to_json()

@@ -4,9 +4,11 @@ bit; a client's update does not depend on which clients trained before it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import replace
 from multiprocessing import forkserver
 from pathlib import Path
@@ -17,16 +19,18 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
+from threadpoolctl import threadpool_info
 
 from fedrank.cli import main
 from fedrank.cli.fedps import WORKER_PRELOAD
 from fedrank.errors import ConfigError
 from fedrank.estimators.local_sgd import LocalTraining
 from fedrank.experiments.executors import blocks, dask_client
+from fedrank.experiments.fedps import data as fedps_data
 from fedrank.experiments.fedps import run as fedps_run
 from fedrank.experiments.fedps.clients import DaskClients, LocalClients, evaluation_work
 from fedrank.experiments.fedps.data import FedPSData
-from fedrank.experiments.fedps.run import FedPSResult, run_fedps
+from fedrank.experiments.fedps.run import FedPSResult, run_fedps, run_seeds, start_covers
 from fedrank.experiments.fedps.settings import FedPSSettings
 from tests.untimed import untimed
 
@@ -166,6 +170,71 @@ def test_the_command_on_dask_equals_the_command_in_one_process(
         assert result.exit_code == 0, result.output
         outputs.append(json.dumps(untimed(json.loads(out.read_text())), sort_keys=True))
     assert outputs[0] == outputs[1]
+
+
+def test_the_corpus_is_handed_over_before_the_lists_and_word2vec(
+    aol_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`prepare_aol(on_corpus=...)` (where a Dask run starts its cover queries): called once,
+    with the corpus the data end with, before the slow rest of the preparation."""
+    seen: list[Any] = []
+    word2vec_saw: list[int] = []
+    train = fedps_data.train_word2vec
+
+    def word2vec(*args: Any, **kwargs: Any) -> np.ndarray:
+        word2vec_saw.append(len(seen))
+        return train(*args, **kwargs)
+
+    monkeypatch.setattr(fedps_data, "train_word2vec", word2vec)
+    data = fedps_data.prepare_aol(aol_log, users=6, seed=0, dim=8, word2vec_epochs=1,
+                                  on_corpus=seen.append)  # fmt: skip
+    assert len(seen) == 1 and seen[0] is data.corpus
+    assert word2vec_saw == [1]
+
+
+def test_cover_queries_started_early_give_the_same_runs(small: FedPSData, cluster: Any) -> None:
+    """The CLI starts the first seed's cover queries beside the driver as soon as the corpus
+    is built (`start_covers`); later seeds start their own: over two seeds the runs equal
+    the one-process runs."""
+    seeds = [1, 2]
+    alone = run_seeds(small, SETTINGS, seeds)
+    cluster.wait_for_workers(2, timeout=120)
+    with contextlib.ExitStack() as stack:
+        started = start_covers(small.corpus, replace(SETTINGS, seed=seeds[0]), stack)
+        spread = run_seeds(small, SETTINGS, seeds, dask=cluster, covers=started)
+    assert [_comparable(r) for r in spread.results] == [_comparable(r) for r in alone.results]
+
+
+@pytest.mark.parametrize("mode, on_dask", [("proxy", True), ("flat", False)])
+def test_started_cover_queries_are_only_for_a_flat_run_on_dask(
+    small: FedPSData, cluster: Any, mode: str, on_dask: bool
+) -> None:
+    pending: Future[list[np.ndarray]] = Future()
+    with pytest.raises(ConfigError, match="for a FedPSFlat run on Dask"):
+        run_fedps(small, replace(SETTINGS, mode=mode), dask=cluster if on_dask else None,
+                  covers=pending)  # fmt: skip
+
+
+def test_the_driver_beside_a_local_cluster_prepares_with_one_blas_thread(
+    aol_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beside local workers, the driver's BLAS threads would spin against them (they
+    doubled the CPU of preparing the data); alone, the command keeps them."""
+    threads: list[int] = []
+    prepare = fedps_data.prepare_aol
+
+    def recording(*args: Any, **kwargs: Any) -> FedPSData:
+        threads.append(max(i["num_threads"] for i in threadpool_info()))
+        return prepare(*args, **kwargs)
+
+    monkeypatch.setattr(fedps_data, "prepare_aol", recording)
+    args = ["fedps", "run", "--mode", "proxy", "--log", str(aol_log), "--users", "6",
+            "--rounds", "1", "--seed", "2"]  # fmt: skip
+    for extra in ([], ["--dask-workers", "1"]):
+        result = CliRunner().invoke(main, [*args, *extra])
+        assert result.exit_code == 0, result.output
+    assert threads[1] == 1
+    assert threads[0] == max(i["num_threads"] for i in threadpool_info())
 
 
 def test_dask_options_are_refused_where_no_clients_train(aol_log: Path) -> None:

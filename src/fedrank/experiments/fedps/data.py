@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -127,6 +128,7 @@ def prepare_aol(
     word2vec_epochs: int = 5,
     depth: int = DEFAULT_DEPTH,
     train_negatives: int = DEFAULT_TRAIN_NEGATIVES,
+    on_corpus: Callable[[AolCorpus], None] | None = None,
 ) -> FedPSData:
     """Load and prepare the AOL log at ``path`` (see the module docstring).
 
@@ -138,6 +140,8 @@ def prepare_aol(
         word2vec_epochs: passes of word2vec over the document texts.
         depth: documents the search engine retrieves per query.
         train_negatives: non-clicked candidates of a training list.
+        on_corpus: called with the corpus as soon as it is built, before the lists and
+            word2vec (a Dask run starts the cover queries, which need only the corpus).
     """
     if users is not None and users < 2:
         raise ConfigError(f"users must be >= 2 (or None for all), got {users}")
@@ -163,6 +167,7 @@ def prepare_aol(
         word2vec_epochs=word2vec_epochs,
         depth=depth,
         train_negatives=train_negatives,
+        on_corpus=on_corpus,
     )
     data.timings["load"] = loaded
     return data
@@ -176,6 +181,7 @@ def prepare_split(
     word2vec_epochs: int = 5,
     depth: int = DEFAULT_DEPTH,
     train_negatives: int = DEFAULT_TRAIN_NEGATIVES,
+    on_corpus: Callable[[AolCorpus], None] | None = None,
 ) -> FedPSData:
     """Everything of :class:`FedPSData` from a split, fitted only on its past (background
     and training events; see the module docstring). Also used for every stage of the
@@ -186,6 +192,8 @@ def prepare_split(
     t0 = time.perf_counter()
     corpus = build_corpus(split)
     timings["corpus"] = time.perf_counter() - t0
+    if on_corpus is not None:
+        on_corpus(corpus)
     t0 = time.perf_counter()
     engine = SearchEngine(corpus.texts, corpus.indexed, corpus.past_docs)
     lists = build_lists(

@@ -60,7 +60,7 @@ from scipy import sparse
 from fedrank.aggregators.hierarchy import ProxyRound, Topology
 from fedrank.baselines.list_rankers import GBDTRanker, rule_scores
 from fedrank.core.message import Message
-from fedrank.data.aol import BACKGROUND, TRAIN, UserLog
+from fedrank.data.aol import BACKGROUND, TRAIN, AolCorpus, UserLog
 from fedrank.errors import ConfigError
 from fedrank.estimators.local_sgd import (
     LocalTraining,
@@ -550,6 +550,23 @@ def fit_cover_generator(
     )
 
 
+def _cover_inputs(corpus: AolCorpus) -> tuple[np.ndarray, int, list[UserLog]]:
+    """What the cover queries need: the past documents' word ids, the vocabulary size and
+    the users' logs (the corpus only: no lists, no word vectors)."""
+    return corpus.pool.tokens[corpus.past_docs].astype(np.int64), len(corpus.vocab), corpus.users
+
+
+def start_covers(
+    corpus: AolCorpus, settings: FedPSSettings, stack: contextlib.ExitStack
+) -> Future[list[np.ndarray]]:
+    """FedPSFlat's cover queries for ``settings``, computed in a process beside the driver
+    (:func:`~fedrank.experiments.executors.side_process`, closed with ``stack``; a thread
+    would hold the GIL the driver's steps need). On Dask only the KL measure at the end
+    needs them, so they are computed while the cluster trains; the CLI starts them as soon
+    as the corpus is built, while the driver prepares the lists and word2vec."""
+    return stack.enter_context(side_process()).submit(_covers, *_cover_inputs(corpus), settings)
+
+
 def _covers(
     past_tokens: np.ndarray,
     vocab_size: int,
@@ -582,14 +599,22 @@ def run_fedps(
     observer: MessageObserver | None = None,
     dask: Client | None = None,
     attack: Attack | None = None,
+    covers: Future[list[np.ndarray]] | None = None,
 ) -> FedPSResult:
     """Run one mode on prepared data (see the module docstring). Sets torch to one thread
     (the per-batch work is small; competing OpenMP threads only slow it down). With
     ``dask``, a federated run's clients train on the cluster's workers (the same result;
     :mod:`fedrank.experiments.fedps.clients`) and FedPSFlat's cover queries, needed only
-    for the KL measure, are computed in a process beside the driver meanwhile. ``attack``
+    for the KL measure, are computed in a process beside the driver meanwhile
+    (:func:`start_covers`; ``covers``: already started for these settings). ``attack``
     (flat and proxy modes): a fixed share of the users is malicious (:class:`~fedrank.
     simulation.attacks.FedPSAttacker`); the result records it under ``attack``."""
+    if covers is not None and (settings.mode != "flat" or dask is None):
+        raise ConfigError(
+            "cover queries started beside the driver are for a FedPSFlat run on Dask; "
+            f"mode {settings.mode} {'on Dask' if dask is not None else 'in one process'} "
+            "computes its own"
+        )
     attacker = None
     if attack is not None and attack.active:
         if settings.mode not in ("flat", "proxy"):
@@ -601,7 +626,7 @@ def run_fedps(
             attack, len(data.users), settings.seed, settings.server_learning_rate
         )
     with contextlib.ExitStack() as stack:
-        result = _run_fedps(data, settings, progress, observer, dask, stack, attacker)
+        result = _run_fedps(data, settings, progress, observer, dask, stack, attacker, covers)
     if attacker is not None:
         result.attack = attacker.log.to_json()
     return result
@@ -615,6 +640,7 @@ def _run_fedps(
     dask: Client | None,
     stack: contextlib.ExitStack,
     attacker: FedPSAttacker | None = None,
+    covers_started: Future[list[np.ndarray]] | None = None,
 ) -> FedPSResult:
     start = time.perf_counter()
     torch.set_num_threads(1)
@@ -623,14 +649,15 @@ def _run_fedps(
     upload = _upload_policy(data, settings)
     covers: list[np.ndarray] | None = None
     pending: Future[list[np.ndarray]] | None = None
-    cover_args = (data.doc_tokens[data.corpus.past_docs], data.vocab_size, data.corpus.users)
     if mode == "flat" and dask is not None:
-        # only the KL measure needs them: computed beside the driver while the cluster trains
-        # (in a process of its own: a thread would hold the GIL the driver's steps need)
-        pending = stack.enter_context(side_process()).submit(_covers, *cover_args, settings)
+        pending = (
+            covers_started
+            if covers_started is not None
+            else start_covers(data.corpus, settings, stack)
+        )
     elif mode in ("flat", "coverquery"):
         report_progress(progress, "cover queries (LDA)", 0, 1)
-        covers = _covers(*cover_args, settings)
+        covers = _covers(*_cover_inputs(data.corpus), settings)
         report_progress(progress, "cover queries (LDA)", 1, 1)
     groups = None
     if mode == "groupuser":
@@ -757,9 +784,11 @@ def run_seeds(
     progress: Progress | None = None,
     dask: Client | None = None,
     attack: Attack | None = None,
+    covers: Future[list[np.ndarray]] | None = None,
 ) -> SeededResults:
     """:func:`run_fedps` once per training seed (the data stay the same); ``dask``: run the
-    federated modes' clients on that cluster; ``attack``: poison each run's updates."""
+    federated modes' clients on that cluster; ``attack``: poison each run's updates;
+    ``covers``: the first seed's cover queries, already started (:func:`start_covers`)."""
     if not seeds:
         raise ConfigError("give at least one seed")
     if len(set(seeds)) != len(seeds):
@@ -767,9 +796,14 @@ def run_seeds(
     return SeededResults(
         [
             run_fedps(
-                data, replace(settings, seed=int(s)), progress=progress, dask=dask, attack=attack
+                data,
+                replace(settings, seed=int(s)),
+                progress=progress,
+                dask=dask,
+                attack=attack,
+                covers=covers if i == 0 else None,
             )
-            for s in seeds
+            for i, s in enumerate(seeds)
         ]
     )
 
