@@ -54,7 +54,9 @@ def run(k: int, d: int, stage_seconds: float) -> dict[str, Any]:
     received = np.zeros(k)
     lock = threading.Lock()
     toml = (
-        f'[server]\nworkload = "fedavg"\n[iteration]\nseconds = 0.0\n[fedavg]\ndim = {d}\n'
+        # every client holds a connection while it polls: room for all of them
+        f'[server]\nworkload = "fedavg"\nmax_connections = {k + 100}\n'
+        f"[iteration]\nseconds = 0.0\n[fedavg]\ndim = {d}\n"
         f"[rounds]\nenabled = true\nclients_per_round = {k}\nt_max_seconds = 3600.0\n"
         f"[secagg]\nenabled = true\nl2_bound = {L2_BOUND}\nstage_seconds = {stage_seconds}\n"
     )

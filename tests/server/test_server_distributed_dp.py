@@ -171,3 +171,15 @@ def test_the_client_refuses_a_noise_share_it_cannot_draw(variance: float) -> Non
     checkin = Checkin("c", True, 0, secagg=block)
     with Client("http://127.0.0.1:9") as client, pytest.raises(FedrankError, match="noise_var"):
         send_secure(client, checkin, np.zeros(DIM))
+
+
+def test_proxies_take_part_only_in_distributed_dp(tmp_path: Path) -> None:
+    """Under distributed DP proxies only sum masked inputs (the clients clip and add the
+    noise); under central DP a merged aggregate would hide what the server must clip."""
+    proxies = '[[proxies]]\nname = "p"\ntoken = "proxy-token-0123456789"\n'
+    assert offline_config(TOML + proxies, tmp_path).proxies[0].name == "p"
+    central = TOML.replace('mode = "distributed"\n', "").replace(
+        "[secagg]\nenabled = true\n", "[secagg]\nenabled = false\n"
+    )
+    with pytest.raises(ConfigError, match="cannot take \\[\\[proxies\\]\\]"):
+        offline_config(central + proxies, tmp_path)

@@ -7,8 +7,10 @@ a client's bad messages are refused with the reason and change nothing."""
 
 from __future__ import annotations
 
+import base64
 import struct
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,9 +21,11 @@ import pytest
 import uvicorn
 
 from fedrank.client import Client
-from fedrank.client.secagg import send_secure
+from fedrank.client.secagg import SecureProxy, send_secure
 from fedrank.errors import ConfigError
+from fedrank.secagg import wire
 from fedrank.secagg.field import FixedPointEncoder
+from fedrank.secagg.protocol import SecAggClient
 from fedrank.server.app import create_app
 from fedrank.server.envelope import BadRequest
 from fedrank.server.secagg_round import SecAggRound
@@ -245,3 +249,137 @@ def test_a_failed_close_after_a_secure_round_is_retried_without_a_second_aggrega
     assert final["updates_accepted_total"] == 1 and final["updates_counted_total"] == k
     assert final["last_close_error"] is None
     _assert_step_is_the_clear_mean(params1 - params0, deltas, k)
+
+
+PROXY_TOKENS = {"a": "proxy-a-token-0123456789", "b": "proxy-b-token-0123456789"}
+PROXIES_TOML = "".join(
+    f'[[proxies]]\nname = "{name}"\ntoken = "{token}"\nmax_clients = 6\n'
+    for name, token in PROXY_TOKENS.items()
+)
+
+
+def test_proxies_sum_their_clients_masked_inputs_and_the_model_is_the_clear_mean(
+    tmp_path: Path,
+) -> None:
+    """12 SDK clients over loopback: clients 0-5 hand their masked input to proxy a, 6-9 to
+    proxy b, 10-11 send it to the server themselves (FedPS's hierarchy with secure
+    aggregation). Client 0 drops out before its masked input, client 6 after it. Each proxy
+    sends the server one sum (`SecureProxy`); the model is the clear mean of the eleven
+    contributors' clipped deltas. A sum without a proxy's token is refused, and a proxy
+    cannot send a clear aggregate either (what else a sum must be: the next test)."""
+    k = 12
+    members = {"a": range(0, 6), "b": range(6, 10)}
+    toml = TOML.replace(f"clients_per_round = {K}", f"clients_per_round = {k}").replace(
+        "stage_seconds = 12.0", "stage_seconds = 8.0"
+    )
+    deltas = _deltas()[:k]
+    drop = {0: "share_keys", 6: "masked_input"}
+    with live_server(tmp_path, toml + PROXIES_TOML) as live:
+        url = live.process.url
+        params0 = np.array(live.client.get("/v1/model").json()["params"])
+        aggregate = {"aggregate": {}, "count": 1, "batch_id": "b", "model_version": 0}
+        auth = {"Authorization": f"Bearer {PROXY_TOKENS['a']}"}
+        masked_sum = {"session": "x", "stage": "masked_sum", "message": {}}
+        for headers in ({}, {"Authorization": "Bearer not-a-proxy-token-0123"}):
+            reply = live.client.post("/v1/secagg", json=masked_sum, headers=headers)
+            assert_error(reply, 401, "unauthorized")
+        assert_error(
+            live.client.post("/v1/updates:batch", json=aggregate, headers=auth),
+            403,
+            "secure_aggregation_only",
+        )
+        with Client(url) as a_conn, Client(url) as b_conn:
+            proxies = {
+                "a": SecureProxy(a_conn, PROXY_TOKENS["a"], DIM),
+                "b": SecureProxy(b_conn, PROXY_TOKENS["b"], DIM),
+            }
+            expected = {name: len(ids) - (name == "a") for name, ids in members.items()}
+            forwarded: dict[str, int] = {}
+            lock = threading.Lock()
+
+            def hand_in(name: str) -> Callable[[dict[str, object]], None]:
+                def to_proxy(body: dict[str, object]) -> None:
+                    proxy = proxies[name]
+                    proxy.receive(body)
+                    with lock:
+                        if len(proxy.senders) == expected[name]:
+                            forwarded[name] = proxy.forward()
+
+                return to_proxy
+
+            def run(i: int) -> str:
+                name = next((n for n, ids in members.items() if i in ids), None)
+                with Client(url, rng=np.random.default_rng(i)) as client:
+                    checkin = client.checkin(f"client-{i}")
+                    report = send_secure(
+                        client, checkin, deltas[i], poll_seconds=0.05, drop_after=drop.get(i),
+                        masked_input_to=None if name is None else hand_in(name),
+                    )  # fmt: skip
+                    return report.outcome or report.sent
+
+            with ThreadPoolExecutor(max_workers=k) as pool:
+                outcomes = list(pool.map(run, range(k)))
+            wait_until(
+                lambda: status(live.client)["model_version"] == 1,
+                timeout=60,
+                what="the secure round's close",
+            )
+            params1 = np.array(live.client.get("/v1/model").json()["params"])
+    assert forwarded == {"a": 5, "b": 4}
+    assert outcomes == ["share_keys"] + ["finished"] * 5 + ["masked_input"] + ["finished"] * 5
+    contributors = [i for i in range(k) if i != 0]
+    _assert_step_is_the_clear_mean(params1 - params0, deltas[contributors], k)
+
+
+def test_a_round_checks_a_proxys_masked_sum() -> None:
+    """What `SecAggRound.receive_sum` refuses (the app has checked the proxy's token), on a
+    real session of 4 protocol clients: 1-3 share their keys, 4 drops out before; 1 sends
+    its masked input itself."""
+    sa = SecAggRound(0, DIM, 4, 2, L2, 60.0)
+    names = {u: f"c{u}" for u in range(1, 5)}
+    clients = {}
+    for u, name in names.items():
+        assert sa.join(name, now=0.0)["id"] == u
+        clients[u] = SecAggClient(u, sa.params)
+    zeros = base64.b64encode(bytes(4 * DIM)).decode()
+
+    def body(senders: list[int], **extra: object) -> dict[str, object]:
+        message = {"senders": senders, "masked": zeros}
+        return {"session": sa.session, "stage": "masked_sum", "message": message} | extra
+
+    def send(u: int, stage: str, message: dict[str, object]) -> None:
+        sa.receive({"client_id": names[u], "session": sa.session, "stage": stage,
+                    "message": message}, now=1.0)  # fmt: skip
+
+    with pytest.raises(BadRequest) as err:
+        sa.receive_sum(body([1]), 6, now=0.0)
+    assert (err.value.status, err.value.code) == (409, "secagg_wrong_stage")
+    for u, c in clients.items():
+        send(u, "advertise", wire.advertise_to_json(c.advertise_keys()))
+    for u in (1, 2, 3):
+        view = sa.view(names[u], sa.session, now=1.0)
+        directory = wire.directory_from_json(view["directory"], 4)
+        send(u, "share_keys", wire.share_keys_to_json(clients[u].share_keys(directory)))
+    sa.advance(now=100.0)  # client 4's shares never come: the stage closes at its deadline
+    assert sa.stage_name == "masked_input"
+    forwarded = wire.forwarded_from_json(sa.view("c1", sa.session, now=100.0)["forwarded"], 4)
+    own = clients[1].masked_input(forwarded, np.zeros(DIM, np.uint64))
+    send(1, "masked_input", wire.masked_to_json(own))
+    cases = [
+        (body([2], extra=1), 422, "invalid"),
+        ({**body([2]), "session": "AAAA"}, 409, "secagg_wrong_session"),
+        ({**body([2]), "stage": "masked_input"}, 422, "invalid"),
+        (body([3, 2]), 422, "invalid_secagg_message"),  # not sorted
+        (body([2, 2]), 422, "invalid_secagg_message"),
+        (body([2, 3, 4]), 422, "invalid_secagg_message"),  # over this proxy's 2
+        (body([2], message={"senders": [2], "masked": "AA=="}), 422, "invalid_secagg_message"),
+        (body([2, 4]), 409, "secagg_dropped"),  # 4 shared no keys
+        (body([1, 2]), 409, "secagg_repeated"),  # 1 sent its own
+    ]  # fmt: skip
+    for case, status_code, code in cases:
+        with pytest.raises(BadRequest) as err:
+            sa.receive_sum(case, 2, now=100.0)
+        assert (err.value.status, err.value.code) == (status_code, code), case
+    assert sa.done == {1} and sa.server._s.u3 == {1}
+    sa.receive_sum(body([2, 3]), 2, now=100.0)  # a good sum closes the stage: all of U2 sent
+    assert sa.stage_name == "unmasking" and sa.done == set()

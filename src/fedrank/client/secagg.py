@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +31,7 @@ from fedrank.privacy.skellam import sensitivities, skellam_noise
 from fedrank.secagg import field, wire
 from fedrank.secagg.field import FixedPointEncoder
 from fedrank.secagg.protocol import SecAggClient, SecAggParams
+from fedrank.secagg.proxy import MaskedInputProxy
 
 #: The longest pause between two polls (they start at ``poll_seconds`` and double).
 MAX_POLL_SECONDS = 1.0
@@ -109,6 +112,7 @@ def send_secure(
     timeout: float = 600.0,
     drop_after: str | None = None,
     noise_rng: np.random.Generator | None = None,
+    masked_input_to: Callable[[dict[str, Any]], None] | None = None,
 ) -> SecureReport:
     """Take part in the round's secure aggregation with ``delta`` (module docstring).
 
@@ -124,6 +128,9 @@ def send_secure(
         noise_rng: draws this client's share of distributed DP noise (when the block
             asks for one); ``None``: a generator seeded from OS entropy. A seeded one is
             for tests only: the server must not be able to predict the noise.
+        masked_input_to: hand the masked input (its request body) to this client's proxy
+            (:meth:`SecureProxy.receive`, over whatever transport joins them) instead of
+            sending it to the server; every other stage goes to the server.
 
     Raises:
         ClientError: the server refused a message (e.g. this client dropped out of a stage
@@ -195,8 +202,83 @@ def send_secure(
         return wire.unmasking_to_json(me.unmask(request))
 
     for stage in STAGES:
-        post(stage, message(stage, {} if stage == "advertise" else wait_for(stage)))
+        out = message(stage, {} if stage == "advertise" else wait_for(stage))
+        if stage == "masked_input" and masked_input_to is not None:
+            masked_input_to({**ident, "stage": stage, "message": out})
+        else:
+            post(stage, out)
         if drop_after == stage:
             return SecureReport(stage)
     end = wait_for("end")
     return SecureReport("unmasking", "finished", int(end["contributors"]))
+
+
+class SecureProxy:
+    """A proxy between its clients and a ``[secagg]`` server (FedPS's proxies, Sec. 3.4;
+    docs/secagg.md, "Through proxies in the service"): it takes its clients' masked inputs
+    (the bodies their :func:`send_secure` hands to ``masked_input_to``), adds them
+    (:class:`~fedrank.secagg.proxy.MaskedInputProxy`) and sends the server one sum with its
+    bearer token (``[[proxies]]``). It sees each client's masked input, which still carries
+    the client's self mask: nothing of a delta. Thread-safe: many clients may hand in at
+    once.
+
+    Args:
+        client: the SDK client whose connection (and retries) the proxy uses.
+        token: this proxy's token in the server's ``[[proxies]]``.
+        dimension: the model's dimension (``[fedavg] dim``; the check-in's ``secagg``
+            block says it too).
+        max_clients: the most inputs it sums (the server refuses a sum over the proxy's
+            ``max_clients``).
+    """
+
+    def __init__(self, client: Client, token: str, dimension: int, max_clients: int = 1000) -> None:
+        self.client = client
+        self.dimension = int(dimension)
+        self._auth = {"Authorization": f"Bearer {token}"}
+        self.max_clients = int(max_clients)
+        self._lock = threading.Lock()
+        self._session: str | None = None
+        self._sum: MaskedInputProxy | None = None
+
+    def receive(self, body: dict[str, Any]) -> None:
+        """One client's masked-input body; every body of one sum is of one session."""
+        if not isinstance(body, dict) or set(body) != {"client_id", "session", "stage", "message"}:
+            raise FedrankError("a masked input's body has client_id, session, stage, message")
+        if body["stage"] != "masked_input":
+            raise FedrankError(f"a proxy takes masked inputs only, got stage {body['stage']!r}")
+        masked = wire.masked_from_json(body["message"], self.dimension)
+        with self._lock:
+            if self._sum is None:
+                self._session = str(body["session"])
+                self._sum = MaskedInputProxy(self.dimension)
+            if body["session"] != self._session:
+                raise FedrankError("a masked input of another session: forward this sum first")
+            if len(self._sum.senders) >= self.max_clients:
+                raise FedrankError(f"this proxy sums at most {self.max_clients} inputs")
+            self._sum.receive(masked)
+
+    @property
+    def senders(self) -> tuple[int, ...]:
+        """The secure-aggregation ids of the clients whose input arrived."""
+        with self._lock:
+            return () if self._sum is None else self._sum.senders
+
+    def forward(self) -> int:
+        """Send the sum to the server (before the masked-input stage's deadline) and start
+        afresh; returns how many clients it stands for.
+
+        Raises:
+            ClientError: the server refused the sum (the stage closed, a client's input
+                also came directly, the token is wrong, ...).
+        """
+        with self._lock:
+            if self._sum is None:
+                raise FedrankError("no masked input reached this proxy: nothing to forward")
+            total, session = self._sum.forward(), self._session
+            self._sum = self._session = None
+        message = wire.masked_sum_to_json(total)
+        body = {"session": session, "stage": "masked_sum", "message": message}
+        response = self.client._request("POST", "/v1/secagg", json=body, headers=self._auth)
+        if response.status_code != 202:
+            raise ClientError(response.status_code, _body(response))
+        return len(total.senders)

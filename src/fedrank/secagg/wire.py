@@ -24,6 +24,7 @@ from fedrank.secagg.protocol import (
     ForwardedShares,
     KeyDirectory,
     MaskedInput,
+    MaskedSum,
     ShareKeys,
     UnmaskingShares,
     UnmaskRequest,
@@ -162,6 +163,25 @@ def masked_from_json(value: Any, dimension: int) -> MaskedInput:
     data = _bytes(v["masked"], field.ELEMENT_BYTES * dimension, "masked")
     vector = np.frombuffer(data, dtype="<u4").astype(np.uint64)
     return MaskedInput(_id(v["sender"], "sender"), vector)
+
+
+def masked_sum_to_json(m: MaskedSum) -> dict[str, Any]:
+    data = np.asarray(m.masked, dtype="<u4").tobytes()
+    return {"senders": list(m.senders), "masked": _b64(data)}
+
+
+def masked_sum_from_json(value: Any, dimension: int, limit: int) -> MaskedSum:
+    """A proxy's sum (:class:`~fedrank.secagg.proxy.MaskedInputProxy`): 1..``limit`` sorted,
+    distinct senders and one masked vector."""
+    v = _object(value, {"senders", "masked"}, "masked_sum")
+    senders = v["senders"]
+    if not isinstance(senders, list) or not 1 <= len(senders) <= limit:
+        raise WireError(f"a masked sum's senders must be a list of 1..{limit} client ids")
+    ids = [_id(s, "a sender") for s in senders]
+    if ids != sorted(set(ids)):
+        raise WireError("a masked sum's senders must be sorted and distinct")
+    data = _bytes(v["masked"], field.ELEMENT_BYTES * dimension, "masked")
+    return MaskedSum(tuple(ids), np.frombuffer(data, dtype="<u4").astype(np.uint64))
 
 
 def request_to_json(r: UnmaskRequest) -> list[int]:

@@ -938,7 +938,8 @@ class Server:
         return json_response(answer)
 
     async def secagg_post(self, request: Request) -> Response:
-        """``POST /v1/secagg``: a client's message of the open protocol stage."""
+        """``POST /v1/secagg``: a client's message of the open protocol stage, or a proxy's
+        sum of its clients' masked inputs (stage ``masked_sum``, with its bearer token)."""
         try:
             sa = self._secagg_session()
             body = await self._body(request)
@@ -946,7 +947,11 @@ class Server:
                 data = orjson.loads(body)
             except orjson.JSONDecodeError as exc:
                 raise BadRequest(400, "bad_json", f"the body is not valid JSON: {exc}") from exc
-            sa.receive(data, time.time())
+            if isinstance(data, dict) and data.get("stage") == "masked_sum":
+                proxy = self._proxy(request.headers)
+                sa.receive_sum(data, proxy.max_clients, time.time())
+            else:
+                sa.receive(data, time.time())
         except BadRequest as err:
             return self._reject("secagg", err)
         self.requests[("secagg", 202)] += 1

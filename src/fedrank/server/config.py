@@ -629,9 +629,10 @@ def _check_privacy(config: ServerConfig) -> None:
             "clip to the fixed [secagg] l2_bound",
         ),
         (
-            not config.proxies,
-            "[privacy] cannot take [[proxies]]: a merged aggregate hides its clients' "
-            "updates, so the server could not clip them one by one; remove [[proxies]]",
+            not config.proxies or p.distributed,
+            "[privacy] mode = 'central' cannot take [[proxies]]: a merged aggregate hides its "
+            "clients' updates, so the server could not clip them one by one; remove "
+            "[[proxies]] (under mode = 'distributed' proxies sum masked inputs only)",
         ),
         (
             config.iteration.stable_ticks == 0,
@@ -666,10 +667,6 @@ def _check_secagg(config: ServerConfig) -> None:
             fa.aggregator == "mean" and not fa.norm_bound and fa.norm_quantile is None,
             "[secagg] the server sees only the sum: [fedavg] aggregator must be 'mean' with no "
             "norm_bound or norm_quantile (clients clip to [secagg] l2_bound)",
-        ),
-        (
-            not config.proxies,
-            "[secagg] cannot take [[proxies]] yet: remove them",
         ),
         (
             not config.privacy.enabled or config.privacy.distributed,

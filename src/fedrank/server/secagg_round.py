@@ -10,7 +10,10 @@ protocol's four rounds over two endpoints:
   ``advertise``, ``share_keys``, ``masked_input``, ``unmasking`` (the message's JSON form,
   :mod:`fedrank.secagg.wire`);
 * ``GET /v1/secagg?client_id=...&session=...``: the stage the session is in, its deadline and
-  what this client needs for it (the key directory, its forwarded shares, the contributors).
+  what this client needs for it (the key directory, its forwarded shares, the contributors);
+* ``POST /v1/secagg {session, stage: "masked_sum", message}`` with a proxy's bearer token
+  (``[[proxies]]``): the sum of its clients' masked inputs (:meth:`SecAggRound.receive_sum`;
+  the clients hand their masked input to the proxy instead of the server).
 
 A stage closes when every client expected in it has sent its message, or at its deadline
 (``[secagg] stage_seconds`` after it opened; the first opens at the first check-in). The
@@ -156,11 +159,14 @@ class SecAggRound:
 
     # -- requests --------------------------------------------------------------------------
 
-    def _member(self, client_id: Any, session: Any) -> int:
+    def _check_session(self, session: Any) -> None:
         if not isinstance(session, str) or not hmac.compare_digest(
             session.encode(), self.session.encode()
         ):
             raise BadRequest(409, "secagg_wrong_session", "not the current session: check in again")
+
+    def _member(self, client_id: Any, session: Any) -> int:
+        self._check_session(session)
         if not isinstance(client_id, str) or client_id not in self.ids:
             raise BadRequest(403, "not_selected", "this client is not in the round's cohort")
         return self.ids[client_id]
@@ -191,6 +197,42 @@ class SecAggRound:
         except (wire.WireError, SecAggError) as exc:
             raise BadRequest(422, "invalid_secagg_message", str(exc)) from exc
         self.done.add(u)
+        self.advance(now)
+
+    def receive_sum(self, body: Any, max_senders: int, now: float) -> None:
+        """``POST /v1/secagg`` from a proxy (``[[proxies]]``; the app checked its token):
+        ``{session, stage: "masked_sum", message: {senders, masked}}``, the sum of at most
+        ``max_senders`` cohort clients' masked inputs
+        (:class:`~fedrank.secagg.proxy.MaskedInputProxy`). Its senders join ``U3`` as if
+        their inputs had come one by one; the proxy learns nothing the server does not
+        (their self masks stay on the sum)."""
+        if not isinstance(body, dict) or set(body) != {"session", "stage", "message"}:
+            raise BadRequest(
+                422, "invalid", "a proxy sends {session, stage: 'masked_sum', message}"
+            )
+        self._check_session(body["session"])
+        if body["stage"] != "masked_sum":
+            raise BadRequest(422, "invalid", "a proxy's stage is 'masked_sum'")
+        if self.stage_name != "masked_input":
+            raise BadRequest(
+                409, "secagg_wrong_stage", f"the session is at {self.stage_name}, not masked_input"
+            )
+        try:
+            message = wire.masked_sum_from_json(body["message"], self.dimension, max_senders)
+        except wire.WireError as exc:
+            raise BadRequest(422, "invalid_secagg_message", str(exc)) from exc
+        senders = set(message.senders)
+        if not senders <= self._expected:
+            out = sorted(senders - self._expected)[:10]
+            raise BadRequest(409, "secagg_dropped", f"clients {out} did not share their keys")
+        if senders & self.done:
+            again = sorted(senders & self.done)[:10]
+            raise BadRequest(409, "secagg_repeated", f"clients {again} already sent an input")
+        try:
+            self.server.receive_masked_sum(message)
+        except SecAggError as exc:
+            raise BadRequest(422, "invalid_secagg_message", str(exc)) from exc
+        self.done |= senders
         self.advance(now)
 
     def _parse(self, stage: str, message: Any, u: int) -> Any:
