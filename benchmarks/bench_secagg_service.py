@@ -1,7 +1,8 @@
 """Cost of one securely aggregated round through the service (``[secagg]``, docs/secagg.md
-"In the service"): a real ``fedrank serve`` over loopback and K SDK clients in threads of this
-process, each checking in and running :func:`fedrank.client.secagg.send_secure` with a random
-delta of dimension d; 5% of them drop out before their masked input and 5% after it.
+"In the service"): a real ``fedrank serve`` over loopback and K SDK clients in threads of
+``--client-processes`` processes, each checking in and running
+:func:`fedrank.client.secagg.send_secure` with a random delta of dimension d; 5% of them drop
+out before their masked input and 5% after it.
 
 Measured: the round's wall time (first check-in to the published model), the server
 process's CPU seconds over the round (``/proc/<pid>/stat``), the bytes each client sends and
@@ -13,6 +14,8 @@ time is an upper bound for a server with remote clients.
 Prints JSON and writes it to --json (default results/benchmarks/secagg_service.json).
 
 Run: python benchmarks/bench_secagg_service.py [--configs 100x22,300x22]
+     python benchmarks/bench_secagg_service.py --configs 1000x22 --stage-seconds 600 \
+         --client-processes 2 --max-poll-seconds 10
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import platform
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -44,22 +48,61 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run(k: int, d: int, stage_seconds: float) -> dict[str, Any]:
+def _deltas(k: int, d: int) -> np.ndarray:
     rng = np.random.default_rng(k * 1000 + d)
     deltas = rng.normal(size=(k, d))
-    deltas *= rng.uniform(0.1, 1.5, (k, 1)) / np.linalg.norm(deltas, axis=1, keepdims=True)
-    drop_before = set(range(0, k // 20))
-    drop_after = set(range(k // 20, k // 10))
-    sent = np.zeros(k)
-    received = np.zeros(k)
+    return deltas * rng.uniform(0.1, 1.5, (k, 1)) / np.linalg.norm(deltas, axis=1, keepdims=True)
+
+
+def _drop(i: int, k: int) -> str | None:
+    """5% drop out before their masked input (after their shares), 5% after it."""
+    return "share_keys" if i < k // 20 else "masked_input" if i < k // 10 else None
+
+
+def _clients(
+    url: str, k: int, d: int, ids: list[int], max_poll: float
+) -> tuple[list[float], list[float]]:
+    """SDK clients ``ids`` (threads of this process): check in and run the secure round;
+    the bytes each sent and received (request and response bodies)."""
+    deltas = _deltas(k, d)
+    sent = dict.fromkeys(ids, 0.0)
+    received = dict.fromkeys(ids, 0.0)
     lock = threading.Lock()
-    toml = (
-        # every client holds a connection while it polls: room for all of them
+
+    def client(i: int) -> None:
+        def on_request(request: httpx.Request) -> None:
+            with lock:
+                sent[i] += len(request.content)
+
+        def on_response(response: httpx.Response) -> None:
+            response.read()
+            with lock:
+                received[i] += len(response.content)
+
+        hooks = {"request": [on_request], "response": [on_response]}
+        with (
+            httpx.Client(timeout=300.0, event_hooks=hooks) as http,
+            Client(url, http=http, rng=np.random.default_rng(i)) as c,
+        ):
+            checkin = c.checkin(f"bench-{i}")
+            send_secure(
+                c, checkin, deltas[i], poll_seconds=0.1, max_poll_seconds=max_poll,
+                drop_after=_drop(i, k), timeout=7200.0,
+            )  # fmt: skip
+
+    with ThreadPoolExecutor(max_workers=len(ids)) as pool:
+        list(pool.map(client, ids))
+    return [sent[i] for i in ids], [received[i] for i in ids]
+
+
+def run(k: int, d: int, stage_seconds: float, processes: int, max_poll: float) -> dict[str, Any]:
+    toml = (  # every client holds a connection while it polls: room for all of them
         f'[server]\nworkload = "fedavg"\nmax_connections = {k + 100}\n'
         f"[iteration]\nseconds = 0.0\n[fedavg]\ndim = {d}\n"
         f"[rounds]\nenabled = true\nclients_per_round = {k}\nt_max_seconds = 3600.0\n"
         f"[secagg]\nenabled = true\nl2_bound = {L2_BOUND}\nstage_seconds = {stage_seconds}\n"
     )
+    deltas = _deltas(k, d)
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "server.toml"
         config.write_text(toml)
@@ -70,51 +113,34 @@ def run(k: int, d: int, stage_seconds: float) -> dict[str, Any]:
             pid = server.process.pid
             with httpx.Client(base_url=server.url) as probe:
                 params0 = np.array(probe.get("/v1/model").json()["params"])
-
-                def client(i: int) -> None:
-                    def on_request(request: httpx.Request) -> None:
-                        with lock:
-                            sent[i] += len(request.content)
-
-                    def on_response(response: httpx.Response) -> None:
-                        response.read()
-                        with lock:
-                            received[i] += len(response.content)
-
-                    hooks = {"request": [on_request], "response": [on_response]}
-                    with (
-                        httpx.Client(timeout=120.0, event_hooks=hooks) as http,
-                        Client(server.url, http=http, rng=np.random.default_rng(i)) as c,
-                    ):
-                        checkin = c.checkin(f"bench-{i}")
-                        drop = (
-                            "share_keys"
-                            if i in drop_before
-                            else "masked_input"
-                            if i in drop_after
-                            else None
-                        )
-                        send_secure(c, checkin, deltas[i], poll_seconds=0.1, drop_after=drop)
-
+                parts = [list(range(k))[p::processes] for p in range(processes)]
                 cpu0, wall0 = _cpu_seconds(pid), time.perf_counter()
-                with ThreadPoolExecutor(max_workers=k) as pool:
-                    list(pool.map(client, range(k)))
+                with ProcessPoolExecutor(processes, mp_context=get_context("spawn")) as pool:
+                    runs = [pool.submit(_clients, server.url, k, d, ids, max_poll) for ids in parts]
+                    bytes_of = [r.result() for r in runs]
+                waited = time.perf_counter()
                 while probe.get("/v1/status").json()["model_version"] < 1:
+                    if time.perf_counter() - waited > 600:
+                        raise RuntimeError("the round's model was not published within 600 s")
                     time.sleep(0.05)
                 wall = time.perf_counter() - wall0
                 cpu = _cpu_seconds(pid) - cpu0
                 params1 = np.array(probe.get("/v1/model").json()["params"])
         finally:
             server.stop()
+    sent = np.concatenate([b[0] for b in bytes_of])
+    received = np.concatenate([b[1] for b in bytes_of])
     encoder = FixedPointEncoder.with_max_scale(k, l2_bound=L2_BOUND)
-    contributors = [i for i in range(k) if i not in drop_before]
+    contributors = [i for i in range(k) if _drop(i, k) != "share_keys"]
     clear = np.mean([encoder.clip(deltas[i]) for i in contributors], axis=0)
     return {
         "clients": k,
         "dimension": d,
         "threshold": k // 2 + 1,
-        "dropped_before_masked_input": len(drop_before),
-        "dropped_after_masked_input": len(drop_after),
+        "dropped_before_masked_input": k // 20,
+        "dropped_after_masked_input": k // 10 - k // 20,
+        "client_processes": processes,
+        "max_poll_seconds": max_poll,
         "round_wall_seconds": wall,
         "server_cpu_seconds": cpu,
         "stage_seconds": stage_seconds,
@@ -134,12 +160,24 @@ def main() -> None:
         default=20.0,
         help="each stage's deadline; dropouts make the stages they miss wait for it",
     )
+    parser.add_argument(
+        "--client-processes",
+        type=int,
+        default=1,
+        help="processes the clients' threads are spread over (their Shamir sharing is Python)",
+    )
+    parser.add_argument(
+        "--max-poll-seconds",
+        type=float,
+        default=1.0,
+        help="the clients' longest pause between polls (each poll is a request)",
+    )
     parser.add_argument("--json", type=Path, default=Path("results/benchmarks/secagg_service.json"))
     args = parser.parse_args()
     rows = []
     for item in args.configs.split(","):
         k, d = (int(v) for v in item.lower().split("x"))
-        rows.append(run(k, d, args.stage_seconds))
+        rows.append(run(k, d, args.stage_seconds, args.client_processes, args.max_poll_seconds))
         print(rows[-1], flush=True)
     out = {"machine": platform.platform(), "cpus": os.cpu_count(), "runs": rows}
     write_json(out, args.json)

@@ -21,8 +21,9 @@ import pytest
 import uvicorn
 
 from fedrank.client import Client
+from fedrank.client.sdk import Checkin
 from fedrank.client.secagg import SecureProxy, send_secure
-from fedrank.errors import ConfigError
+from fedrank.errors import ConfigError, FedrankError
 from fedrank.secagg import wire
 from fedrank.secagg.field import FixedPointEncoder
 from fedrank.secagg.protocol import SecAggClient
@@ -383,3 +384,20 @@ def test_a_round_checks_a_proxys_masked_sum() -> None:
     assert sa.done == {1} and sa.server._s.u3 == {1}
     sa.receive_sum(body([2, 3]), 2, now=100.0)  # a good sum closes the stage: all of U2 sent
     assert sa.stage_name == "unmasking" and sa.done == set()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"poll_seconds": 0.0}, "poll_seconds"),
+        ({"poll_seconds": 2.0, "max_poll_seconds": 1.0}, "poll_seconds"),
+        ({"drop_after": "never"}, "drop_after"),
+    ],
+)
+def test_send_secure_refuses_bad_options_before_it_sends(
+    options: dict[str, object], message: str
+) -> None:
+    """Nothing is sent (the client at port 9 is never contacted)."""
+    checkin = Checkin("c", True, 0, secagg={"session": "AAAAAAAAAAAAAAAAAAAAAA=="})
+    with Client("http://127.0.0.1:9") as client, pytest.raises(FedrankError, match=message):
+        send_secure(client, checkin, np.zeros(DIM), **options)  # type: ignore[arg-type]

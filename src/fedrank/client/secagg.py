@@ -33,7 +33,7 @@ from fedrank.secagg.field import FixedPointEncoder
 from fedrank.secagg.protocol import SecAggClient, SecAggParams
 from fedrank.secagg.proxy import MaskedInputProxy
 
-#: The longest pause between two polls (they start at ``poll_seconds`` and double).
+#: The default longest pause between two polls (they start at ``poll_seconds`` and double).
 MAX_POLL_SECONDS = 1.0
 #: The largest per-client noise variance a check-in may ask for: more could not fit the
 #: protocol's 32-bit sums (its standard deviation would exceed ``2**31``).
@@ -109,6 +109,7 @@ def send_secure(
     delta: np.ndarray,
     *,
     poll_seconds: float = 0.05,
+    max_poll_seconds: float = MAX_POLL_SECONDS,
     timeout: float = 600.0,
     drop_after: str | None = None,
     noise_rng: np.random.Generator | None = None,
@@ -121,7 +122,8 @@ def send_secure(
         checkin: this client's selected check-in (:meth:`Client.checkin`).
         delta: the FedAvg delta, ``dimension`` floats; clipped to the round's ``l2_bound``.
         poll_seconds: the first pause between polls of ``GET /v1/secagg``; it doubles up
-            to :data:`MAX_POLL_SECONDS` while a stage stays open.
+            to ``max_poll_seconds`` while a stage stays open (a large cohort polls less
+            often: each poll is a request the server answers).
         timeout: give up (:class:`FedrankError`) after this many seconds.
         drop_after: stop after sending this stage, as a client that loses its connection
             would (to study dropouts); ``None``: run to the end.
@@ -139,6 +141,11 @@ def send_secure(
         PrivacyBudgetError: ``client`` keeps a privacy budget, and the round has no
             distributed noise or would take the user over it: nothing is sent.
     """
+    if not 0 < poll_seconds <= max_poll_seconds:
+        raise FedrankError(
+            f"poll_seconds must be in (0, max_poll_seconds], got {poll_seconds} and "
+            f"{max_poll_seconds}"
+        )
     if drop_after is not None and drop_after not in STAGES:
         raise FedrankError(f"drop_after must be one of {', '.join(STAGES)}, got {drop_after!r}")
     params, uid, encoder, session, noise_variance = _session(checkin)
@@ -186,7 +193,7 @@ def send_secure(
             if time.monotonic() > deadline:
                 raise FedrankError(f"no {stage} stage within {timeout} s")
             time.sleep(pause)
-            pause = min(2 * pause, MAX_POLL_SECONDS)  # a stage may wait for its deadline
+            pause = min(2 * pause, max_poll_seconds)  # a stage may wait for its deadline
 
     def message(stage: str, view: dict[str, Any]) -> dict[str, Any]:
         """This client's message of ``stage``, from the server's input for it."""
