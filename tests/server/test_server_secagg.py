@@ -401,3 +401,35 @@ def test_send_secure_refuses_bad_options_before_it_sends(
     checkin = Checkin("c", True, 0, secagg={"session": "AAAAAAAAAAAAAAAAAAAAAA=="})
     with Client("http://127.0.0.1:9") as client, pytest.raises(FedrankError, match=message):
         send_secure(client, checkin, np.zeros(DIM), **options)  # type: ignore[arg-type]
+
+
+def test_a_secure_proxy_refuses_what_it_cannot_sum() -> None:
+    """`SecureProxy.receive` (no request is made: the server at port 9 is never contacted):
+    only masked inputs of one session, of the model's dimension, each sender once, at most
+    `max_clients` of them; nothing to forward before the first."""
+    vector = base64.b64encode(bytes(4 * DIM)).decode()
+
+    def body(sender: int, session: str = "s1", **extra: object) -> dict[str, object]:
+        message = {"sender": sender, "masked": vector}
+        return {"client_id": f"c{sender}", "session": session, "stage": "masked_input",
+                "message": message} | extra  # fmt: skip
+
+    with Client("http://127.0.0.1:9") as conn:
+        proxy = SecureProxy(conn, PROXY_TOKENS["a"], DIM, max_clients=2)
+        with pytest.raises(FedrankError, match="nothing to forward"):
+            proxy.forward()
+        proxy.receive(body(1))
+        cases = [
+            ({"session": "s1"}, "client_id, session, stage, message"),
+            (body(2, stage="share_keys"), "masked inputs only"),
+            (body(2, message={"sender": 2, "masked": "AA=="}), "bytes"),
+            (body(2, session="s2"), "another session"),
+            (body(1), "twice"),
+        ]
+        for case, message in cases:
+            with pytest.raises(FedrankError, match=message):
+                proxy.receive(case)
+        proxy.receive(body(2))
+        with pytest.raises(FedrankError, match="at most 2"):
+            proxy.receive(body(3))
+        assert proxy.senders == (1, 2)
