@@ -197,34 +197,66 @@ def openapi_document() -> dict[str, Any]:
             },
             "/v1/secagg": {
                 "post": {
-                    "summary": "A selected client's message of the open secure-aggregation stage",
+                    "summary": (
+                        "A selected client's message of the open secure-aggregation stage, "
+                        "or a proxy's sum of its clients' masked inputs (stage masked_sum, "
+                        "with the proxy's bearer token)"
+                    ),
                     "requestBody": {
                         "required": True,
                         "content": {
                             "application/json": {
                                 "schema": {
-                                    "type": "object",
-                                    "required": ["client_id", "session", "stage", "message"],
-                                    "properties": {
-                                        "client_id": _ID,
-                                        "session": {"type": "string"},
-                                        "stage": {
-                                            "enum": [
-                                                "advertise",
-                                                "share_keys",
-                                                "masked_input",
-                                                "unmasking",
-                                            ]
+                                    "oneOf": [
+                                        {
+                                            "type": "object",
+                                            "required": [
+                                                "client_id",
+                                                "session",
+                                                "stage",
+                                                "message",
+                                            ],
+                                            "properties": {
+                                                "client_id": _ID,
+                                                "session": {"type": "string"},
+                                                "stage": {
+                                                    "enum": [
+                                                        "advertise",
+                                                        "share_keys",
+                                                        "masked_input",
+                                                        "unmasking",
+                                                    ]
+                                                },
+                                                "message": {"type": "object"},
+                                            },
                                         },
-                                        "message": {"type": "object"},
-                                    },
+                                        {
+                                            "type": "object",
+                                            "required": ["session", "stage", "message"],
+                                            "properties": {
+                                                "session": {"type": "string"},
+                                                "stage": {"enum": ["masked_sum"]},
+                                                "message": {
+                                                    "type": "object",
+                                                    "required": ["senders", "masked"],
+                                                    "properties": {
+                                                        "senders": {
+                                                            "type": "array",
+                                                            "items": {"type": "integer"},
+                                                        },
+                                                        "masked": {"type": "string"},
+                                                    },
+                                                },
+                                            },
+                                        },
+                                    ]
                                 }
                             }
                         },
                     },
                     "responses": {
                         "202": _json_response("accepted"),
-                        **_errors(400, 403, 404, 409, 413, 422),
+                        **_errors(400, 401, 403, 404, 409, 413, 422),
                     },
                 },
                 "get": {
