@@ -381,6 +381,9 @@ def test_a_round_checks_a_proxys_masked_sum() -> None:
         with pytest.raises(BadRequest) as err:
             sa.receive_sum(case, 2, now=100.0)
         assert (err.value.status, err.value.code) == (status_code, code), case
+    with pytest.raises(BadRequest) as err:  # a proxy allowed 1e9 still sums at most the cohort
+        sa.receive_sum(body([2, 3, 4, 5, 6]), 10**9, now=100.0)
+    assert (err.value.status, err.value.code) == (422, "invalid_secagg_message")
     assert sa.done == {1} and sa.server._s.u3 == {1}
     sa.receive_sum(body([2, 3]), 2, now=100.0)  # a good sum closes the stage: all of U2 sent
     assert sa.stage_name == "unmasking" and sa.done == set()

@@ -218,7 +218,9 @@ class SecAggRound:
                 409, "secagg_wrong_stage", f"the session is at {self.stage_name}, not masked_input"
             )
         try:
-            message = wire.masked_sum_from_json(body["message"], self.dimension, max_senders)
+            # no more senders than the cohort, whatever the proxy's max_clients allows
+            limit = min(max_senders, len(self.ids))
+            message = wire.masked_sum_from_json(body["message"], self.dimension, limit)
         except wire.WireError as exc:
             raise BadRequest(422, "invalid_secagg_message", str(exc)) from exc
         senders = set(message.senders)
