@@ -19,8 +19,9 @@ The raw drop mostly measures the world: every selection is recorded as a typed v
 selected pages climb and the loss falls with a frozen model too. Each seed also runs the
 study with a server that never steps (``frozen_raw_drop``), which shows how much.
 
-Defenses: ``none`` (the paper's gated mean, gate z = 2, no norm bound: the default
-configuration), ``norm-bound`` (every gradient clipped to an adaptive L2 bound tracking the
+Defenses: ``none`` (the default configuration: the gated mean at the ``paper`` setting's
+gate z = 1, no norm bound), ``gate-2`` (the gate at 2 standard errors, the default until
+2026-11-27), ``norm-bound`` (every gradient clipped to an adaptive L2 bound tracking the
 median norm, Andrew et al. 2021; start ``--norm-bound``), ``median`` and ``trimmed-mean``
 (coordinate-wise, Yin et al. 2018, trim 0.1). Attacks: ``sign-flip`` and ``scale``
 (factor 100 and the largest weight n = 100) at ``--fractions``. Each cell is the ratio to
@@ -112,6 +113,7 @@ def frecency_defenses(norm_bound: float) -> dict[str, dict[str, Any]]:
     """The aggregation settings compared (FrecencyConfig fields)."""
     return {
         "none": {},
+        "gate-2": {"significance_z": 2.0},
         "norm-bound": {"norm_bound": norm_bound, "norm_quantile": 0.5},
         "median": {"aggregator": "median"},
         "trimmed-mean": {"aggregator": "trimmed-mean", "trim": 0.1},
@@ -180,7 +182,8 @@ def frecency_seed(seed: int, args: argparse.Namespace, done: Callable[[], None])
 
 
 def frecency_sweep(args: argparse.Namespace) -> dict[str, Any]:
-    n_runs = len(args.seeds) * (1 + 4 * (1 + len(FRECENCY_ATTACKS) * len(args.fractions)))
+    n_defenses = len(frecency_defenses(args.norm_bound))
+    n_runs = len(args.seeds) * (1 + n_defenses * (1 + len(FRECENCY_ATTACKS) * len(args.fractions)))
     count = [0]
     start = time.perf_counter()
 

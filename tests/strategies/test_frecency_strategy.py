@@ -11,7 +11,7 @@ from fedrank.errors import ConfigError
 from fedrank.models.frecency.weights import CLASSIC_WEIGHT_NAMES, classic_defaults
 from fedrank.optim.constraints import ConstraintChain, LowerBound
 from fedrank.strategies.base import SafeguardError
-from fedrank.strategies.frecency import FrecencyConfig, FrecencyStrategy
+from fedrank.strategies.frecency import PAPER_SIGNIFICANCE_Z, FrecencyConfig, FrecencyStrategy
 
 DIM = len(CLASSIC_WEIGHT_NAMES)
 
@@ -38,6 +38,27 @@ def test_the_first_step_moves_every_weight_against_the_clients_gradient() -> Non
     np.testing.assert_array_equal(down.params[raised], classic_defaults()[raised] - 1.0)
 
 
+def test_the_default_gate_still_steps_when_a_fifth_of_the_clients_flip_their_signs() -> None:
+    """A share ``f`` of sign-flipped gradients shrinks each weight's mean by ``1 - 2f`` and
+    keeps its spread. Weight 0's honest gradients sit 2.5 standard errors from 0: with 20%
+    of them flipped they sit at about 1.4, so the old gate of 2 would stop the step and the
+    default gate of 1 (``PAPER_SIGNIFICANCE_Z``) lets it through, in the honest direction."""
+    rng = np.random.default_rng(3)
+    n = 400
+    honest = rng.normal(0.0, 1.0, size=(n, DIM))
+    honest -= honest.mean(axis=0)  # exactly mean 0, then a known signal on weight 0
+    honest[:, 0] += -2.5 * honest[:, 0].std() / np.sqrt(n)
+    sent = honest.copy()
+    sent[: n // 5] *= -1.0  # the attackers: a fixed fifth of the clients
+    default = _step(FrecencyStrategy(FrecencyConfig()), sent)
+    assert FrecencyConfig().resolved().significance_z == PAPER_SIGNIFICANCE_Z == 1.0
+    assert default.aggregate[0] < 0 and default.params[0] > classic_defaults()[0]
+    old = _step(FrecencyStrategy(FrecencyConfig(significance_z=2.0)), sent)
+    assert old.aggregate[0] == 0.0 and old.params[0] == classic_defaults()[0]
+    clean = _step(FrecencyStrategy(FrecencyConfig(significance_z=2.0)), honest)
+    assert clean.aggregate[0] < 0  # without the attack the old gate stepped too
+
+
 def test_the_safeguards_hold_a_weight_at_zero() -> None:
     """A gradient that pushes the zero bonuses below zero: the step proposes -1, the
     non-negativity safeguard (Sec. 5.6) keeps them at 0."""
@@ -51,8 +72,8 @@ def test_the_safeguards_hold_a_weight_at_zero() -> None:
 
 
 def test_the_significance_gate_keeps_noisy_weights_still() -> None:
-    """Under the paper's gate (2 standard errors) a weight whose gradients disagree does not
-    move; one whose gradients agree does."""
+    """Under the ``paper`` setting's gate (1 standard error) a weight whose gradients
+    disagree does not move; one whose gradients agree does."""
     strategy = FrecencyStrategy(FrecencyConfig())
     gradients = np.zeros((20, DIM))
     gradients[:, 0] = np.tile([1.0, -1.0], 10)  # mean 0, noisy
@@ -124,7 +145,7 @@ def test_bad_settings_are_refused_with_the_reason(kwargs: dict, match: str) -> N
 
 def test_resolved_fills_the_settings_defaults() -> None:
     paper = FrecencyConfig().resolved()
-    assert (paper.significance_z, paper.eta_plus, paper.step_init) == (2.0, 1.2, 1.0)
+    assert (paper.significance_z, paper.eta_plus, paper.step_init) == (1.0, 1.2, 1.0)
     assert (paper.score_scale, paper.delta) == ("log", 0.1)
     deployed = FrecencyConfig(setting="mozilla-deployed", eta_plus=1.5).resolved()
     assert (deployed.significance_z, deployed.eta_plus, deployed.eta_minus) == (0.0, 1.5, 0.6)

@@ -30,7 +30,7 @@ A complete example (every key optional; these are the defaults)::
     setting = "paper"            # paper | mozilla-deployed (the study's Scala server)
     message = "full"             # full (float gradients) | sign (2 bits per weight)
     optimizer = "rprop"          # rprop | sgd | adam
-    significance_z = 2.0         # per-weight significance gate (default: 2 paper, 0 deployed)
+    significance_z = 1.0         # per-weight significance gate (default: 1 paper, 0 deployed)
     aggregator = "gated-mean"    # gated-mean (sign vote for sign messages) | median |
                                  # trimmed-mean (coordinate-wise, unweighted; full only)
     trim = 0.1                   # trimmed-mean: fraction dropped from each end, [0, 0.5)

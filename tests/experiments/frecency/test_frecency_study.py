@@ -143,7 +143,7 @@ def test_rprop_settings_override_the_setting() -> None:
     c = FrecencyStudyConfig(setting="mozilla-deployed", eta_plus=1.5).resolved()
     assert (c.eta_plus, c.eta_minus) == (1.5, 0.6)
     p = FrecencyStudyConfig().resolved()
-    assert (p.eta_plus, p.eta_minus, p.step_init, p.significance_z) == (1.2, 0.5, 1.0, 2.0)
+    assert (p.eta_plus, p.eta_minus, p.step_init, p.significance_z) == (1.2, 0.5, 1.0, 1.0)
 
 
 def test_shifted_preset_differs_from_defaults_and_is_feasible() -> None:
