@@ -16,8 +16,8 @@ Suggestions*, Sections 4-5): the chain of the system, built once from its config
   are votes already (one per client and weight) and keep the sign vote.
 
 Two settings: ``paper`` (the text: Rprop with Igel & Huesken's factors, the Sec. 5.6
-safeguards, and our significance gate of :data:`PAPER_SIGNIFICANCE_Z` = 1 standard error) and ``mozilla-deployed`` (the study's
-Scala server: Rprop eta+ 2.0, eta- 0.6, steps in [1, 3] starting at 2, non-negativity by
+safeguards; and our significance gate of :data:`PAPER_SIGNIFICANCE_Z` = 1 standard error)
+and ``mozilla-deployed`` (the study's Scala server: Rprop eta+ 2.0, eta- 0.6, steps in [1, 3] starting at 2, non-negativity by
 shifting, only the cutoffs ordered, the plain mean, integer weights published:
 :func:`~fedrank.models.frecency.safeguards.publish_integers`).
 
@@ -94,8 +94,8 @@ class FrecencyConfig:
         message: ``full`` float gradients or ``sign`` (2 bits per weight, Sec. 5.3).
         optimizer: ``rprop`` (the paper), ``sgd`` or ``adam``.
         significance_z: the gated mean's and the sign vote's per-weight gate in standard
-            errors (``None``: :data:`PAPER_SIGNIFICANCE_Z` = 1 under ``paper``, 0 -- the plain mean -- under
-            ``mozilla-deployed``); unused by ``median`` and ``trimmed-mean``.
+            errors (``None``: :data:`PAPER_SIGNIFICANCE_Z` = 1 under ``paper``, 0 -- the
+            plain mean -- under ``mozilla-deployed``); unused by ``median`` and ``trimmed-mean``.
         aggregator: ``gated-mean`` (default; the sign vote for sign messages), ``median``
             or ``trimmed-mean`` (coordinate-wise, unweighted: Yin et al. 2018; full
             messages only).
