@@ -17,8 +17,9 @@ Suggestions*, Sections 4-5): the chain of the system, built once from its config
 
 Two settings: ``paper`` (the text: Rprop with Igel & Huesken's factors, the Sec. 5.6
 safeguards; and our significance gate of :data:`PAPER_SIGNIFICANCE_Z` = 1 standard error)
-and ``mozilla-deployed`` (the study's Scala server: Rprop eta+ 2.0, eta- 0.6, steps in [1, 3] starting at 2, non-negativity by
-shifting, only the cutoffs ordered, the plain mean, integer weights published:
+and ``mozilla-deployed`` (the study's Scala server: Rprop eta+ 2.0, eta- 0.6, steps in
+[1, 3] starting at 2, non-negativity by shifting, only the cutoffs ordered, the plain
+mean, integer weights published:
 :func:`~fedrank.models.frecency.safeguards.publish_integers`).
 
 :class:`FrecencyConfig` is the one validated section: the server's ``[frecency]`` table and
