@@ -127,7 +127,7 @@ def run(k: int, d: int, stage_seconds: float, processes: int, max_poll: float) -
             pid = server.process.pid
             with httpx.Client(base_url=server.url) as probe:
                 params0 = np.array(probe.get("/v1/model").json()["params"])
-                parts = [list(range(k))[p::processes] for p in range(processes)]
+                parts = [list(range(p, k, processes)) for p in range(processes)]
                 cpu0, wall0 = _cpu_seconds(pid), time.perf_counter()
                 with ProcessPoolExecutor(processes, mp_context=get_context("spawn")) as pool:
                     runs = [pool.submit(_clients, server.url, k, d, ids, max_poll) for ids in parts]
@@ -151,8 +151,8 @@ def run(k: int, d: int, stage_seconds: float, processes: int, max_poll: float) -
         "clients": k,
         "dimension": d,
         "threshold": k // 2 + 1,
-        "dropped_before_masked_input": k // 20,
-        "dropped_after_masked_input": k // 10 - k // 20,
+        "dropped_before_masked_input": sum(_drop(i, k) == "share_keys" for i in range(k)),
+        "dropped_after_masked_input": sum(_drop(i, k) == "masked_input" for i in range(k)),
         "client_processes": processes,
         "max_poll_seconds": max_poll,
         "round_wall_seconds": wall,

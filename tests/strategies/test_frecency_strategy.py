@@ -133,6 +133,8 @@ def test_the_step_does_not_touch_its_inputs() -> None:
         ({"model": "modern", "setting": "mozilla-deployed"}, "deployed server tuned classic"),
         ({"eps": 0.0}, "eps must be a finite number > 0"),
         ({"significance_z": -1.0}, "significance_z must be finite and >= 0"),
+        ({"significance_z": "1"}, "significance_z must be finite and >= 0"),
+        ({"significance_z": True}, "significance_z must be finite and >= 0"),
         ({"delta": float("nan")}, "delta"),
         ({"decay_rate": 1.5}, "decay_rate must be in"),
         ({"score_scale": "sqrt"}, "score_scale must be one of log, raw"),

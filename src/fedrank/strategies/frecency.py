@@ -30,6 +30,7 @@ FrecencyStudyConfig` extends it).
 from __future__ import annotations
 
 import base64
+import numbers
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
@@ -164,8 +165,12 @@ class FrecencyConfig:
                 f"score_scale must be one of {', '.join(SCORE_SCALES)}, got {self.score_scale!r}"
             )
         z = self.significance_z
-        if z is not None and not (np.isfinite(z) and z >= 0):
-            raise ConfigError(f"significance_z must be finite and >= 0, got {z}")
+        if z is not None and (
+            isinstance(z, bool)
+            or not isinstance(z, numbers.Real)
+            or not (np.isfinite(z) and z >= 0)
+        ):
+            raise ConfigError(f"significance_z must be finite and >= 0 (a number), got {z!r}")
         if self.delta is not None and not (np.isfinite(self.delta) and self.delta >= 0):
             raise ConfigError(
                 f"delta (the SVM margin) must be a finite number >= 0, got {self.delta}"
