@@ -18,6 +18,7 @@ from fedrank.data.browsing import (
     VisitStream,
     Vocabulary,
     browsing_shapes,
+    first_char_index,
 )
 from fedrank.errors import DataFormatError
 
@@ -217,19 +218,21 @@ def test_pages_derived_columns() -> None:
     np.testing.assert_array_equal(pages.root_of_host, [0, 2, 3])
     np.testing.assert_array_equal(pages.host_word, [0, 0, 3, 5, 5])
     n, s, m, i, z = (ord(c) for c in "nsmiz")
-    np.testing.assert_array_equal(
-        pages.first_chars, [[n, 0, 0], [n, s, n], [m, i, 0], [z, 0, 0], [z, n, 0]]
-    )
-    keys, page, word = pages.words_by_first_char
-    # (owner * 256 + first character, page, word id) sorted by key, then page, then column
+    first = pages.first_chars(np.arange(5))
+    np.testing.assert_array_equal(first, [[n, 0, 0], [n, s, n], [m, i, 0], [z, 0, 0], [z, n, 0]])
+    np.testing.assert_array_equal(pages.first_chars(np.array([3, 1])), first[[3, 1]])
+    offsets, page, col = pages.words_by_first_char
+    assert offsets.shape == (2 * 256 + 1,) and offsets[0] == 0 and offsets[-1] == page.size
+    keys = np.repeat(np.arange(2 * 256), np.diff(offsets))
+    # (owner * 256 + first character, page, column) sorted by key, then page, then column
     entries = sorted(
-        (int(pages.owner[r]) * 256 + int(pages.first_chars[r, c]), r, int(pages.words[r, c]))
+        (int(pages.owner[r]) * 256 + int(first[r, c]), r, c)
         for r in range(5)
         for c in range(3)
         if pages.words[r, c] >= 0
     )
-    assert list(zip(keys.tolist(), page.tolist(), word.tolist(), strict=True)) == entries
-    assert keys.dtype == page.dtype == word.dtype == np.int32
+    assert list(zip(keys.tolist(), page.tolist(), col.tolist(), strict=True)) == entries
+    assert page.dtype == np.int32 and col.dtype == np.uint8
     assert pages.text(1) == "news sport | nba"
     assert pages.text(0) == "news | "
 
@@ -269,18 +272,27 @@ def test_words_by_first_char_lists_each_users_words_by_their_first_character(
         n_url_words=np.ones(n_pages, np.int64),
         vocabulary=Vocabulary.from_words(words),
     )
-    keys, page, word = pages.words_by_first_char
+    offsets, page, col = pages.words_by_first_char
+    # built over blocks of whole users, the index is the same as in one piece
+    block = data.draw(st.integers(1, 5))
+    for got, want in zip(
+        first_char_index(pages.words, pages.user_offsets, pages.vocabulary.chars, block),
+        (offsets, page, col),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(got, want)
+    assert offsets[-1] == page.size == int((pages.words >= 0).sum())
     for u in range(len(per_user)):
         for ch in {ord(w[0]) for w in words}:
-            lo = np.searchsorted(keys, u * 256 + ch, "left")
-            hi = np.searchsorted(keys, u * 256 + ch, "right")
+            lo, hi = offsets[u * 256 + ch], offsets[u * 256 + ch + 1]
             expected = [
                 (p, w)
                 for p in range(pages.user_offsets[u], pages.user_offsets[u + 1])
                 for w in rows[p]
                 if w >= 0 and ord(words[w][0]) == ch
             ]
-            assert list(zip(page[lo:hi].tolist(), word[lo:hi].tolist(), strict=True)) == expected
+            got = pages.words[page[lo:hi], col[lo:hi]]
+            assert list(zip(page[lo:hi].tolist(), got.tolist(), strict=True)) == expected
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from fedrank.data.browsing import BrowsingWorld, Pages, VisitStream, Vocabulary
 from fedrank.errors import DataFormatError
 from fedrank.models.frecency.history import PageHistories
+from fedrank.simulation import history_store
 from fedrank.simulation.history_store import VisitStore
 
 LINK, TYPED, BOOKMARK, EMBED, R301, R302, DOWNLOAD, FRAMED, RELOAD = range(1, 10)
@@ -115,18 +116,24 @@ def visit_streams(draw: st.DrawFn, n_pages: int) -> tuple[list, list, list, list
     width=st.sampled_from([1, 3, 10]),
     calls=st.lists(visit_streams(n_pages=4), min_size=1, max_size=4),
     now_quarters=st.integers(-44, 12),
+    block=st.sampled_from([1, 2, 5, history_store.MERGE_BLOCK_ROWS]),
 )
 def test_store_equals_brute_force_reference(
-    width: int, calls: list[tuple[list, list, list, list]], now_quarters: int
+    width: int, calls: list[tuple[list, list, list, list]], now_quarters: int, block: int
 ) -> None:
     # later calls may carry visits older than the stored ones (times are not ordered across
-    # calls): the merge must still keep the newest rows
-    store = VisitStore(4, width=width)
-    ref = ReferenceStore(4, width=width)
-    for page, time, vtype, from_visit in calls:
-        store.add(_stream(page, time, vtype, from_visit))
-        ref.add(page, time, vtype, from_visit)
-        assert_store_matches(store, ref, now_quarters / 4)
+    # calls): the merge must still keep the newest rows, however many rows a block merges
+    default = history_store.MERGE_BLOCK_ROWS
+    history_store.MERGE_BLOCK_ROWS = block
+    try:
+        store = VisitStore(4, width=width)
+        ref = ReferenceStore(4, width=width)
+        for page, time, vtype, from_visit in calls:
+            store.add(_stream(page, time, vtype, from_visit))
+            ref.add(page, time, vtype, from_visit)
+            assert_store_matches(store, ref, now_quarters / 4)
+    finally:
+        history_store.MERGE_BLOCK_ROWS = default
 
 
 def test_store_equals_reference_on_long_random_streams() -> None:

@@ -246,30 +246,23 @@ class Pages:
         """int64 ``(N,)``: the user of every page."""
         return np.repeat(np.arange(self.n_users, dtype=np.int64), np.diff(self.user_offsets))
 
-    @cached_property
-    def first_chars(self) -> np.ndarray:
-        """uint8 ``(N, W)``: the first character of every word (0 for padding)."""
-        first = self.vocabulary.chars[np.maximum(self.words, 0), 0]
-        return np.where(self.words >= 0, first, 0).astype(np.uint8)
+    def first_chars(self, rows: np.ndarray) -> np.ndarray:
+        """uint8 ``(len(rows), W)``: the first character of every word of the pages at
+        ``rows`` (0 for padding); computed when asked, not kept for every page."""
+        words = self.words[rows]
+        first = self.vocabulary.chars[np.maximum(words, 0), 0]
+        return np.where(words >= 0, first, 0).astype(np.uint8)
 
     @cached_property
     def words_by_first_char(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(keys, page, word)``: every word of every page with the key ``owner * 256 +
-        first character``, sorted by key, then page, then column (int32 each). The words of
-        user ``u``'s pages that start with character ``c`` are the entries from
-        ``searchsorted(keys, k, "left")`` to ``searchsorted(keys, k, "right")`` for
-        ``k = u * 256 + c``, page by page: what the URL bar compares a first typed word
-        with, without reading the pages' other words."""
-        if self.n_users >= 2**23 or self.n_pages >= 2**31:
-            raise DataFormatError(
-                "the first-character index holds at most 2**23 users and 2**31 pages, got "
-                f"{self.n_users} users and {self.n_pages} pages"
-            )
-        rows, cols = np.nonzero(self.words >= 0)  # row-major: page, then column
-        words = self.words[rows, cols]
-        key = (self.owner[rows] * 256 + self.vocabulary.chars[words, 0]).astype(np.int32)
-        order = np.argsort(key, kind="stable")  # pages and columns stay in order per key
-        return key[order], rows[order].astype(np.int32), words[order].astype(np.int32)
+        """``(offsets, page, column)``: every word of every page (``words[page, column]``)
+        grouped by the key ``owner * 256 + first character``, then by page, then column
+        (``page`` int32, ``column`` uint8, ``offsets`` int64 of size ``n_users * 256 + 1``).
+        The words of user ``u``'s pages that start with character ``c`` are the entries
+        ``offsets[k]`` to ``offsets[k + 1]`` for ``k = u * 256 + c``, page by page: what the
+        URL bar compares a first typed word with, without reading the pages' other
+        words."""
+        return first_char_index(self.words, self.user_offsets, self.vocabulary.chars)
 
     @property
     def host_word(self) -> np.ndarray:
@@ -290,6 +283,48 @@ class Pages:
         row = [words[w] for w in self.words[page] if w >= 0]
         k = int(self.n_url_words[page])
         return " ".join(row[:k]) + " | " + " ".join(row[k:])
+
+
+#: Pages per block when :func:`first_char_index` builds its index (bounds the temporaries).
+FIRST_CHAR_BLOCK_PAGES = 1 << 17
+
+
+def first_char_index(
+    words: np.ndarray,
+    user_offsets: np.ndarray,
+    chars: np.ndarray,
+    block_pages: int = FIRST_CHAR_BLOCK_PAGES,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:attr:`Pages.words_by_first_char` of pages with ``words`` (int, ``-1`` padded), the
+    pages of user ``u`` at ``user_offsets[u]:user_offsets[u + 1]``, and the vocabulary's
+    ``chars``. Built over blocks of whole users of about ``block_pages`` pages: a user's
+    keys are below the next user's, so the blocks' sorted entries follow each other."""
+    n_users = int(user_offsets.size - 1)
+    if n_users >= 2**23 or words.shape[0] >= 2**31 or words.shape[1] > 256:
+        raise DataFormatError(
+            "the first-character index holds at most 2**23 users, 2**31 pages and 256 words "
+            f"per page, got {n_users} users, {words.shape[0]} pages and {words.shape[1]} words"
+        )
+    counts = np.zeros(n_users * 256 + 1, dtype=np.int64)
+    pages_parts: list[np.ndarray] = []
+    cols_parts: list[np.ndarray] = []
+    bounds = np.unique(np.searchsorted(user_offsets, np.arange(0, words.shape[0], block_pages)))
+    users = np.r_[bounds[bounds < n_users], n_users]
+    for u_lo, u_hi in zip(users[:-1], users[1:], strict=True):
+        lo, hi = int(user_offsets[u_lo]), int(user_offsets[u_hi])
+        rows, cols = np.nonzero(words[lo:hi] >= 0)  # row-major: page, then column
+        ids = words[lo + rows, cols]
+        owner = np.searchsorted(user_offsets, lo + rows, side="right") - 1
+        key = owner * 256 + chars[ids, 0]
+        order = np.argsort(key, kind="stable")  # pages and columns stay in order per key
+        counts[1:] += np.bincount(key, minlength=n_users * 256)
+        pages_parts.append((lo + rows[order]).astype(np.int32))
+        cols_parts.append(cols[order].astype(np.uint8))
+    return (
+        np.cumsum(counts),
+        np.concatenate(pages_parts) if pages_parts else np.zeros(0, np.int32),
+        np.concatenate(cols_parts) if cols_parts else np.zeros(0, np.uint8),
+    )
 
 
 @dataclass(frozen=True)

@@ -194,9 +194,12 @@ def generate_world(
     # root, 1.. deeper pages, -1 the redirect source (http://host).
     host_key = click_user * int(n_clicks.max() + 1) + local_host
     host_ids, click_host = np.unique(host_key, return_inverse=True)
-    host_of_click = click_host.copy()  # the clicks (not page views), for their shapes
-    user_of_click, time_of_click = click_user.copy(), times.copy()
-    n_hosts = host_ids.size
+    past_clicks = times < cfg.history_days  # the clicks (not page views), for their shapes
+    stats = browsing_shapes(
+        click_user[past_clicks], click_host[past_clicks], times[past_clicks], n_users=n_users
+    )
+    del host_key, past_clicks  # arrays the size of the clicks or visits go once unused:
+    n_hosts = host_ids.size  # they set the memory peak of large worlds
     host_user = host_ids // int(n_clicks.max() + 1)
     host_clicks = np.bincount(click_host, minlength=n_hosts)
     n_sub = rng.integers(0, cfg.max_subpages + 1, n_hosts)
@@ -214,6 +217,7 @@ def generate_world(
     times = np.minimum(times + offset, np.nextafter(span, 0))
     order = np.lexsort((times, click_user))
     click_user, click_host, times, k = click_user[order], click_host[order], times[order], k[order]
+    del entry, step, offset, order
     slot = np.zeros(click_host.size, dtype=np.int64)
     deep = ((k > 0) | (rng.random(click_host.size) >= cfg.root_share)) & (n_sub[click_host] > 0)
     slot[deep] = 1 + _zipf_index(n_sub[click_host[deep]], cfg.subpage_zipf, rng)
@@ -236,6 +240,7 @@ def generate_world(
     click_host, slot = click_host[source], slot[source]
     odd = np.isin(vtype, (VisitType.FRAMED_LINK, VisitType.DOWNLOAD, VisitType.EMBED))
     slot[odd] = np.where(slot[odd] == 0, 1 + n_sub[click_host[odd]], slot[odd])
+    del u, first_click, reload, source, odd, deep
 
     # Bookmarks: roots of hosts clicked >= 3 times, from their first click on.
     first_time = np.full(n_hosts, np.inf)
@@ -258,6 +263,7 @@ def generate_world(
     v_time = np.concatenate([times, times[src]])  # same instant, after its source
     v_type = np.concatenate([vtype, np.full(src.size, int(VisitType.REDIRECT_PERMANENT), np.int8)])
     v_from = np.concatenate([np.full(click_host.size, -1), src])
+    del click_user, click_host, times, k, slot, vtype, via, src, later_root, from_bookmark
 
     # Imported bookmarks: never-visited root pages of hosts of their own. Host ids are then
     # renumbered in user order, so that every user's pages are contiguous.
@@ -279,6 +285,7 @@ def generate_world(
     keys = unique_values(np.concatenate([v_key, b_host * width + 1]))
     p_host, p_slot = keys // width, keys % width - 1
     visit_page = np.searchsorted(keys, v_key)
+    del v_key, v_slot
     p_user = all_host_user[p_host]
     user_offsets = np.concatenate([[0], np.cumsum(np.bincount(p_user, minlength=n_users))])
 
@@ -304,15 +311,10 @@ def generate_world(
         visit_type=v_type[order_t],
         from_visit=np.where(from_v >= 0, position[np.maximum(from_v, 0)], -1),
     )
+    del order_t, position, from_v, v_from, v_time, v_type, visit_page, v_host
     past = visits.time < 0
     history, future = visits.select(past), visits.select(~past)
-    past_clicks = time_of_click < cfg.history_days
-    stats = browsing_shapes(
-        user_of_click[past_clicks],
-        host_of_click[past_clicks],
-        time_of_click[past_clicks],
-        n_users=n_users,
-    )
+    del visits, past
     return BrowsingWorld(
         name="synthetic",
         pages=pages,
@@ -424,13 +426,28 @@ def _page_words(
     words[:, 0] = host_name[page_host]
     path_slot = np.arange(n_p)[None, :] < n_path[:, None]
     words[:, 1 : 1 + n_p][path_slot] = draw(int(path_slot.sum()))
+    title = words[:, 1 + n_p :]  # a view: the title words go straight into place
     title_slot = np.arange(width - 1 - n_p)[None, :] < n_title[:, None]
-    title = np.full((n, width - 1 - n_p), -1, dtype=np.int32)
     title[title_slot] = draw(int(title_slot.sum()))
     title[site, 0] = host_name[page_host[site]]
-    words[:, 1 + n_p :] = title
-    # distinct words within a page (a repeated word adds nothing to matching): a stable
-    # sort of each row puts equal words side by side, first occurrence first
+    n_url = np.empty(n, dtype=np.int64)
+    for lo in range(0, n, _WORD_ROW_BLOCK):  # in blocks of rows: the sorts' temporaries
+        block = words[lo : lo + _WORD_ROW_BLOCK]  # are several times the words' size
+        _distinct_words(block)
+        n_url[lo : lo + block.shape[0]] = (block[:, : 1 + n_p] >= 0).sum(axis=1)
+        block[:] = np.take_along_axis(block, np.argsort(block < 0, axis=1, kind="stable"), 1)
+    used = int((words >= 0).sum(axis=1).max(initial=0))  # words now lead every row
+    return np.ascontiguousarray(words[:, :used]), n_url
+
+
+#: Rows of :func:`_page_words`' de-duplication at a time (bounds its temporaries).
+_WORD_ROW_BLOCK = 1 << 16
+
+
+def _distinct_words(words: np.ndarray) -> None:
+    """Replace, in place, every repeat of a word within a row of ``words`` by -1 (a
+    repeated word adds nothing to matching): a stable sort of each row puts equal words
+    side by side, first occurrence first."""
     order = np.argsort(words, axis=1, kind="stable")
     ranked = np.take_along_axis(words, order, axis=1)
     repeat = np.zeros(words.shape, dtype=bool)
@@ -438,8 +455,3 @@ def _page_words(
         repeat, order[:, 1:], (ranked[:, 1:] == ranked[:, :-1]) & (ranked[:, 1:] >= 0), axis=1
     )
     words[repeat] = -1
-    n_url = (words[:, : 1 + n_p] >= 0).sum(axis=1).astype(np.int64)
-    order = np.argsort(words < 0, axis=1, kind="stable")
-    words = np.take_along_axis(words, order, axis=1)
-    keep = (words >= 0).any(axis=0)
-    return words[:, keep], n_url

@@ -176,7 +176,9 @@ class FrecencyWorld:
     """Users, their history and branches, the URL bar and the clock (module docstring).
 
     Args:
-        browsing: the users' pages and history.
+        browsing: the users' pages and history. The history visits move into the store
+            (:attr:`store`): :attr:`browsing` keeps everything else, with an empty
+            ``history`` (a large world would otherwise hold its history twice).
         hidden: the hidden weights of the users' true preference (synthetic worlds; ``None``
             for worlds whose searches are real, AOL).
         rng: randomness of the branch assignment.
@@ -214,9 +216,10 @@ class FrecencyWorld:
         scorer_class = page_scorer(model) if isinstance(model, str) else model
         self.scorer_class = scorer_class
         self.scorer: PageScorer = scorer_class()
-        self.browsing = browsing
         self.pages = browsing.pages
         self.store = VisitStore.from_world(browsing)
+        none = np.zeros(browsing.history.n_visits, dtype=bool)
+        self.browsing = replace(browsing, history=browsing.history.select(none))
         self.inputs = InputHistory(self.pages.vocabulary.n_words)
         self.branch = assign_branches(browsing.n_users, shares, rng)
         self.noise_var = noise_var

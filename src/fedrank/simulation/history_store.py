@@ -25,7 +25,10 @@ from fedrank.models.frecency.history import (
     VisitType,
 )
 
-__all__ = ["VisitStore"]
+__all__ = ["MERGE_BLOCK_ROWS", "VisitStore"]
+
+#: New visit rows :meth:`VisitStore.add` merges at a time.
+MERGE_BLOCK_ROWS = 1 << 18
 
 
 class VisitStore:
@@ -33,11 +36,11 @@ class VisitStore:
 
     Attributes:
         time: float64 ``(N, W)`` visit times (days; NaN: no row), newest first.
-        visit_id: int64 ``(N, W)`` the order the visits arrived in (ties in time: the later
+        visit_id: int32 ``(N, W)`` the order the visits arrived in (ties in time: the later
             visit first, as Firefox's index scan returns them).
         visit_type, origin_type, redirect_target: int8 ``(N, W)`` the row columns of
             :class:`~fedrank.models.frecency.history.PageHistories`.
-        visit_count: int64 ``(N,)``; typed: bool ``(N,)``.
+        visit_count: int32 ``(N,)``; typed: bool ``(N,)``.
         bookmarked: bool ``(N,)``; bookmark_time: float64 ``(N,)`` the newest bookmark's
             time (NaN when none).
         version: how many times the store changed (:meth:`add`, :meth:`add_bookmarks`):
@@ -48,15 +51,15 @@ class VisitStore:
         if n_pages < 0 or width < 1:
             raise DataFormatError(f"need n_pages >= 0 and width >= 1, got {n_pages}, {width}")
         self.time = np.full((n_pages, width), np.nan)
-        self.visit_id = np.full((n_pages, width), -1, dtype=np.int64)
+        self.visit_id = np.full((n_pages, width), -1, dtype=np.int32)
         self.visit_type = np.zeros((n_pages, width), dtype=np.int8)
         self.origin_type = np.zeros((n_pages, width), dtype=np.int8)
         self.redirect_target = np.zeros((n_pages, width), dtype=np.int8)
-        self.visit_count = np.zeros(n_pages, dtype=np.int64)
+        self.visit_count = np.zeros(n_pages, dtype=np.int32)
         self.typed = np.zeros(n_pages, dtype=bool)
         self.bookmarked = np.zeros(n_pages, dtype=bool)
         self.bookmark_time = np.full(n_pages, np.nan)
-        self._n_rows = np.zeros(n_pages, dtype=np.int64)
+        self._n_rows = np.zeros(n_pages, dtype=np.int16)
         self._next_id = 0
         self.version = 0
 
@@ -93,6 +96,11 @@ class VisitStore:
         if visits.n_visits == 0:
             return
         self._check_pages(visits.page)
+        if self._next_id + visits.n_visits > np.iinfo(np.int32).max:
+            raise DataFormatError(
+                f"a store holds at most {np.iinfo(np.int32).max} visits over its life; "
+                f"{self._next_id} arrived and {visits.n_visits} more would not fit"
+            )
         self.version += 1
         ids = self._next_id + np.arange(visits.n_visits, dtype=np.int64)
         self._next_id += visits.n_visits
@@ -102,16 +110,35 @@ class VisitStore:
         np.add.at(self.visit_count, visits.page, counted.astype(np.int64))
         self.typed[visits.page[visits.visit_type == VisitType.TYPED]] = True
 
-        affected = unique_values(visits.page)
+        # merged a block at a time (bounds the temporaries of a large history): merging
+        # into the rows kept so far gives the same rows as merging everything at once
+        for lo in range(0, visits.n_visits, MERGE_BLOCK_ROWS):
+            rows = slice(lo, lo + MERGE_BLOCK_ROWS)
+            self._merge(
+                visits.page[rows],
+                visits.time[rows],
+                ids[rows],
+                {
+                    "visit_type": visits.visit_type[rows],
+                    "origin_type": origin[rows],
+                    "redirect_target": target[rows],
+                },
+            )
+
+    def _merge(
+        self, pages: np.ndarray, times: np.ndarray, ids: np.ndarray, new: dict[str, np.ndarray]
+    ) -> None:
+        """Merge visit rows (``new``: their int8 columns) into their pages' rows: every
+        affected page keeps its ``width`` newest (time, then id, descending)."""
+        affected = unique_values(pages)
         old = self.time[affected]
         have = ~np.isnan(old)
-        rows_page = np.concatenate([np.repeat(affected, have.sum(axis=1)), visits.page])
-        rows_time = np.concatenate([old[have], visits.time])
+        rows_page = np.concatenate([np.repeat(affected, have.sum(axis=1)), pages])
+        rows_time = np.concatenate([old[have], times])
         rows_id = np.concatenate([self.visit_id[affected][have], ids])
         cols = {
-            "visit_type": np.concatenate([self.visit_type[affected][have], visits.visit_type]),
-            "origin_type": np.concatenate([self.origin_type[affected][have], origin]),
-            "redirect_target": np.concatenate([self.redirect_target[affected][have], target]),
+            name: np.concatenate([getattr(self, name)[affected][have], values])
+            for name, values in new.items()
         }
         order = np.lexsort((-rows_id, -rows_time, rows_page))
         page_sorted = rows_page[order]
@@ -136,7 +163,7 @@ class VisitStore:
         return self.time[:, 0].copy()
 
     def n_rows(self) -> np.ndarray:
-        """int64 ``(N,)``: sampled rows per page (a view: do not modify)."""
+        """int16 ``(N,)``: sampled rows per page (a view: do not modify)."""
         return self._n_rows
 
     def histories(

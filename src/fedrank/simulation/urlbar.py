@@ -214,13 +214,12 @@ def _matching_pairs(
     :attr:`Pages.words_by_first_char`; later tokens are compared with the surviving
     pages' words."""
     vocab = pages.vocabulary
-    page_first = pages.first_chars  # (N, W) uint8, 0 for padding
     token_first = np.where(typed >= 0, vocab.chars[np.maximum(typed, 0), 0], 255)
     # the first token: the user's words that start like it, page by page
-    keys, key_page, key_word = pages.words_by_first_char
-    want = (users * 256 + token_first[:, 0]).astype(keys.dtype)
-    lo = np.searchsorted(keys, want, side="left")
-    count = np.searchsorted(keys, want, side="right") - lo
+    offsets, key_page, key_col = pages.words_by_first_char
+    want = users * 256 + token_first[:, 0]
+    lo = offsets[want]
+    count = offsets[want + 1] - lo
     at = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(
         lo - (np.cumsum(count) - count), count
     )
@@ -229,7 +228,8 @@ def _matching_pairs(
     # only pages in the history can be history rows; a root page can be the autofill row
     # of its origin once the origin is known
     keep = state.listable[e_page] | (pages.is_root[e_page] & host_known[pages.host[e_page]])
-    e_owner, e_page, e_word = e_owner[keep], e_page[keep], key_word[at[keep]]
+    e_owner, e_page = e_owner[keep], e_page[keep]
+    e_word = pages.words[e_page, key_col[at[keep]]]
     e_lcp = vocab.lcp_pairs(typed[e_owner, 0], e_word)
     new_pair = np.r_[True, (e_owner[1:] != e_owner[:-1]) | (e_page[1:] != e_page[:-1])]
     starts = np.flatnonzero(new_pair[: e_owner.size])
@@ -244,7 +244,7 @@ def _matching_pairs(
         if not pairs.size:
             break
         hit_pair, hit_col = np.nonzero(
-            page_first[cand[pairs]] == token_first[owner[pairs], i][:, None]
+            pages.first_chars(cand[pairs]) == token_first[owner[pairs], i][:, None]
         )
         best = np.zeros(pairs.size, dtype=np.int64)
         if hit_pair.size:
