@@ -10,7 +10,7 @@ import pytest
 
 from fedrank.data.browsing import BrowsingWorld
 from fedrank.data.synthetic_history import BrowsingConfig, generate_world
-from fedrank.errors import ConfigError
+from fedrank.errors import ConfigError, DataFormatError
 from fedrank.models.frecency.history import NOT_COUNTED_TYPES, VisitType
 from fedrank.simulation.history_store import VisitStore
 
@@ -161,3 +161,30 @@ def test_bad_arguments() -> None:
         generate_world(0, np.random.default_rng(0))
     with pytest.raises(ConfigError, match="Generator"):
         generate_world(3, 0)  # type: ignore[arg-type]
+
+
+def test_small_vocabulary_words_are_int16_and_search_as_int32_words() -> None:
+    # the narrow word ids change no search: the same world with int32 ids gives the same
+    # URL-bar batch (ranks, characters typed, rows shown)
+    from fedrank.simulation.frecency_world import FrecencyWorld
+
+    browsing = generate_world(60, np.random.default_rng(3))
+    assert browsing.pages.words.dtype == np.int16
+    wide = replace(
+        browsing, pages=replace(browsing.pages, words=browsing.pages.words.astype(np.int32))
+    )
+    batches = []
+    for b in (browsing, wide):
+        world = FrecencyWorld(b, np.zeros(22) + 50.0, np.random.default_rng(0))
+        rng = np.random.default_rng(1)
+        searches = world.draw_searches(np.repeat(np.arange(60), 3), rng)
+        batches.append(world.search(searches, world.scorer.defaults(), rng))
+    for name in ("chars_typed", "selected_rank", "shown", "found", "autofilled"):
+        np.testing.assert_array_equal(getattr(batches[0], name), getattr(batches[1], name))
+    assert batches[0].found.sum() > 30
+
+
+def test_words_must_be_signed_integers() -> None:
+    browsing = generate_world(3, np.random.default_rng(3))
+    with pytest.raises(DataFormatError, match="signed integer"):
+        replace(browsing.pages, words=browsing.pages.words.astype(np.float64))

@@ -197,8 +197,9 @@ class Pages:
         host: int64 ``(N,)``: the page's host (origin), a global id; hosts are never
             shared between users.
         is_root: bool ``(N,)``: the host's root page (``https://host/``).
-        words: int32 ``(N, W)``: word ids, left-aligned, ``-1`` padded: the URL words first
-            (``words[:, 0]`` is the host's name label), then the title words.
+        words: signed integer ``(N, W)`` (int32, or int16 for a small vocabulary: the
+            largest array of a big world): word ids, left-aligned, ``-1`` padded: the URL
+            words first (``words[:, 0]`` is the host's name label), then the title words.
         n_url_words: int64 ``(N,)``: how many of ``words`` come from the URL (>= 1).
         vocabulary: the words (with every pairwise common-prefix length).
     """
@@ -222,6 +223,10 @@ class Pages:
                 )
         if self.words.ndim != 2 or self.words.shape[0] != n:
             raise DataFormatError(f"Pages.words has shape {self.words.shape}, expected ({n}, W)")
+        if self.words.dtype.kind != "i":
+            raise DataFormatError(
+                f"Pages.words must hold signed integer word ids (-1: none), got {self.words.dtype}"
+            )
         if n and ((self.words[:, 0] < 0).any() or (self.n_url_words < 1).any()):
             raise DataFormatError("every page needs its host's name as its first word")
         if n and self.words.max() >= self.vocabulary.n_words:
@@ -266,7 +271,8 @@ class Pages:
 
     @property
     def host_word(self) -> np.ndarray:
-        """int32 ``(N,)``: the host's name label (the word autofill completes)."""
+        """``(N,)`` (the dtype of :attr:`words`): the host's name label (the word autofill
+        completes)."""
         return self.words[:, 0]
 
     @cached_property

@@ -402,7 +402,8 @@ def _page_words(
     rng: np.random.Generator,
     cfg: BrowsingConfig,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """int32 ``(N, W)`` words (host name, path words, title words) and the URL word count.
+    """``(N, W)`` words (host name, path words, title words; int16 when the vocabulary
+    fits, else int32) and the URL word count.
 
     A host's name is a Zipf-drawn vocabulary word (popular names recur across users); a
     deeper page has one or two path words; a title has ``1 + Poisson(title_words_mean -
@@ -437,7 +438,8 @@ def _page_words(
         n_url[lo : lo + block.shape[0]] = (block[:, : 1 + n_p] >= 0).sum(axis=1)
         block[:] = np.take_along_axis(block, np.argsort(block < 0, axis=1, kind="stable"), 1)
     used = int((words >= 0).sum(axis=1).max(initial=0))  # words now lead every row
-    return np.ascontiguousarray(words[:, :used]), n_url
+    narrow = np.int16 if vocab.n_words <= np.iinfo(np.int16).max else np.int32
+    return words[:, :used].astype(narrow), n_url
 
 
 #: Rows of :func:`_page_words`' de-duplication at a time (bounds its temporaries).
