@@ -72,7 +72,6 @@ def assert_store_matches(store: VisitStore, ref: ReferenceStore, now: float) -> 
         cols = list(zip(*rows, strict=True)) if rows else [[]] * 5
         np.testing.assert_array_equal(store.time[p, :k], cols[0])
         assert np.isnan(store.time[p, k:]).all()
-        np.testing.assert_array_equal(store.visit_id[p], list(cols[1]) + [-1] * (store.width - k))
         pad = [0] * (store.width - k)
         np.testing.assert_array_equal(store.visit_type[p], list(cols[2]) + pad)
         np.testing.assert_array_equal(store.origin_type[p], list(cols[3]) + pad)
@@ -167,7 +166,6 @@ def test_eleventh_visit_pushes_the_oldest_row_out() -> None:
     store.add(_stream([0], [-0.5], [TYPED]))
     np.testing.assert_array_equal(store.time[0], [-0.5] + list(np.arange(-1.0, -10.0, -1.0)))
     np.testing.assert_array_equal(store.visit_type[0], [TYPED] + [LINK] * 9)
-    np.testing.assert_array_equal(store.visit_id[0], [10, 9, 8, 7, 6, 5, 4, 3, 2, 1])
     assert store.visit_count[0] == 11 and store.typed[0]
     # a 12th visit older than every row (day -20) is counted but not sampled
     before = store.time.copy()
@@ -180,12 +178,14 @@ def test_eleventh_visit_pushes_the_oldest_row_out() -> None:
 
 def test_equal_times_put_the_later_arrival_first() -> None:
     store = VisitStore(1)
-    store.add(_stream([0], [-1.0], [LINK]))  # id 0
-    store.add(_stream([0, 0], [-1.0, -1.0], [TYPED, BOOKMARK]))  # ids 1, 2
-    # all at day -1: newest arrival first -> BOOKMARK (2), TYPED (1), LINK (0)
+    store.add(_stream([0], [-1.0], [LINK]))  # first
+    store.add(_stream([0, 0], [-1.0, -1.0], [TYPED, BOOKMARK]))  # second, third
+    # all at day -1: newest arrival first -> BOOKMARK, TYPED, LINK
     np.testing.assert_array_equal(store.visit_type[0, :3], [BOOKMARK, TYPED, LINK])
-    np.testing.assert_array_equal(store.visit_id[0, :3], [2, 1, 0])
     assert store.visit_count[0] == 3
+    # a fourth and fifth arrival at the same time go before them, the fifth first
+    store.add(_stream([0, 0], [-1.0, -1.0], [RELOAD, EMBED]))
+    np.testing.assert_array_equal(store.visit_type[0, :5], [EMBED, RELOAD, BOOKMARK, TYPED, LINK])
 
 
 def test_visit_count_skips_types_firefox_does_not_count() -> None:
@@ -329,7 +329,7 @@ def test_empty_add_is_a_no_op() -> None:
     store.add(_stream([], [], []))
     assert np.isnan(store.time).all() and store.visit_count.sum() == 0
     store.add(_stream([1], [-1.0], [LINK]))
-    assert store.visit_id[1, 0] == 0  # the empty stream used no visit ids
+    assert store.time[1, 0] == -1.0 and store.visit_type[1, 0] == LINK
 
 
 def test_errors_and_out_of_range_pages_leave_the_store_unchanged() -> None:
@@ -348,6 +348,5 @@ def test_errors_and_out_of_range_pages_leave_the_store_unchanged() -> None:
     np.testing.assert_array_equal(store.visit_count, [1, 0, 0])
     assert not store.typed.any() and not store.bookmarked.any()
     assert np.isnan(store.time[:, 1:]).all() and np.isnan(store.time[1:]).all()
-    # failed adds used no visit ids: the next visit is id 1
-    store.add(_stream([2], [-0.25], [LINK]))
-    assert store.visit_id[2, 0] == 1
+    store.add(_stream([2], [-0.25], [LINK]))  # the store still works
+    assert store.time[2, 0] == -0.25 and store.visit_count[2] == 1

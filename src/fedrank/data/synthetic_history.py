@@ -413,10 +413,14 @@ def _page_words(
     zipf = 1.0 / (np.arange(vocab.n_words) + 1.0 + cfg.word_zipf_offset) ** cfg.word_zipf_exponent
     cdf = np.cumsum(zipf / zipf.sum())
 
-    def draw(size: int | tuple[int, ...]) -> np.ndarray:
-        return np.minimum(np.searchsorted(cdf, rng.random(size), "right"), vocab.n_words - 1)
+    def draw(size: int) -> np.ndarray:
+        out = np.empty(size, dtype=np.int32)
+        for lo in range(0, size, _WORD_ROW_BLOCK):  # in blocks: the same stream, less memory
+            u = rng.random(min(_WORD_ROW_BLOCK, size - lo))
+            out[lo : lo + u.size] = np.minimum(np.searchsorted(cdf, u, "right"), vocab.n_words - 1)
+        return out
 
-    host_name = draw(n_hosts).astype(np.int32)
+    host_name = draw(n_hosts)
     deep = page_slot != 0
     n_path = np.where(deep, 1 + (rng.random(n) * cfg.max_path_words).astype(np.int64), 0)
     n_title = 1 + rng.poisson(max(cfg.title_words_mean - 1.0, 0.0), n)

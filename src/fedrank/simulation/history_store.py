@@ -35,9 +35,9 @@ class VisitStore:
     """The newest visit rows and page facts of ``n_pages`` pages (see module docstring).
 
     Attributes:
-        time: float64 ``(N, W)`` visit times (days; NaN: no row), newest first.
-        visit_id: int32 ``(N, W)`` the order the visits arrived in (ties in time: the later
-            visit first, as Firefox's index scan returns them).
+        time: float64 ``(N, W)`` visit times (days; NaN: no row), newest first; rows of
+            equal time in arrival order, the later visit first (as Firefox's index scan
+            returns them).
         visit_type, origin_type, redirect_target: int8 ``(N, W)`` the row columns of
             :class:`~fedrank.models.frecency.history.PageHistories`.
         visit_count: int32 ``(N,)``; typed: bool ``(N,)``.
@@ -51,7 +51,6 @@ class VisitStore:
         if n_pages < 0 or width < 1:
             raise DataFormatError(f"need n_pages >= 0 and width >= 1, got {n_pages}, {width}")
         self.time = np.full((n_pages, width), np.nan)
-        self.visit_id = np.full((n_pages, width), -1, dtype=np.int32)
         self.visit_type = np.zeros((n_pages, width), dtype=np.int8)
         self.origin_type = np.zeros((n_pages, width), dtype=np.int8)
         self.redirect_target = np.zeros((n_pages, width), dtype=np.int8)
@@ -60,7 +59,6 @@ class VisitStore:
         self.bookmarked = np.zeros(n_pages, dtype=bool)
         self.bookmark_time = np.full(n_pages, np.nan)
         self._n_rows = np.zeros(n_pages, dtype=np.int16)
-        self._next_id = 0
         self.version = 0
 
     @classmethod
@@ -96,14 +94,7 @@ class VisitStore:
         if visits.n_visits == 0:
             return
         self._check_pages(visits.page)
-        if self._next_id + visits.n_visits > np.iinfo(np.int32).max:
-            raise DataFormatError(
-                f"a store holds at most {np.iinfo(np.int32).max} visits over its life; "
-                f"{self._next_id} arrived and {visits.n_visits} more would not fit"
-            )
         self.version += 1
-        ids = self._next_id + np.arange(visits.n_visits, dtype=np.int64)
-        self._next_id += visits.n_visits
         origin = visits.origin_type()
         target = visits.redirect_target()
         counted = ~np.isin(visits.visit_type, NOT_COUNTED_TYPES)
@@ -117,7 +108,6 @@ class VisitStore:
             self._merge(
                 visits.page[rows],
                 visits.time[rows],
-                ids[rows],
                 {
                     "visit_type": visits.visit_type[rows],
                     "origin_type": origin[rows],
@@ -125,22 +115,24 @@ class VisitStore:
                 },
             )
 
-    def _merge(
-        self, pages: np.ndarray, times: np.ndarray, ids: np.ndarray, new: dict[str, np.ndarray]
-    ) -> None:
-        """Merge visit rows (``new``: their int8 columns) into their pages' rows: every
-        affected page keeps its ``width`` newest (time, then id, descending)."""
+    def _merge(self, pages: np.ndarray, times: np.ndarray, new: dict[str, np.ndarray]) -> None:
+        """Merge visit rows, in arrival order (``new``: their int8 columns), into their
+        pages' rows: every affected page keeps its ``width`` newest, and of equal times
+        the later arrival first -- the new rows, latest first, then the stored ones in
+        their order."""
         affected = unique_values(pages)
         old = self.time[affected]
         have = ~np.isnan(old)
         rows_page = np.concatenate([np.repeat(affected, have.sum(axis=1)), pages])
         rows_time = np.concatenate([old[have], times])
-        rows_id = np.concatenate([self.visit_id[affected][have], ids])
+        n_new = pages.size
+        stored_col = np.broadcast_to(np.arange(self.width), old.shape)[have]
+        tie = np.concatenate([n_new + stored_col, np.arange(n_new - 1, -1, -1)])
         cols = {
             name: np.concatenate([getattr(self, name)[affected][have], values])
             for name, values in new.items()
         }
-        order = np.lexsort((-rows_id, -rows_time, rows_page))
+        order = np.lexsort((tie, -rows_time, rows_page))
         page_sorted = rows_page[order]
         starts = np.flatnonzero(np.r_[True, page_sorted[1:] != page_sorted[:-1]])
         rank = np.arange(order.size) - np.repeat(starts, np.diff(np.r_[starts, order.size]))
@@ -148,11 +140,9 @@ class VisitStore:
         col = rank[rank < self.width]
         page = rows_page[keep]
         self.time[affected] = np.nan
-        self.visit_id[affected] = -1
         for name in cols:
             getattr(self, name)[affected] = 0
         self.time[page, col] = rows_time[keep]
-        self.visit_id[page, col] = rows_id[keep]
         for name, values in cols.items():
             getattr(self, name)[page, col] = values[keep]
         self._n_rows[affected] = 0
