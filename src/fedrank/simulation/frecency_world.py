@@ -349,7 +349,7 @@ class FrecencyWorld:
         index = self._pages_of(unique_values(np.asarray(users, dtype=np.int64)))
         stored = np.zeros(self.pages.n_pages)
         origin = np.zeros(self.pages.n_pages)
-        branch = self.page_branch[index]
+        branch = self.branch[self.pages.owner[index]]
         defaults = self.scorer.defaults()
         for pos, pages in self._by_width(index):
             for b in range(3):

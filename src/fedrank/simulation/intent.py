@@ -80,12 +80,13 @@ def sample_targets(
     if np.bincount(owner, minlength=users.size).min() == 0:
         raise DataFormatError("a searching user has no page that can be wanted")
 
-    utility = scores[page]
-    if noise_var > 0:
-        utility = utility + rng.normal(0.0, np.sqrt(noise_var), size=utility.size)
-    weight = np.maximum(utility, 0.0)
+    weight = scores[page]  # the utility, then (in place: a pair per page of every
+    if noise_var > 0:  # searching user is the simulation's largest temporary) its weight
+        weight += rng.normal(0.0, np.sqrt(noise_var), size=weight.size)
+    np.maximum(weight, 0.0, out=weight)
+    key = rng.standard_exponential(weight.size)
     with np.errstate(divide="ignore"):
-        key = rng.standard_exponential(weight.size) / weight  # +inf where weight == 0
+        np.divide(key, weight, out=key)  # +inf where weight == 0
     starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
     # Users whose every utility is <= 0 choose uniformly: any i.i.d. continuous keys do.
     has_positive = np.logical_or.reduceat(weight > 0, starts)

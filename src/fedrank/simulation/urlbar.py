@@ -197,6 +197,10 @@ class SearchBatch:
         return self.found & ~self.autofilled & (self.first_chars > 0)
 
 
+#: Searches :func:`_matching_pairs` compares at a time (bounds its (search, word) arrays).
+_MATCH_BLOCK = 4096
+
+
 def _matching_pairs(
     pages: Pages,
     users: np.ndarray,
@@ -208,11 +212,40 @@ def _matching_pairs(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(search, page, drop)`` of the (search, page) pairs that match the first typed
     character, with their *drop step*: the first number of typed characters at which the
-    page stops matching (int64 max when it matches the whole text). Only word pairs that
-    share a token's first character are compared (a word can only match a token it starts
-    like): for the first token, the user's words that start like it come from
-    :attr:`Pages.words_by_first_char`; later tokens are compared with the surviving
-    pages' words."""
+    page stops matching (int64 max when it matches the whole text); ordered by search.
+    Computed over blocks of searches (:func:`_matching_block`)."""
+    parts = [
+        _matching_block(
+            pages, users[lo : lo + _MATCH_BLOCK], typed[lo : lo + _MATCH_BLOCK],
+            lengths[lo : lo + _MATCH_BLOCK], token_start[lo : lo + _MATCH_BLOCK], state,
+            host_known,
+        )
+        for lo in range(0, users.size, _MATCH_BLOCK)
+    ]  # fmt: skip
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    starts = range(0, users.size, _MATCH_BLOCK)
+    return (
+        np.concatenate([owner + lo for (owner, _, _), lo in zip(parts, starts, strict=True)]),
+        np.concatenate([cand for _, cand, _ in parts]),
+        np.concatenate([drop for _, _, drop in parts]),
+    )
+
+
+def _matching_block(
+    pages: Pages,
+    users: np.ndarray,
+    typed: np.ndarray,
+    lengths: np.ndarray,
+    token_start: np.ndarray,
+    state: UrlbarState,
+    host_known: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_matching_pairs` of some searches. Only word pairs that share a token's first
+    character are compared (a word can only match a token it starts like): for the first
+    token, the user's words that start like it come from :attr:`Pages.words_by_first_char`;
+    later tokens are compared with the surviving pages' words."""
     vocab = pages.vocabulary
     token_first = np.where(typed >= 0, vocab.chars[np.maximum(typed, 0), 0], 255)
     # the first token: the user's words that start like it, page by page
