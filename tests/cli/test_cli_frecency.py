@@ -318,7 +318,7 @@ def test_simulate_sign_messages_and_stability(tmp_path: Path) -> None:
         (["--scan-continue", "2"], "scan_continue must be in [0, 1]"),
         (["--history-days", "0"], "history_days must be > 0"),
         (["--users", "1"], "n_users must be >= 3"),
-        (["--users", "1000000000"], "n_users must be <= 50,000"),
+        (["--users", "1000000000"], "n_users must be <= 100,000"),
         (["--iterations", "0"], "iterations must be >= 1"),
         (["--searches-per-iteration", "0"], "searches_per_iteration must be > 0"),
         (["--eval-searches", "0"], "eval_searches_per_user must be >= 1"),

@@ -86,8 +86,9 @@ PAPER_EVAL_SEARCHES = 3_674_063 / 306_200
 #: :class:`~fedrank.simulation.urlbar.TypingModel`.
 CALIBRATED_TYPING = TypingModel()
 
-#: Most users a simulated study may enroll: memory grows with users (30,000 took 6.3 GB).
-MAX_USERS = 50_000
+#: Most users a simulated study may enroll: memory grows with users, about 0.2 MB each
+#: (docs/privacy.md, "At 100,000 users").
+MAX_USERS = 100_000
 
 
 @dataclass(frozen=True)
@@ -159,8 +160,8 @@ class FrecencyStudyConfig(FrecencyConfig):
             raise ConfigError(f"n_users must be >= 3 (one per branch), got {self.n_users}")
         if self.n_users is not None and self.n_users > MAX_USERS:
             raise ConfigError(
-                f"n_users must be <= {MAX_USERS:,} (memory grows with users: 30,000 take "
-                f"6.3 GB), got {self.n_users}"
+                f"n_users must be <= {MAX_USERS:,} (memory grows with users: about 0.2 MB "
+                f"each), got {self.n_users}"
             )
         if self.world == "synthetic" and self.n_users is None:
             raise ConfigError("the synthetic world needs n_users")
