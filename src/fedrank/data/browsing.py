@@ -323,7 +323,10 @@ def first_char_index(
         owner = np.searchsorted(user_offsets, lo + rows, side="right") - 1
         key = owner * 256 + chars[ids, 0]
         order = np.argsort(key, kind="stable")  # pages and columns stay in order per key
-        counts[1:] += np.bincount(key, minlength=n_users * 256)
+        first = int(u_lo) * 256  # this block's keys: first .. u_hi * 256 - 1
+        counts[1 + first : 1 + int(u_hi) * 256] += np.bincount(
+            key - first, minlength=(int(u_hi) - int(u_lo)) * 256
+        )
         pages_parts.append((lo + rows[order]).astype(np.int32))
         cols_parts.append(cols[order].astype(np.uint8))
     return (
