@@ -198,8 +198,10 @@ def generate_world(
     stats = browsing_shapes(
         click_user[past_clicks], click_host[past_clicks], times[past_clicks], n_users=n_users
     )
-    del host_key, past_clicks  # arrays the size of the clicks or visits go once unused:
-    n_hosts = host_ids.size  # they set the memory peak of large worlds
+    # (here and below, arrays the size of the clicks or visits are freed once unused:
+    # they set the memory peak of a large world)
+    del host_key, past_clicks
+    n_hosts = host_ids.size
     host_user = host_ids // int(n_clicks.max() + 1)
     host_clicks = np.bincount(click_host, minlength=n_hosts)
     n_sub = rng.integers(0, cfg.max_subpages + 1, n_hosts)

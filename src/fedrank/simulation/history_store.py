@@ -169,9 +169,10 @@ class VisitStore:
             idx = np.asarray(index, dtype=np.int64)
             self._check_pages(idx)
         cols = slice(None) if width is None else slice(0, max(int(width), 1))
-        time = self.time[idx, cols]
-        real = ~np.isnan(time)
-        age = np.where(real, np.trunc(now - np.where(real, time, now)), 0.0)
+        age = now - self.time[idx, cols]  # NaN where there is no row
+        np.trunc(age, out=age)
+        real = ~np.isnan(age)
+        age[~real] = 0.0
         bm_time = self.bookmark_time[idx]
         bookmarked = self.bookmarked[idx]
         return PageHistories.build(
