@@ -214,18 +214,17 @@ def _matching_pairs(
     character, with their *drop step*: the first number of typed characters at which the
     page stops matching (int64 max when it matches the whole text); ordered by search.
     Computed over blocks of searches (:func:`_matching_block`)."""
+    starts = range(0, users.size, _MATCH_BLOCK)
     parts = [
         _matching_block(
-            pages, users[lo : lo + _MATCH_BLOCK], typed[lo : lo + _MATCH_BLOCK],
-            lengths[lo : lo + _MATCH_BLOCK], token_start[lo : lo + _MATCH_BLOCK], state,
-            host_known,
+            pages, state, host_known,
+            *(a[lo : lo + _MATCH_BLOCK] for a in (users, typed, lengths, token_start)),
         )
-        for lo in range(0, users.size, _MATCH_BLOCK)
+        for lo in starts
     ]  # fmt: skip
     if not parts:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, empty
-    starts = range(0, users.size, _MATCH_BLOCK)
     return (
         np.concatenate([owner + lo for (owner, _, _), lo in zip(parts, starts, strict=True)]),
         np.concatenate([cand for _, cand, _ in parts]),
@@ -235,17 +234,16 @@ def _matching_pairs(
 
 def _matching_block(
     pages: Pages,
-    users: np.ndarray,
-    typed: np.ndarray,
-    lengths: np.ndarray,
-    token_start: np.ndarray,
     state: UrlbarState,
     host_known: np.ndarray,
+    *searches: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_matching_pairs` of some searches. Only word pairs that share a token's first
     character are compared (a word can only match a token it starts like): for the first
     token, the user's words that start like it come from :attr:`Pages.words_by_first_char`;
-    later tokens are compared with the surviving pages' words."""
+    later tokens are compared with the surviving pages' words. ``searches``: their
+    ``users, typed, lengths, token_start``."""
+    users, typed, lengths, token_start = searches
     vocab = pages.vocabulary
     token_first = np.where(typed >= 0, vocab.chars[np.maximum(typed, 0), 0], 255)
     # the first token: the user's words that start like it, page by page
