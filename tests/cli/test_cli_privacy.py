@@ -145,6 +145,9 @@ def test_dp_options_refuse_a_bad_budget() -> None:
     assert_clean_failure(run(argv(f"{TINY_STUDY} --dp-epsilon 4 --dp-delta 0")), "delta")
     for alone in ("--dp-clip-quantile 0.5", "--dp-count-noise 5", "--dp-denominator 50"):
         assert_clean_failure(run(argv(f"{TINY_STUDY} {alone}")), "give --dp-epsilon")
+    # a delta, clip or threshold alone used to be ignored: the run was not private
+    for alone in ("--dp-delta 1e-6", "--dp-clip 0.05", "--dp-threshold 0.5"):
+        assert_clean_failure(run(argv(f"{TINY_STUDY} {alone}")), "give --dp-epsilon")
     assert_clean_failure(
         run(argv(f"{TINY_STUDY} {DP} --dp-count-noise 5")), "give --dp-clip-quantile"
     )

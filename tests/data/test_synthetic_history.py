@@ -12,6 +12,7 @@ from fedrank.data.browsing import BrowsingWorld
 from fedrank.data.synthetic_history import BrowsingConfig, generate_world
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.models.frecency.history import NOT_COUNTED_TYPES, VisitType
+from fedrank.simulation.frecency_world import FrecencyWorld
 from fedrank.simulation.history_store import VisitStore
 
 #: The AOL log's March and April 2006 (999 users; the AOL world's history period), the
@@ -166,8 +167,6 @@ def test_bad_arguments() -> None:
 def test_small_vocabulary_words_are_int16_and_search_as_int32_words() -> None:
     # the narrow word ids change no search: the same world with int32 ids gives the same
     # URL-bar batch (ranks, characters typed, rows shown)
-    from fedrank.simulation.frecency_world import FrecencyWorld
-
     browsing = generate_world(60, np.random.default_rng(3))
     assert browsing.pages.words.dtype == np.int16
     wide = replace(

@@ -388,13 +388,13 @@ def frecency_simulate(
     attack: str | None,
     attack_factor: float | None,
     dp_epsilon: float | None,
-    dp_delta: float,
-    dp_clip: float,
+    dp_delta: float | None,
+    dp_clip: float | None,
     dp_clip_quantile: float | None,
     dp_count_noise: float | None,
     dp_denominator: float | None,
     dp_mode: str,
-    dp_threshold: float,
+    dp_threshold: float | None,
     **settings: Any,
 ) -> None:
     """Simulate the federated frecency study (optimization + evaluation phases); with

@@ -26,8 +26,10 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 #: (log scale) in the shifted preset, where over half the updates are exactly 0 and the
 #: 75th percentile is 0.01-0.02 (docs/privacy.md, "Choosing the clip").
 DEFAULT_DP_CLIP = 0.05
-#: ``--dp-delta``'s default: below one over the largest simulated population (50,000).
+#: ``--dp-delta``'s default: below one over the largest simulated population (100,000).
 DEFAULT_DP_DELTA = 1e-6
+#: ``--dp-threshold``'s default: half the treatment users.
+DEFAULT_DP_THRESHOLD = 0.5
 
 
 # ---------------------------------------------------------------------- simulate's options
@@ -49,18 +51,16 @@ def dp_options(func: _F) -> _F:
         click.option(
             "--dp-delta",
             type=float,
-            default=DEFAULT_DP_DELTA,
-            show_default=True,
-            help="--dp-epsilon: delta, well below 1 / users.",
+            default=None,
+            help=f"--dp-epsilon: delta, well below 1 / users. Default: {DEFAULT_DP_DELTA:g}.",
         ),
         click.option(
             "--dp-clip",
             type=float,
-            default=DEFAULT_DP_CLIP,
-            show_default=True,
+            default=None,
             help="--dp-epsilon: the L2 bound C of every update (classic model, log scale: "
             "about the 90th percentile of update norms); with --dp-clip-quantile, the first "
-            "iteration's.",
+            f"iteration's. Default: {DEFAULT_DP_CLIP:g}.",
         ),
         click.option(
             "--dp-clip-quantile",
@@ -90,11 +90,10 @@ def dp_options(func: _F) -> _F:
         click.option(
             "--dp-threshold",
             type=float,
-            default=0.5,
-            show_default=True,
+            default=None,
             help="--dp-mode distributed: the share of the treatment users whose noise an "
             "iteration's sum must hold (secure aggregation's threshold; fewer reports: the "
-            "iteration is aborted).",
+            f"iteration is aborted). Default: {DEFAULT_DP_THRESHOLD:g}.",
         ),
         click.option(
             "--dp-denominator",
@@ -113,22 +112,29 @@ def dp_options(func: _F) -> _F:
 
 def dp_from_options(
     epsilon: float | None,
-    delta: float,
-    clip: float,
+    delta: float | None = None,
+    clip: float | None = None,
     clip_quantile: float | None = None,
     count_noise: float | None = None,
     denominator: float | None = None,
     mode: str = "central",
-    threshold: float = 0.5,
+    threshold: float | None = None,
 ) -> DPConfig | None:
     """The budget of ``--dp-epsilon/--dp-delta/--dp-clip``, the adaptive clip of
     ``--dp-clip-quantile/--dp-count-noise`` and the fixed ``--dp-denominator`` (``None``
-    without ``--dp-epsilon``)."""
+    without ``--dp-epsilon``; any of the others without it is an error, so that no one
+    believes a run private that is not)."""
     if epsilon is None:
-        if clip_quantile is not None or count_noise is not None or denominator is not None:
+        given = {
+            "--dp-delta": delta, "--dp-clip": clip, "--dp-clip-quantile": clip_quantile,
+            "--dp-count-noise": count_noise, "--dp-denominator": denominator,
+            "--dp-threshold": threshold,
+        }  # fmt: skip
+        stray = [name for name, value in given.items() if value is not None]
+        if stray:
             raise click.UsageError(
-                "--dp-clip-quantile, --dp-count-noise and --dp-denominator belong to central "
-                "DP: give --dp-epsilon too"
+                f"{', '.join(stray)} set the differential privacy of --dp-epsilon, which is "
+                "not given: give --dp-epsilon too (or drop them)"
             )
         if mode != "central":
             raise click.UsageError("--dp-mode distributed needs --dp-epsilon")
@@ -141,13 +147,13 @@ def dp_from_options(
 
     return DPConfig(
         epsilon=epsilon,
-        delta=delta,
-        clip=clip,
+        delta=DEFAULT_DP_DELTA if delta is None else delta,
+        clip=DEFAULT_DP_CLIP if clip is None else clip,
         clip_quantile=clip_quantile,
         count_noise=count_noise,
         denominator=denominator,
         mode=mode,
-        threshold=threshold,
+        threshold=DEFAULT_DP_THRESHOLD if threshold is None else threshold,
         accountant="rdp" if mode == "distributed" else "pld",
     )
 
