@@ -48,6 +48,7 @@ from fedrank.models.frecency.scorer import PageScorer, page_scorer
 from fedrank.simulation.history_store import VisitStore
 from fedrank.simulation.input_history import InputHistory
 from fedrank.simulation.intent import sample_targets, typed_words
+from fedrank.simulation.score_cache import PageScoreCache
 from fedrank.simulation.urlbar import (
     SearchBatch,
     TypingModel,
@@ -233,7 +234,10 @@ class FrecencyWorld:
         self.hidden = None if hidden is None else np.asarray(hidden, dtype=np.float64)
         self.now = 0.0
         self._future_next = 0  # the next replayed visit (AOL)
-        self._width_groups: tuple[tuple[float, int], np.ndarray, list[_Group]] | None = None
+        # fixed scorings kept between searches (PageScoreCache): the hidden preference,
+        # the defaults, the control branch's stored frecency, and the last model seen twice
+        self._caches: dict[bytes | str, PageScoreCache] = {}
+        self._last_params = b""
 
     # ------------------------------------------------------------------ basic facts
 
@@ -271,12 +275,7 @@ class FrecencyWorld:
         """The histories of the pages at ``index`` in groups of similar row counts, each as
         narrow as its rows (most pages have one or two visits: scoring ten columns for
         every page would mostly score padding). Returns ``(positions in index, histories)``
-        per group. The last result is reused while the time, the store and ``index`` stay
-        the same (a search reads the pages its targets were drawn from)."""
-        key = (self.now, self.store.version)
-        cached = self._width_groups
-        if cached is not None and cached[0] == key and np.array_equal(cached[1], index):
-            return cached[2]
+        per group."""
         rows = self.store.n_rows()[index]
         groups = []
         lo = 0
@@ -285,15 +284,59 @@ class FrecencyWorld:
             if pos.size:
                 groups.append((pos, self.store.histories(self.now, index[pos], width)))
             lo = width
-        self._width_groups = (key, index.copy(), groups)
         return groups
 
     def _fresh(self, params: np.ndarray, index: np.ndarray) -> np.ndarray:
-        """Fresh frecency of the pages at ``index`` under one parameter vector."""
+        """Fresh frecency of the pages at ``index`` under one parameter vector (kept
+        between calls for the hidden preference, the defaults and a model used twice in a
+        row: :class:`~fedrank.simulation.score_cache.PageScoreCache`)."""
+        params = np.asarray(params, dtype=np.float64)
+        cache = self._params_cache(params)
+        if cache is not None:
+            return self._cached(cache, index, "fresh", params)[0]
         out = np.zeros(index.size)
         for pos, pages in self._by_width(index):
             out[pos] = self.scorer.fresh(params, pages, self.now)
         return out
+
+    def _stored(self, index: np.ndarray) -> np.ndarray:
+        """``(2, m)``: the control branch's stored and origin frecency of the pages at
+        ``index`` (kept between calls)."""
+        if "stored" not in self._caches:
+            self._caches["stored"] = PageScoreCache(self.store, 2)
+        return self._cached(self._caches["stored"], index, "stored", None)
+
+    def _params_cache(self, params: np.ndarray) -> PageScoreCache | None:
+        """The cache of ``params``: one per fixed vector (the hidden preference, the
+        defaults), and one slot for a model scored twice in a row (the final model, in the
+        evaluation phase); ``None`` for a model seen once (each optimization iteration's)."""
+        key = params.tobytes()
+        fixed = [p.tobytes() for p in (self.hidden, self.scorer.defaults()) if p is not None]
+        if key not in fixed and key not in self._caches:
+            seen_before, self._last_params = key == self._last_params, key
+            if not seen_before:
+                return None
+            for old in [k for k in self._caches if k not in fixed and k != "stored"]:
+                del self._caches[old]  # one slot: the previous model's values go
+        if key not in self._caches:
+            self._caches[key] = PageScoreCache(self.store)
+        return self._caches[key]
+
+    def _cached(
+        self, cache: PageScoreCache, index: np.ndarray, kind: str, params: np.ndarray | None
+    ) -> np.ndarray:
+        """``cache``'s values of the pages at ``index``, scoring first (``kind``: fresh
+        under ``params``, or stored) the pages whose values may have changed."""
+        todo = index[cache.stale(index, self.now)]
+        for pos, pages in self._by_width(todo):
+            if kind == "fresh":
+                values = self.scorer.fresh(params, pages, self.now)[None, :]
+                limits = self.scorer.fresh_age_limits(params, pages)
+            else:
+                values = np.stack(self.scorer.stored(pages, self.now, self.decay_rate))
+                limits = self.scorer.stored_age_limits(pages)
+            cache.put(todo[pos], values, *limits, self.now, reads_day=self.scorer.reads_day)
+        return cache.values[:, index]
 
     def listable(self) -> np.ndarray:
         """Pages the URL bar may show (visited or bookmarked)."""
@@ -350,20 +393,11 @@ class FrecencyWorld:
         stored = np.zeros(self.pages.n_pages)
         origin = np.zeros(self.pages.n_pages)
         branch = self.branch[self.pages.owner[index]]
-        defaults = self.scorer.defaults()
-        for pos, pages in self._by_width(index):
-            for b in range(3):
-                mine = np.flatnonzero(branch[pos] == b)
-                if not mine.size:
-                    continue
-                at, histories = index[pos[mine]], pages.take(mine)
-                if b == CONTROL:
-                    stored[at], origin[at] = self.scorer.stored(
-                        histories, self.now, self.decay_rate
-                    )
-                else:
-                    params = theta if b == TREATMENT else defaults
-                    stored[at] = origin[at] = self.scorer.fresh(params, histories, self.now)
+        for b, params in ((TREATMENT, theta), (CONTROL_NO_DECAY, self.scorer.defaults())):
+            at = index[branch == b]
+            stored[at] = origin[at] = self._fresh(params, at)
+        at = index[branch == CONTROL]
+        stored[at], origin[at] = self._stored(at)
         host_bookmarked = np.zeros(int(self.pages.host.max()) + 1, dtype=bool)
         host_bookmarked[self.pages.host[self.store.bookmarked]] = True
         return UrlbarState(

@@ -45,6 +45,9 @@ class VisitStore:
             time (NaN when none).
         version: how many times the store changed (:meth:`add`, :meth:`add_bookmarks`):
             histories read at the same version and time are the same.
+        changed_at: int32 ``(N,)`` the version at which each page last changed (0: never):
+            a page's history read at version ``v`` is still its history while
+            ``changed_at <= v``.
     """
 
     def __init__(self, n_pages: int, width: int = NUM_SAMPLED_VISITS) -> None:
@@ -60,6 +63,7 @@ class VisitStore:
         self.bookmark_time = np.full(n_pages, np.nan)
         self._n_rows = np.zeros(n_pages, dtype=np.int16)
         self.version = 0
+        self.changed_at = np.zeros(n_pages, dtype=np.int32)
 
     @classmethod
     def from_world(cls, world: BrowsingWorld) -> VisitStore:
@@ -82,7 +86,7 @@ class VisitStore:
         pages = np.asarray(pages, dtype=np.int64)
         times = np.asarray(times, dtype=np.float64)
         self._check_pages(pages)
-        self.version += 1
+        self._changed(pages)
         self.bookmarked[pages] = True
         current = np.where(np.isnan(self.bookmark_time), -np.inf, self.bookmark_time)
         np.maximum.at(current, pages, times)
@@ -94,7 +98,7 @@ class VisitStore:
         if visits.n_visits == 0:
             return
         self._check_pages(visits.page)
-        self.version += 1
+        self._changed(visits.page)
         origin = visits.origin_type()
         target = visits.redirect_target()
         counted = ~np.isin(visits.visit_type, NOT_COUNTED_TYPES)
@@ -114,6 +118,10 @@ class VisitStore:
                     "redirect_target": target[rows],
                 },
             )
+
+    def _changed(self, pages: np.ndarray) -> None:
+        self.version += 1
+        self.changed_at[pages] = self.version
 
     def _merge(self, pages: np.ndarray, times: np.ndarray, new: dict[str, np.ndarray]) -> None:
         """Merge visit rows, in arrival order (``new``: their int8 columns), into their

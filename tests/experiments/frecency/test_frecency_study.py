@@ -2,6 +2,7 @@
 larger runs are checked in test_frecency_study_acceptance.py)."""
 
 import json
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from fedrank.experiments.frecency.plots import plot_study
 from fedrank.experiments.frecency.presets import hidden_weights
 from fedrank.experiments.frecency.report import write_report
 from fedrank.experiments.frecency.study import FrecencyStudyConfig, compare_messages, run_study
+from fedrank.models.frecency.history import PageHistories
 from fedrank.models.frecency.modern import (
     MODERN_DEFAULTS,
     MODERN_WEIGHT_NAMES,
@@ -304,6 +306,50 @@ def test_url_bar_state_equals_scoring_the_histories_directly() -> None:
         world.record(world.search(searches, theta, rng))
         check(world.state(theta, users))  # same time, same pages, new visits
         world.advance(1.5)
+
+
+@pytest.mark.parametrize("model", ["classic", "modern"])
+def test_kept_scores_equal_scoring_the_histories_again(model: str) -> None:
+    """The scores a world keeps between searches (``PageScoreCache``: the hidden
+    preference, the defaults, the stored frecency, a model used twice) equal scoring the
+    current histories again, over 60 days in which ages pass every bucket cutoff, days turn,
+    pages are visited and bookmarked; and most are kept (the cache works)."""
+    from fedrank.data.synthetic_history import generate_world
+
+    world = FrecencyWorld(
+        generate_world(40, np.random.default_rng(8)), hidden_weights("shifted", model),
+        np.random.default_rng(9), model=model,
+    )  # fmt: skip
+    theta = world.scorer.defaults() * np.linspace(0.8, 1.2, world.scorer.defaults().size)
+    rng = np.random.default_rng(10)
+
+    def again(score: Callable[[PageHistories], np.ndarray], index: np.ndarray) -> np.ndarray:
+        out = np.zeros((2, index.size))
+        for pos, pages in world._by_width(index):
+            out[:, pos] = score(pages)
+        return out
+
+    kept = []
+    for step in range(45):
+        index = np.flatnonzero(world.listable())
+        for params in (world.hidden, world.scorer.defaults(), theta, theta):
+            expected = again(lambda h, p=params: world.scorer.fresh(p, h, world.now), index)
+            np.testing.assert_array_equal(world._fresh(params, index), expected[0])
+        expected = again(lambda h: np.stack(world.scorer.stored(h, world.now, 0.975)), index)
+        np.testing.assert_array_equal(world._stored(index), expected)
+        kept.append(1.0 - world._caches[world.hidden.tobytes()].stale(index, world.now).mean())
+        if step % 3 == 0:
+            searches = world.draw_searches(np.flatnonzero(rng.random(40) < 0.5), rng)
+            world.record(world.search(searches, theta, rng))
+        if step % 7 == 0:
+            world.store.add_bookmarks(rng.choice(world.pages.n_pages, 20), np.full(20, world.now))
+        world.advance(0.37 if step % 2 else 2.3)  # within a day, and past day ends
+    assert min(kept) > 0.99  # just read (some end early: rounding at day ends)
+    index = np.flatnonzero(world.listable())
+    world._fresh(world.hidden, index)
+    world.advance(0.25)  # within the day: classic ages rarely pass a cutoff
+    stale = world._caches[world.hidden.tobytes()].stale(index, world.now).mean()
+    assert stale < (0.05 if model == "classic" else 0.8)
 
 
 def test_record_and_advance_change_the_history() -> None:

@@ -4,6 +4,7 @@ cases for every rule, a slow loop-based reference, vectorization and the daily d
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
@@ -16,6 +17,7 @@ from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
 from fedrank.models.frecency import classic as classic_module
 from fedrank.models.frecency.classic import ClassicFrecency, VisitSlots, bucketed_points
 from fedrank.models.frecency.history import PageHistories, VisitType
+from fedrank.models.frecency.scorer import ClassicScorer
 from fedrank.models.frecency.weights import (
     CLASSIC_INDEX,
     CLASSIC_WEIGHT_NAMES,
@@ -668,3 +670,38 @@ def test_decayed_score_rejects_bad_rate() -> None:
     for rate in (0.0, 1.5, float("nan")):
         with pytest.raises(ConfigError, match="decay_rate"):
             ClassicFrecency().decayed_score(classic_defaults(), pages, decay_rate=rate)
+
+
+# -- how long a score stays the same (simulators keep scores: PageScoreCache) -----------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    pages=histories(),
+    theta=st.one_of(integer_params, float_params),
+    shift=st.lists(st.one_of(st.integers(0, 120), st.just(10**6)), min_size=6, max_size=6),
+)
+def test_scores_stay_the_same_while_no_row_passes_its_age_limit(
+    pages: PageHistories, theta: np.ndarray, shift: list[int]
+) -> None:
+    """``ClassicScorer.fresh_age_limits``: a page aged by whole days, up to the point where
+    its first row reaches its limit, scores the same (rows move bucket only past their
+    bucket's cutoff; unvisited bookmarks score without an age)."""
+    whole = replace(pages, visit_age_days=np.floor(pages.visit_age_days))
+    scorer = ClassicScorer()
+    rows, bookmark = scorer.fresh_age_limits(theta, whole)
+    assert np.isinf(bookmark).all()
+    room = np.where(whole.visit_mask, rows - whole.visit_age_days, np.inf).min(axis=1)
+    days = np.minimum(np.array(shift[: whole.n_pages], dtype=np.float64), room)
+    days[np.isinf(days)] = 10**6
+    np.testing.assert_array_equal(
+        scorer.fresh(theta, whole.aged(days), 0.0), scorer.fresh(theta, whole, 0.0)
+    )
+
+
+def test_age_limits_are_the_bucket_cutoffs() -> None:
+    """Default cutoffs 4, 14, 31, 90 days: an age in bucket ``i`` keeps its weight up to
+    the cutoff (whole days), the last bucket forever."""
+    pages = make_pages([{"visits": [(a, 1, 0, 0)]} for a in (0, 4, 5, 14, 30, 90, 91, 500)])
+    rows, _ = ClassicScorer().fresh_age_limits(classic_defaults(), pages)
+    np.testing.assert_array_equal(rows[:, 0], [4, 4, 14, 14, 31, 90, np.inf, np.inf])

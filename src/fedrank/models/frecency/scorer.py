@@ -15,7 +15,7 @@ from typing import ClassVar
 import numpy as np
 
 from fedrank.errors import ConfigError
-from fedrank.models.frecency.classic import ClassicFrecency
+from fedrank.models.frecency.classic import ClassicFrecency, bucket_of, effective_cutoffs
 from fedrank.models.frecency.history import PageHistories
 from fedrank.models.frecency.modern import (
     MODERN_WEIGHT_NAMES,
@@ -23,7 +23,7 @@ from fedrank.models.frecency.modern import (
     modern_samples_from_histories,
 )
 from fedrank.models.frecency.safeguards import frecency_safeguards, modern_frecency_safeguards
-from fedrank.models.frecency.weights import CLASSIC_WEIGHT_NAMES, classic_defaults
+from fedrank.models.frecency.weights import CLASSIC_WEIGHT_NAMES, CUTOFF_SLICE, classic_defaults
 from fedrank.optim.constraints import ConstraintChain
 
 #: The simulated study's first day for modern frecency, as a day number (days since
@@ -49,6 +49,9 @@ class PageScorer(ABC):
     names: ClassVar[tuple[str, ...]]
     default_score_scale: ClassVar[str]
     default_deltas: ClassVar[dict[str, float]]
+    #: Scores read the calendar day of ``now`` besides the pages' ages (see
+    #: :meth:`fresh_age_limits`).
+    reads_day: ClassVar[bool] = False
 
     @classmethod
     def default_delta(cls, score_scale: str | None = None) -> float:
@@ -93,6 +96,22 @@ class PageScorer(ABC):
         """The control branch's stored frecency (default parameters) and its undecayed
         value (what origin frecency sums)."""
 
+    def fresh_age_limits(
+        self, params: np.ndarray, pages: PageHistories
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """How long the :meth:`fresh` scores under one parameter vector stay what they
+        are: ``(row_limits (n, V), bookmark_limits (n,))``, the largest whole-day age of
+        every row and of every page's newest bookmark at which the score is unchanged. While
+        the histories stay the same, no age exceeds its limit and (when :attr:`reads_day`)
+        the day of ``now`` stays the same, the scores are the same (a simulator may keep
+        them). Default: the current ages (any older age may change a score)."""
+        return pages.visit_age_days, pages.bookmark_age_days
+
+    def stored_age_limits(self, pages: PageHistories) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`fresh_age_limits` of :meth:`stored`: the current ages (the stored
+        value decays once per whole day of its newest row)."""
+        return pages.visit_age_days, pages.bookmark_age_days
+
 
 class ClassicScorer(PageScorer):
     """Classic frecency (:class:`ClassicFrecency`, Firefox's integer result). Loss
@@ -119,6 +138,16 @@ class ClassicScorer(PageScorer):
 
     def fresh(self, params: np.ndarray, pages: PageHistories, now: float) -> np.ndarray:
         return np.asarray(self.frecency.score(params, pages), dtype=np.float64)
+
+    def fresh_age_limits(
+        self, params: np.ndarray, pages: PageHistories
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A row's weight changes only when its age passes the cutoff of its bucket (the
+        last bucket never changes); an unvisited bookmark scores without an age."""
+        cutoffs = effective_cutoffs(np.asarray(params, dtype=np.float64)[CUTOFF_SLICE])
+        age = pages.visit_age_days
+        limit = np.append(np.floor(cutoffs), np.inf)[bucket_of(age, cutoffs)]
+        return limit, np.full(pages.n_pages, np.inf)
 
     def stored(
         self, pages: PageHistories, now: float, decay_rate: float
@@ -151,6 +180,7 @@ class ModernScorer(PageScorer):
     """
 
     model = "modern"
+    reads_day = True
     names = MODERN_WEIGHT_NAMES
     default_score_scale = "raw"
     default_deltas = {"raw": 6.0, "log": math.log1p(NOW_DAY + 6.0) - math.log1p(NOW_DAY)}
