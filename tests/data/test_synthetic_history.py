@@ -187,3 +187,22 @@ def test_words_must_be_signed_integers() -> None:
     browsing = generate_world(3, np.random.default_rng(3))
     with pytest.raises(DataFormatError, match="signed integer"):
         replace(browsing.pages, words=browsing.pages.words.astype(np.float64))
+
+
+@pytest.mark.parametrize("n_words", [1, 2, 7, 3000, 200_000])
+def test_inverse_cdf_table_draws_what_a_search_of_the_cdf_draws(n_words: int) -> None:
+    """The word draws' lookup table gives ``min(searchsorted(cdf, u, "right"), n - 1)``
+    for every uniform, including those on and just below a ``cdf`` value and bin edges
+    (the world is the same, only faster)."""
+    from fedrank.data.synthetic_history import _InverseCdf
+
+    zipf = 1.0 / (np.arange(n_words) + 3.0) ** 1.1
+    cdf = np.cumsum(zipf / zipf.sum())
+    rng = np.random.default_rng(n_words)
+    below_one = np.nextafter(1.0, 0.0)
+    edges = np.array([0.0, 0.5, 0.25, 1 / 3, below_one, np.nextafter(0.5, 0.0)])
+    on_cdf = np.minimum(np.r_[cdf[:50], np.nextafter(cdf[:50], 0.0)], below_one)
+    u = np.r_[edges, on_cdf, rng.random(200_000)]
+    np.testing.assert_array_equal(
+        _InverseCdf(cdf)(u), np.minimum(np.searchsorted(cdf, u, "right"), n_words - 1)
+    )

@@ -413,13 +413,13 @@ def _page_words(
     distinct within a page."""
     n = page_host.size
     zipf = 1.0 / (np.arange(vocab.n_words) + 1.0 + cfg.word_zipf_offset) ** cfg.word_zipf_exponent
-    cdf = np.cumsum(zipf / zipf.sum())
+    inverse_cdf = _InverseCdf(np.cumsum(zipf / zipf.sum()))
 
     def draw(size: int) -> np.ndarray:
         out = np.empty(size, dtype=np.int32)
         for lo in range(0, size, _WORD_ROW_BLOCK):  # in blocks: the same stream, less memory
             u = rng.random(min(_WORD_ROW_BLOCK, size - lo))
-            out[lo : lo + u.size] = np.minimum(np.searchsorted(cdf, u, "right"), vocab.n_words - 1)
+            out[lo : lo + u.size] = inverse_cdf(u)
         return out
 
     host_name = draw(n_hosts)
@@ -450,6 +450,31 @@ def _page_words(
 
 #: Rows of :func:`_page_words`' de-duplication at a time (bounds its temporaries).
 _WORD_ROW_BLOCK = 1 << 16
+
+#: :class:`_InverseCdf` looks uniforms up in ``2 ** _CDF_BITS`` bins.
+_CDF_BITS = 20
+
+
+class _InverseCdf:
+    """``min(searchsorted(cdf, u, "right"), n - 1)`` for uniforms ``u`` in [0, 1) (the index
+    drawn by inverse transform sampling), exactly, mostly by table lookup: ``u`` falls in
+    the bin ``floor(u * 2**_CDF_BITS)`` (exact: a power of two), and a bin that no ``cdf``
+    value splits has one answer for every ``u`` in it; only uniforms in split bins (at most
+    one bin per ``cdf`` value) are searched."""
+
+    def __init__(self, cdf: np.ndarray) -> None:
+        self.cdf = cdf
+        bins = 1 << _CDF_BITS
+        edges = np.arange(bins + 1, dtype=np.float64) / bins
+        first = np.searchsorted(cdf, edges[:-1], "right")
+        last = np.searchsorted(cdf, np.nextafter(edges[1:], 0.0), "right")  # below the next
+        self.table = np.where(first == last, first, -1).astype(np.int32)
+
+    def __call__(self, u: np.ndarray) -> np.ndarray:
+        out = self.table[(u * self.table.size).astype(np.int64)]
+        split = np.flatnonzero(out < 0)
+        out[split] = np.searchsorted(self.cdf, u[split], "right")
+        return np.minimum(out, self.cdf.size - 1)
 
 
 def _distinct_words(words: np.ndarray) -> None:

@@ -452,8 +452,9 @@ class FrecencyWorld:
 
     # ------------------------------------------------------------------ losses, messages
 
-    def _fresh_shown(self, batch: SearchBatch, theta: np.ndarray) -> np.ndarray:
-        """``(S, R)`` fresh frecency of the shown rows under each user's branch weights."""
+    def shown_frecency(self, batch: SearchBatch, theta: np.ndarray) -> np.ndarray:
+        """``(S, R)`` fresh frecency of the shown rows under each user's branch weights
+        (what :meth:`branch_losses` scores)."""
         valid = batch.shown >= 0
         flat = np.where(valid, batch.shown, 0).ravel()
         h = self.histories(flat)
@@ -464,13 +465,15 @@ class FrecencyWorld:
 
     def branch_losses(
         self, batch: SearchBatch, theta: np.ndarray, *, scale: str | None = None,
-        delta: float | None = None,
+        delta: float | None = None, shown: np.ndarray | None = None,
     ) -> np.ndarray:  # fmt: skip
         """SVM loss of every search under its branch's weights (NaN where no history row
         was selected), on ``scale`` with margin ``delta`` (default: the world's loss; the
-        paper's add-on loss is ``scale="raw", delta=0``)."""
+        paper's add-on loss is ``scale="raw", delta=0``). ``shown``: the batch's
+        :meth:`shown_frecency` under ``theta`` when already computed (computed if ``None``)."""
         valid = batch.shown >= 0
-        scores = scaled_scores(self._fresh_shown(batch, theta), scale or self.score_scale)
+        fresh = self.shown_frecency(batch, theta) if shown is None else shown
+        scores = scaled_scores(fresh, scale or self.score_scale)
         selected = np.where(batch.found, batch.selected_rank, 0)
         loss = pointwise_svm_loss(
             scores, selected, valid | ~batch.found[:, None], self.delta if delta is None else delta

@@ -432,8 +432,9 @@ def optimization_phase(
         published = server.model()
         searches = iteration_searches(world, c, c.searches_per_iteration, days, rng)
         batch = world.search(searches, published, rng)
-        losses = world.branch_losses(batch, published)
-        paper = world.branch_losses(batch, published, scale="raw", delta=0.0)
+        shown = world.shown_frecency(batch, published)
+        losses = world.branch_losses(batch, published, shown=shown)
+        paper = world.branch_losses(batch, published, scale="raw", delta=0.0, shown=shown)
         branch_of_search = world.branch[batch.user]
         for b, name in enumerate(BRANCHES):
             mask = branch_of_search == b
@@ -598,8 +599,9 @@ def evaluate_phase(
         if compare and world.hidden is not None:
             oracles.append(world.search(searches, world.hidden, np.random.default_rng(attention)))
         batches.append(batch)
-        loss_parts.append(world.branch_losses(batch, theta))
-        paper_parts.append(world.branch_losses(batch, theta, scale="raw", delta=0.0))
+        shown = world.shown_frecency(batch, theta)
+        loss_parts.append(world.branch_losses(batch, theta, shown=shown))
+        paper_parts.append(world.branch_losses(batch, theta, scale="raw", delta=0.0, shown=shown))
         world.record(batch)
         world.advance(days)
     user = np.concatenate([b.user for b in batches])
