@@ -34,6 +34,7 @@ What a search is for:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -234,9 +235,12 @@ class FrecencyWorld:
         self.hidden = None if hidden is None else np.asarray(hidden, dtype=np.float64)
         self.now = 0.0
         self._future_next = 0  # the next replayed visit (AOL)
-        # fixed scorings kept between searches (PageScoreCache): the hidden preference,
-        # the defaults, the control branch's stored frecency, and the last model seen twice
-        self._caches: dict[bytes | str, PageScoreCache] = {}
+        # scores kept between searches (PageScoreCache): per fixed vector (the hidden
+        # preference, the defaults), the control branch's stored frecency, and one slot
+        # for the last model scored twice in a row
+        self._caches: dict[bytes, PageScoreCache] = {}
+        self._stored_cache = PageScoreCache(self.store, 2)
+        self._model_slot: tuple[bytes, PageScoreCache] | None = None
         self._last_params = b""
 
     # ------------------------------------------------------------------ basic facts
@@ -292,49 +296,61 @@ class FrecencyWorld:
         row: :class:`~fedrank.simulation.score_cache.PageScoreCache`)."""
         params = np.asarray(params, dtype=np.float64)
         cache = self._params_cache(params)
-        if cache is not None:
-            return self._cached(cache, index, "fresh", params)[0]
-        out = np.zeros(index.size)
-        for pos, pages in self._by_width(index):
-            out[pos] = self.scorer.fresh(params, pages, self.now)
-        return out
+        if cache is None:
+            out = np.zeros(index.size)
+            for pos, pages in self._by_width(index):
+                out[pos] = self.scorer.fresh(params, pages, self.now)
+            return out
+
+        def score(pages: PageHistories) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+            values = self.scorer.fresh(params, pages, self.now)[None, :]
+            return values, self.scorer.fresh_age_limits(params, pages)
+
+        return self._cached(cache, index, score)[0]
 
     def _stored(self, index: np.ndarray) -> np.ndarray:
         """``(2, m)``: the control branch's stored and origin frecency of the pages at
         ``index`` (kept between calls)."""
-        if "stored" not in self._caches:
-            self._caches["stored"] = PageScoreCache(self.store, 2)
-        return self._cached(self._caches["stored"], index, "stored", None)
+
+        def score(pages: PageHistories) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+            values = np.stack(self.scorer.stored(pages, self.now, self.decay_rate))
+            return values, self.scorer.stored_age_limits(pages)
+
+        return self._cached(self._stored_cache, index, score)
 
     def _params_cache(self, params: np.ndarray) -> PageScoreCache | None:
-        """The cache of ``params``: one per fixed vector (the hidden preference, the
-        defaults), and one slot for a model scored twice in a row (the final model, in the
-        evaluation phase); ``None`` for a model seen once (each optimization iteration's)."""
+        """The kept scores of ``params``: one cache per fixed vector (the hidden preference,
+        the defaults), and one slot for a model scored twice in a row (the final model, in
+        the evaluation phase); ``None`` for a model seen once (each optimization
+        iteration's)."""
         key = params.tobytes()
         fixed = [p.tobytes() for p in (self.hidden, self.scorer.defaults()) if p is not None]
-        if key not in fixed and key not in self._caches:
-            seen_before, self._last_params = key == self._last_params, key
-            if not seen_before:
-                return None
-            for old in [k for k in self._caches if k not in fixed and k != "stored"]:
-                del self._caches[old]  # one slot: the previous model's values go
-        if key not in self._caches:
-            self._caches[key] = PageScoreCache(self.store)
-        return self._caches[key]
+        if key in fixed:
+            return self._caches.setdefault(key, PageScoreCache(self.store))
+        if self._model_slot is not None and self._model_slot[0] == key:
+            return self._model_slot[1]
+        if key != self._last_params:
+            self._last_params = key
+            return None
+        if self._model_slot is None:
+            self._model_slot = (key, PageScoreCache(self.store))
+        else:  # the previous model's values go; its arrays are reused
+            self._model_slot[1].clear()
+            self._model_slot = (key, self._model_slot[1])
+        return self._model_slot[1]
 
     def _cached(
-        self, cache: PageScoreCache, index: np.ndarray, kind: str, params: np.ndarray | None
+        self,
+        cache: PageScoreCache,
+        index: np.ndarray,
+        score: Callable[[PageHistories], tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]],
     ) -> np.ndarray:
-        """``cache``'s values of the pages at ``index``, scoring first (``kind``: fresh
-        under ``params``, or stored) the pages whose values may have changed."""
+        """``cache``'s values of the pages at ``index``, after ``score`` (histories ->
+        ``(values, (row_limits, bookmark_limits))``) has scored the pages whose values may
+        have changed."""
         todo = index[cache.stale(index, self.now)]
         for pos, pages in self._by_width(todo):
-            if kind == "fresh":
-                values = self.scorer.fresh(params, pages, self.now)[None, :]
-                limits = self.scorer.fresh_age_limits(params, pages)
-            else:
-                values = np.stack(self.scorer.stored(pages, self.now, self.decay_rate))
-                limits = self.scorer.stored_age_limits(pages)
+            values, limits = score(pages)
             cache.put(todo[pos], values, *limits, self.now, reads_day=self.scorer.reads_day)
         return cache.values[:, index]
 

@@ -68,9 +68,8 @@ class PageScoreCache:
         index = np.asarray(index, dtype=np.int64)
         width = row_limits.shape[1]
         times = self.store.time[index, :width]
-        with np.errstate(invalid="ignore"):
-            rows = _ends(times, row_limits)
-            rows[np.isnan(times)] = np.inf
+        rows = _ends(times, row_limits)
+        rows[np.isnan(times)] = np.inf
         until = rows.min(axis=1, initial=np.inf)
         bookmark = self.store.bookmark_time[index]
         has = self.store.bookmarked[index] & ~np.isnan(bookmark)

@@ -311,7 +311,7 @@ def test_url_bar_state_equals_scoring_the_histories_directly() -> None:
 @pytest.mark.parametrize("model", ["classic", "modern"])
 def test_kept_scores_equal_scoring_the_histories_again(model: str) -> None:
     """The scores a world keeps between searches (``PageScoreCache``: the hidden
-    preference, the defaults, the stored frecency, a model used twice) equal scoring the
+    preference, the defaults, the stored frecency, models used twice) equal scoring the
     current histories again, over 60 days in which ages pass every bucket cutoff, days turn,
     pages are visited and bookmarked; and most are kept (the cache works)."""
     from fedrank.data.synthetic_history import generate_world
@@ -321,6 +321,7 @@ def test_kept_scores_equal_scoring_the_histories_again(model: str) -> None:
         np.random.default_rng(9), model=model,
     )  # fmt: skip
     theta = world.scorer.defaults() * np.linspace(0.8, 1.2, world.scorer.defaults().size)
+    other = theta[::-1].copy() if model == "classic" else theta * 1.1
     rng = np.random.default_rng(10)
 
     def again(score: Callable[[PageHistories], np.ndarray], index: np.ndarray) -> np.ndarray:
@@ -332,7 +333,8 @@ def test_kept_scores_equal_scoring_the_histories_again(model: str) -> None:
     kept = []
     for step in range(45):
         index = np.flatnonzero(world.listable())
-        for params in (world.hidden, world.scorer.defaults(), theta, theta):
+        # each model twice in a row, so the model slot is kept, then handed to the next
+        for params in (world.hidden, world.scorer.defaults(), theta, theta, other, other):
             expected = again(lambda h, p=params: world.scorer.fresh(p, h, world.now), index)
             np.testing.assert_array_equal(world._fresh(params, index), expected[0])
         expected = again(lambda h: np.stack(world.scorer.stored(h, world.now, 0.975)), index)
