@@ -3,6 +3,8 @@ scorer reads stay the same (``fedrank.simulation.score_cache``)."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -111,3 +113,23 @@ def test_ages_ahead_of_the_clock_expire_when_they_change() -> None:
     assert cache.stale(np.arange(2), 10.5).tolist() == [True, False]
     assert cache.stale(np.arange(2), 11.499).tolist() == [True, False]
     assert cache.stale(np.arange(2), 11.5).tolist() == [True, True]
+
+
+@pytest.mark.parametrize("limit", [1e308, np.inf])
+def test_ends_beyond_float32_are_kept_without_overflow(limit: float) -> None:
+    """A limit past float32's range (a huge cutoff) keeps the value for good, with no
+    overflow warning from the cast."""
+    store = _store()
+    cache = PageScoreCache(store)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cache.put(np.arange(3), np.ones((1, 3)), np.full((3, 2), limit), np.full(3, limit), 13.0)
+    assert not cache.stale(np.arange(3), 1e30).any()
+
+
+def test_an_unknown_limit_is_never_kept() -> None:
+    """A NaN limit (a NaN cutoff) ends at once: the page is scored again."""
+    store = _store()
+    cache = PageScoreCache(store)
+    cache.put(np.arange(3), np.ones((1, 3)), np.full((3, 2), np.nan), np.full(3, np.inf), 13.0)
+    assert cache.stale(np.arange(3)[:2], 13.0).all()

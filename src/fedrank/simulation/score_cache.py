@@ -24,6 +24,8 @@ __all__ = ["PageScoreCache"]
 #: Relative margin by which a page's validity ends early (absorbs the rounding of
 #: ``now - time``): ending early only costs a recomputation.
 _MARGIN = 1e-9
+#: Ends beyond float32's range are kept at its largest value (earlier, so still valid).
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class PageScoreCache:
@@ -76,7 +78,7 @@ class PageScoreCache:
         until[has] = np.minimum(until[has], _ends(bookmark[has], bookmark_limits[has]))
         if reads_day:
             until = np.minimum(until, _ends(np.floor(now), 0.0))
-        until32 = until.astype(np.float32)
+        until32 = np.minimum(until, _FLOAT32_MAX).astype(np.float32)  # inf: the largest
         high = until32.astype(np.float64) > until
         until32[high] = np.nextafter(until32[high], np.float32(-np.inf))
         self.values[:, index] = values
