@@ -115,7 +115,10 @@ def _seed_list(text: str | None) -> list[int] | None:
 @click.option("--stragglers", "straggler_ratio", type=float, default=None,
               help="share of responses later than T_max (default 0.1)")  # fmt: skip
 @click.option("--t-max", type=float, default=None, help="T_max in seconds (default: calibrated)")
-@click.option("--upload", type=click.Choice(["all", "frequent", "frozen"]), default=None)
+@click.option("--upload", type=click.Choice(["all", "frequent", "frozen"]), default=None,
+              help="upload case (Sec. 3.3.2): all rows, only frequent words' rows (flat, "
+              "proxy), or frozen global embeddings (also for models trained on the "
+              "server)")  # fmt: skip
 @click.option("--sampling", type=click.Choice(["shuffle", "poisson"]), default=None,
               help="FedPSFlat's clients per step: shuffle (the paper: every client once a "
               "round) or poisson (each client in each step with probability K/N; with "

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from click.testing import CliRunner
 
 from fedrank.cli import main
@@ -25,7 +26,7 @@ from fedrank.experiments.fedps.data import FedPSData
 from fedrank.experiments.fedps.run import FedPSResult, run_fedps, run_seeds
 from fedrank.experiments.fedps.server import FedPSServer
 from fedrank.experiments.fedps.settings import MODES, RULE_MODES, FedPSSettings
-from fedrank.models.peps import PersonalEmbeddings
+from fedrank.models.peps import PEPSRanker, PersonalEmbeddings
 from fedrank.privacy import kl_settings
 from fedrank.retrieval.candidates import RankingSamples, UserData
 
@@ -169,6 +170,36 @@ def test_upload_cases_restrict_the_global_embedding_rows(small: FedPSData, case:
         assert np.isin(changed, allowed).all()
         # the rest of the model is still trained and uploaded
         assert np.any(message.update[model.global_embedding_slice().stop :] != 0)
+
+
+@pytest.mark.parametrize("upload", ["all", "frozen"])
+def test_central_frozen_keeps_the_word2vec_embeddings(
+    small: FedPSData, upload: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Upload case 3's model trained on the server: the global embeddings stay at word2vec,
+    the rest of the model learns; ``all`` trains them."""
+    made: list[PEPSRanker] = []
+    new_model = fedps_module._new_model
+
+    def spy(*args: object) -> PEPSRanker:
+        made.append(new_model(*args))  # type: ignore[arg-type]
+        return made[-1]
+
+    monkeypatch.setattr(fedps_module, "_new_model", spy)
+    settings = _settings("central", rounds=1, upload=upload)
+    fedps_module.train_central(small, small.users, settings, personalized=True)
+    (model,) = made
+    initial = new_model(small, True, fedps_module._seeds(settings.seed)["model"], settings)
+    kept = torch.equal(model.global_embedding.weight, initial.global_embedding.weight)
+    assert kept == (upload == "frozen")
+    assert not torch.equal(model.feature_mlp[-1].weight, initial.feature_mlp[-1].weight)
+
+
+def test_frequent_upload_is_refused_for_models_trained_on_the_server() -> None:
+    for mode in ("central", "knrm", "coverquery", "groupuser"):
+        with pytest.raises(ConfigError, match="upload frequent"):
+            FedPSSettings(mode=mode, upload="frequent")
+    FedPSSettings(mode="flat", upload="frequent")  # clients' uploads: accepted
 
 
 def _reachable(root: object) -> list[object]:

@@ -284,10 +284,13 @@ def train_central(
     """Central training: the server holds every user's samples and personal embeddings;
     each epoch runs every user's minibatches in one global shuffled order with one Adam
     for the shared parameters (each user's personal embeddings have their own), evaluated
-    ``evals_per_round`` times per epoch with early stopping. Returns the evaluator and the
-    number of minibatch steps run."""
+    ``evals_per_round`` times per epoch with early stopping. ``settings.upload ==
+    "frozen"`` keeps the global word embeddings at their word2vec values (the model of
+    upload case 3, Sec. 3.3.2). Returns the evaluator and the number of minibatch steps
+    run."""
     seeds = _seeds(settings.seed)
     model = _new_model(data, personalized, seeds["model"], settings)
+    model.set_global_embedding_trainable(settings.upload != "frozen")
     workspaces = [
         UserWorkspace(
             u,

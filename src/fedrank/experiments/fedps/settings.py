@@ -64,6 +64,9 @@ class FedPSSettings:
             servers; 5 proxies per group server gives the AOL sample's 986 users two as
             well).
         upload: upload case of Sec. 3.3.2: ``"all"``, ``"frequent"`` or ``"frozen"``.
+            Models trained on the server (central, K-NRM, CoverQuery, GroupUser) upload
+            nothing, but ``"frozen"`` keeps their global word embeddings fixed as well
+            (case 3's model); ``"frequent"`` is for federated modes only.
         frequent_words: words whose rows are uploaded under ``"frequent"``.
         client_metrics: clients also send their training loss (off: the update and its
             count only).
@@ -140,6 +143,11 @@ class FedPSSettings:
             )
         if not 0.0 <= self.text_dropout < 1.0:
             raise ConfigError(f"text_dropout must be in [0, 1), got {self.text_dropout}")
+        if self.upload == "frequent" and self.mode not in ("flat", "proxy"):
+            raise ConfigError(
+                f"upload frequent restricts what clients send (flat, proxy); mode "
+                f"{self.mode} trains on the server and uploads nothing: use all or frozen"
+            )
         for name in (
             "rounds",
             "evals_per_round",
