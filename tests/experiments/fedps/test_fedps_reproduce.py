@@ -39,6 +39,10 @@ def test_cli_reproduce_writes_tables_and_resumes(aol_log: Path, tmp_path: Path) 
         ), mode
     runs = sorted(p.name for p in (tmp_path / "runs").glob("*.json"))
     assert "flat_s1.json" in runs and "central_lr3e-3_s2.json" in runs
+    # upload case 3's central model runs on every seed, as central does
+    assert "central_frozen_s2.json" in runs and "| ... global embeddings frozen" in text
+    frozen = json.loads((tmp_path / "runs" / "central_frozen_s2.json").read_text())
+    assert frozen["settings"]["upload"] == "frozen"
     stamp = (tmp_path / "runs" / "flat_s1.json").stat().st_mtime_ns
     second = CliRunner().invoke(main, args)
     assert second.exit_code == 0, second.output
