@@ -169,14 +169,20 @@ def sending_clients(url: str, ledger: Ledger) -> Iterator[None]:
 
 
 def _quiescent(live: Live) -> dict[str, int]:
-    """Pause the server and wait until nothing more is being stored; returns the status."""
+    """Pause the server and wait until nothing more is being stored and no close is under
+    way (the published version is the store's newest); returns the status."""
     assert admin(live.client, "pause").status_code == 200
 
     def settled() -> dict[str, int] | None:
         first = status(live.client)
         rows = row_count(live.store)
+        ((newest,),) = store_query(live.store, "SELECT MAX(version) FROM models")
         second = status(live.client)
-        if first == second and first["updates_accepted_total"] == rows:
+        if (
+            first == second
+            and first["updates_accepted_total"] == rows
+            and first["model_version"] == newest
+        ):
             return first
         return None
 

@@ -859,7 +859,8 @@ class Engine:
             self.branch_stats = {}
         self.updates_in_iteration = 0
         self.privacy.status(self.iteration)  # the accountant runs here, not in a request
-        self._publish()
+        # the partition before the snapshot: whoever sees the new version finds the closed
+        # iteration's Parquet written (unless writing failed; the next start retries)
         try:
             self.store.export_parquet(closed)
         except OSError:
@@ -867,6 +868,7 @@ class Engine:
                 "writing the Parquet partition of iteration %d failed; the next start writes it",
                 closed,
             )
+        self._publish()
         log.info(
             "closed iteration %d (%s, %d updates); published version %d",
             closed,
