@@ -173,20 +173,20 @@ def run(
     P@1 (mean and spread over seeds) and the KL divergence (with --malicious and --attack,
     while a share of the users poisons its updates)."""
     from fedrank.experiments.executors import dask_client
-    from fedrank.experiments.fedps.settings import FedPSSettings
+    from fedrank.experiments.fedps.settings import FEDERATED_MODES, FedPSSettings
 
     training_seeds = _seed_list(seeds) or [seed]
     given = {k: v for k, v in overrides.items() if v is not None}
     settings = FedPSSettings(mode=mode, seed=training_seeds[0], **given)
     poison = attack_from_options("fedps", malicious, attack, attack_factor)
-    if poison is not None and mode not in ("flat", "proxy"):
+    if poison is not None and mode not in FEDERATED_MODES:
         raise click.UsageError(
             f"--attack poisons the clients' updates of a federated run (flat, proxy); mode "
             f"{mode} has none"
         )
     path = _log_path(log)
     on_dask = dask_workers is not None or dask_scheduler is not None
-    if on_dask and mode not in ("flat", "proxy"):
+    if on_dask and mode not in FEDERATED_MODES:
         raise click.UsageError(
             f"--dask-workers/--dask-scheduler spread the clients of a federated run (flat, "
             f"proxy); mode {mode} runs in one process (use `fedrank fedps reproduce "

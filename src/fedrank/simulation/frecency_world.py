@@ -326,7 +326,9 @@ class FrecencyWorld:
         key = params.tobytes()
         fixed = [p.tobytes() for p in (self.hidden, self.scorer.defaults()) if p is not None]
         if key in fixed:
-            return self._caches.setdefault(key, PageScoreCache(self.store))
+            if key not in self._caches:  # (setdefault would allocate a cache every call)
+                self._caches[key] = PageScoreCache(self.store)
+            return self._caches[key]
         if self._model_slot is not None and self._model_slot[0] == key:
             return self._model_slot[1]
         if key != self._last_params:

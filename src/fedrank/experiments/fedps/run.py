@@ -89,6 +89,7 @@ from fedrank.experiments.fedps.communication import flat_round_time, proxy_round
 from fedrank.experiments.fedps.data import FedPSData
 from fedrank.experiments.fedps.server import CentralDP, DistributedDP, FedPSServer
 from fedrank.experiments.fedps.settings import (
+    FEDERATED_MODES,
     RULE_MODES,
     FedPSSettings,
     dp_block,
@@ -620,7 +621,7 @@ def run_fedps(
         )
     attacker = None
     if attack is not None and attack.active:
-        if settings.mode not in ("flat", "proxy"):
+        if settings.mode not in FEDERATED_MODES:
             raise ConfigError(
                 f"attacks poison the clients' updates of a federated run (flat, proxy); mode "
                 f"{settings.mode} has none"
@@ -687,7 +688,7 @@ def _run_fedps(
             "choice": asdict(ranker.choice_),
             "grid": [asdict(g) for g in ranker.grid_],
         }
-    elif mode in ("flat", "proxy"):
+    elif mode in FEDERATED_MODES:
         federation = make_federation(users, settings)
         evaluator, fed = train_federated(
             data, users, settings, federation, upload, progress, observer, dask, attacker

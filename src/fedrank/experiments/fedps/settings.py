@@ -17,6 +17,8 @@ from fedrank.retrieval.candidates import FEATURE_EDGES
 
 RULE_MODES: tuple[str, ...] = RULES
 TRAINED_MODES: tuple[str, ...] = ("knrm", "central", "flat", "proxy", "coverquery", "groupuser")
+#: Modes trained by clients on their devices (the others train on the server).
+FEDERATED_MODES: tuple[str, ...] = ("flat", "proxy")
 MODES: tuple[str, ...] = (*RULE_MODES, "gbdt", *TRAINED_MODES)
 #: Modes whose outcome depends on a training seed.
 SEEDED_MODES: tuple[str, ...] = ("gbdt", *TRAINED_MODES)
@@ -143,7 +145,7 @@ class FedPSSettings:
             )
         if not 0.0 <= self.text_dropout < 1.0:
             raise ConfigError(f"text_dropout must be in [0, 1), got {self.text_dropout}")
-        if self.upload == "frequent" and self.mode not in ("flat", "proxy"):
+        if self.upload == "frequent" and self.mode not in FEDERATED_MODES:
             raise ConfigError(
                 f"upload frequent restricts what clients send (flat, proxy); mode "
                 f"{self.mode} trains on the server and uploads nothing: use all or frozen"
@@ -171,7 +173,7 @@ class FedPSSettings:
         if self.cover_queries < 0:
             raise ConfigError(f"cover_queries must be >= 0, got {self.cover_queries}")
         if self.dp_epsilon:
-            if self.mode not in ("flat", "proxy"):
+            if self.mode not in FEDERATED_MODES:
                 raise ConfigError(
                     f"DP (dp_epsilon) noises the FedAvg step of flat and proxy runs; "
                     f"mode {self.mode} has none"
