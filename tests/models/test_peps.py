@@ -611,3 +611,54 @@ def test_text_dropout_drops_whole_queries_in_training_mode_only() -> None:
     assert 10 <= int(is_dropped.sum()) <= 30  # about half of 40
     with pytest.raises(ValueError, match="text_dropout"):
         _model(text_dropout=1.0)
+
+
+@pytest.mark.parametrize("sees_features", [False, True])
+def test_features_only_mode_scores_and_trains_the_click_features_alone(
+    sees_features: bool,
+) -> None:
+    """The click-feature warm-up: the text scores are 0 (whatever the texts), and a
+    training step changes the feature MLP and the final MLP only -- no text layer, no
+    word embedding, no personal embedding."""
+    query, docs, features, mask, labels = _batch(5, n_queries=12)
+    model = _model(
+        seed=6, text_dropout=0.3, feature_layers=2, feature_hidden=8,
+        combine_sees_features=sees_features,
+    )  # fmt: skip
+    personal = model.new_personal_embeddings(_user_words(query, docs, drop=0))
+    model.set_features_only(True)
+    model.eval()
+    with torch.no_grad():
+        scores = model(query, docs, features, mask, personal)
+        other_texts = model(query.flip(0), docs.flip(0), features, mask, personal)
+        f_r = model.feature_mlp(features)
+        parts = [torch.zeros(*f_r.shape[:-1], 5), f_r]
+        if sees_features:
+            parts.append(model.feature_mlp[:-1](features))
+        expected = model.combine(torch.cat(parts, dim=-1)).squeeze(-1)
+    torch.testing.assert_close(scores, expected.masked_fill(~mask, MASKED_SCORE))
+    torch.testing.assert_close(scores, other_texts)  # the texts play no part
+
+    before = model.shared_state_dict()
+    personal_before = personal.weight.detach().clone()
+    model.train()
+    shared = torch.optim.Adam(model.parameters(), lr=1e-2)
+    own = torch.optim.Adam(personal.parameters(), lr=1e-2)
+    loss = lambdarank_loss(model(query, docs, features, mask, personal), labels, mask)
+    loss.backward()
+    shared.step()
+    own.step()
+    after = model.shared_state_dict()
+    changed = {name for name in before if not torch.equal(before[name], after[name])}
+    assert changed and all(n.startswith(("feature_mlp.", "combine.")) for n in changed)
+    assert any(n.startswith("feature_mlp.") for n in changed)
+    torch.testing.assert_close(personal.weight.detach(), personal_before, rtol=0, atol=0)
+
+    model.set_features_only(False)  # the text channels count again
+    model.eval()
+    with torch.no_grad():
+        full = model(query, docs, features, mask, personal)
+        full_other_texts = model(query.flip(0), docs.flip(0), features, mask, personal)
+    assert not torch.allclose(full, full_other_texts)
+    with pytest.raises(ValueError, match="no feature tower"):
+        _model(personalized=False).set_features_only(True)

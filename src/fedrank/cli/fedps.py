@@ -136,6 +136,13 @@ def _seed_list(text: str | None) -> list[int] | None:
     default=None,
     help="probability of dropping a query's text scores in training (default 0.3)",
 )
+@click.option(
+    "--warmup-rounds",
+    type=int,
+    default=None,
+    help="rounds (central: epochs) of training the click-feature tower alone before the "
+    "full model, early-stopped on validation (default 8; 0: none; DP runs skip it)",
+)
 @click.option("--dp-epsilon", type=float, default=None,
               help="central DP: each user's budget over the training (flat, proxy; "
               "docs/privacy.md)")  # fmt: skip

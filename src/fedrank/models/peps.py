@@ -68,6 +68,14 @@ so the model must also rank with the click features alone. Without it the text c
 which memorize the training lists within an epoch, learn to override the click history
 and lose on queries whose document the user clicked before (docs/fedps.md).
 
+**Click-feature warm-up** (:meth:`PEPSRanker.set_features_only`): in this mode the text
+channels are not computed and score 0 (as when text dropout drops them), so only the
+click-feature MLP and the final MLP take part. The full model overfits its text channels
+within one or two epochs, long before the feature tower has learnt what a GBDT on the same
+six features knows (the feature tower alone keeps improving for about six epochs); training
+it first in this cheap mode, then the full model from there, gives the text channels a
+well-trained click history to add to (docs/fedps.md, "Model").
+
 Masked candidates score ``-inf`` (:data:`MASKED_SCORE`); every computation is per
 (query, candidate), so padded candidates and padded words never change the scores of the
 valid ones.
@@ -630,6 +638,7 @@ class PEPSRanker(nn.Module):
         self._initialize(word_vectors, seed)
         self._layout = self._build_layout()
         self._dropout_generator = torch.Generator().manual_seed(int(seed) + 1)
+        self.features_only = False
 
     # ----------------------------------------------------------------- initialization
 
@@ -795,10 +804,13 @@ class PEPSRanker(nn.Module):
             dropout_generator: draws the text dropout in training mode (``None``: the
                 model's own generator).
         """
-        components = self.score_components(query, docs, features, mask, personal)
+        if self.features_only:
+            components = self._feature_components(features, mask)
+        else:
+            components = self.score_components(query, docs, features, mask, personal)
         if self.config.personalized:
             p = self.config.text_dropout
-            if self.training and p > 0:
+            if self.training and p > 0 and not self.features_only:
                 gen = self._dropout_generator if dropout_generator is None else dropout_generator
                 draw = torch.rand(
                     components.shape[0],
@@ -819,6 +831,29 @@ class PEPSRanker(nn.Module):
         else:
             scores = components.squeeze(-1)
         return scores.masked_fill(~mask, MASKED_SCORE)
+
+    def _feature_components(
+        self, features: torch.Tensor | None, mask: torch.Tensor
+    ) -> torch.Tensor:
+        """``(Q, C, 6)`` the components of :meth:`score_components` in the features-only
+        mode: the five text scores 0, then ``F^r``."""
+        if features is None or features.shape[:2] != mask.shape:
+            raise DataFormatError(
+                f"the features-only mode needs features of shape (Q, C, F) for a mask of "
+                f"shape {_shape(mask)}, got {None if features is None else _shape(features)}"
+            )
+        f_r = self.feature_mlp(features.to(torch.float32))
+        text = f_r.new_zeros(*f_r.shape[:-1], len(SCORE_NAMES) - 1)
+        return torch.cat([text, f_r], dim=-1)
+
+    def set_features_only(self, on: bool) -> None:
+        """Switch the click-feature warm-up mode (module docstring) on or off: while on,
+        :meth:`forward` scores with the click features alone (the text scores are 0, no
+        word is embedded), so a training step changes only the click-feature MLP and the
+        final MLP. Only the personalized model has a feature tower."""
+        if on and not self.config.personalized:
+            raise ConfigError("the K-NRM baseline (personalized=False) has no feature tower")
+        self.features_only = bool(on)
 
     # ----------------------------------------------------------------- personal module
 

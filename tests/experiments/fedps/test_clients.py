@@ -36,7 +36,7 @@ from tests.untimed import untimed
 
 SETTINGS = FedPSSettings(
     mode="flat", rounds=2, clients_per_step=4, clients_per_proxy_step=2, n_topics=5,
-    clients_per_proxy=4, proxies_per_group=2, seed=1, evals_per_round=2,
+    clients_per_proxy=4, proxies_per_group=2, seed=1, evals_per_round=2, warmup_rounds=1,
 )  # fmt: skip
 
 

@@ -26,7 +26,7 @@ from fedrank.experiments.fedps.data import FedPSData
 from fedrank.experiments.fedps.run import FedPSResult, run_fedps, run_seeds
 from fedrank.experiments.fedps.server import FedPSServer
 from fedrank.experiments.fedps.settings import MODES, RULE_MODES, FedPSSettings
-from fedrank.models.peps import PEPSRanker, PersonalEmbeddings
+from fedrank.models.peps import GLOBAL_EMBEDDING, PEPSRanker, PersonalEmbeddings
 from fedrank.privacy import kl_settings
 from fedrank.retrieval.candidates import RankingSamples, UserData
 
@@ -37,6 +37,7 @@ FAST = {
     "n_topics": 5,
     "clients_per_proxy": 4,
     "proxies_per_group": 2,
+    "warmup_rounds": 0,  # the click-feature warm-up has its own tests
 }
 
 
@@ -396,3 +397,102 @@ def test_hierarchy_runs_at_the_late_shares_asked_for(tmp_path: Path) -> None:
         main, ["fedps", "reproduce", "--tables", "hierarchy", "--hierarchy-late", "ten"]
     )
     assert result.exit_code != 0 and "--hierarchy-late must be comma-separated" in result.output
+
+
+def _changed_layers(model: object, update: np.ndarray) -> set[str]:
+    """The parameter names whose slice of a flat ``update`` is not all zero."""
+    return {e.name for e in model.layout.entries if np.any(update[e.slice] != 0)}  # type: ignore[attr-defined]
+
+
+def test_flat_warmup_trains_the_click_features_first(
+    small: FedPSData, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The click-feature warm-up's messages change the feature MLP and the final MLP only
+    (no text layer, no word embedding); the full rounds then start from the warm-up's best
+    model and change the text layers too; the JSON records the warm-up."""
+    n = len(small.users)
+    settings = _settings(
+        "flat", rounds=1, warmup_rounds=1, cover_queries=0, straggler_ratio=0.0, seed=2
+    )
+    messages: list[Message] = []
+    events: list[tuple[str, np.ndarray]] = []  # broadcasts (server.broadcast) and restarts
+    broadcast, restart = FedPSServer.broadcast, FedPSServer.restart_from
+
+    def record_broadcast(self: FedPSServer) -> np.ndarray:
+        events.append(("broadcast", broadcast(self)))
+        return events[-1][1]
+
+    def record_restart(self: FedPSServer, parameters: np.ndarray) -> None:
+        events.append(("restart", np.array(parameters)))
+        restart(self, parameters)
+
+    monkeypatch.setattr(FedPSServer, "broadcast", record_broadcast)
+    monkeypatch.setattr(FedPSServer, "restart_from", record_restart)
+    result = run_fedps(small, settings, observer=lambda c, m: messages.append(m))
+    assert len(messages) == 2 * n  # every client once in the warm-up round, once after
+    # the full rounds start from the warm-up's best model, one the warm-up broadcast
+    kinds = [k for k, _ in events]
+    assert kinds.count("restart") == 1
+    at = kinds.index("restart")
+    best = events[at][1]
+    assert any(np.array_equal(p, best) for _, p in events[:at])
+    np.testing.assert_array_equal(events[at + 1][1], best)
+    model = fedps_module._new_model(small, True, 0, settings)
+    for m in messages[:n]:
+        changed = _changed_layers(model, m.update)
+        assert changed and all(c.startswith(("feature_mlp.", "combine.")) for c in changed)
+    full = set().union(*(_changed_layers(model, m.update) for m in messages[n:]))
+    assert GLOBAL_EMBEDDING in full and any(c.startswith("knrm_") for c in full)
+    warm = result.to_json()["warmup"]
+    assert warm["curve"] and 0 < warm["best_round"] <= 1
+    assert warm["best_valid_MAP"] == max(p["valid_MAP"] for p in warm["curve"])
+    assert 0 < warm["test"]["MAP"] <= 1
+    none = run_fedps(small, _settings("flat", rounds=1, cover_queries=0, seed=2))
+    assert none.to_json()["warmup"] == {}
+
+
+def test_central_warmup_starts_the_full_model_from_its_best(
+    small: FedPSData, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Central training with a warm-up: the full training starts from the warm-up's best
+    model (loaded into the model before the full stage's first step), so a run with the
+    warm-up differs from one without, and the K-NRM baseline (no feature tower) skips it."""
+    kw = {"rounds": 1, "learning_rate": 3e-3, "batch_size": 16, "seed": 3}
+    evaluators: list[object] = []
+    loaded: list[np.ndarray] = []
+
+    class Recorded(fedps_module._Evaluator):  # type: ignore[name-defined]
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+            evaluators.append(self)
+
+    load = PEPSRanker.set_flat_parameters
+
+    def record_load(self: PEPSRanker, parameters: np.ndarray) -> None:
+        loaded.append(np.array(parameters))
+        load(self, parameters)
+
+    monkeypatch.setattr(fedps_module, "_Evaluator", Recorded)
+    monkeypatch.setattr(PEPSRanker, "set_flat_parameters", record_load)
+    warm = run_fedps(small, _settings("central", warmup_rounds=2, **kw))
+    best = evaluators[0].best_parameters  # type: ignore[attr-defined]
+    assert best is not None and any(np.array_equal(p, best) for p in loaded)
+    monkeypatch.undo()
+    cold = run_fedps(small, _settings("central", **kw))
+    record = warm.to_json()["warmup"]
+    assert record["curve"] and record["best_round"] <= 2
+    assert warm.steps > cold.steps
+    assert warm.curve[0]["valid_MAP"] != cold.curve[0]["valid_MAP"]
+    assert run_fedps(small, _settings("knrm", warmup_rounds=2, rounds=1)).warmup == {}
+
+
+def test_warmup_settings() -> None:
+    assert FedPSSettings(mode="flat").warmup == 8
+    assert FedPSSettings(mode="flat", warmup_rounds=0).warmup == 0
+    private = {"dp_epsilon": 4.0, "dp_clip": 0.5}
+    assert FedPSSettings(mode="flat", **private).warmup == 0  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="not in the DP accounting"):
+        FedPSSettings(mode="flat", warmup_rounds=2, **private)  # type: ignore[arg-type]
+    for bad in (-1, 101):
+        with pytest.raises(ConfigError, match="warmup_rounds"):
+            FedPSSettings(mode="central", warmup_rounds=bad)

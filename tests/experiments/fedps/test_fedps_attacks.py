@@ -17,7 +17,14 @@ from fedrank.experiments.fedps.run import FedPSResult, run_fedps
 from fedrank.experiments.fedps.settings import FedPSSettings
 from fedrank.simulation.attacks import Attack
 
-FAST = {"rounds": 2, "clients_per_step": 4, "n_topics": 5, "patience": 8, "seed": 1}
+FAST = {
+    "rounds": 2,
+    "clients_per_step": 4,
+    "n_topics": 5,
+    "patience": 8,
+    "seed": 1,
+    "warmup_rounds": 0,
+}
 
 
 def _maps(result: FedPSResult) -> list[tuple[float, float]]:

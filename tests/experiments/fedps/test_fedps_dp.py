@@ -27,7 +27,14 @@ from fedrank.privacy.report import fedps_dp_block, fedps_skellam_plan, report_ru
 from fedrank.privacy.skellam import skellam_epsilon, skellam_noise
 from tests.untimed import untimed
 
-FAST = {"rounds": 1, "clients_per_step": 4, "n_topics": 5, "patience": 8, "seed": 1}
+FAST = {
+    "rounds": 1,
+    "clients_per_step": 4,
+    "n_topics": 5,
+    "patience": 8,
+    "seed": 1,
+    "warmup_rounds": 0,
+}
 DP = {"dp_epsilon": 4.0, "dp_clip": 0.5}
 
 

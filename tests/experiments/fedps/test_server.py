@@ -32,6 +32,21 @@ def test_broadcast_is_a_copy() -> None:
     np.testing.assert_array_equal(server.broadcast(), [1, 1])
 
 
+def test_restart_from_goes_on_from_the_given_model() -> None:
+    """An earlier stage's best model (the click-feature warm-up): the next step starts from
+    it, the version counter goes on, and a vector of another shape is refused."""
+    server = FedPSServer(np.zeros(3, dtype=np.float32))
+    agg = server.aggregator
+    server.apply(agg.accumulate(agg.zero(), Message(update=np.ones(3), n=1)))
+    server.restart_from(np.array([5.0, 6.0, 7.0]))
+    np.testing.assert_array_equal(server.broadcast(), [5, 6, 7])
+    server.apply(agg.accumulate(agg.zero(), Message(update=np.ones(3), n=2)))
+    np.testing.assert_array_equal(server.broadcast(), [6, 7, 8])
+    assert server.version == 2
+    with pytest.raises(DataFormatError, match="shape"):
+        server.restart_from(np.zeros(4))
+
+
 def test_bad_inputs() -> None:
     with pytest.raises(DataFormatError, match="flat parameter vector"):
         FedPSServer(np.zeros((2, 2)))

@@ -76,6 +76,10 @@ class ClientPool(Protocol):
         """Per-query ``(Q, 3)`` metrics of ``split`` for every client, in client order."""
         ...
 
+    def set_features_only(self, on: bool) -> None:
+        """Train and evaluate in the click-feature warm-up mode (on) or the full model."""
+        ...
+
 
 class LocalClients:
     """Clients ``first .. first + len(users) - 1`` of a run, and a model workspace.
@@ -136,6 +140,9 @@ class LocalClients:
     def evaluate(self, parameters: np.ndarray, split: str) -> np.ndarray:
         self.model.set_flat_parameters(parameters)
         return np.concatenate([c.evaluate(self.model, split) for c in self._clients])
+
+    def set_features_only(self, on: bool) -> None:
+        self.model.set_features_only(on)
 
 
 def evaluation_work(users: Sequence[UserData]) -> np.ndarray:
@@ -228,3 +235,7 @@ class DaskClients:
     def evaluate(self, parameters: np.ndarray, split: str) -> np.ndarray:
         calls = [actor.evaluate(parameters, split) for actor in self._actors]
         return np.concatenate([call.result() for call in calls])
+
+    def set_features_only(self, on: bool) -> None:
+        for call in [actor.set_features_only(on) for actor in self._actors]:
+            call.result()

@@ -142,6 +142,8 @@ class FedPSResult:
     attack: dict[str, Any] = field(default_factory=dict)
     #: Distributed DP: the guarantee as the run's server recorded it (plan, contributors).
     distributed_dp: dict[str, Any] | None = None
+    #: The click-feature warm-up (:func:`warmup_record`); empty when the run had none.
+    warmup: dict[str, Any] = field(default_factory=dict)
 
     def privacy(self) -> dict[str, Any]:
         """The run's ``privacy`` object (:func:`fedrank.privacy.report.run_privacy`): each
@@ -164,6 +166,7 @@ class FedPSResult:
             "wall_seconds": self.wall_seconds,
             "settings": asdict(self.settings),
             "curve": self.curve,
+            "warmup": self.warmup,
             "communication": self.communication,
             "details": self.details,
             "data": self.data,
@@ -199,15 +202,24 @@ class _Evaluator:
     """Validation MAP at every evaluation; test metrics whenever validation improves; the
     signal to stop ``patience`` evaluations after the best."""
 
-    def __init__(self, evaluate: Callable[[str], np.ndarray], patience: int) -> None:
+    def __init__(
+        self,
+        evaluate: Callable[[str], np.ndarray],
+        patience: int,
+        snapshot: Callable[[], np.ndarray] | None = None,
+    ) -> None:
         self.evaluate = evaluate
         self.patience = patience
+        self.snapshot = snapshot
+        self.best_parameters: np.ndarray | None = None
         self.best_valid = -np.inf
         self.best_round = 0.0
         self.best_steps = 0
         self.best_test: np.ndarray | None = None
         self.since_best = 0
         self.curve: list[dict[str, float]] = []
+        #: the click-feature warm-up's own evaluator, when the run had one
+        self.warmup: _Evaluator | None = None
 
     def __call__(self, position: float, steps: int, loss: float, seconds: float) -> bool:
         """Evaluate after ``position`` rounds (``steps`` steps); True means stop."""
@@ -226,6 +238,8 @@ class _Evaluator:
             self.best_steps = steps
             self.best_test = self.evaluate("test")
             self.since_best = 0
+            if self.snapshot is not None:
+                self.best_parameters = self.snapshot()
             point.update({f"test_{k}": v for k, v in summarize(self.best_test).items()})
         else:
             self.since_best += 1
@@ -303,31 +317,46 @@ def train_central(
         )
         for i, u in enumerate(users)
     ]
-    optimizer = torch.optim.Adam(model.parameters(), lr=settings.learning_rate, fused=True)
     rng = np.random.default_rng(seeds["schedule"])
 
     def evaluate(split: str) -> np.ndarray:
         return np.concatenate([w.evaluate(model, split) for w in workspaces])
 
-    evaluator = _Evaluator(evaluate, settings.patience)
+    def epochs(n: int, evaluator: _Evaluator, stage: str, steps: int) -> int:
+        """Up to ``n`` epochs with one fresh Adam for the shared parameters, after
+        ``steps`` steps; returns the steps run in all."""
+        optimizer = torch.optim.Adam(model.parameters(), lr=settings.learning_rate, fused=True)
+        for epoch in range(1, n + 1):
+            start = time.perf_counter()
+            jobs = [(w, b) for w in workspaces for b in w.batches(settings.batch_size)]
+            checkpoints = _checkpoints(len(jobs), settings.evals_per_round)
+            losses: list[float] = []
+            for done, j in enumerate(rng.permutation(len(jobs)), start=1):
+                w, batch = jobs[j]
+                losses.append(train_step(model, batch, w.personal, [optimizer, *w.optimizers]))
+                steps += 1
+                if done % 200 == 0 or done == len(jobs):
+                    report_progress(progress, f"{stage}{epoch}/{n}", done, len(jobs))
+                if done in checkpoints:
+                    position = epoch - 1 + done / len(jobs)
+                    loss = float(np.mean(losses))
+                    losses = []
+                    if evaluator(position, steps, loss, time.perf_counter() - start):
+                        return steps
+        return steps
+
     steps = 0
-    for epoch in range(1, settings.rounds + 1):
-        start = time.perf_counter()
-        jobs = [(w, b) for w in workspaces for b in w.batches(settings.batch_size)]
-        checkpoints = _checkpoints(len(jobs), settings.evals_per_round)
-        losses: list[float] = []
-        for done, j in enumerate(rng.permutation(len(jobs)), start=1):
-            w, batch = jobs[j]
-            losses.append(train_step(model, batch, w.personal, [optimizer, *w.optimizers]))
-            steps += 1
-            if done % 200 == 0 or done == len(jobs):
-                report_progress(progress, f"epoch {epoch}/{settings.rounds}", done, len(jobs))
-            if done in checkpoints:
-                position = epoch - 1 + done / len(jobs)
-                loss = float(np.mean(losses))
-                losses = []
-                if evaluator(position, steps, loss, time.perf_counter() - start):
-                    return evaluator, steps
+    warmup: _Evaluator | None = None
+    if personalized and settings.warmup:
+        model.set_features_only(True)
+        warmup = _Evaluator(evaluate, settings.patience, model.get_flat_parameters)
+        steps = epochs(settings.warmup, warmup, "warm-up epoch ", steps)
+        model.set_features_only(False)
+        assert warmup.best_parameters is not None
+        model.set_flat_parameters(warmup.best_parameters)
+    evaluator = _Evaluator(evaluate, settings.patience)
+    evaluator.warmup = warmup
+    steps = epochs(settings.rounds, evaluator, "epoch ", steps)
     return evaluator, steps
 
 
@@ -422,60 +451,78 @@ def train_federated(
     def evaluate(split: str) -> np.ndarray:
         return clients.evaluate(server.broadcast(), split)
 
-    evaluator = _Evaluator(evaluate, settings.patience)
-    run = FederatedRun(0, [], [], np.zeros(clients.n_clients, dtype=bool))
-    n_train = federation.response.n_train
-    for r in range(1, settings.rounds + 1):
-        start = time.perf_counter()
-        if proxy:
-            schedule = proxy_schedule(
-                federation.topology, settings.clients_per_step, rng, per_proxy=per_proxy
-            )
-        elif settings.sampling == "poisson":
-            schedule = poisson_schedule(clients.n_clients, settings.clients_per_step, rng)
-        else:
-            schedule = flat_schedule(clients.n_clients, settings.clients_per_step, rng)
-        checkpoints = _checkpoints(len(schedule), settings.evals_per_round)
-        run.schedules.append(schedule)
-        run.late.append([])
-        losses: list[float] = []
-        for done, sampled in enumerate(schedule, start=1):
-            late = federation.response.late(sampled, late_rng)
-            run.late[-1].append(late)
-            parameters = server.broadcast()
-            hierarchy = ProxyRound(server.aggregator, federation.topology) if proxy else None
-            state = server.aggregator.zero()
-            messages = clients.local_updates(parameters, sampled.tolist(), server.version)
-            if attacker is not None:
-                messages = attacker.apply(run.steps, sampled, messages, parameters)
-            messages = [server.prepare(m) for m in messages]
-            for c, is_late, message in zip(sampled.tolist(), late.tolist(), messages, strict=True):
-                if observer is not None:
-                    observer(c, message)
-                if "train_loss" in message.metrics:
-                    losses.append(message.metrics["train_loss"])
+    def rounds(n: int, evaluator: _Evaluator, stage: str) -> bool:
+        """Up to ``n`` rounds; True when ``evaluator`` stopped them early."""
+        n_train = federation.response.n_train
+        for r in range(1, n + 1):
+            start = time.perf_counter()
+            if proxy:
+                schedule = proxy_schedule(
+                    federation.topology, settings.clients_per_step, rng, per_proxy=per_proxy
+                )
+            elif settings.sampling == "poisson":
+                schedule = poisson_schedule(clients.n_clients, settings.clients_per_step, rng)
+            else:
+                schedule = flat_schedule(clients.n_clients, settings.clients_per_step, rng)
+            checkpoints = _checkpoints(len(schedule), settings.evals_per_round)
+            run.schedules.append(schedule)
+            run.late.append([])
+            losses: list[float] = []
+            for done, sampled in enumerate(schedule, start=1):
+                late = federation.response.late(sampled, late_rng)
+                run.late[-1].append(late)
+                parameters = server.broadcast()
+                hierarchy = ProxyRound(server.aggregator, federation.topology) if proxy else None
+                state = server.aggregator.zero()
+                messages = clients.local_updates(parameters, sampled.tolist(), server.version)
+                if attacker is not None:
+                    messages = attacker.apply(run.steps, sampled, messages, parameters)
+                messages = [server.prepare(m) for m in messages]
+                for c, is_late, message in zip(
+                    sampled.tolist(), late.tolist(), messages, strict=True
+                ):
+                    if observer is not None:
+                        observer(c, message)
+                    if "train_loss" in message.metrics:
+                        losses.append(message.metrics["train_loss"])
+                    if hierarchy is not None:
+                        hierarchy.accumulate(c, message)  # a late client offloads to its proxy
+                        run.received[c] = True
+                    elif not is_late:
+                        state = server.aggregator.accumulate(state, message)
+                        run.received[c] = True
+                    # else: arrived after T_max, dropped
+                run.updates_late += int(late.sum())
+                run.weight_total += float(n_train[sampled].sum())
+                run.weight_late += float(n_train[sampled[late]].sum())
                 if hierarchy is not None:
-                    hierarchy.accumulate(c, message)  # a late client offloads to its proxy
-                    run.received[c] = True
-                elif not is_late:
-                    state = server.aggregator.accumulate(state, message)
-                    run.received[c] = True
-                # else: arrived after T_max, dropped
-            run.updates_late += int(late.sum())
-            run.weight_total += float(n_train[sampled].sum())
-            run.weight_late += float(n_train[sampled[late]].sum())
-            if hierarchy is not None:
-                state = hierarchy.forward().state
-            run.updates_received += state.count
-            server.apply(state)
-            run.steps += 1
-            report_progress(progress, f"round {r}/{settings.rounds}", done, len(schedule))
-            if done in checkpoints:
-                loss = float(np.nanmean(losses)) if losses else float("nan")
-                losses = []
-                position = r - 1 + done / len(schedule)
-                if evaluator(position, run.steps, loss, time.perf_counter() - start):
-                    return evaluator, _recorded(run, server, settings)
+                    state = hierarchy.forward().state
+                run.updates_received += state.count
+                server.apply(state)
+                run.steps += 1
+                report_progress(progress, f"{stage}{r}/{n}", done, len(schedule))
+                if done in checkpoints:
+                    loss = float(np.nanmean(losses)) if losses else float("nan")
+                    losses = []
+                    position = r - 1 + done / len(schedule)
+                    if evaluator(position, run.steps, loss, time.perf_counter() - start):
+                        return True
+        return False
+
+    run = FederatedRun(0, [], [], np.zeros(clients.n_clients, dtype=bool))
+    warmup: _Evaluator | None = None
+    if settings.warmup:
+        # the click-feature warm-up (no DP: settings refuse it), FedAvg like the rest;
+        # the full training starts from its best model
+        clients.set_features_only(True)
+        warmup = _Evaluator(evaluate, settings.patience, server.broadcast)
+        rounds(settings.warmup, warmup, "warm-up round ")
+        clients.set_features_only(False)
+        assert warmup.best_parameters is not None
+        server.restart_from(warmup.best_parameters)
+    evaluator = _Evaluator(evaluate, settings.patience)
+    evaluator.warmup = warmup
+    rounds(settings.rounds, evaluator, "round ")
     return evaluator, _recorded(run, server, settings)
 
 
@@ -737,7 +784,23 @@ def _run_fedps(
         per_query=per_query,
         event_ids=_test_event_ids(users),
         distributed_dp=distributed_dp,
+        warmup=warmup_record(evaluator),
     )
+
+
+def warmup_record(evaluator: _Evaluator | None) -> dict[str, Any]:
+    """The JSON ``warmup`` object of a run: the click-feature warm-up's best validation
+    MAP (features alone), when it came (rounds, steps) and its curve; ``{}`` without one."""
+    warm = None if evaluator is None else evaluator.warmup
+    if warm is None:
+        return {}
+    return {
+        "best_valid_MAP": warm.best_valid,
+        "test": summarize(warm.best_test) if warm.best_test is not None else {},
+        "best_round": warm.best_round,
+        "steps_to_best": warm.best_steps,
+        "curve": warm.curve,
+    }
 
 
 @dataclass

@@ -111,6 +111,18 @@ class FedPSServer:
         """A copy of ``M_t`` for the sampled clients."""
         return self._parameters.copy()
 
+    def restart_from(self, parameters: np.ndarray) -> None:
+        """Go on from ``parameters`` (the best model of an earlier stage of the run, e.g.
+        the click-feature warm-up): the step's state starts again from them; the version
+        counter goes on."""
+        params = np.asarray(parameters, dtype=np.float32)
+        if params.shape != self._parameters.shape:
+            raise DataFormatError(
+                f"expected parameters of shape {self._parameters.shape}, got {params.shape}"
+            )
+        self._parameters = params.copy()
+        self._opt_state = self.strategy.init(self._parameters)
+
     def prepare(self, message: Message) -> Message:
         """``message`` as the aggregators take it: under DP with weight 1 (DP-FedAvg's mean
         is unweighted: one user moves it by at most ``C / m``; distributed DP's encoded sum

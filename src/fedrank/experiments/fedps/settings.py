@@ -19,6 +19,11 @@ RULE_MODES: tuple[str, ...] = RULES
 TRAINED_MODES: tuple[str, ...] = ("knrm", "central", "flat", "proxy", "coverquery", "groupuser")
 #: Modes trained by clients on their devices (the others train on the server).
 FEDERATED_MODES: tuple[str, ...] = ("flat", "proxy")
+#: Rounds of the click-feature warm-up by default: the feature tower alone peaked after 5.5
+#: to 6.25 epochs in central runs on the 1,000-user sample (docs/fedps.md, "Model").
+DEFAULT_WARMUP_ROUNDS = 8
+#: The most warm-up rounds a run accepts.
+MAX_WARMUP_ROUNDS = 100
 MODES: tuple[str, ...] = (*RULE_MODES, "gbdt", *TRAINED_MODES)
 #: Modes whose outcome depends on a training seed.
 SEEDED_MODES: tuple[str, ...] = ("gbdt", *TRAINED_MODES)
@@ -81,6 +86,13 @@ class FedPSSettings:
             (default) or ``"compact"`` (the first model: a tanh MLP on the raw features).
         text_dropout: the personalized model's text dropout in training
             (:class:`fedrank.models.peps.PEPSConfig`).
+        warmup_rounds: rounds (epochs, in central training) of the click-feature warm-up
+            before the full model (:meth:`fedrank.models.peps.PEPSRanker.set_features_only`;
+            trained the same way as the full model, FedAvg in federated modes; validated
+            every ``1 / evals_per_round`` round, stopped after ``patience`` evaluations
+            without gain, and the best warm-up model is where the full training starts).
+            ``None``: :data:`DEFAULT_WARMUP_ROUNDS`, or 0 with DP (its rounds are not in
+            the accounting). Models without a feature tower (K-NRM) skip it.
         dp_epsilon: each user's DP budget over the training (flat and proxy only; 0:
             off): DP-FedAvg with the noise that keeps ``rounds`` participations within
             ``(dp_epsilon, dp_delta)`` (every client takes part in exactly one step per
@@ -128,6 +140,7 @@ class FedPSSettings:
     seed: int = 0
     model: str = "encoded"
     text_dropout: float = 0.3
+    warmup_rounds: int | None = None
     dp_epsilon: float = 0.0
     dp_delta: float = 1e-6
     dp_clip: float = 0.0
@@ -145,6 +158,15 @@ class FedPSSettings:
             )
         if not 0.0 <= self.text_dropout < 1.0:
             raise ConfigError(f"text_dropout must be in [0, 1), got {self.text_dropout}")
+        if self.warmup_rounds is not None and not 0 <= self.warmup_rounds <= MAX_WARMUP_ROUNDS:
+            raise ConfigError(
+                f"warmup_rounds must be in 0..{MAX_WARMUP_ROUNDS}, got {self.warmup_rounds}"
+            )
+        if self.warmup_rounds and self.dp_epsilon:
+            raise ConfigError(
+                "the click-feature warm-up's rounds are not in the DP accounting: with "
+                "--dp-epsilon pass --warmup-rounds 0 (or leave it out: DP runs skip it)"
+            )
         if self.upload == "frequent" and self.mode not in FEDERATED_MODES:
             raise ConfigError(
                 f"upload frequent restricts what clients send (flat, proxy); mode "
@@ -233,6 +255,14 @@ class FedPSSettings:
                 f"FedPSProxy samples K / {per} proxies x {per} clients: K must be a multiple "
                 f"of clients_per_proxy_step, got K = {self.clients_per_step}"
             )
+
+    @property
+    def warmup(self) -> int:
+        """Rounds (epochs) of the click-feature warm-up: ``warmup_rounds``, or by default
+        :data:`DEFAULT_WARMUP_ROUNDS` without DP and 0 with it."""
+        if self.warmup_rounds is not None:
+            return self.warmup_rounds
+        return 0 if self.dp_epsilon else DEFAULT_WARMUP_ROUNDS
 
 
 def dp_block(settings: FedPSSettings, n_users: int | None = None) -> dict[str, Any] | None:
