@@ -44,8 +44,9 @@ from fedrank.data.browsing import BrowsingWorld, VisitStream
 from fedrank.errors import ConfigError
 from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
 from fedrank.losses.pointwise_svm import pointwise_svm_loss, scaled_scores
+from fedrank.models.frecency.classic import ClassicFrecency
 from fedrank.models.frecency.history import PageHistories, VisitType
-from fedrank.models.frecency.scorer import PageScorer, page_scorer
+from fedrank.models.frecency.scorer import ClassicScorer, PageScorer, page_scorer
 from fedrank.simulation.history_store import VisitStore
 from fedrank.simulation.input_history import InputHistory
 from fedrank.simulation.intent import sample_targets, typed_words
@@ -61,8 +62,17 @@ from fedrank.simulation.urlbar import (
 BRANCHES: tuple[str, ...] = ("treatment", "control", "control-no-decay")
 #: Pages of one row-count group: their positions in an index, and their histories.
 _Group = tuple[np.ndarray, PageHistories]
-#: Row-count groups of :meth:`FrecencyWorld._by_width`.
+#: Row-count groups of :meth:`FrecencyWorld._groups`.
 _WIDTHS: tuple[int, ...] = (1, 2, 4, 10)
+
+
+def _width_groups(width: int) -> np.ndarray:
+    """uint8 lookup table over row counts ``0..width``: the group of :data:`_WIDTHS` of a
+    page with that many rows (the first width it fits; ``len(_WIDTHS)`` for none)."""
+    rows = np.arange(width + 1)
+    return np.searchsorted(np.asarray(_WIDTHS), rows, side="left").astype(np.uint8)
+
+
 TREATMENT, CONTROL, CONTROL_NO_DECAY = range(3)
 
 
@@ -242,6 +252,19 @@ class FrecencyWorld:
         self._stored_cache = PageScoreCache(self.store, 2)
         self._model_slot: tuple[bytes, PageScoreCache] | None = None
         self._last_params = b""
+        # kept per page in step with the store (_sync_kept): the listable pages, the hosts
+        # holding a bookmark, and for classic frecency every stored row's bonus slot
+        n = self.pages.n_pages
+        self._kept_version = -1
+        self._listable = np.zeros(n, dtype=bool)
+        self._listed: tuple[np.ndarray, np.ndarray] | None = None
+        self._host_bookmarked = np.zeros(int(self.pages.host.max(initial=-1)) + 1, dtype=bool)
+        self._host_known = np.zeros_like(self._host_bookmarked)
+        classic = isinstance(self.scorer, ClassicScorer)
+        self._slots = np.zeros(self.store.time.shape, np.uint8, order="F") if classic else None
+        self._n_sampled = np.zeros(n, dtype=np.int8) if classic else None
+        self._width_group = _width_groups(self.store.width)
+        self._pages_memo: tuple[bytes, int, np.ndarray] | None = None
 
     # ------------------------------------------------------------------ basic facts
 
@@ -275,20 +298,62 @@ class FrecencyWorld:
         """The histories of the pages at ``index`` (all by default) at the current time."""
         return self.store.histories(self.now, index)
 
-    def _by_width(self, index: np.ndarray) -> list[_Group]:
-        """The histories of the pages at ``index`` in groups of similar row counts, each as
-        narrow as its rows (most pages have one or two visits: scoring ten columns for
-        every page would mostly score padding). Returns ``(positions in index, histories)``
-        per group."""
-        rows = self.store.n_rows()[index]
-        groups = []
+    def _groups(self, index: np.ndarray) -> list[tuple[np.ndarray, int]]:
+        """The pages at ``index`` in groups of similar row counts, each as narrow as its
+        rows (most pages have one or two visits: scoring ten columns for every page would
+        mostly score padding): ``(positions in index, width)`` per group of
+        :data:`_WIDTHS`, positions ascending."""
+        group = self._width_group[self.store.n_rows()[index]]
+        order = np.argsort(group, kind="stable")
+        counts = np.bincount(group, minlength=len(_WIDTHS) + 1)
+        out = []
         lo = 0
-        for width in _WIDTHS:
-            pos = np.flatnonzero((rows > lo) & (rows <= width) if lo else rows <= width)
-            if pos.size:
-                groups.append((pos, self.store.histories(self.now, index[pos], width)))
-            lo = width
-        return groups
+        for g, width in enumerate(_WIDTHS):
+            hi = lo + int(counts[g])
+            if hi > lo:
+                out.append((order[lo:hi], width))
+            lo = hi
+        return out
+
+    def _by_width(self, index: np.ndarray) -> list[_Group]:
+        """The histories of the pages at ``index`` in the groups of :meth:`_groups`:
+        ``(positions in index, histories)`` per group."""
+        return [
+            (pos, self.store.histories(self.now, index[pos], width))
+            for pos, width in self._groups(index)
+        ]
+
+    def _score_group(
+        self, params: np.ndarray, index: np.ndarray, width: int, *, limits: bool = True
+    ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray | None]:
+        """Fresh frecency of the pages at ``index`` (one group of :meth:`_groups`) under
+        one parameter vector, how long the values stay valid (``fresh_age_limits``; empty
+        unless ``limits``), and the rows' times when read here. Classic frecency reads the
+        kept bonus slots and the rows' ages only; other scorers read the histories."""
+        none = (np.zeros((0, 0)), np.zeros(0))
+        if self._slots is None:
+            pages = self.store.histories(self.now, index, width)
+            values = self.scorer.fresh(params, pages, self.now)
+            return values, self.scorer.fresh_age_limits(params, pages) if limits else none, None
+        store = self.store
+        times = store.time[index, :width]
+        age = self.now - times  # as VisitStore.histories computes the ages
+        np.trunc(age, out=age)
+        age[np.isnan(age)] = 0.0
+        bookmarked = store.bookmarked[index]
+        scorer = self.scorer
+        assert isinstance(scorer, ClassicScorer) and self._n_sampled is not None
+        values = scorer.fresh_slots(
+            params,
+            ClassicFrecency.slotted(age, self._slots[index, :width], bookmarked),
+            store.visit_count[index],
+            self._n_sampled[index],
+            bookmarked,
+            store.typed[index],
+        )
+        if not limits:
+            return values, none, times
+        return values, (scorer.age_limits(params, age), np.full(index.size, np.inf)), times
 
     def _fresh(self, params: np.ndarray, index: np.ndarray) -> np.ndarray:
         """Fresh frecency of the pages at ``index`` under one parameter vector (kept
@@ -297,24 +362,55 @@ class FrecencyWorld:
         params = np.asarray(params, dtype=np.float64)
         cache = self._params_cache(params)
         if cache is None:
+            self._sync_kept()
             out = np.zeros(index.size)
-            for pos, pages in self._by_width(index):
-                out[pos] = self.scorer.fresh(params, pages, self.now)
+            for pos, width in self._groups(index):
+                out[pos] = self._score_group(params, index[pos], width, limits=False)[0]
             return out
+        return self._cached(cache, index, self._fresh_scorer(params))[0]
 
-        def score(pages: PageHistories) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
-            values = self.scorer.fresh(params, pages, self.now)[None, :]
-            return values, self.scorer.fresh_age_limits(params, pages)
-
-        return self._cached(cache, index, score)[0]
+    def _fresh_scorer(
+        self, params: np.ndarray
+    ) -> Callable[
+        [np.ndarray, int], tuple[np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray | None]
+    ]:
+        """:meth:`_score_group` under ``params``, for :meth:`_cached`."""
+        return lambda at, width: self._score_group(params, at, width)
 
     def _stored(self, index: np.ndarray) -> np.ndarray:
         """``(2, m)``: the control branch's stored and origin frecency of the pages at
         ``index`` (kept between calls)."""
 
-        def score(pages: PageHistories) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
-            values = np.stack(self.scorer.stored(pages, self.now, self.decay_rate))
-            return values, self.scorer.stored_age_limits(pages)
+        def score(
+            at: np.ndarray, width: int
+        ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray | None]:
+            if self._slots is None:
+                pages = self.store.histories(self.now, at, width)
+                values = np.stack(self.scorer.stored(pages, self.now, self.decay_rate))
+                return values, self.scorer.stored_age_limits(pages), None
+            # classic frecency: the kept bonus slots, and the ages as histories() has them
+            store = self.store
+            times = store.time[at, :width]
+            age = self.now - times
+            np.trunc(age, out=age)
+            real = ~np.isnan(age)
+            age[~real] = 0.0
+            visit_mask = store.visit_type[at, :width] != 0
+            visit_mask &= real
+            bookmarked = store.bookmarked[at]
+            bookmark_age = np.where(
+                bookmarked, np.trunc(self.now - np.nan_to_num(store.bookmark_time[at])), 0.0
+            )
+            scorer = self.scorer
+            assert isinstance(scorer, ClassicScorer) and self._n_sampled is not None
+            values = np.stack(
+                scorer.stored_slots(
+                    age, visit_mask, self._slots[at, :width], store.visit_count[at],
+                    self._n_sampled[at], bookmarked, store.typed[at], bookmark_age,
+                    self.decay_rate,
+                )
+            )  # fmt: skip
+            return values, (age, bookmark_age), times
 
         return self._cached(self._stored_cache, index, score)
 
@@ -345,20 +441,71 @@ class FrecencyWorld:
         self,
         cache: PageScoreCache,
         index: np.ndarray,
-        score: Callable[[PageHistories], tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]],
+        score: Callable[
+            [np.ndarray, int],
+            tuple[np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray | None],
+        ],
+        *,
+        read: bool = True,
     ) -> np.ndarray:
-        """``cache``'s values of the pages at ``index``, after ``score`` (histories ->
-        ``(values, (row_limits, bookmark_limits))``) has scored the pages whose values may
-        have changed."""
+        """``cache``'s values of the pages at ``index``, after ``score`` (pages of one group
+        of :meth:`_groups` -> ``(values, (row_limits, bookmark_limits), times or None)``)
+        has scored the pages whose values may have changed (``read=False``: only that;
+        returns an empty array)."""
+        self._sync_kept()
         todo = index[cache.stale(index, self.now)]
-        for pos, pages in self._by_width(todo):
-            values, limits = score(pages)
-            cache.put(todo[pos], values, *limits, self.now, reads_day=self.scorer.reads_day)
-        return cache.values[:, index]
+        for pos, width in self._groups(todo):
+            at = todo[pos]
+            values, limits, times = score(at, width)
+            cache.put(at, values, *limits, self.now, reads_day=self.scorer.reads_day, times=times)
+        return cache.values[:, index] if read else np.zeros((cache.values.shape[0], 0))
+
+    def _sync_kept(self) -> None:
+        """Bring what the world keeps per page up to the store's changes: the listable
+        pages, the hosts holding a bookmark, the classic bonus slots of the stored rows."""
+        store = self.store
+        if self._kept_version == store.version:
+            return
+        changed = store.changed_since(self._kept_version)
+        if changed is None:
+            changed = np.arange(store.n_pages)
+        listable = (store.visit_count[changed] > 0) | store.bookmarked[changed]
+        if (listable != self._listable[changed]).any():
+            self._listable[changed] = listable
+            self._listed = None
+        # (pages only become listable and bookmarked: hosts only become known)
+        self._host_bookmarked[self.pages.host[changed[store.bookmarked[changed]]]] = True
+        self._host_known[self.pages.host[changed[listable]]] = True
+        if self._slots is not None and self._n_sampled is not None and changed.size:
+            step = 1 << 18  # bounds the temporaries of the first pass over every page
+            for lo in range(0, changed.size, step):
+                at = changed[lo : lo + step]
+                visit_type = store.visit_type[at]
+                self._slots[at] = ClassicFrecency.row_slots(
+                    visit_type,
+                    store.origin_type[at],
+                    store.redirect_target[at],
+                    store.visit_count[at],
+                )
+                self._n_sampled[at] = (visit_type != 0).sum(axis=1)
+        self._kept_version = store.version
 
     def listable(self) -> np.ndarray:
-        """Pages the URL bar may show (visited or bookmarked)."""
-        return (self.store.visit_count > 0) | self.store.bookmarked
+        """Pages the URL bar may show (visited or bookmarked); read-only, kept in step
+        with the store."""
+        self._sync_kept()
+        view = self._listable.view()
+        view.flags.writeable = False
+        return view
+
+    def _listed_pages(self) -> tuple[np.ndarray, np.ndarray]:
+        """The listable pages (ascending) and, per user, where theirs start in them (size
+        ``U + 1``)."""
+        self._sync_kept()
+        if self._listed is None:
+            listed = np.flatnonzero(self._listable)
+            self._listed = (listed, np.searchsorted(listed, self.pages.user_offsets))
+        return self._listed
 
     # ------------------------------------------------------------------ what users search
 
@@ -373,11 +520,14 @@ class FrecencyWorld:
             )
         users = np.asarray(users, dtype=np.int64)
         index = self._pages_of(unique_values(users))
-        true_scores = np.zeros(self.pages.n_pages)
-        true_scores[index] = self._fresh(self.hidden, index)
+        cache = self._params_cache(self.hidden)
+        assert cache is not None  # a fixed vector: its scores are kept
+        # the kept scores of every page, current at the searching users' listable pages
+        self._cached(cache, index, self._fresh_scorer(self.hidden), read=False)
         targets = sample_targets(
-            self.pages, users, true_scores, rng, self.noise_var, eligible=self.listable()
-        )
+            self.pages, users, cache.values[0], rng, self.noise_var,
+            candidates=self._listed_pages(),
+        )  # fmt: skip
         typed = typed_words(self.pages, targets, rng, host_share=self.host_share)
         return Searches(users, targets, typed)
 
@@ -407,23 +557,24 @@ class FrecencyWorld:
     def state(self, theta: np.ndarray, users: np.ndarray) -> UrlbarState:
         """What the searching ``users``' URL bars read: stored and origin frecency by branch
         (pages of other users stay 0)."""
-        index = self._pages_of(unique_values(np.asarray(users, dtype=np.int64)))
+        users = unique_values(np.asarray(users, dtype=np.int64))
         stored = np.zeros(self.pages.n_pages)
         origin = np.zeros(self.pages.n_pages)
-        branch = self.branch[self.pages.owner[index]]
+        scored = self._pages_of(users)
+        branch = self.branch[users]
         for b, params in ((TREATMENT, theta), (CONTROL_NO_DECAY, self.scorer.defaults())):
-            at = index[branch == b]
+            at = self._listed_of(users[branch == b])
             stored[at] = origin[at] = self._fresh(params, at)
-        at = index[branch == CONTROL]
+        at = self._listed_of(users[branch == CONTROL])
         stored[at], origin[at] = self._stored(at)
-        host_bookmarked = np.zeros(int(self.pages.host.max()) + 1, dtype=bool)
-        host_bookmarked[self.pages.host[self.store.bookmarked]] = True
         return UrlbarState(
             stored=stored,
             origin=origin,
             listable=self.listable(),
-            host_bookmarked=host_bookmarked,
+            host_bookmarked=self._host_bookmarked.copy(),
             inputs=self.inputs,
+            scored=scored,
+            host_known=self._host_known | self._host_bookmarked,
         )
 
     def search(
@@ -531,13 +682,26 @@ class FrecencyWorld:
     # ------------------------------------------------------------------ helpers
 
     def _pages_of(self, users: np.ndarray) -> np.ndarray:
-        """The pages of ``users`` that are in the history (visited or bookmarked): pages
-        the users will only discover later have nothing to score yet."""
-        first = self.pages.user_offsets[users]
-        count = self.pages.user_offsets[users + 1] - first
-        start = np.cumsum(count) - count
-        index = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(first - start, count)
-        return index[self.listable()[index]]
+        """The pages of ``users`` (distinct, ascending) that are in the history (visited or
+        bookmarked), ascending: pages the users will only discover later have nothing to
+        score yet. Kept for the next call with the same users and store (the searches and
+        the URL bar of one iteration read the same pages)."""
+        key = users.tobytes()
+        memo = self._pages_memo
+        if memo is not None and memo[0] == key and memo[1] == self.store.version:
+            return memo[2]
+        index = self._listed_of(users)
+        self._pages_memo = (key, self.store.version, index)
+        return index
+
+    def _listed_of(self, users: np.ndarray) -> np.ndarray:
+        """:meth:`_pages_of` without keeping the result."""
+        listed, start = self._listed_pages()
+        first = start[users]
+        count = start[users + 1] - first
+        at = np.arange(int(count.sum()), dtype=np.int64)
+        at += np.repeat(first - (np.cumsum(count) - count), count)
+        return listed[at]
 
 
 def _plain_visits(future: VisitStream, rows: np.ndarray) -> VisitStream:

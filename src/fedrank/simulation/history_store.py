@@ -48,15 +48,19 @@ class VisitStore:
         changed_at: int32 ``(N,)`` the version at which each page last changed (0: never):
             a page's history read at version ``v`` is still its history while
             ``changed_at <= v``.
+
+    :meth:`changed_since` lists the pages changed after a version, so that what is kept
+    about pages (scores, :class:`~fedrank.simulation.score_cache.PageScoreCache`) is
+    brought up to date without reading every page.
     """
 
     def __init__(self, n_pages: int, width: int = NUM_SAMPLED_VISITS) -> None:
         if n_pages < 0 or width < 1:
             raise DataFormatError(f"need n_pages >= 0 and width >= 1, got {n_pages}, {width}")
-        self.time = np.full((n_pages, width), np.nan)
-        self.visit_type = np.zeros((n_pages, width), dtype=np.int8)
-        self.origin_type = np.zeros((n_pages, width), dtype=np.int8)
-        self.redirect_target = np.zeros((n_pages, width), dtype=np.int8)
+        self.time = np.full((n_pages, width), np.nan, order="F")
+        self.visit_type = np.zeros((n_pages, width), dtype=np.int8, order="F")
+        self.origin_type = np.zeros((n_pages, width), dtype=np.int8, order="F")
+        self.redirect_target = np.zeros((n_pages, width), dtype=np.int8, order="F")
         self.visit_count = np.zeros(n_pages, dtype=np.int32)
         self.typed = np.zeros(n_pages, dtype=bool)
         self.bookmarked = np.zeros(n_pages, dtype=bool)
@@ -64,6 +68,11 @@ class VisitStore:
         self._n_rows = np.zeros(n_pages, dtype=np.int16)
         self.version = 0
         self.changed_at = np.zeros(n_pages, dtype=np.int32)
+        # the pages of every change after version _log_floor: (version, distinct pages)
+        self._log_versions: list[int] = []
+        self._log_pages: list[np.ndarray] = []
+        self._log_size = 0
+        self._log_floor = 0
 
     @classmethod
     def from_world(cls, world: BrowsingWorld) -> VisitStore:
@@ -122,6 +131,31 @@ class VisitStore:
     def _changed(self, pages: np.ndarray) -> None:
         self.version += 1
         self.changed_at[pages] = self.version
+        if pages.size > self.n_pages // 16:  # many: a mask is cheaper than a sort
+            mask = np.zeros(self.n_pages, dtype=bool)
+            mask[pages] = True
+            distinct = np.flatnonzero(mask)
+        else:
+            distinct = unique_values(pages)
+        self._log_versions.append(self.version)
+        self._log_pages.append(distinct)
+        self._log_size += distinct.size
+        while self._log_size > max(self.n_pages, 1 << 16) and self._log_pages:
+            # forget the oldest changes (a reader that old rereads every page)
+            self._log_floor = self._log_versions.pop(0)
+            self._log_size -= self._log_pages.pop(0).size
+
+    def changed_since(self, version: int) -> np.ndarray | None:
+        """The distinct pages (sorted) changed after ``version`` (by :meth:`add` or
+        :meth:`add_bookmarks`), or ``None`` when the store no longer remembers that far
+        back (every page may have changed)."""
+        if version >= self.version:
+            return np.zeros(0, dtype=np.int64)
+        if version < self._log_floor:
+            return None
+        first = int(np.searchsorted(self._log_versions, version, side="right"))
+        parts = self._log_pages[first:]
+        return parts[0] if len(parts) == 1 else unique_values(np.concatenate(parts))
 
     def _merge(self, pages: np.ndarray, times: np.ndarray, new: dict[str, np.ndarray]) -> None:
         """Merge visit rows, in arrival order (``new``: their int8 columns), into their

@@ -36,16 +36,21 @@ def sample_targets(
     rng: np.random.Generator,
     noise_var: float = 30.0,
     eligible: np.ndarray | None = None,
+    *,
+    candidates: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """The page each search is for: one draw per entry of ``users`` (see module docstring).
 
     Args:
         pages: the users' pages.
         users: int ``(S,)``: the user of every search (repeats allowed).
-        true_scores: float64 ``(N,)``: the hidden "true" frecency of every page.
+        true_scores: float64 ``(N,)``: the hidden "true" frecency of every page (only the
+            eligible pages of the searching users are read).
         rng: randomness (noise and draws).
         noise_var: variance ``sigma^2`` of the Gaussian noise on the scores (paper: 30).
         eligible: bool ``(N,)``: pages that can be wanted (default: all); a user needs one.
+        candidates: the eligible pages as a caller keeps them, instead of ``eligible``:
+            ``(pages ascending, where user u's start among them (U + 1 offsets))``.
 
     Returns:
         int64 ``(S,)``: global page id of each search's target, always a page of its user.
@@ -61,7 +66,7 @@ def sample_targets(
         raise DataFormatError(
             f"true_scores has shape {scores.shape}, expected ({pages.n_pages},): one score per page"
         )
-    if np.isnan(scores).any():
+    if candidates is None and np.isnan(scores).any():
         raise DataFormatError("true_scores contains NaN")
     if not np.isfinite(noise_var) or noise_var < 0:
         raise ConfigError(f"noise_var must be a finite variance >= 0, got {noise_var}")
@@ -69,34 +74,50 @@ def sample_targets(
         raise ConfigError("rng must be a numpy.random.Generator (np.random.default_rng(seed))")
     if users.size == 0:
         return np.zeros(0, dtype=np.int64)
-    ok = np.ones(pages.n_pages, dtype=bool) if eligible is None else np.asarray(eligible, bool)
-    first = pages.user_offsets[users]
-    count = pages.user_offsets[users + 1] - first
-    start = np.cumsum(count) - count
-    owner = np.repeat(np.arange(users.size, dtype=np.int64), count)
-    page = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(first - start, count)
-    keep = ok[page]
-    owner, page = owner[keep], page[keep]
-    if np.bincount(owner, minlength=users.size).min() == 0:
+    # every search's eligible pages, in page order, search after search
+    if candidates is None:
+        ok = np.ones(pages.n_pages, dtype=bool) if eligible is None else np.asarray(eligible, bool)
+        first = pages.user_offsets[users]
+        count = pages.user_offsets[users + 1] - first
+        start = np.cumsum(count) - count
+        owner = np.repeat(np.arange(users.size, dtype=np.int64), count)
+        page = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(first - start, count)
+        keep = ok[page]
+        page = page[keep]
+        count = np.bincount(owner[keep], minlength=users.size)
+    else:
+        listed, user_start = candidates
+        first = user_start[users]
+        count = user_start[users + 1] - first
+        at = np.arange(int(count.sum()), dtype=np.int64)
+        at += np.repeat(first - (np.cumsum(count) - count), count)
+        page = listed[at]
+    if count.min() == 0:
         raise DataFormatError("a searching user has no page that can be wanted")
+    starts = np.cumsum(count) - count  # every search's first entry
 
     weight = scores[page]  # the utility, then (in place: a pair per page of every
-    if noise_var > 0:  # searching user is the simulation's largest temporary) its weight
+    if candidates is not None and np.isnan(weight).any():  # searching user is the
+        raise DataFormatError("true_scores contains NaN")  # largest temporary) its weight
+    if noise_var > 0:
         weight += rng.normal(0.0, np.sqrt(noise_var), size=weight.size)
     np.maximum(weight, 0.0, out=weight)
     key = rng.standard_exponential(weight.size)
     with np.errstate(divide="ignore"):
         np.divide(key, weight, out=key)  # +inf where weight == 0
-    starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
     # Users whose every utility is <= 0 choose uniformly: any i.i.d. continuous keys do.
     has_positive = np.logical_or.reduceat(weight > 0, starts)
-    uniform = ~has_positive[owner]
-    key[uniform] = rng.random(int(uniform.sum()))
+    if not has_positive.all():
+        flat = np.flatnonzero(~has_positive)
+        n_flat = count[flat]
+        uniform = np.arange(int(n_flat.sum()), dtype=np.int64) + np.repeat(
+            starts[flat] - (np.cumsum(n_flat) - n_flat), n_flat
+        )
+        key[uniform] = rng.random(uniform.size)
     seg_min = np.minimum.reduceat(key, starts)
-    hits = np.flatnonzero(key == seg_min[owner])
-    first_hit = np.ones(hits.size, dtype=bool)  # one hit per search (ties have prob. 0)
-    first_hit[1:] = owner[hits[1:]] != owner[hits[:-1]]
-    return page[hits[first_hit]]
+    hits = np.flatnonzero(key == np.repeat(seg_min, count))
+    # one hit per search, its first (ties have prob. 0)
+    return page[hits[np.searchsorted(hits, starts)]]
 
 
 def typed_words(

@@ -39,18 +39,29 @@ class PageScoreCache:
     def __init__(self, store: VisitStore, n_values: int = 1) -> None:
         self.store = store
         self.values = np.zeros((n_values, store.n_pages))
-        self._version = np.full(store.n_pages, -1, dtype=np.int32)
         self._until = np.full(store.n_pages, -np.inf, dtype=np.float32)
+        self._synced = store.version  # the store's changes up to here are in _until
 
     def clear(self) -> None:
         """Forget every value (the scoring changed)."""
-        self._version.fill(-1)
         self._until.fill(-np.inf)
+        self._synced = self.store.version
+
+    def _sync(self) -> None:
+        """End the validity of every page the store changed since the last sync."""
+        if self._synced == self.store.version:
+            return
+        changed = self.store.changed_since(self._synced)
+        if changed is None:
+            self._until.fill(-np.inf)
+        else:
+            self._until[changed] = -np.inf
+        self._synced = self.store.version
 
     def stale(self, index: np.ndarray, now: float) -> np.ndarray:
         """bool: which pages at ``index`` must be scored again at time ``now``."""
-        changed = self._version[index] < self.store.changed_at[index]
-        return changed | ~(self._until[index].astype(np.float64) > now)
+        self._sync()
+        return ~np.greater(self._until[index], np.float64(now))
 
     def put(
         self,
@@ -61,15 +72,18 @@ class PageScoreCache:
         now: float,
         *,
         reads_day: bool = False,
+        times: np.ndarray | None = None,
     ) -> None:
         """Keep ``values`` (``(n_values, m)``) of the pages at ``index``, scored at ``now``
         from the store's current histories, their first ``row_limits.shape[1]`` rows
         (pages with more rows must not be put). A page stays valid until a row or its
         bookmark grows older than its limit (whole-day ages ``trunc(now - time)``,
-        :func:`_ends`), or, with ``reads_day``, until the next day."""
+        :func:`_ends`), or, with ``reads_day``, until the next day. ``times``: the pages'
+        ``store.time[index, :width]`` when the caller has read them."""
+        self._sync()
         index = np.asarray(index, dtype=np.int64)
         width = row_limits.shape[1]
-        times = self.store.time[index, :width]
+        times = self.store.time[index, :width] if times is None else times
         rows = _ends(times, row_limits)
         rows[np.isnan(times)] = np.inf
         until = rows.min(axis=1, initial=np.inf)
@@ -82,7 +96,6 @@ class PageScoreCache:
         high = until32.astype(np.float64) > until
         until32[high] = np.nextafter(until32[high], np.float32(-np.inf))
         self.values[:, index] = values
-        self._version[index] = self.store.version
         self._until[index] = until32
 
 

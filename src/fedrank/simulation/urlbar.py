@@ -48,11 +48,13 @@ Vectorization
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from fedrank.data.browsing import Pages
+from fedrank.data.browsing import LCP_TABLE_MAX_WORDS, Pages
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.simulation.input_history import InputHistory
 
@@ -130,6 +132,11 @@ class UrlbarState:
         listable: bool ``(N,)`` pages the history query may return (visited or bookmarked).
         host_bookmarked: bool ``(H,)`` hosts holding a bookmark (always autofilled).
         inputs: the adaptive history.
+        scored: optional int64, ascending: the only pages whose ``stored`` and ``origin``
+            may be non-zero (``None``: any page); origin frecency then sums over these.
+        host_known: optional bool ``(H,)``: Firefox's origins, the hosts with a listable
+            page or a bookmark, when the caller keeps them (``None``: computed from
+            ``listable`` and ``host_bookmarked``, which it must equal).
     """
 
     stored: np.ndarray
@@ -137,6 +144,8 @@ class UrlbarState:
     listable: np.ndarray
     host_bookmarked: np.ndarray
     inputs: InputHistory
+    scored: np.ndarray | None = None
+    host_known: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -199,6 +208,144 @@ class SearchBatch:
 
 #: Searches :func:`_matching_pairs` compares at a time (bounds its (search, word) arrays).
 _MATCH_BLOCK = 4096
+#: Pages per block when :func:`prefix_index` sorts the users' words (bounds the
+#: temporaries).
+_INDEX_BLOCK_PAGES = 1 << 17
+
+
+@dataclass(frozen=True)
+class PrefixIndex:
+    """Every word of every page, per user in the vocabulary's lexicographic order: the
+    words of user ``u``'s pages that start with a given prefix are one run of the user's
+    entries ``offsets[u]:offsets[u + 1]`` (words with a common prefix are neighbours in
+    lexicographic order), found by binary search instead of reading all the user's words.
+
+    Attributes:
+        word_at: int64 ``(V,)`` the vocabulary's words in lexicographic order.
+        rank: int64 ``(V,)`` every word's position in :attr:`word_at`.
+        offsets: int64 ``(U + 1,)`` the entries of user ``u``.
+        entry_rank: uint16 (int32 for more than 65,536 words) ``(E,)`` the rank of every
+            entry's word, non-decreasing within a user (then by page).
+        entry_page: int32 ``(E,)`` the page of every entry.
+        work: int64 ``(2, N)`` scratch rows over the pages (:func:`_matching_block`; used
+            under :attr:`lock`, touched once).
+        lock: guards :attr:`work`.
+        host_user: int64 ``(H,)`` the user of every host id (``-1``: an unused id).
+    """
+
+    word_at: np.ndarray
+    rank: np.ndarray
+    offsets: np.ndarray
+    entry_rank: np.ndarray
+    entry_page: np.ndarray
+    work: np.ndarray
+    lock: threading.Lock
+    host_user: np.ndarray
+
+
+def prefix_index(pages: Pages) -> PrefixIndex:
+    """The :class:`PrefixIndex` of ``pages``, built on first use and kept with them."""
+    index = pages.__dict__.get("_prefix_index")
+    if index is None:
+        index = _build_prefix_index(pages)
+        pages.__dict__["_prefix_index"] = index  # like a cached_property of Pages
+    return index
+
+
+def _build_prefix_index(pages: Pages) -> PrefixIndex:
+    """Sorts the words of every user's pages by (user, lexicographic rank, page), over
+    blocks of whole users of about :data:`_INDEX_BLOCK_PAGES` pages."""
+    chars = pages.vocabulary.chars
+    n_words = pages.vocabulary.n_words
+    word_at = (
+        np.lexsort(chars.T[::-1]).astype(np.int64)
+        if chars.shape[1]
+        else np.arange(n_words, dtype=np.int64)
+    )
+    rank = np.empty(n_words, dtype=np.int64)
+    rank[word_at] = np.arange(n_words)
+    rank_dtype = np.uint16 if n_words <= 1 << 16 else np.int32
+    words = pages.words
+    offsets = pages.user_offsets
+    n_users = pages.n_users
+    per_page = np.zeros(words.shape[0] + 1, dtype=np.int64)
+    np.cumsum((words >= 0).sum(axis=1), out=per_page[1:])
+    entry_offsets = per_page[offsets]  # the users' first entries
+    per_user = np.diff(entry_offsets)
+    entry_rank = np.empty(int(entry_offsets[-1]), dtype=rank_dtype)
+    entry_page = np.empty(int(entry_offsets[-1]), dtype=np.int32)
+    bounds = np.unique(
+        np.searchsorted(offsets, np.arange(0, words.shape[0], _INDEX_BLOCK_PAGES), side="right") - 1
+    )
+    users = np.r_[bounds[(bounds >= 0) & (bounds < n_users)], n_users]
+    for u_lo, u_hi in zip(users[:-1], users[1:], strict=True):
+        lo, hi = int(offsets[u_lo]), int(offsets[u_hi])
+        rows, cols = np.nonzero(words[lo:hi] >= 0)  # page, then column
+        r = rank[words[lo + rows, cols]]
+        local = np.repeat(np.arange(u_hi - u_lo, dtype=np.int64), per_user[u_lo:u_hi])
+        order = np.argsort(local * n_words + r, kind="stable")  # then by page, column
+        e_lo, e_hi = int(entry_offsets[u_lo]), int(entry_offsets[u_hi])
+        entry_rank[e_lo:e_hi] = r[order]
+        entry_page[e_lo:e_hi] = lo + rows[order]
+    work = np.zeros((2, pages.n_pages), dtype=np.int64)
+    host_user = np.full(int(pages.host.max(initial=-1)) + 1, -1, dtype=np.int64)
+    host_user[pages.host] = pages.owner
+    return PrefixIndex(
+        word_at, rank, entry_offsets, entry_rank, entry_page, work, threading.Lock(), host_user
+    )
+
+
+def _origins(
+    pages: Pages, state: UrlbarState, index: PrefixIndex
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Firefox's origins (``moz_origins``), over all host ids: ``host_known`` (a page of
+    the host is in the history, or it holds a bookmark), ``origin`` (origin frecency: the
+    sum of ``max(origin, 0)`` over the host's pages, 0 for unknown hosts) and
+    ``qualified`` (autofill may complete to the host: its origin frecency reaches the
+    user's threshold, the mean over the user's hosts with positive origin frecency, or it
+    holds a bookmark)."""
+    host = pages.host
+    n_hosts = index.host_user.size
+    if state.host_known is None:
+        host_known = np.bincount(host[state.listable], minlength=n_hosts) > 0
+        host_known |= state.host_bookmarked[:n_hosts]
+    else:
+        host_known = state.host_known[:n_hosts].copy()
+    if state.scored is None:
+        origin = np.bincount(host, weights=np.maximum(state.origin, 0.0), minlength=n_hosts)
+    else:  # the same sums: the other pages add 0
+        at = state.scored
+        origin = np.bincount(host[at], weights=np.maximum(state.origin[at], 0.0), minlength=n_hosts)
+    origin[~host_known] = 0.0
+    host_user = index.host_user
+    valid = (host_user >= 0) & (origin > 0)
+    sums = np.bincount(host_user[valid], weights=origin[valid], minlength=pages.n_users)
+    counts = np.bincount(host_user[valid], minlength=pages.n_users)
+    threshold = sums / np.maximum(counts, 1)
+    # (no positive origin: the threshold is 0 and every host qualifies, as in Firefox)
+    qualified = origin >= threshold[np.maximum(host_user, 0)]
+    qualified |= state.host_bookmarked[:n_hosts]
+    qualified &= host_known
+    return host_known, origin, qualified
+
+
+def _first_true(
+    lo: np.ndarray, hi: np.ndarray, pred: Callable[[np.ndarray, np.ndarray], np.ndarray]
+) -> np.ndarray:
+    """Vectorized binary search: for every ``i``, the smallest ``k`` in ``lo[i]..hi[i]``
+    with ``pred(i, k)`` true, ``hi[i]`` when none (``pred(i, .)`` false then true on
+    ``lo[i]..hi[i] - 1``; ``pred`` gets the indices ``i`` still searching and one ``k``
+    each)."""
+    lo = np.array(lo, dtype=np.int64)
+    hi = np.array(hi, dtype=np.int64)
+    todo = np.flatnonzero(lo < hi)
+    while todo.size:
+        mid = (lo[todo] + hi[todo]) // 2
+        ok = pred(todo, mid)
+        hi[todo[ok]] = mid[ok]
+        lo[todo[~ok]] = mid[~ok] + 1
+        todo = todo[lo[todo] < hi[todo]]
+    return lo
 
 
 def _matching_pairs(
@@ -209,16 +356,20 @@ def _matching_pairs(
     token_start: np.ndarray,
     state: UrlbarState,
     host_known: np.ndarray,
+    look_from: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(search, page, drop)`` of the (search, page) pairs that match the first typed
-    character, with their *drop step*: the first number of typed characters at which the
-    page stops matching (int64 max when it matches the whole text); ordered by search.
-    Computed over blocks of searches (:func:`_matching_block`)."""
+    """``(search, page, drop)`` of the (search, page) pairs that may be rows once the user
+    reads the list, at ``look_from`` characters typed or more: the pages that match
+    ``look_from`` characters (at most the first token), with their *drop step*, the first
+    number of typed characters at which the page stops matching (int64 max when it
+    matches the whole text), which is above ``look_from``. Pages that match fewer
+    characters can only be rows before the user reads. Computed over blocks of searches
+    (:func:`_matching_block`)."""
     starts = range(0, users.size, _MATCH_BLOCK)
     parts = [
         _matching_block(
             pages, state, host_known,
-            *(a[lo : lo + _MATCH_BLOCK] for a in (users, typed, lengths, token_start)),
+            *(a[lo : lo + _MATCH_BLOCK] for a in (users, typed, lengths, token_start, look_from)),
         )
         for lo in starts
     ]  # fmt: skip
@@ -238,57 +389,118 @@ def _matching_block(
     host_known: np.ndarray,
     *searches: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_matching_pairs` of some searches. Only word pairs that share a token's first
-    character are compared (a word can only match a token it starts like): for the first
-    token, the user's words that start like it come from :attr:`Pages.words_by_first_char`;
-    later tokens are compared with the surviving pages' words. ``searches``: their
-    ``users, typed, lengths, token_start``."""
-    users, typed, lengths, token_start = searches
+    """:func:`_matching_pairs` of some searches. The first token typed to ``p = min(
+    look_from, its length)`` characters matches the user's words that start with those
+    ``p`` characters: a run of the user's entries in :func:`prefix_index` (every word of
+    the run shares ``p`` or more characters with the token, so a page matching more has a
+    word in it); later tokens are compared with the surviving pages' words.
+    ``searches``: their ``users, typed, lengths, token_start, look_from``."""
+    users, typed, lengths, token_start, look_from = searches
+    n = users.size
     vocab = pages.vocabulary
-    token_first = np.where(typed >= 0, vocab.chars[np.maximum(typed, 0), 0], 255)
-    # the first token: the user's words that start like it, page by page
-    offsets, key_page, key_col = pages.words_by_first_char
-    want = users * 256 + token_first[:, 0]
-    lo = offsets[want]
-    count = offsets[want + 1] - lo
-    at = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(
-        lo - (np.cumsum(count) - count), count
+    index = prefix_index(pages)
+    lcp = vocab.lcp_pairs
+    first = typed[:, 0]
+    p = np.minimum(look_from, lengths[:, 0])
+    # the vocabulary's words that start with the first p characters: ranks lo..hi - 1
+    r = index.rank[first]
+    word_at = index.word_at
+    lo_rank = _first_true(
+        np.zeros(n, dtype=np.int64), r, lambda i, k: lcp(first[i], word_at[k]) >= p[i]
     )
-    e_owner = np.repeat(np.arange(users.size, dtype=np.int64), count)
-    e_page = key_page[at].astype(np.int64)
+    hi_rank = _first_true(
+        r + 1, np.full(n, vocab.n_words), lambda i, k: lcp(first[i], word_at[k]) < p[i]
+    )
+    # and the user's entries with those words
+    entry_rank = index.entry_rank
+    u_lo, u_hi = index.offsets[users], index.offsets[users + 1]
+    e_lo = _first_true(u_lo, u_hi, lambda i, k: entry_rank[k] >= lo_rank[i])
+    e_hi = _first_true(e_lo, u_hi, lambda i, k: entry_rank[k] >= hi_rank[i])
+    # searches by the user's occurrence among them, so that one round of searches holds
+    # every page at most once (a page belongs to one user)
+    by_user = np.argsort(users, kind="stable")
+    sorted_users = users[by_user]
+    group = np.flatnonzero(np.r_[True, sorted_users[1:] != sorted_users[:-1]]) if n else by_user
+    occurrence = np.empty(n, dtype=np.int64)
+    occurrence[by_user] = np.arange(n) - np.repeat(group, np.diff(np.r_[group, n]))
+    order = np.argsort(occurrence, kind="stable")
+    count = (e_hi - e_lo)[order]
+    at = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(
+        e_lo[order] - (np.cumsum(count) - count), count
+    )
+    e_owner = np.repeat(order, count)
+    e_round = np.repeat(occurrence[order], count)
+    e_page = index.entry_page[at].astype(np.int64)
     # only pages in the history can be history rows; a root page can be the autofill row
     # of its origin once the origin is known
     keep = state.listable[e_page] | (pages.is_root[e_page] & host_known[pages.host[e_page]])
-    e_owner, e_page = e_owner[keep], e_page[keep]
-    e_word = pages.words[e_page, key_col[at[keep]]]
-    e_lcp = vocab.lcp_pairs(typed[e_owner, 0], e_word)
-    new_pair = np.r_[True, (e_owner[1:] != e_owner[:-1]) | (e_page[1:] != e_page[:-1])]
-    starts = np.flatnonzero(new_pair[: e_owner.size])
-    owner, cand = e_owner[starts], e_page[starts]
-    best = np.maximum.reduceat(e_lcp, starts) if starts.size else np.zeros(0, dtype=np.int64)
+    e_owner, e_page, e_round = e_owner[keep], e_page[keep], e_round[keep]
+    e_lcp = lcp(typed[e_owner, 0], word_at[entry_rank[at[keep]]])
+    # one pair per (search, page) with the page's best common prefix, a round at a time
+    rounds = np.searchsorted(e_round, np.arange(int(e_round.max(initial=-1)) + 2))
+    pair = np.zeros(e_owner.size, dtype=bool)
+    best_of = np.zeros(e_owner.size, dtype=np.int64)
+    with index.lock:
+        best, rep = index.work
+        for a, b in zip(rounds[:-1], rounds[1:], strict=True):
+            pg = e_page[a:b]
+            best[pg] = 0
+            np.maximum.at(best, pg, e_lcp[a:b])
+            seq = np.arange(a, b, dtype=np.int64)
+            rep[pg] = seq
+            pair[a:b] = rep[pg] == seq
+            best_of[a:b] = best[pg]
+    owner, cand, best = e_owner[pair], e_page[pair], best_of[pair]
     drop = np.full(cand.size, np.iinfo(np.int64).max)
     fails = best < lengths[owner, 0]
     drop[fails] = best[fails] + 1  # the first token starts at character 0
-    alive = ~fails
+    if typed.shape[1] > 1:  # the later tokens are compared once they are typed
+        drop[~fails & (typed[owner, 1] >= 0)] = _PENDING
+    keep = drop > np.maximum(look_from[owner], 1)
+    return owner[keep], cand[keep], drop[keep]
+
+
+#: :func:`_matching_block`'s drop step of a pair that matches the whole first token while
+#: the search types more (:func:`_later_drop` tells once the second token starts).
+_PENDING = np.iinfo(np.int64).max - 1
+
+
+def _later_drop(
+    pages: Pages,
+    owner: np.ndarray,
+    cand: np.ndarray,
+    typed: np.ndarray,
+    lengths: np.ndarray,
+    token_start: np.ndarray,
+) -> np.ndarray:
+    """The drop steps of (search ``owner``, page ``cand``) pairs whose page matches the
+    whole first token: the character at which a later token stops matching (int64 max
+    when every token matches). A token is compared with the words that start like it."""
+    vocab = pages.vocabulary
+    drop = np.full(cand.size, np.iinfo(np.int64).max)
+    alive = np.ones(cand.size, dtype=bool)
     for i in range(1, typed.shape[1]):
         pairs = np.flatnonzero(alive & (typed[owner, i] >= 0))
         if not pairs.size:
             break
-        hit_pair, hit_col = np.nonzero(
-            pages.first_chars(cand[pairs]) == token_first[owner[pairs], i][:, None]
-        )
-        best = np.zeros(pairs.size, dtype=np.int64)
-        if hit_pair.size:
-            lcp = vocab.lcp_pairs(
-                typed[owner[pairs[hit_pair]], i], pages.words[cand[pairs[hit_pair]], hit_col]
+        token = typed[owner[pairs], i]
+        if vocab.n_words <= LCP_TABLE_MAX_WORDS:  # every word: a lookup in the lcp table
+            best = vocab.lcp_pairs(token[:, None], pages.words[cand[pairs]]).max(axis=1)
+        else:  # only the words that start like the token
+            hit_pair, hit_col = np.nonzero(
+                pages.first_chars(cand[pairs]) == vocab.chars[token, 0][:, None]
             )
-            np.maximum.at(best, hit_pair, lcp)
+            best = np.zeros(pairs.size, dtype=np.int64)
+            if hit_pair.size:
+                lcp_i = vocab.lcp_pairs(
+                    token[hit_pair], pages.words[cand[pairs[hit_pair]], hit_col]
+                )
+                np.maximum.at(best, hit_pair, lcp_i)
         tl = lengths[owner[pairs], i]
         fails = best < tl
         drop[pairs[fails]] = token_start[owner[pairs[fails]], i] + best[fails] + 1
         alive[pairs[fails]] = False
-    keep = drop > 1
-    return owner[keep], cand[keep], drop[keep]
+    return drop
 
 
 def _segment_argmax(keys: tuple[np.ndarray, ...], group: np.ndarray, n_groups: int) -> np.ndarray:
@@ -339,36 +551,52 @@ def simulate_searches(
     token_start = np.cumsum(lengths + 1, axis=1) - (lengths + 1)  # chars before token i
     first_len = lengths[:, 0]
 
-    # Firefox's origins (moz_origins): the hosts with a page in the history, or bookmarked
+    # Firefox's origins (moz_origins) and what autofill may complete to
     host = pages.host
-    n_hosts = int(host.max(initial=-1)) + 1
-    host_known = np.bincount(host[state.listable], minlength=n_hosts) > 0
-    host_known |= state.host_bookmarked[:n_hosts]
+    host_known, origin, qualified = _origins(pages, state, prefix_index(pages))
+    blind = 1 + rng.poisson(typing.blind_chars, n)
+    # the user reads the list from this character on: what the list holds before does not
+    # matter, so only the pairs that still match then are compared
+    look_from = np.minimum(blind, total)
     owner, cand, drop = _matching_pairs(
-        pages, users, typed, lengths, token_start, state, host_known
+        pages, users, typed, lengths, token_start, state, host_known, look_from
+    )
+    # pairs in the order their searches start reading: pairs [:enter[c]] read by c
+    by_look = np.argsort(look_from[owner], kind="stable")
+    owner, cand, drop = owner[by_look], cand[by_look], drop[by_look]
+    enter = np.searchsorted(
+        look_from[owner], np.arange(int(total.max(initial=0)) + 1), side="right"
     )
     lcp = vocab.lcp_pairs
 
-    # autofill: origin frecency, the user's threshold, the roots that may be autofilled
-    origin = np.bincount(host, weights=np.maximum(state.origin, 0.0), minlength=n_hosts)
-    origin[~host_known] = 0.0
-    host_user = np.full(origin.size, -1, dtype=np.int64)
-    host_user[host] = pages.owner
-    valid = (host_user >= 0) & (origin > 0)
-    sums = np.bincount(host_user[valid], weights=origin[valid], minlength=pages.n_users)
-    counts = np.bincount(host_user[valid], minlength=pages.n_users)
-    threshold = sums / np.maximum(counts, 1)
-    # (no positive origin: the threshold is 0 and every host qualifies, as in Firefox)
-    qualified = origin >= threshold[np.maximum(host_user, 0)]
-    qualified |= state.host_bookmarked[: origin.size]
-    qualified &= host_known
-    af_pair = np.zeros(0, dtype=np.int64)
-    af_until = np.zeros(0, dtype=np.int64)
+    # autofill: the qualified roots whose host name the first token starts
+    af_owner = af_cand = af_until = af_origin = np.zeros(0, dtype=np.int64)
     if config.autofill:
         af_pair = np.flatnonzero(pages.is_root[cand] & qualified[host[cand]])
         reach = lcp(typed[owner[af_pair], 0], pages.words[cand[af_pair], 0])
         af_until = np.minimum(reach, first_len[owner[af_pair]])
-        af_pair, af_until = af_pair[af_until >= 1], af_until[af_until >= 1]
+        usable = af_until >= look_from[owner[af_pair]]
+        af_pair, af_until = af_pair[usable], af_until[usable]
+        af_owner, af_cand = owner[af_pair], cand[af_pair]
+        af_origin = origin[host[af_cand]]
+
+    # the frecency rows: listable pages of non-zero stored frecency (only these pairs stay)
+    stored = state.stored
+    p_stored = stored[cand]
+    keep = state.listable[cand] & (p_stored != 0)
+    owner, cand, drop, p_stored = owner[keep], cand[keep], drop[keep], p_stored[keep]
+    # what does not change while typing: is the pair's page the target, or ahead of it
+    t_stored = stored[targets]
+    p_target = cand == targets[owner]
+    p_ahead = p_stored > t_stored[owner]
+    p_ahead |= (p_stored == t_stored[owner]) & (cand > targets[owner])
+    # pairs in the order their searches start reading: pairs [:enter[c]] read by c
+    by_look = np.argsort(look_from[owner], kind="stable")
+    owner, cand, drop = owner[by_look], cand[by_look], drop[by_look]
+    p_target, p_ahead = p_target[by_look], p_ahead[by_look]
+    enter = np.searchsorted(
+        look_from[owner], np.arange(int(total.max(initial=0)) + 1), side="right"
+    )
 
     # adaptive rows of every search's user: (search, row) pairs
     first_page = pages.user_offsets[users]
@@ -384,12 +612,16 @@ def simulate_searches(
     a_len = inputs.length[a_row]
     a_reach = np.minimum(lcp(typed[a_search, 0], inputs.word[a_row]), a_len)
     a_reach = np.minimum(a_reach, first_len[a_search])
-    a_use = inputs.use_count[a_row]
+    usable = (a_reach >= look_from[a_search]) & state.listable[a_page]
+    a_search, a_page, a_len, a_reach = (
+        a_search[usable],
+        a_page[usable],
+        a_len[usable],
+        a_reach[usable],
+    )
+    a_use = inputs.use_count[a_row[usable]]
 
-    stored = state.stored
-    listable = state.listable & (stored != 0)
     general = config.general_rows
-    blind = 1 + rng.poisson(typing.blind_chars, n)
     chars = total.copy()
     rank_out = np.full(n, -1, dtype=np.int64)
     found = np.zeros(n, dtype=bool)
@@ -397,28 +629,37 @@ def simulate_searches(
     shown = np.full((n, config.history_rows), -1, dtype=np.int64)
     n_shown = np.zeros(n, dtype=np.int64)
     active = total >= 1
-    t_stored = stored[targets]
 
-    pool = np.arange(cand.size)  # pairs still matching
+    pool = np.zeros(0, dtype=np.int64)  # pairs of reading searches, still matching
+    entered = 0
     for c in range(1, int(total.max(initial=0)) + 1):
         live = active & (total >= c)
         if not live.any():
             break
-        pool = pool[(drop[pool] > c) & live[owner[pool]]]
+        reading = live & (look_from <= c)
+        if not reading.any():
+            rng.random(n)  # this character's attention draw (nobody reads yet)
+            continue
+        pool = np.concatenate([pool, np.arange(entered, enter[c])])
+        entered = int(enter[c])
+        pending = pool[drop[pool] == _PENDING]
+        due = pending[token_start[owner[pending], 1] <= c] if pending.size else pending
+        if due.size:  # the second token starts: compare the later tokens
+            drop[due] = _later_drop(pages, owner[due], cand[due], typed, lengths, token_start)
+        pool = pool[(drop[pool] > c) & reading[owner[pool]]]
         idx = pool
         s_of = owner[idx]
         j = cand[idx]
         # autofill row: the qualified root with the highest origin frecency among those
         # whose host starts with the typed text
-        af = af_pair[(af_until >= c) & live[owner[af_pair]]]
-        af_idx = _segment_argmax((cand[af], origin[host[cand[af]]]), owner[af], n)
+        af = np.flatnonzero((af_until >= c) & reading[af_owner])
+        af_idx = _segment_argmax((af_cand[af], af_origin[af]), af_owner[af], n)
         af_page = np.full(n, -1, dtype=np.int64)
-        af_page[af_idx >= 0] = cand[af[af_idx[af_idx >= 0]]]
+        af_page[af_idx >= 0] = af_cand[af[af_idx[af_idx >= 0]]]
         # adaptive rows (first word only), best rank per (search, page), top adaptive_rows
         # (Firefox: ROUND(MAX(use_count) * (1 + (input = typed)), 1) per visited or
         # bookmarked page, the exact flag from the row holding the max)
-        ok = live[a_search] & (a_reach >= c) & state.listable[a_page]
-        sel = np.flatnonzero(ok)
+        sel = np.flatnonzero(reading[a_search] & (a_reach >= c))
         ad_s, ad_p, ad_u, ad_x = a_search[sel], a_page[sel], a_use[sel], a_len[sel] == c
         order = np.lexsort((-ad_u, ad_p, ad_s))
         ad_s, ad_p, ad_u, ad_x = ad_s[order], ad_p[order], ad_u[order], ad_x[order]
@@ -444,13 +685,11 @@ def simulate_searches(
             p = np.minimum(np.searchsorted(key_ad, key_pairs), key_ad.size - 1)
             in_adaptive = key_ad[p] == key_pairs
         # frecency rows ahead of the target
-        matching = listable[j] & (j != af_page[s_of]) & ~in_adaptive
-        ahead = matching & (
-            (stored[j] > t_stored[s_of]) | ((stored[j] == t_stored[s_of]) & (j > targets[s_of]))
-        )
-        n_ahead = np.bincount(s_of, weights=ahead, minlength=n).astype(np.int64)
-        t_matches = (j == targets[s_of]) & listable[j]
-        t_listed = np.bincount(s_of, weights=t_matches, minlength=n) > 0
+        matching = j != af_page[s_of]
+        matching &= ~in_adaptive
+        n_ahead = np.bincount(s_of[matching & p_ahead[idx]], minlength=n)
+        t_listed = np.zeros(n, dtype=bool)
+        t_listed[s_of[p_target[idx]]] = True
         has_af = af_page >= 0
         is_af = has_af & (af_page == targets)
         in_ad = t_adaptive >= 0
@@ -460,7 +699,7 @@ def simulate_searches(
             np.where(in_ad, has_af + t_adaptive,
                      np.where(t_listed & (n_ahead < room), has_af + n_adaptive + n_ahead, -1)),
         )  # fmt: skip
-        look = live & (c >= np.minimum(blind, total)) & (rank >= 0)
+        look = reading & (rank >= 0)
         u = rng.random(n)
         notice = look & ((c == total) | (u < typing.scan_continue ** np.maximum(rank, 0)))
         done = np.flatnonzero(notice)
@@ -518,12 +757,14 @@ def _rows_at(
     p_0 = af_page[s_0]
     all_s = np.concatenate([s_0, s_a, s_f])
     all_p = np.concatenate([p_0, p_a, p_f])
-    cat = np.concatenate([np.zeros(s_0.size), np.ones(s_a.size), np.full(s_f.size, 2.0)])
+    group = all_s * 3  # the search, then the category
+    group[s_0.size : s_0.size + s_a.size] += 1
+    group[s_0.size + s_a.size :] += 2
     within = np.concatenate([
         np.zeros(s_0.size), ad_pos[mark[ad_s]].astype(np.float64), -stored[p_f],
     ])  # fmt: skip
-    tie = np.concatenate([np.zeros(s_0.size + s_a.size), -p_f.astype(np.float64)])
-    order = np.lexsort((tie, within, cat, all_s))
+    tie = np.concatenate([np.zeros(s_0.size + s_a.size, dtype=np.int64), -p_f])
+    order = np.lexsort((tie, within, group))
     all_s, all_p = all_s[order], all_p[order]
     seg = np.flatnonzero(np.r_[True, all_s[1:] != all_s[:-1]]) if all_s.size else np.zeros(0, int)
     pos = np.arange(all_s.size) - np.repeat(seg, np.diff(np.r_[seg, all_s.size]))
@@ -546,8 +787,13 @@ def _check(
         if getattr(state, name).shape != (n,):
             raise DataFormatError(f"UrlbarState.{name} must have one entry per page ({n})")
     n_hosts = int(pages.host.max(initial=-1)) + 1
-    if state.host_bookmarked.ndim != 1 or state.host_bookmarked.size < n_hosts:
-        raise DataFormatError(f"UrlbarState.host_bookmarked must cover every host id ({n_hosts})")
+    for name in ("host_bookmarked", "host_known"):
+        value = getattr(state, name)
+        if value is not None and (value.ndim != 1 or value.size < n_hosts):
+            raise DataFormatError(f"UrlbarState.{name} must cover every host id ({n_hosts})")
+    scored = state.scored
+    if scored is not None and scored.size and (scored[0] < 0 or scored[-1] >= n):  # ascending
+        raise DataFormatError(f"UrlbarState.scored must hold page ids in 0..{n - 1}")
     if users.ndim != 1 or targets.shape != users.shape or typed.shape[0] != users.size:
         raise DataFormatError("users, targets and typed need one row per search")
     if users.size and (users.min() < 0 or users.max() >= pages.n_users):

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedrank.errors import ConfigError
-from fedrank.models.frecency.history import PageHistories, VisitType
+from fedrank.models.frecency.history import REDIRECT_TYPES, PageHistories, VisitType
 from fedrank.models.frecency.weights import (
     BUCKET_WEIGHT_SLICE,
     CLASSIC_INDEX,
@@ -330,9 +330,13 @@ _I_UNVISITED_TYPED = CLASSIC_INDEX["unvisitedTypedBonus"]
 
 def newest_visit_age(pages: PageHistories) -> np.ndarray:
     """float64 ``(n,)``: age of each page's newest sampled visit (0 for unvisited pages)."""
-    if pages.visit_type.shape[1] == 0:
-        return np.zeros(pages.n_pages)
-    newest = np.where(pages.visit_mask, pages.visit_age_days, np.inf).min(axis=1)
+    return _newest_age(pages.visit_age_days, pages.visit_mask)
+
+
+def _newest_age(age: np.ndarray, visit_mask: np.ndarray) -> np.ndarray:
+    if age.shape[1] == 0:
+        return np.zeros(age.shape[0])
+    newest = np.where(visit_mask, age, np.inf).min(axis=1)
     return np.where(np.isfinite(newest), newest, 0.0)
 
 
@@ -399,39 +403,77 @@ class ClassicFrecency:
             | ((target == VisitType.REDIRECT_TEMPORARY) & (pages.effective_type != VisitType.TYPED))
         )
 
+    @staticmethod
+    def row_slots(
+        visit_type: np.ndarray,
+        origin_type: np.ndarray,
+        redirect_target: np.ndarray,
+        visit_count: np.ndarray,
+    ) -> np.ndarray:
+        """uint8 ``(n, V)``: the bonus slot of every sampled row (:meth:`visit_slots`) from
+        the row columns of :class:`PageHistories` (``visit_type`` 0: padding) and the
+        pages' ``visit_count``; ``N_BONUS_SLOTS`` for padding and unsampled pages."""
+        visit_type = np.asarray(visit_type)
+        origin_type = np.asarray(origin_type)
+        redirected = np.isin(visit_type, REDIRECT_TYPES) & (origin_type != 0)
+        effective = np.where(redirected, origin_type, visit_type).astype(np.int8)
+        slot = type_slots(effective, _CLASSIC_SLOT_TABLE)
+        visited = visit_type != 0
+        target = np.asarray(redirect_target)
+        redirect = visited & (
+            (target == VisitType.REDIRECT_PERMANENT)
+            | ((target == VisitType.REDIRECT_TEMPORARY) & (effective != VisitType.TYPED))
+        )
+        np.copyto(slot, _REDIRECT_SOURCE_SLOT, where=redirect)
+        slot[np.asarray(visit_count) <= 0] = N_BONUS_SLOTS
+        slot[~visited] = N_BONUS_SLOTS
+        return slot
+
     @classmethod
     def visit_slots(cls, pages: PageHistories) -> VisitSlots:
         """The rows in bonus slots: each sampled row's effective-type bonus (or
         ``redirectSourceVisitBonus``), plus ``bookmarkVisitBonus`` as the extra contribution
         of bookmarked pages. Pages with ``visit_count = 0`` are not sampled (no slot)."""
-        slot = type_slots(pages.effective_type, _CLASSIC_SLOT_TABLE)
-        np.copyto(slot, _REDIRECT_SOURCE_SLOT, where=cls.redirect_bonus_rows(pages))
-        slot[pages.visit_count <= 0] = N_BONUS_SLOTS
-        slot[~pages.visit_mask] = N_BONUS_SLOTS
+        slot = cls.row_slots(
+            pages.visit_type,
+            pages.visit_origin_type,
+            pages.visit_redirect_target,
+            pages.visit_count,
+        )
+        return cls.slotted(pages.visit_age_days, slot, pages.bookmarked)
+
+    @staticmethod
+    def slotted(age: np.ndarray, slot: np.ndarray, bookmarked: np.ndarray) -> VisitSlots:
+        """:class:`VisitSlots` of rows with ages ``age`` (days), bonus slots ``slot``
+        (:meth:`row_slots`) and the pages' bookmark flags."""
         return VisitSlots(
-            age=np.asarray(pages.visit_age_days, dtype=np.float64),
+            age=np.asarray(age, dtype=np.float64),
             slot=slot,
             n_slots=N_BONUS_SLOTS,
-            extra=np.asarray(pages.bookmarked, dtype=bool),
+            extra=np.asarray(bookmarked, dtype=bool),
             extra_slot=_BOOKMARK_SLOT,
         )
 
     def points100(self, rows: np.ndarray, pages: PageHistories) -> np.ndarray:
         """``(P, n)``: ``100 * points`` (sum of bucket weight x bonus over sampled rows)."""
+        return self._points100(rows, self.visit_slots(pages))
+
+    @staticmethod
+    def _points100(rows: np.ndarray, visits: VisitSlots) -> np.ndarray:
         return bucketed_points(
             rows[:, CUTOFF_SLICE],
             rows[:, BUCKET_WEIGHT_SLICE],
             rows[:, VISIT_BONUS_SLICE],
-            self.visit_slots(pages),
+            visits,
         )
 
-    def _float32_points(self, rows: np.ndarray, pages: PageHistories) -> np.ndarray:
+    def _float32_points(self, rows: np.ndarray, visits: VisitSlots) -> np.ndarray:
         """``(P, n)`` float32 ``points`` summed row by row in the C++'s order and precision:
         ``points += (float)(weight * (bonus / 100.0))`` for rows with ``bonus != 0``."""
-        visits = self.visit_slots(pages)
+        assert visits.extra is not None
         real = visits.slot != N_BONUS_SLOTS
         eff = effective_cutoffs(rows[:, CUTOFF_SLICE])
-        out = np.zeros((rows.shape[0], pages.n_pages), dtype=np.float32)
+        out = np.zeros((rows.shape[0], visits.n_pages), dtype=np.float32)
         for r in range(rows.shape[0]):
             bucket = np.zeros(visits.age.shape, dtype=np.intp)
             for c in eff[r]:
@@ -443,7 +485,7 @@ class ClassicFrecency:
             )
             term = (weight * (bonus / 100.0)).astype(np.float32)
             term[~real | (bonus == 0)] = 0.0
-            points = np.zeros(pages.n_pages, dtype=np.float32)
+            points = np.zeros(visits.n_pages, dtype=np.float32)
             for j in range(term.shape[1]):  # the C++ loop order (a handful of rows)
                 points += term[:, j]
             out[r] = points
@@ -452,20 +494,43 @@ class ClassicFrecency:
     def score(self, params: np.ndarray, pages: PageHistories) -> np.ndarray:
         """Frecency of every page: ``(n,)`` for a ``(22,)`` vector, ``(P, n)`` for ``(P, 22)``
         rows (float64; integral values when ``rounding``)."""
+        return self.score_slots(
+            params,
+            self.visit_slots(pages),
+            pages.visit_count,
+            pages.n_sampled,
+            pages.bookmarked,
+            pages.typed,
+            pages.is_place_query,
+        )
+
+    def score_slots(
+        self,
+        params: np.ndarray,
+        visits: VisitSlots,
+        visit_count: np.ndarray,
+        n_sampled: np.ndarray,
+        bookmarked: np.ndarray,
+        typed: np.ndarray,
+        is_place_query: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """:meth:`score` of pages given as their rows in bonus slots (:meth:`visit_slots`,
+        :meth:`slotted`) and page facts (``is_place_query`` ``None``: no ``place:`` query),
+        for a caller that keeps the slots (they change only with the history)."""
         rows, single = as_param_rows(params, N_CLASSIC_WEIGHTS, "classic frecency")
-        sampled = np.asarray(pages.n_sampled * (pages.visit_count > 0), dtype=np.int64)
+        sampled = np.asarray(n_sampled * (visit_count > 0), dtype=np.int64)
         n = np.maximum(sampled, 1)
-        visit_count = pages.visit_count.astype(np.float64)
+        visit_count = visit_count.astype(np.float64)
         if self.float32:
             _check_integer_rows(rows)
-            points = self._float32_points(rows, pages)
+            points = self._float32_points(rows, visits)
             zero = points == 0
             # ceilf(visitCount * ceilf(points) / numSampledVisits), every step in float32
             out = np.ceil(
                 visit_count.astype(np.float32) * np.ceil(points) / n.astype(np.float32)
             ).astype(np.float64)
         else:
-            pts100 = self.points100(rows, pages)
+            pts100 = self._points100(rows, visits)
             zero = pts100 == 0.0
             if self.rounding:
                 # visit_count * ceil(points) is exact in float64 for integer weights.
@@ -476,10 +541,12 @@ class ClassicFrecency:
 
         unsampled = np.flatnonzero(sampled == 0)
         if unsampled.size:
-            scored = pages.bookmarked[unsampled] & ~pages.is_place_query[unsampled]
+            scored = bookmarked[unsampled]
+            if is_place_query is not None:
+                scored = scored & ~is_place_query[unsampled]
             bonus = (
                 rows[:, _I_UNVISITED_BOOKMARK, None]
-                + pages.typed[unsampled] * rows[:, _I_UNVISITED_TYPED, None]
+                + typed[unsampled] * rows[:, _I_UNVISITED_TYPED, None]
             )
             if self.float32:
                 value = rows[:, _I_FIRST_WEIGHT, None].astype(np.float32) * (
@@ -522,12 +589,52 @@ class ClassicFrecency:
         """``(decayed, undecayed)``: :meth:`decayed_score` and the score Firefox cached
         when it last recomputed each page (as of its newest sampled visit, or its newest
         bookmark when unvisited), from one scoring pass."""
+        return self.stored_slots(
+            params,
+            pages.visit_age_days,
+            pages.visit_mask,
+            self.visit_slots(pages).slot,
+            pages.visit_count,
+            pages.n_sampled,
+            pages.bookmarked,
+            pages.typed,
+            pages.bookmark_age_days,
+            pages.is_place_query,
+            decay_rate,
+        )
+
+    def stored_slots(
+        self,
+        params: np.ndarray,
+        age: np.ndarray,
+        visit_mask: np.ndarray,
+        slot: np.ndarray,
+        visit_count: np.ndarray,
+        n_sampled: np.ndarray,
+        bookmarked: np.ndarray,
+        typed: np.ndarray,
+        bookmark_age_days: np.ndarray,
+        is_place_query: np.ndarray | None = None,
+        decay_rate: float = DEFAULT_DECAY_RATE,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`stored_scores` of pages given as their rows' ages, real rows and bonus
+        slots (:meth:`row_slots`) and page facts (the columns of :class:`PageHistories`),
+        for a caller that keeps the slots."""
         if not (np.isfinite(decay_rate) and 0.0 < decay_rate <= 1.0):
             raise ConfigError(f"decay_rate must be in (0, 1], got {decay_rate}")
-        sampled = (pages.n_sampled > 0) & (pages.visit_count > 0)
-        since = np.where(sampled, newest_visit_age(pages), pages.bookmark_age_days)
+        sampled = (n_sampled > 0) & (visit_count > 0)
+        since = np.where(sampled, _newest_age(age, visit_mask), bookmark_age_days)
         since = np.maximum(np.floor(since), 0.0)
-        fresh = self.score(params, pages.aged(-since))
+        shift = -since  # each page as of its newest visit (PageHistories.aged)
+        fresh = self.score_slots(
+            params,
+            self.slotted(age + shift[:, None], slot, bookmarked),
+            visit_count,
+            n_sampled,
+            bookmarked,
+            typed,
+            is_place_query,
+        )
         if not self.rounding:
             return np.where(fresh > 0, fresh * decay_rate**since, fresh), fresh
         rate = float(np.float32(decay_rate))  # the float pref, bound as a double

@@ -15,7 +15,12 @@ from typing import ClassVar
 import numpy as np
 
 from fedrank.errors import ConfigError
-from fedrank.models.frecency.classic import ClassicFrecency, bucket_of, effective_cutoffs
+from fedrank.models.frecency.classic import (
+    ClassicFrecency,
+    VisitSlots,
+    bucket_of,
+    effective_cutoffs,
+)
 from fedrank.models.frecency.history import PageHistories
 from fedrank.models.frecency.modern import (
     MODERN_WEIGHT_NAMES,
@@ -139,20 +144,60 @@ class ClassicScorer(PageScorer):
     def fresh(self, params: np.ndarray, pages: PageHistories, now: float) -> np.ndarray:
         return np.asarray(self.frecency.score(params, pages), dtype=np.float64)
 
+    def fresh_slots(
+        self,
+        params: np.ndarray,
+        visits: VisitSlots,
+        visit_count: np.ndarray,
+        n_sampled: np.ndarray,
+        bookmarked: np.ndarray,
+        typed: np.ndarray,
+    ) -> np.ndarray:
+        """:meth:`fresh` of pages given as their rows in bonus slots and page facts
+        (:meth:`ClassicFrecency.score_slots`; no ``place:`` query): the same values, for a
+        caller that keeps the slots."""
+        return np.asarray(
+            self.frecency.score_slots(params, visits, visit_count, n_sampled, bookmarked, typed),
+            dtype=np.float64,
+        )
+
     def fresh_age_limits(
         self, params: np.ndarray, pages: PageHistories
     ) -> tuple[np.ndarray, np.ndarray]:
         """A row's weight changes only when its age passes the cutoff of its bucket (the
         last bucket never changes); an unvisited bookmark scores without an age."""
+        return self.age_limits(params, pages.visit_age_days), np.full(pages.n_pages, np.inf)
+
+    @staticmethod
+    def age_limits(params: np.ndarray, age: np.ndarray) -> np.ndarray:
+        """The row limits of :meth:`fresh_age_limits` for rows of ages ``age``."""
         cutoffs = effective_cutoffs(np.asarray(params, dtype=np.float64)[CUTOFF_SLICE])
-        age = pages.visit_age_days
-        limit = np.append(np.floor(cutoffs), np.inf)[bucket_of(age, cutoffs)]
-        return limit, np.full(pages.n_pages, np.inf)
+        return np.append(np.floor(cutoffs), np.inf)[bucket_of(age, cutoffs)]
 
     def stored(
         self, pages: PageHistories, now: float, decay_rate: float
     ) -> tuple[np.ndarray, np.ndarray]:
         decayed, undecayed = self.frecency.stored_scores(self.defaults(), pages, decay_rate)
+        return np.asarray(decayed, np.float64), np.asarray(undecayed, np.float64)
+
+    def stored_slots(
+        self,
+        age: np.ndarray,
+        visit_mask: np.ndarray,
+        slot: np.ndarray,
+        visit_count: np.ndarray,
+        n_sampled: np.ndarray,
+        bookmarked: np.ndarray,
+        typed: np.ndarray,
+        bookmark_age_days: np.ndarray,
+        decay_rate: float,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`stored` of pages given as their rows in bonus slots and page facts
+        (:meth:`ClassicFrecency.stored_slots`; no ``place:`` query)."""
+        decayed, undecayed = self.frecency.stored_slots(
+            self.defaults(), age, visit_mask, slot, visit_count, n_sampled, bookmarked, typed,
+            bookmark_age_days, None, decay_rate,
+        )  # fmt: skip
         return np.asarray(decayed, np.float64), np.asarray(undecayed, np.float64)
 
 
