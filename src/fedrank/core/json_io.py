@@ -32,6 +32,12 @@ def clean(obj: Any) -> Any:
     return obj
 
 
+def as_json_value(data: Any) -> Any:
+    """``data`` as :func:`write_json` writes it and ``json.loads`` reads it back (for
+    comparing a value with one read from a written file)."""
+    return json.loads(json.dumps(clean(data), default=_json_default))
+
+
 def write_json(data: Any, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(clean(data), indent=2, default=_json_default))

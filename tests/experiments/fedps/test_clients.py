@@ -162,7 +162,7 @@ def test_the_command_on_dask_equals_the_command_in_one_process(
     heavy imports, its workers are forked from a fork server, the cover queries are
     computed in a process beside the driver): the result is the one-process command's."""
     args = ["fedps", "run", "--mode", "flat", "--log", str(aol_log), "--users", "8",
-            "--rounds", "1", "--seed", "2"]  # fmt: skip
+            "--rounds", "1", "--seed", "2", "--warmup-rounds", "1"]  # fmt: skip
     outputs = []
     for extra in ([], ["--dask-workers", "2"]):
         out = tmp_path / f"run{len(extra)}.json"
@@ -229,7 +229,7 @@ def test_the_driver_beside_a_local_cluster_prepares_with_one_blas_thread(
 
     monkeypatch.setattr(fedps_data, "prepare_aol", recording)
     args = ["fedps", "run", "--mode", "proxy", "--log", str(aol_log), "--users", "6",
-            "--rounds", "1", "--seed", "2"]  # fmt: skip
+            "--rounds", "1", "--seed", "2", "--warmup-rounds", "1"]  # fmt: skip
     for extra in ([], ["--dask-workers", "1"]):
         result = CliRunner().invoke(main, [*args, *extra])
         assert result.exit_code == 0, result.output

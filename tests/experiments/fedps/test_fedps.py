@@ -335,7 +335,8 @@ def test_cli_refuses_bad_settings_before_starting_a_cluster(
 def test_cli_run_with_seeds_writes_json(aol_log: Path, tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     args = ["fedps", "run", "--mode", "central", "--log", str(aol_log), "--users", "8",
-            "--seed", "1", "--seeds", "1,2", "--rounds", "1", "--json", str(out)]  # fmt: skip
+            "--seed", "1", "--seeds", "1,2", "--rounds", "1", "--warmup-rounds", "1",
+            "--json", str(out)]  # fmt: skip
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())

@@ -58,7 +58,8 @@ def test_cli_run_with_an_attack(aol_log: Path, tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     args = ["fedps", "run", "--mode", "proxy", "--log", str(aol_log), "--users", "8",
             "--seed", "1", "--rounds", "1", "-k", "4", "--per-proxy", "2", "--malicious",
-            "0.25", "--attack", "model-replacement", "--json", str(out)]  # fmt: skip
+            "0.25", "--attack", "model-replacement", "--warmup-rounds", "1",
+            "--json", str(out)]  # fmt: skip
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert "attack: 25% malicious (model-replacement)" in result.output

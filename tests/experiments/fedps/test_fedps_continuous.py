@@ -29,7 +29,9 @@ from fedrank.experiments.fedps.settings import FedPSSettings
 from fedrank.retrieval.candidates import RankingSamples, build_users
 
 SPLITS = ("train", "valid", "test")
-TINY = FedPSSettings(mode="original", rounds=1, clients_per_step=5, cover_queries=0)
+TINY = FedPSSettings(
+    mode="original", rounds=1, clients_per_step=5, cover_queries=0, warmup_rounds=1
+)
 MODES = ("original", "central", "flat")
 
 

@@ -16,7 +16,7 @@ from fedrank.cli import main
 def test_cli_reproduce_writes_tables_and_resumes(aol_log: Path, tmp_path: Path) -> None:
     args = ["fedps", "reproduce", "--log", str(aol_log), "--users", "8", "--rounds", "1",
             "--seeds", "1,2", "--lrs", "1e-3,3e-3", "--tables", "3,6", "--jobs", "2",
-            "--out", str(tmp_path)]  # fmt: skip
+            "--warmup-rounds", "1", "--out", str(tmp_path)]  # fmt: skip
     first = CliRunner().invoke(main, args)
     assert first.exit_code == 0, first.output
     text = (tmp_path / "tables.md").read_text()
@@ -48,6 +48,14 @@ def test_cli_reproduce_writes_tables_and_resumes(aol_log: Path, tmp_path: Path) 
     assert second.exit_code == 0, second.output
     assert (tmp_path / "runs" / "flat_s1.json").stat().st_mtime_ns == stamp  # reused
     assert (tmp_path / "tables.md").read_text() == text
+    assert "--warmup-rounds 1" in text and frozen["settings"]["warmup_rounds"] == 1
+    # runs left from other settings are never mixed in: a clear error, nothing lost
+    other = [*args[:-4], "--warmup-rounds", "0", "--out", str(tmp_path)]
+    stale = CliRunner().invoke(main, other)
+    assert stale.exit_code != 0
+    assert "other settings" in stale.output and "warmup_rounds: 1 -> 0" in stale.output
+    assert (tmp_path / "runs" / "flat_s1.json").stat().st_mtime_ns == stamp
+    assert (tmp_path / "tables.md").read_text() == text
     # --finished-only runs nothing and writes what it has, naming what is missing
     (tmp_path / "runs" / "proxy_s2.json").unlink()
     partial = CliRunner().invoke(main, [*args, "--finished-only"])
@@ -60,3 +68,15 @@ def test_cli_reproduce_writes_tables_and_resumes(aol_log: Path, tmp_path: Path) 
     (tmp_path / "runs" / "central_lr3e-3_s2.json").unlink()
     no_central = CliRunner().invoke(main, [*args, "--finished-only"])
     assert no_central.exit_code != 0 and "central runs" in no_central.output
+
+
+def test_a_figure4_run_from_other_settings_is_not_reused(tmp_path: Path) -> None:
+    from fedrank.errors import ConfigError
+    from fedrank.experiments.fedps.reproduce import ReproduceConfig, _continuous
+
+    config = ReproduceConfig(log=tmp_path / "log.tsv", out_dir=tmp_path, tables=("fig4",))
+    recorded = {"stages": [], "base_settings": {"mode": "central", "warmup_rounds": 0}}
+    (tmp_path / "continuous.json").write_text(json.dumps(recorded))
+    with pytest.raises(ConfigError, match="other settings"):
+        _continuous(config, None)
+    assert json.loads((tmp_path / "continuous.json").read_text()) == recorded

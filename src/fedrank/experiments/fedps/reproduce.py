@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from fedrank.aggregators.hierarchy import Topology
-from fedrank.core.json_io import write_json
+from fedrank.core.json_io import as_json_value, write_json
 from fedrank.errors import ConfigError
 from fedrank.experiments.executors import check_executor_options, job_executor
 from fedrank.experiments.fedps.client_sampling import flat_schedule, proxy_schedule
@@ -145,6 +145,12 @@ class ReproduceConfig:
         dask_scheduler: run the jobs on the Dask cluster at this address instead.
         finished_only: run nothing; write the tables from the runs finished so far, rows
             and tables whose runs are missing named as not finished.
+        warmup_rounds: the click-feature warm-up of every trained job
+            (:attr:`FedPSSettings.warmup_rounds`; ``None``: its default, ``0``: none).
+
+    A finished run is reused only when it was run with the settings its job has now
+    (:func:`run_jobs`); a run left from other settings stops the reproduction with an error
+    naming it, so tables never mix runs of different settings.
     """
 
     log: Path
@@ -164,6 +170,7 @@ class ReproduceConfig:
     dask_workers: int | None = None
     dask_scheduler: str | None = None
     finished_only: bool = False
+    warmup_rounds: int | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.tables) - set(TABLES)
@@ -216,10 +223,15 @@ def _central_name(lr: float, seed: int) -> str:
     return _seeded(f"central_lr{_lr_name(lr)}", seed)
 
 
+def _base_settings(config: ReproduceConfig) -> FedPSSettings:
+    """The settings every job starts from: central, ``config.rounds``, its warm-up."""
+    return FedPSSettings(mode="central", rounds=config.rounds, warmup_rounds=config.warmup_rounds)
+
+
 def tuning_jobs(config: ReproduceConfig) -> dict[str, Job]:
     """The central model at every learning rate, first training seed (Table 3, first
     phase: the rate is chosen on validation MAP; the other seeds then run at that rate)."""
-    base = FedPSSettings(mode="central", rounds=config.rounds)
+    base = _base_settings(config)
     return {
         _central_name(lr, config.seeds[0]): Job(
             replace(base, learning_rate=lr, seed=config.seeds[0]), config.users
@@ -231,7 +243,7 @@ def tuning_jobs(config: ReproduceConfig) -> dict[str, Job]:
 def planned_jobs(config: ReproduceConfig, tuned_lr: float | None) -> dict[str, Job]:
     """The configurations the requested tables need besides the tuning runs, by run name
     (``tuned_lr``: the central model's chosen learning rate, for Table 3)."""
-    base = FedPSSettings(mode="central", rounds=config.rounds)
+    base = _base_settings(config)
     jobs: dict[str, Job] = {}
     if "3" in config.tables:
         assert tuned_lr is not None
@@ -323,10 +335,14 @@ def run_jobs(
     """Run the jobs without a result file yet; return every job's result JSON."""
     runs = config.out_dir / "runs"
     runs.mkdir(parents=True, exist_ok=True)
+    finished = {
+        n: _finished_run(runs / f"{n}.json", j.settings)
+        for n, j in jobs.items()
+        if (runs / f"{n}.json").is_file()
+    }
     if config.finished_only:
-        done_runs = [n for n in jobs if (runs / f"{n}.json").is_file()]
-        return {n: json.loads((runs / f"{n}.json").read_text()) for n in done_runs}
-    todo = {n: j for n, j in jobs.items() if not (runs / f"{n}.json").is_file()}
+        return finished
+    todo = {n: j for n, j in jobs.items() if n not in finished}
     done = len(jobs) - len(todo)
     if progress is not None:
         progress("FedPS jobs", done, len(jobs))
@@ -358,6 +374,32 @@ def run_jobs(
             )
             raise error
     return {n: json.loads((runs / f"{n}.json").read_text()) for n in jobs}
+
+
+def _finished_run(path: Path, settings: FedPSSettings, key: str = "settings") -> dict[str, Any]:
+    """A finished run's result JSON, after checking that it was run with ``settings``
+    (recorded under ``key``, as :meth:`FedPSResult.to_json` records them); raises
+    :class:`ConfigError` naming the settings that differ otherwise."""
+    doc = json.loads(path.read_text())
+    differ = _settings_differ(doc.get(key, {}), settings)
+    if differ:
+        raise ConfigError(
+            f"{path} was run with other settings than its job has now ({'; '.join(differ)}): "
+            "its tables would mix settings. Pass a new --out folder, or move the stale runs "
+            "away to rerun them here"
+        )
+    return doc
+
+
+def _settings_differ(recorded: dict[str, Any], settings: FedPSSettings) -> list[str]:
+    """``name: recorded -> now`` of every setting whose recorded value (JSON) is not
+    ``settings``' (a setting missing from the record counts as different)."""
+    now = as_json_value(asdict(settings))
+    return [
+        f"{k}: {recorded.get(k, 'not recorded')!r} -> {v!r}"
+        for k, v in now.items()
+        if k not in recorded or recorded[k] != v
+    ]
 
 
 def _best_valid(result: dict[str, Any]) -> float:
@@ -464,6 +506,8 @@ def command_line(config: ReproduceConfig) -> str:
         late = ",".join(f"{round(r * 100)}" for r in config.hierarchy_late)
         parts.append(f"--hierarchy-late {late}")
     parts.append(f"--lrs {','.join(_lr_name(lr) for lr in config.learning_rates)}")
+    if config.warmup_rounds is not None:
+        parts.append(f"--warmup-rounds {config.warmup_rounds}")
     if config.finished_only:
         parts.append("--finished-only")
     return " ".join(parts)
@@ -904,16 +948,13 @@ def _continuous(
     from fedrank.experiments.fedps.continuous import run_continuous
 
     path = config.out_dir / "continuous.json"
+    base = replace(_base_settings(config), seed=config.seeds[0])
     if path.is_file():
-        return json.loads(path.read_text())
+        return _finished_run(path, base, key="base_settings")
     data = prepare_aol(config.log, users=config.continuous_users, seed=config.data_seed)
-    result = run_continuous(
-        data,
-        base=FedPSSettings(mode="central", rounds=config.rounds, seed=config.seeds[0]),
-        seed=config.data_seed,
-        progress=progress,
-    )
+    result = run_continuous(data, base=base, seed=config.data_seed, progress=progress)
     result.plot(config.out_dir / "figure4.png")
     out = result.to_json()
+    out["base_settings"] = as_json_value(asdict(base))  # what its stages start from
     write_json(out, path)
     return out
