@@ -40,6 +40,9 @@ def one_mode(log: str, users: int | None, mode: str, rounds: int, seed: int) -> 
     total = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
     out = result.to_json()
+    rounds_run = out["curve"][-1]["round"]  # early stopping may end before ``rounds``
+    warm = out["warmup"]  # the click-feature warm-up's own rounds, before the full model's
+    warmup_run = warm["curve"][-1]["round"] if warm else 0.0
     return {
         "mode": mode,
         "users": out["data"]["users"],
@@ -48,8 +51,10 @@ def one_mode(log: str, users: int | None, mode: str, rounds: int, seed: int) -> 
         "prepare_seconds": round(prepared, 1),
         "run_seconds": round(out["wall_seconds"], 1),
         "total_seconds": round(total, 1),
-        "rounds_run": out["curve"][-1]["round"],  # early stopping may end before ``rounds``
-        "seconds_per_round": round(out["wall_seconds"] / out["curve"][-1]["round"], 1),
+        "rounds_run": rounds_run,
+        "warmup_rounds_run": warmup_run,
+        # over both stages' rounds (a warm-up round computes no text: it is cheaper)
+        "seconds_per_round": round(out["wall_seconds"] / (rounds_run + warmup_run), 1),
         "peak_rss_bytes": int(peak),
         "MAP": round(out["MAP"], 4),
         "best_round": out["best_round"],
