@@ -336,14 +336,11 @@ class FrecencyWorld:
             values = self.scorer.fresh(params, pages, self.now)
             return values, self.scorer.fresh_age_limits(params, pages) if limits else none, None
         store = self.store
-        times = store.time[index, :width]
-        age = self.now - times  # as VisitStore.histories computes the ages
-        np.trunc(age, out=age)
-        age[np.isnan(age)] = 0.0
+        times, age, _ = self._row_ages(index, width)
         bookmarked = store.bookmarked[index]
         scorer = self.scorer
         assert isinstance(scorer, ClassicScorer) and self._n_sampled is not None
-        values = scorer.fresh_slots(
+        values = scorer.frecency.score_slots(
             params,
             ClassicFrecency.slotted(age, self._slots[index, :width], bookmarked),
             store.visit_count[index],
@@ -354,6 +351,17 @@ class FrecencyWorld:
         if not limits:
             return values, none, times
         return values, (scorer.age_limits(params, age), np.full(index.size, np.inf)), times
+
+    def _row_ages(self, index: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(times, ages, real)`` of the first ``width`` stored rows of the pages at
+        ``index``: the ages in whole days as :meth:`VisitStore.histories` computes them
+        (0 where there is no row), and which rows are real."""
+        times = self.store.time[index, :width]
+        age = self.now - times
+        np.trunc(age, out=age)
+        real = ~np.isnan(age)
+        age[~real] = 0.0
+        return times, age, real
 
     def _fresh(self, params: np.ndarray, index: np.ndarray) -> np.ndarray:
         """Fresh frecency of the pages at ``index`` under one parameter vector (kept
@@ -390,11 +398,7 @@ class FrecencyWorld:
                 return values, self.scorer.stored_age_limits(pages), None
             # classic frecency: the kept bonus slots, and the ages as histories() has them
             store = self.store
-            times = store.time[at, :width]
-            age = self.now - times
-            np.trunc(age, out=age)
-            real = ~np.isnan(age)
-            age[~real] = 0.0
+            times, age, real = self._row_ages(at, width)
             visit_mask = store.visit_type[at, :width] != 0
             visit_mask &= real
             bookmarked = store.bookmarked[at]
@@ -404,10 +408,10 @@ class FrecencyWorld:
             scorer = self.scorer
             assert isinstance(scorer, ClassicScorer) and self._n_sampled is not None
             values = np.stack(
-                scorer.stored_slots(
-                    age, visit_mask, self._slots[at, :width], store.visit_count[at],
-                    self._n_sampled[at], bookmarked, store.typed[at], bookmark_age,
-                    self.decay_rate,
+                scorer.frecency.stored_slots(
+                    scorer.defaults(), age, visit_mask, self._slots[at, :width],
+                    store.visit_count[at], self._n_sampled[at], bookmarked, store.typed[at],
+                    bookmark_age, None, self.decay_rate,
                 )
             )  # fmt: skip
             return values, (age, bookmark_age), times

@@ -561,12 +561,6 @@ def simulate_searches(
     owner, cand, drop = _matching_pairs(
         pages, users, typed, lengths, token_start, state, host_known, look_from
     )
-    # pairs in the order their searches start reading: pairs [:enter[c]] read by c
-    by_look = np.argsort(look_from[owner], kind="stable")
-    owner, cand, drop = owner[by_look], cand[by_look], drop[by_look]
-    enter = np.searchsorted(
-        look_from[owner], np.arange(int(total.max(initial=0)) + 1), side="right"
-    )
     lcp = vocab.lcp_pairs
 
     # autofill: the qualified roots whose host name the first token starts

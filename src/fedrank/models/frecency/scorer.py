@@ -15,12 +15,7 @@ from typing import ClassVar
 import numpy as np
 
 from fedrank.errors import ConfigError
-from fedrank.models.frecency.classic import (
-    ClassicFrecency,
-    VisitSlots,
-    bucket_of,
-    effective_cutoffs,
-)
+from fedrank.models.frecency.classic import ClassicFrecency, bucket_of, effective_cutoffs
 from fedrank.models.frecency.history import PageHistories
 from fedrank.models.frecency.modern import (
     MODERN_WEIGHT_NAMES,
@@ -144,23 +139,6 @@ class ClassicScorer(PageScorer):
     def fresh(self, params: np.ndarray, pages: PageHistories, now: float) -> np.ndarray:
         return np.asarray(self.frecency.score(params, pages), dtype=np.float64)
 
-    def fresh_slots(
-        self,
-        params: np.ndarray,
-        visits: VisitSlots,
-        visit_count: np.ndarray,
-        n_sampled: np.ndarray,
-        bookmarked: np.ndarray,
-        typed: np.ndarray,
-    ) -> np.ndarray:
-        """:meth:`fresh` of pages given as their rows in bonus slots and page facts
-        (:meth:`ClassicFrecency.score_slots`; no ``place:`` query): the same values, for a
-        caller that keeps the slots."""
-        return np.asarray(
-            self.frecency.score_slots(params, visits, visit_count, n_sampled, bookmarked, typed),
-            dtype=np.float64,
-        )
-
     def fresh_age_limits(
         self, params: np.ndarray, pages: PageHistories
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -178,26 +156,6 @@ class ClassicScorer(PageScorer):
         self, pages: PageHistories, now: float, decay_rate: float
     ) -> tuple[np.ndarray, np.ndarray]:
         decayed, undecayed = self.frecency.stored_scores(self.defaults(), pages, decay_rate)
-        return np.asarray(decayed, np.float64), np.asarray(undecayed, np.float64)
-
-    def stored_slots(
-        self,
-        age: np.ndarray,
-        visit_mask: np.ndarray,
-        slot: np.ndarray,
-        visit_count: np.ndarray,
-        n_sampled: np.ndarray,
-        bookmarked: np.ndarray,
-        typed: np.ndarray,
-        bookmark_age_days: np.ndarray,
-        decay_rate: float,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`stored` of pages given as their rows in bonus slots and page facts
-        (:meth:`ClassicFrecency.stored_slots`; no ``place:`` query)."""
-        decayed, undecayed = self.frecency.stored_slots(
-            self.defaults(), age, visit_mask, slot, visit_count, n_sampled, bookmarked, typed,
-            bookmark_age_days, None, decay_rate,
-        )  # fmt: skip
         return np.asarray(decayed, np.float64), np.asarray(undecayed, np.float64)
 
 
