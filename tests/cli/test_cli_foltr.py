@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedrank.core.provenance import code_version
 from tests.cli.clirun import argv, assert_clean_failure, ok, run
 from tests.untimed import untimed
 
@@ -90,6 +91,7 @@ def test_train_fpdgd_with_central_dp(mq2008_dir: Path, tmp_path: Path) -> None:
     ok([*argv(args, mq2008_dir), "--dask-workers", "2", "--json", str(spread)])
     one, two = json.loads(single.read_text()), json.loads(spread.read_text())
     assert one["final_params"] == two["final_params"]
+    assert one["code"] == two["code"] == code_version()  # the source that ran them
     privacy = one["privacy"]
     assert privacy["mechanism"] == "gaussian (central)" and privacy["clip"] == 0.5
     assert privacy["epsilon"] == pytest.approx(one["epsilon"]) and privacy["epsilon"] <= 4.0

@@ -56,6 +56,20 @@ def test_cli_reproduce_writes_tables_and_resumes(aol_log: Path, tmp_path: Path) 
     assert "other settings" in stale.output and "warmup_rounds: 1 -> 0" in stale.output
     assert (tmp_path / "runs" / "flat_s1.json").stat().st_mtime_ns == stamp
     assert (tmp_path / "tables.md").read_text() == text
+    # every run records the code that ran it; a run of other code is named in the tables
+    from fedrank.core.provenance import code_version
+
+    assert frozen["code"] == code_version()
+    assert f"Code version: `{code_version()}` (all " in text
+    flat = json.loads((tmp_path / "runs" / "flat_s1.json").read_text())
+    (tmp_path / "runs" / "flat_s1.json").write_text(json.dumps({**flat, "code": "0123456789ab"}))
+    mixed = CliRunner().invoke(main, [*args, "--finished-only"])
+    assert mixed.exit_code == 0, mixed.output
+    mixed_text = (tmp_path / "tables.md").read_text()
+    assert "**The runs come from 2 code versions**" in mixed_text
+    assert "Runs not from the first: `0123456789ab`: flat_s1." in mixed_text
+    versions = json.loads((tmp_path / "results.json").read_text())["summary"]["code_versions"]
+    assert versions["0123456789ab"] == ["flat_s1"] and "flat_s1" not in versions[code_version()]
     # --finished-only runs nothing and writes what it has, naming what is missing
     (tmp_path / "runs" / "proxy_s2.json").unlink()
     partial = CliRunner().invoke(main, [*args, "--finished-only"])

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from fedrank.core.provenance import code_version
 from fedrank.errors import ConfigError
 from fedrank.experiments.frecency.plots import plot_study
 from fedrank.experiments.frecency.presets import hidden_weights
@@ -63,6 +64,7 @@ def test_result_json_has_the_documented_fields(small_result) -> None:
     assert set(data["paper_eval"]) == set(shares)
     assert data["world_stats"]["clicks_per_user"] > 0
     assert set(data["intra_user_correlation"]) == {"chars_typed", "selected_rank"}
+    assert data["code"] == code_version()  # the source that ran it
 
 
 def test_starts_from_defaults_and_every_iterate_is_safe(small_result) -> None:

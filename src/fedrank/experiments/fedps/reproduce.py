@@ -55,6 +55,7 @@ import numpy as np
 
 from fedrank.aggregators.hierarchy import Topology
 from fedrank.core.json_io import as_json_value, write_json
+from fedrank.core.provenance import code_version
 from fedrank.errors import ConfigError
 from fedrank.experiments.executors import check_executor_options, job_executor
 from fedrank.experiments.fedps.client_sampling import flat_schedule, proxy_schedule
@@ -780,6 +781,9 @@ def write_tables(
             f"{d['valid_queries']:,} valid / {d['test_queries']:,} test queries with a list.",
             "",
         ]
+    versions = _code_versions({**results, **({"continuous": continuous} if continuous else {})})
+    lines += _code_lines(versions)
+    summary["code_versions"] = versions
     if diagnostics is not None:
         lines += _diagnostic_lines(diagnostics)
         summary["lists"] = diagnostics
@@ -883,6 +887,33 @@ def write_tables(
     return text
 
 
+def _code_versions(results: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+    """The runs of each code version (:func:`~fedrank.core.provenance.code_version` recorded
+    in a run's ``code``; ``"not recorded"`` for runs written before it was), the version
+    with the most runs first."""
+    versions: dict[str, list[str]] = {}
+    for name, doc in results.items():
+        versions.setdefault(str(doc.get("code", "not recorded")), []).append(name)
+    return dict(sorted(versions.items(), key=lambda item: -len(item[1])))
+
+
+def _code_lines(versions: dict[str, list[str]]) -> list[str]:
+    """Which code the runs come from; when more than one version, every run of the
+    minority versions is named."""
+    if not versions:
+        return []
+    if len(versions) == 1:
+        ((version, names),) = versions.items()
+        return [f"Code version: `{version}` (all {len(names)} runs).", ""]
+    counts = "; ".join(f"`{v}`: {len(n)} runs" for v, n in versions.items())
+    named = "; ".join(f"`{v}`: {', '.join(sorted(n))}" for v, n in list(versions.items())[1:])
+    return [
+        f"**The runs come from {len(versions)} code versions** (the tables may mix them): "
+        f"{counts}. Runs not from the first: {named}.",
+        "",
+    ]
+
+
 def _diagnostic_lines(diagnostics: dict[str, Any]) -> list[str]:
     lines = [
         "## The candidate lists: relevant vs irrelevant candidates",
@@ -956,5 +987,6 @@ def _continuous(
     result.plot(config.out_dir / "figure4.png")
     out = result.to_json()
     out["base_settings"] = as_json_value(asdict(base))  # what its stages start from
+    out["code"] = code_version()
     write_json(out, path)
     return out

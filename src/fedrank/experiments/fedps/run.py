@@ -60,6 +60,7 @@ from scipy import sparse
 from fedrank.aggregators.hierarchy import ProxyRound, Topology
 from fedrank.baselines.list_rankers import GBDTRanker, rule_scores
 from fedrank.core.message import Message
+from fedrank.core.provenance import code_version
 from fedrank.data.aol import BACKGROUND, TRAIN, AolCorpus, UserLog
 from fedrank.errors import ConfigError
 from fedrank.estimators.local_sgd import (
@@ -172,6 +173,7 @@ class FedPSResult:
             "data": self.data,
             "privacy": self.privacy(),
             **({"attack": self.attack} if self.attack else {}),
+            "code": code_version(),  # the fedrank source that ran it
         }
 
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from fedrank.core.client_random import ClientRandom
 from fedrank.core.message import MessageBatch
+from fedrank.core.provenance import code_version
 from fedrank.data.letor import LetorFold
 from fedrank.data.query_bank import QueryBank
 from fedrank.errors import ConfigError
@@ -228,6 +229,7 @@ class FoltrResult:
             "privacy": self.privacy(),
             **({"attack": self.attack} if self.attack else {}),
             **({"report_differences": self.report_differences} if self.report_differences else {}),
+            "code": code_version(),  # the fedrank source that ran it
         }
 
     def privacy(self) -> dict[str, Any]:

@@ -33,6 +33,7 @@ import numpy as np
 
 from fedrank.core.arrays import unique_values
 from fedrank.core.message import MessageBatch
+from fedrank.core.provenance import code_version
 from fedrank.data.browsing import BrowsingWorld
 from fedrank.errors import ConfigError
 from fedrank.experiments.frecency.clients import (
@@ -303,6 +304,7 @@ class StudyResult:
             "stability": self.stability,
             **({"attack": self.attack} if self.attack else {}),
             "privacy": self.privacy or self._device_privacy(),
+            "code": code_version(),  # the fedrank source that ran it
         }
 
     def _device_privacy(self) -> dict[str, Any]:
