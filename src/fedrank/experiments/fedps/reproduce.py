@@ -374,7 +374,10 @@ def run_jobs(
                 "when rerun"
             )
             raise error
-    return {n: json.loads((runs / f"{n}.json").read_text()) for n in jobs}
+    return {
+        n: finished[n] if n in finished else json.loads((runs / f"{n}.json").read_text())
+        for n in jobs
+    }  # the reused runs as read and checked above; the new ones as written
 
 
 def _finished_run(path: Path, settings: FedPSSettings, key: str = "settings") -> dict[str, Any]:
