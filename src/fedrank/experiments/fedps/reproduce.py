@@ -362,7 +362,9 @@ def run_jobs(
                 if error is not None:  # keep saving the others; raised below
                     failed.append((futures[future], error))
                     continue
-                _save_job(runs / f"{futures[future]}.json", future.result())
+                path = runs / f"{futures[future]}.json"
+                _save_job(path, future.result())
+                finished[futures[future]] = json.loads(path.read_text())  # as a rerun reads it
                 done += 1
                 if progress is not None:
                     progress("FedPS jobs", done, len(jobs))
@@ -374,10 +376,7 @@ def run_jobs(
                 "when rerun"
             )
             raise error
-    return {
-        n: finished[n] if n in finished else json.loads((runs / f"{n}.json").read_text())
-        for n in jobs
-    }  # the reused runs as read and checked above; the new ones as written
+    return {n: finished[n] for n in jobs}
 
 
 def _finished_run(path: Path, settings: FedPSSettings, key: str = "settings") -> dict[str, Any]:
