@@ -49,14 +49,15 @@ Vectorization
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from fedrank.data.browsing import LCP_TABLE_MAX_WORDS, Pages
+from fedrank.core.arrays import unique_values
+from fedrank.data.browsing import Pages
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.simulation.input_history import InputHistory
+from fedrank.simulation.keystrokes import keystroke_loop, matching_pairs, origins
 
 __all__ = ["SearchBatch", "TypingModel", "UrlbarConfig", "UrlbarState", "simulate_searches"]
 
@@ -206,8 +207,6 @@ class SearchBatch:
         return self.found & ~self.autofilled & (self.first_chars > 0)
 
 
-#: Searches :func:`_matching_pairs` compares at a time (bounds its (search, word) arrays).
-_MATCH_BLOCK = 4096
 #: Pages per block when :func:`prefix_index` sorts the users' words (bounds the
 #: temporaries).
 _INDEX_BLOCK_PAGES = 1 << 17
@@ -227,9 +226,9 @@ class PrefixIndex:
         entry_rank: uint16 (int32 for more than 65,536 words) ``(E,)`` the rank of every
             entry's word, non-decreasing within a user (then by page).
         entry_page: int32 ``(E,)`` the page of every entry.
-        work: int64 ``(2, N)`` scratch rows over the pages (:func:`_matching_block`; used
-            under :attr:`lock`, touched once).
-        lock: guards :attr:`work`.
+        slot: int64 ``(N,)`` scratch over the pages, all -1 between uses
+            (:func:`_matching_pairs`; used under :attr:`lock`).
+        lock: guards :attr:`slot`.
         host_user: int64 ``(H,)`` the user of every host id (``-1``: an unused id).
     """
 
@@ -238,7 +237,7 @@ class PrefixIndex:
     offsets: np.ndarray
     entry_rank: np.ndarray
     entry_page: np.ndarray
-    work: np.ndarray
+    slot: np.ndarray
     lock: threading.Lock
     host_user: np.ndarray
 
@@ -287,65 +286,28 @@ def _build_prefix_index(pages: Pages) -> PrefixIndex:
         e_lo, e_hi = int(entry_offsets[u_lo]), int(entry_offsets[u_hi])
         entry_rank[e_lo:e_hi] = r[order]
         entry_page[e_lo:e_hi] = lo + rows[order]
-    work = np.zeros((2, pages.n_pages), dtype=np.int64)
+    slot = np.full(pages.n_pages, -1, dtype=np.int64)
     host_user = np.full(int(pages.host.max(initial=-1)) + 1, -1, dtype=np.int64)
     host_user[pages.host] = pages.owner
     return PrefixIndex(
-        word_at, rank, entry_offsets, entry_rank, entry_page, work, threading.Lock(), host_user
+        word_at, rank, entry_offsets, entry_rank, entry_page, slot, threading.Lock(), host_user
     )
 
 
-def _origins(
-    pages: Pages, state: UrlbarState, index: PrefixIndex
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Firefox's origins (``moz_origins``), over all host ids: ``host_known`` (a page of
-    the host is in the history, or it holds a bookmark), ``origin`` (origin frecency: the
-    sum of ``max(origin, 0)`` over the host's pages, 0 for unknown hosts) and
-    ``qualified`` (autofill may complete to the host: its origin frecency reaches the
-    user's threshold, the mean over the user's hosts with positive origin frecency, or it
-    holds a bookmark)."""
-    host = pages.host
-    n_hosts = index.host_user.size
-    if state.host_known is None:
-        host_known = np.bincount(host[state.listable], minlength=n_hosts) > 0
-        host_known |= state.host_bookmarked[:n_hosts]
-    else:
-        host_known = state.host_known[:n_hosts].copy()
-    if state.scored is None:
-        origin = np.bincount(host, weights=np.maximum(state.origin, 0.0), minlength=n_hosts)
-    else:  # the same sums: the other pages add 0
-        at = state.scored
-        origin = np.bincount(host[at], weights=np.maximum(state.origin[at], 0.0), minlength=n_hosts)
-    origin[~host_known] = 0.0
-    host_user = index.host_user
-    valid = (host_user >= 0) & (origin > 0)
-    sums = np.bincount(host_user[valid], weights=origin[valid], minlength=pages.n_users)
-    counts = np.bincount(host_user[valid], minlength=pages.n_users)
-    threshold = sums / np.maximum(counts, 1)
-    # (no positive origin: the threshold is 0 and every host qualifies, as in Firefox)
-    qualified = origin >= threshold[np.maximum(host_user, 0)]
-    qualified |= state.host_bookmarked[:n_hosts]
-    qualified &= host_known
-    return host_known, origin, qualified
-
-
-def _first_true(
-    lo: np.ndarray, hi: np.ndarray, pred: Callable[[np.ndarray, np.ndarray], np.ndarray]
-) -> np.ndarray:
-    """Vectorized binary search: for every ``i``, the smallest ``k`` in ``lo[i]..hi[i]``
-    with ``pred(i, k)`` true, ``hi[i]`` when none (``pred(i, .)`` false then true on
-    ``lo[i]..hi[i] - 1``; ``pred`` gets the indices ``i`` still searching and one ``k``
-    each)."""
-    lo = np.array(lo, dtype=np.int64)
-    hi = np.array(hi, dtype=np.int64)
-    todo = np.flatnonzero(lo < hi)
-    while todo.size:
-        mid = (lo[todo] + hi[todo]) // 2
-        ok = pred(todo, mid)
-        hi[todo[ok]] = mid[ok]
-        lo[todo[~ok]] = mid[~ok] + 1
-        todo = todo[lo[todo] < hi[todo]]
-    return lo
+def _origins(pages: Pages, state: UrlbarState, users: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Firefox's origins (``moz_origins``) of the searching ``users``' hosts, over all
+    host ids: ``host_known`` (a page of the host is in the history, or it holds a
+    bookmark), ``origin`` (origin frecency: the sum of ``max(origin, 0)`` over the host's
+    pages, 0 for unknown hosts) and ``qualified`` (autofill may complete to the host: its
+    origin frecency reaches the user's threshold, the mean over the user's hosts with
+    positive origin frecency, or it holds a bookmark; with no positive origin frecency
+    the threshold is 0 and every host qualifies, as in Firefox)."""
+    n_hosts = int(pages.host.max(initial=-1)) + 1
+    given = np.zeros(0, dtype=bool) if state.host_known is None else state.host_known
+    return origins(
+        unique_values(users), pages.user_offsets, pages.host, state.origin, state.listable,
+        state.host_bookmarked, given, n_hosts,
+    )  # fmt: skip
 
 
 def _matching_pairs(
@@ -353,166 +315,24 @@ def _matching_pairs(
     users: np.ndarray,
     typed: np.ndarray,
     lengths: np.ndarray,
-    token_start: np.ndarray,
     state: UrlbarState,
     host_known: np.ndarray,
     look_from: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(search, page, drop)`` of the (search, page) pairs that may be rows once the user
-    reads the list, at ``look_from`` characters typed or more: the pages that match
-    ``look_from`` characters (at most the first token), with their *drop step*, the first
-    number of typed characters at which the page stops matching (int64 max when it
-    matches the whole text), which is above ``look_from``. Pages that match fewer
-    characters can only be rows before the user reads. Computed over blocks of searches
-    (:func:`_matching_block`)."""
-    starts = range(0, users.size, _MATCH_BLOCK)
-    parts = [
-        _matching_block(
-            pages, state, host_known,
-            *(a[lo : lo + _MATCH_BLOCK] for a in (users, typed, lengths, token_start, look_from)),
-        )
-        for lo in starts
-    ]  # fmt: skip
-    if not parts:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty
-    return (
-        np.concatenate([owner + lo for (owner, _, _), lo in zip(parts, starts, strict=True)]),
-        np.concatenate([cand for _, cand, _ in parts]),
-        np.concatenate([drop for _, _, drop in parts]),
-    )
-
-
-def _matching_block(
-    pages: Pages,
-    state: UrlbarState,
-    host_known: np.ndarray,
-    *searches: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_matching_pairs` of some searches. The first token typed to ``p = min(
-    look_from, its length)`` characters matches the user's words that start with those
-    ``p`` characters: a run of the user's entries in :func:`prefix_index` (every word of
-    the run shares ``p`` or more characters with the token, so a page matching more has a
-    word in it); later tokens are compared with the surviving pages' words.
-    ``searches``: their ``users, typed, lengths, token_start, look_from``."""
-    users, typed, lengths, token_start, look_from = searches
-    n = users.size
-    vocab = pages.vocabulary
+    """``(ptr, page, drop)``: every search's (search, page) pairs that may be rows once the
+    user reads the list, at ``look_from`` characters typed or more (``ptr[s]:ptr[s + 1]``):
+    the pages that match ``look_from`` characters (at most the first token), with their
+    *drop step*, the first number of typed characters at which the page stops matching
+    (int64 max when it matches the whole text; ``PENDING`` until the later tokens are
+    compared), which is above ``look_from``. Pages that match fewer characters can only be
+    rows before the user reads (:func:`~fedrank.simulation.keystrokes.matching_pairs`)."""
     index = prefix_index(pages)
-    lcp = vocab.lcp_pairs
-    first = typed[:, 0]
-    p = np.minimum(look_from, lengths[:, 0])
-    # the vocabulary's words that start with the first p characters: ranks lo..hi - 1
-    r = index.rank[first]
-    word_at = index.word_at
-    lo_rank = _first_true(
-        np.zeros(n, dtype=np.int64), r, lambda i, k: lcp(first[i], word_at[k]) >= p[i]
-    )
-    hi_rank = _first_true(
-        r + 1, np.full(n, vocab.n_words), lambda i, k: lcp(first[i], word_at[k]) < p[i]
-    )
-    # and the user's entries with those words
-    entry_rank = index.entry_rank
-    u_lo, u_hi = index.offsets[users], index.offsets[users + 1]
-    e_lo = _first_true(u_lo, u_hi, lambda i, k: entry_rank[k] >= lo_rank[i])
-    e_hi = _first_true(e_lo, u_hi, lambda i, k: entry_rank[k] >= hi_rank[i])
-    # searches by the user's occurrence among them, so that one round of searches holds
-    # every page at most once (a page belongs to one user)
-    by_user = np.argsort(users, kind="stable")
-    sorted_users = users[by_user]
-    group = np.flatnonzero(np.r_[True, sorted_users[1:] != sorted_users[:-1]]) if n else by_user
-    occurrence = np.empty(n, dtype=np.int64)
-    occurrence[by_user] = np.arange(n) - np.repeat(group, np.diff(np.r_[group, n]))
-    order = np.argsort(occurrence, kind="stable")
-    count = (e_hi - e_lo)[order]
-    at = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(
-        e_lo[order] - (np.cumsum(count) - count), count
-    )
-    e_owner = np.repeat(order, count)
-    e_round = np.repeat(occurrence[order], count)
-    e_page = index.entry_page[at].astype(np.int64)
-    # only pages in the history can be history rows; a root page can be the autofill row
-    # of its origin once the origin is known
-    keep = state.listable[e_page] | (pages.is_root[e_page] & host_known[pages.host[e_page]])
-    e_owner, e_page, e_round = e_owner[keep], e_page[keep], e_round[keep]
-    e_lcp = lcp(typed[e_owner, 0], word_at[entry_rank[at[keep]]])
-    # one pair per (search, page) with the page's best common prefix, a round at a time
-    rounds = np.searchsorted(e_round, np.arange(int(e_round.max(initial=-1)) + 2))
-    pair = np.zeros(e_owner.size, dtype=bool)
-    best_of = np.zeros(e_owner.size, dtype=np.int64)
     with index.lock:
-        best, rep = index.work
-        for a, b in zip(rounds[:-1], rounds[1:], strict=True):
-            pg = e_page[a:b]
-            best[pg] = 0
-            np.maximum.at(best, pg, e_lcp[a:b])
-            seq = np.arange(a, b, dtype=np.int64)
-            rep[pg] = seq
-            pair[a:b] = rep[pg] == seq
-            best_of[a:b] = best[pg]
-    owner, cand, best = e_owner[pair], e_page[pair], best_of[pair]
-    drop = np.full(cand.size, np.iinfo(np.int64).max)
-    fails = best < lengths[owner, 0]
-    drop[fails] = best[fails] + 1  # the first token starts at character 0
-    if typed.shape[1] > 1:  # the later tokens are compared once they are typed
-        drop[~fails & (typed[owner, 1] >= 0)] = _PENDING
-    keep = drop > np.maximum(look_from[owner], 1)
-    return owner[keep], cand[keep], drop[keep]
-
-
-#: :func:`_matching_block`'s drop step of a pair that matches the whole first token while
-#: the search types more (:func:`_later_drop` tells once the second token starts).
-_PENDING = np.iinfo(np.int64).max - 1
-
-
-def _later_drop(
-    pages: Pages,
-    owner: np.ndarray,
-    cand: np.ndarray,
-    typed: np.ndarray,
-    lengths: np.ndarray,
-    token_start: np.ndarray,
-) -> np.ndarray:
-    """The drop steps of (search ``owner``, page ``cand``) pairs whose page matches the
-    whole first token: the character at which a later token stops matching (int64 max
-    when every token matches). A token is compared with the words that start like it."""
-    vocab = pages.vocabulary
-    drop = np.full(cand.size, np.iinfo(np.int64).max)
-    alive = np.ones(cand.size, dtype=bool)
-    for i in range(1, typed.shape[1]):
-        pairs = np.flatnonzero(alive & (typed[owner, i] >= 0))
-        if not pairs.size:
-            break
-        token = typed[owner[pairs], i]
-        if vocab.n_words <= LCP_TABLE_MAX_WORDS:  # every word: a lookup in the lcp table
-            best = vocab.lcp_pairs(token[:, None], pages.words[cand[pairs]]).max(axis=1)
-        else:  # only the words that start like the token
-            hit_pair, hit_col = np.nonzero(
-                pages.first_chars(cand[pairs]) == vocab.chars[token, 0][:, None]
-            )
-            best = np.zeros(pairs.size, dtype=np.int64)
-            if hit_pair.size:
-                lcp_i = vocab.lcp_pairs(
-                    token[hit_pair], pages.words[cand[pairs[hit_pair]], hit_col]
-                )
-                np.maximum.at(best, hit_pair, lcp_i)
-        tl = lengths[owner[pairs], i]
-        fails = best < tl
-        drop[pairs[fails]] = token_start[owner[pairs[fails]], i] + best[fails] + 1
-        alive[pairs[fails]] = False
-    return drop
-
-
-def _segment_argmax(keys: tuple[np.ndarray, ...], group: np.ndarray, n_groups: int) -> np.ndarray:
-    """Index of the lexicographically largest ``keys`` (last key most significant, like
-    ``np.lexsort``) in every group, ``-1`` for empty groups."""
-    out = np.full(n_groups, -1, dtype=np.int64)
-    if group.size == 0:
-        return out
-    order = np.lexsort((*keys, group))
-    last = np.r_[group[order][1:] != group[order][:-1], True]
-    out[group[order][last]] = order[last]
-    return out
+        return matching_pairs(
+            users, typed, lengths, look_from, pages.vocabulary.chars, index.word_at,
+            index.rank, index.offsets, index.entry_rank, index.entry_page, state.listable,
+            pages.is_root, pages.host, host_known, index.slot,
+        )  # fmt: skip
 
 
 def simulate_searches(
@@ -553,18 +373,18 @@ def simulate_searches(
 
     # Firefox's origins (moz_origins) and what autofill may complete to
     host = pages.host
-    host_known, origin, qualified = _origins(pages, state, prefix_index(pages))
+    host_known, origin, qualified = _origins(pages, state, users)
     blind = 1 + rng.poisson(typing.blind_chars, n)
     # the user reads the list from this character on: what the list holds before does not
     # matter, so only the pairs that still match then are compared
     look_from = np.minimum(blind, total)
-    owner, cand, drop = _matching_pairs(
-        pages, users, typed, lengths, token_start, state, host_known, look_from
-    )
+    ptr, cand, drop = _matching_pairs(pages, users, typed, lengths, state, host_known, look_from)
+    owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))  # ascending
     lcp = vocab.lcp_pairs
 
     # autofill: the qualified roots whose host name the first token starts
-    af_owner = af_cand = af_until = af_origin = np.zeros(0, dtype=np.int64)
+    af_owner = af_cand = af_until = np.zeros(0, dtype=np.int64)
+    af_origin = np.zeros(0)
     if config.autofill:
         af_pair = np.flatnonzero(pages.is_root[cand] & qualified[host[cand]])
         reach = lcp(typed[owner[af_pair], 0], pages.words[cand[af_pair], 0])
@@ -584,13 +404,6 @@ def simulate_searches(
     p_target = cand == targets[owner]
     p_ahead = p_stored > t_stored[owner]
     p_ahead |= (p_stored == t_stored[owner]) & (cand > targets[owner])
-    # pairs in the order their searches start reading: pairs [:enter[c]] read by c
-    by_look = np.argsort(look_from[owner], kind="stable")
-    owner, cand, drop = owner[by_look], cand[by_look], drop[by_look]
-    p_target, p_ahead = p_target[by_look], p_ahead[by_look]
-    enter = np.searchsorted(
-        look_from[owner], np.arange(int(total.max(initial=0)) + 1), side="right"
-    )
 
     # adaptive rows of every search's user: (search, row) pairs
     first_page = pages.user_offsets[users]
@@ -603,112 +416,36 @@ def simulate_searches(
     )
     inputs = state.inputs
     a_page = inputs.page[a_row]
-    a_len = inputs.length[a_row]
-    a_reach = np.minimum(lcp(typed[a_search, 0], inputs.word[a_row]), a_len)
+    a_reach = np.minimum(lcp(typed[a_search, 0], inputs.word[a_row]), inputs.length[a_row])
     a_reach = np.minimum(a_reach, first_len[a_search])
-    usable = (a_reach >= look_from[a_search]) & state.listable[a_page]
-    a_search, a_page, a_len, a_reach = (
-        a_search[usable],
-        a_page[usable],
-        a_len[usable],
-        a_reach[usable],
-    )
-    a_use = inputs.use_count[a_row[usable]]
+    usable = np.flatnonzero((a_reach >= look_from[a_search]) & state.listable[a_page])
+    a_row, a_search, a_page = a_row[usable], a_search[usable], a_page[usable]
+    a_use = inputs.use_count[a_row]
+    # Firefox's ROUND(use_count * (1 + (input = typed)), 1), not exact and exact
+    a_rank = np.round(a_use[:, None] * np.array([1.0, 2.0]), 1)
 
-    general = config.general_rows
     chars = total.copy()
     rank_out = np.full(n, -1, dtype=np.int64)
     found = np.zeros(n, dtype=bool)
     autofilled = np.zeros(n, dtype=bool)
     shown = np.full((n, config.history_rows), -1, dtype=np.int64)
-    n_shown = np.zeros(n, dtype=np.int64)
-    active = total >= 1
-
-    pool = np.zeros(0, dtype=np.int64)  # pairs of reading searches, still matching
-    entered = 0
-    for c in range(1, int(total.max(initial=0)) + 1):
-        live = active & (total >= c)
-        if not live.any():
-            break
-        reading = live & (look_from <= c)
-        if not reading.any():
-            rng.random(n)  # this character's attention draw (nobody reads yet)
-            continue
-        pool = np.concatenate([pool, np.arange(entered, enter[c])])
-        entered = int(enter[c])
-        pending = pool[drop[pool] == _PENDING]
-        due = pending[token_start[owner[pending], 1] <= c] if pending.size else pending
-        if due.size:  # the second token starts: compare the later tokens
-            drop[due] = _later_drop(pages, owner[due], cand[due], typed, lengths, token_start)
-        pool = pool[(drop[pool] > c) & reading[owner[pool]]]
-        idx = pool
-        s_of = owner[idx]
-        j = cand[idx]
-        # autofill row: the qualified root with the highest origin frecency among those
-        # whose host starts with the typed text
-        af = np.flatnonzero((af_until >= c) & reading[af_owner])
-        af_idx = _segment_argmax((af_cand[af], af_origin[af]), af_owner[af], n)
-        af_page = np.full(n, -1, dtype=np.int64)
-        af_page[af_idx >= 0] = af_cand[af[af_idx[af_idx >= 0]]]
-        # adaptive rows (first word only), best rank per (search, page), top adaptive_rows
-        # (Firefox: ROUND(MAX(use_count) * (1 + (input = typed)), 1) per visited or
-        # bookmarked page, the exact flag from the row holding the max)
-        sel = np.flatnonzero(reading[a_search] & (a_reach >= c))
-        ad_s, ad_p, ad_u, ad_x = a_search[sel], a_page[sel], a_use[sel], a_len[sel] == c
-        order = np.lexsort((-ad_u, ad_p, ad_s))
-        ad_s, ad_p, ad_u, ad_x = ad_s[order], ad_p[order], ad_u[order], ad_x[order]
-        firsts = np.r_[True, (ad_s[1:] != ad_s[:-1]) | (ad_p[1:] != ad_p[:-1])][: ad_s.size]
-        ad_s, ad_p = ad_s[firsts], ad_p[firsts]
-        ad_r = np.round(ad_u[firsts] * (1.0 + ad_x[firsts]), 1)
-        keep = ad_p != af_page[ad_s]
-        ad_s, ad_p, ad_r = ad_s[keep], ad_p[keep], ad_r[keep]
-        order = np.lexsort((-stored[ad_p], -ad_r, ad_s))
-        ad_s, ad_p, ad_r = ad_s[order], ad_p[order], ad_r[order]
-        seg = np.flatnonzero(np.r_[True, ad_s[1:] != ad_s[:-1]]) if ad_s.size else np.zeros(0, int)
-        pos = np.arange(ad_s.size) - np.repeat(seg, np.diff(np.r_[seg, ad_s.size]))
-        top = pos < min(config.adaptive_rows, general)
-        ad_s, ad_p, pos = ad_s[top], ad_p[top], pos[top]
-        n_adaptive = np.bincount(ad_s, minlength=n)
-        t_adaptive = np.full(n, -1, dtype=np.int64)
-        hit = ad_p == targets[ad_s]
-        t_adaptive[ad_s[hit]] = pos[hit]
-        in_adaptive = np.zeros(idx.size, dtype=bool)
-        if ad_s.size:
-            key_pairs = s_of * (pages.n_pages + 1) + j
-            key_ad = np.sort(ad_s * (pages.n_pages + 1) + ad_p)
-            p = np.minimum(np.searchsorted(key_ad, key_pairs), key_ad.size - 1)
-            in_adaptive = key_ad[p] == key_pairs
-        # frecency rows ahead of the target
-        matching = j != af_page[s_of]
-        matching &= ~in_adaptive
-        n_ahead = np.bincount(s_of[matching & p_ahead[idx]], minlength=n)
-        t_listed = np.zeros(n, dtype=bool)
-        t_listed[s_of[p_target[idx]]] = True
-        has_af = af_page >= 0
-        is_af = has_af & (af_page == targets)
-        in_ad = t_adaptive >= 0
-        room = general - n_adaptive
-        rank = np.where(
-            is_af, 0,
-            np.where(in_ad, has_af + t_adaptive,
-                     np.where(t_listed & (n_ahead < room), has_af + n_adaptive + n_ahead, -1)),
-        )  # fmt: skip
-        look = reading & (rank >= 0)
-        u = rng.random(n)
-        notice = look & ((c == total) | (u < typing.scan_continue ** np.maximum(rank, 0)))
-        done = np.flatnonzero(notice)
-        if done.size:
-            chars[done] = c
-            rank_out[done] = rank[done]
-            found[done] = True
-            autofilled[done] = is_af[done]
-            rows = _rows_at(
-                done, s_of, j, matching, stored, af_page, ad_s, ad_p, pos, n,
-                config.history_rows,
-            )  # fmt: skip
-            shown[done] = rows
-            n_shown[done] = (rows >= 0).sum(axis=1)
-            active[done] = False
+    # the attention draws of every character for every search, as a loop over characters
+    # draws them (one uniform per search per character while any search types); only the
+    # characters the loop ran are consumed
+    saved = rng.bit_generator.state
+    uniforms = rng.random((int(total.max(initial=0)), n))
+    ran = keystroke_loop(
+        total, look_from, targets, typed, lengths, token_start, pages.words, vocab.chars,
+        _offsets(owner, n), cand, drop, p_ahead, p_target, p_stored,
+        _offsets(af_owner, n), af_cand, af_until, af_origin,
+        _offsets(a_search, n), a_page, a_reach[usable], inputs.length[a_row], a_use, a_rank,
+        stored[a_page],
+        uniforms, typing.scan_continue ** np.arange(config.history_rows + 1),
+        config.general_rows, min(config.adaptive_rows, config.general_rows),
+        config.history_rows, chars, rank_out, found, autofilled, shown,
+    )  # fmt: skip
+    rng.bit_generator.state = saved
+    rng.random((ran, n))
     in_first = chars <= first_len
     return SearchBatch(
         user=users,
@@ -716,7 +453,7 @@ def simulate_searches(
         chars_typed=chars,
         selected_rank=rank_out,
         shown=shown,
-        n_shown=n_shown,
+        n_shown=(shown >= 0).sum(axis=1),
         found=found,
         autofilled=autofilled,
         first_word=typed[:, 0].copy(),
@@ -724,52 +461,10 @@ def simulate_searches(
     )
 
 
-def _rows_at(
-    done: np.ndarray,
-    s_of: np.ndarray,
-    j: np.ndarray,
-    matching: np.ndarray,
-    stored: np.ndarray,
-    af_page: np.ndarray,
-    ad_s: np.ndarray,
-    ad_p: np.ndarray,
-    ad_pos: np.ndarray,
-    n: int,
-    width: int,
-) -> np.ndarray:
-    """The history rows of the searches ``done`` now: autofill, the adaptive rows, then the
-    frecency rows (frecency desc, id desc); ``width`` rows with an autofill row, one fewer
-    without (the heuristic row is then of another style)."""
-    mark = np.zeros(n, dtype=bool)
-    mark[done] = True
-    # category 0: autofill, 1: adaptive (by position), 2: frecency rows
-    s_f = s_of[matching & mark[s_of]]
-    p_f = j[matching & mark[s_of]]
-    s_a = ad_s[mark[ad_s]]
-    p_a = ad_p[mark[ad_s]]
-    s_0 = done[af_page[done] >= 0]
-    p_0 = af_page[s_0]
-    all_s = np.concatenate([s_0, s_a, s_f])
-    all_p = np.concatenate([p_0, p_a, p_f])
-    group = all_s * 3  # the search, then the category
-    group[s_0.size : s_0.size + s_a.size] += 1
-    group[s_0.size + s_a.size :] += 2
-    within = np.concatenate([
-        np.zeros(s_0.size), ad_pos[mark[ad_s]].astype(np.float64), -stored[p_f],
-    ])  # fmt: skip
-    tie = np.concatenate([np.zeros(s_0.size + s_a.size, dtype=np.int64), -p_f])
-    order = np.lexsort((tie, within, group))
-    all_s, all_p = all_s[order], all_p[order]
-    seg = np.flatnonzero(np.r_[True, all_s[1:] != all_s[:-1]]) if all_s.size else np.zeros(0, int)
-    pos = np.arange(all_s.size) - np.repeat(seg, np.diff(np.r_[seg, all_s.size]))
-    row_of = np.full(n, -1, dtype=np.int64)
-    row_of[done] = np.arange(done.size)
-    out = np.full((done.size, width), -1, dtype=np.int64)
-    keep = pos < width
-    has_af = np.zeros(n, dtype=bool)
-    has_af[s_0] = True
-    keep &= pos < np.where(has_af[all_s], width, width - 1)
-    out[row_of[all_s[keep]], pos[keep]] = all_p[keep]
+def _offsets(group: np.ndarray, n: int) -> np.ndarray:
+    """int64 ``(n + 1,)``: where every group starts in ``group`` (sorted group ids)."""
+    out = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(group, minlength=n), out=out[1:])
     return out
 
 
