@@ -24,6 +24,7 @@ from fedrank.models.frecency.history import (
     PageHistories,
     VisitType,
 )
+from fedrank.simulation.store_kernels import merge_rows
 
 __all__ = ["MERGE_BLOCK_ROWS", "VisitStore"]
 
@@ -161,34 +162,14 @@ class VisitStore:
         """Merge visit rows, in arrival order (``new``: their int8 columns), into their
         pages' rows: every affected page keeps its ``width`` newest, and of equal times
         the later arrival first -- the new rows, latest first, then the stored ones in
-        their order."""
-        affected = unique_values(pages)
-        old = self.time[affected]
-        have = ~np.isnan(old)
-        rows_page = np.concatenate([np.repeat(affected, have.sum(axis=1)), pages])
-        rows_time = np.concatenate([old[have], times])
-        n_new = pages.size
-        stored_col = np.broadcast_to(np.arange(self.width), old.shape)[have]
-        tie = np.concatenate([n_new + stored_col, np.arange(n_new - 1, -1, -1)])
-        cols = {
-            name: np.concatenate([getattr(self, name)[affected][have], values])
-            for name, values in new.items()
-        }
-        order = np.lexsort((tie, -rows_time, rows_page))
-        page_sorted = rows_page[order]
-        starts = np.flatnonzero(np.r_[True, page_sorted[1:] != page_sorted[:-1]])
-        rank = np.arange(order.size) - np.repeat(starts, np.diff(np.r_[starts, order.size]))
-        keep = order[rank < self.width]
-        col = rank[rank < self.width]
-        page = rows_page[keep]
-        self.time[affected] = np.nan
-        for name in cols:
-            getattr(self, name)[affected] = 0
-        self.time[page, col] = rows_time[keep]
-        for name, values in cols.items():
-            getattr(self, name)[page, col] = values[keep]
-        self._n_rows[affected] = 0
-        np.add.at(self._n_rows, page, 1)
+        their order (:func:`~fedrank.simulation.store_kernels.merge_rows`)."""
+        merge_rows(
+            self.time, self.visit_type, self.origin_type, self.redirect_target, self._n_rows,
+            pages.astype(np.int64), times.astype(np.float64),
+            *(np.ascontiguousarray(new[name], dtype=np.int8)
+              for name in ("visit_type", "origin_type", "redirect_target")),
+            np.argsort(pages, kind="stable"),
+        )  # fmt: skip
 
     def last_visit(self) -> np.ndarray:
         """float64 ``(N,)``: the newest visit's time (NaN for pages never visited)."""

@@ -41,9 +41,11 @@ Typing and attention (:class:`TypingModel`)
     selection (no ping, ``found`` False). :func:`fedrank.experiments.frecency.calibration` fits the
     two parameters to the paper's control branch.
 
-Vectorization
-    Searches are flattened into (search, candidate page) pairs; a loop over the number of
-    characters typed (at most a few dozen) updates every still-typing search at once.
+Computation
+    Every search's (search, candidate page) pairs, autofill candidates and adaptive rows
+    are gathered once (vectorized, or compiled where a search reads a run of its user's
+    words); then every search is typed character by character in compiled code
+    (:mod:`fedrank.simulation.keystrokes`).
 """
 
 from __future__ import annotations
