@@ -21,6 +21,7 @@ other words; then the page's remaining words in order, if more are needed.
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from fedrank.data.browsing import Pages
@@ -114,10 +115,21 @@ def sample_targets(
             starts[flat] - (np.cumsum(n_flat) - n_flat), n_flat
         )
         key[uniform] = rng.random(uniform.size)
-    seg_min = np.minimum.reduceat(key, starts)
-    hits = np.flatnonzero(key == np.repeat(seg_min, count))
-    # one hit per search, its first (ties have prob. 0)
-    return page[hits[np.searchsorted(hits, starts)]]
+    return page[_race_winners(key, np.r_[starts, key.size])]
+
+
+@numba.njit(cache=True, nogil=True)
+def _race_winners(key: np.ndarray, ptr: np.ndarray) -> np.ndarray:
+    """The entry of the smallest ``key`` of every search (``ptr[s]:ptr[s + 1]``), the
+    first on ties (ties have probability 0)."""
+    out = np.empty(ptr.size - 1, np.int64)
+    for s in range(ptr.size - 1):
+        best = ptr[s]
+        for k in range(ptr[s] + 1, ptr[s + 1]):
+            if key[k] < key[best]:
+                best = k
+        out[s] = best
+    return out
 
 
 def typed_words(
