@@ -109,6 +109,31 @@ def test_pause_is_a_barrier_for_messages_already_past_the_front_door(tmp_path: P
     assert snap.updates_in_iteration == 2
 
 
+def test_a_scheduled_close_queued_before_a_pause_does_not_close(tmp_path: Path) -> None:
+    """The scheduler looks (not paused), an operator's pause reaches the writer first, then
+    the scheduler's close: it is refused as ``paused`` and nothing is published (the kill
+    -9 durability test saw a version appear while paused); the operator's own close still
+    closes while paused."""
+    config = offline_config(TOML, tmp_path, store=str(tmp_path / "store"))
+
+    async def scenario() -> tuple[Any, ...]:
+        engine = Engine(config, asyncio.get_running_loop())
+        try:
+            await engine.submit([_message(engine, "m", 1)])
+            await engine.command("pause")
+            scheduled = await engine.command("close", reason="policy", scheduled=True)
+            after_scheduled = engine.snapshot().version
+            operator = await engine.command("close", reason="admin", force=True)
+            return scheduled, after_scheduled, operator, engine.snapshot().version
+        finally:
+            engine.stop()
+
+    scheduled, after_scheduled, operator, version = asyncio.run(scenario())
+    assert scheduled.status == 409 and scheduled.body["error"] == "paused"
+    assert after_scheduled == 0
+    assert operator.status == 200 and version == 1
+
+
 def _versioned(engine: Engine, message_id: str, version: int) -> Incoming:
     item = _message(engine, message_id, 7)
     return Incoming(

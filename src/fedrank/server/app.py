@@ -175,18 +175,19 @@ class Server:
             await self._scheduled_close(engine.policy.name)
         return stable, last_sign, last_iteration
 
-    async def _scheduled_close(self, reason: str) -> None:
-        """Close the iteration for the scheduler. A close that fails (a safeguard refuses
-        the step, the store fails) is logged and retried after an exponential back-off of
-        ``tick * 2**k`` seconds, at most 5 minutes, never in a loop; ``/v1/status`` shows
-        the failures and the last error until a close succeeds."""
+    async def _scheduled_close(self, reason: str) -> bool:
+        """Close the iteration for the scheduler; returns whether it closed. A close that
+        fails (a safeguard refuses the step, the store fails) is logged and retried after
+        an exponential back-off of ``tick * 2**k`` seconds, at most 5 minutes, never in a
+        loop; ``/v1/status`` shows the failures and the last error until a close succeeds.
+        An operator's pause applied after the scheduler looked wins: no close."""
         assert self.engine is not None
-        outcome = await self.engine.command("close", reason=reason)
+        outcome = await self.engine.command("close", reason=reason, scheduled=True)
         if outcome.status == 200:
             self.close_failures, self.last_close_error = 0, None
-            return
-        if outcome.body.get("error") in ("empty", "too_few"):
-            return  # nothing to close yet: not a failure
+            return True
+        if outcome.body.get("error") in ("empty", "too_few", "paused"):
+            return False  # nothing to close yet, or paused meanwhile: not a failure
         self.close_failures += 1
         self.close_failures_total += 1
         self.last_close_error = outcome.body
@@ -198,6 +199,7 @@ class Server:
             outcome.body.get("detail"),
             delay,
         )
+        return False
 
     async def _schedule_round(self, n_updates: int) -> None:
         assert self.engine is not None and self.round is not None
@@ -207,10 +209,10 @@ class Server:
             return
         if not self.round.complete(now):
             return
-        if n_updates >= self.config.iteration.min_updates:
-            await self._scheduled_close(f"round {self.round.number} complete")
-            if self.close_failures:
-                return  # the round stays open until its close succeeds
+        if n_updates >= self.config.iteration.min_updates and not await self._scheduled_close(
+            f"round {self.round.number} complete"
+        ):
+            return  # the round stays open until its close succeeds
         self.round = self._new_round(self.round.number + 1)
 
     async def _schedule_secagg(self, now: float) -> None:

@@ -806,7 +806,11 @@ class Engine:
     def _run_command(self, jobs: list[_Job]) -> None:
         (job,) = jobs
         try:
-            if job.command == "close":
+            if job.command == "close" and job.args.get("scheduled") and self.paused:
+                # the scheduler decided before an operator's pause was applied
+                detail = "the server is paused by its operator; the scheduler does not close"
+                outcome = Outcome(409, {"error": "paused", "detail": detail})
+            elif job.command == "close":
                 outcome = self._close(job.args.get("reason", "admin"), job.args.get("force", False))
             elif job.command in ("pause", "resume"):
                 self.store.set_paused(job.command == "pause")
