@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from fedrank.core.arrays import unique_values
@@ -437,18 +438,13 @@ def _page_words(
     title_slot = np.arange(width - 1 - n_p)[None, :] < n_title[:, None]
     title[title_slot] = draw(int(title_slot.sum()))
     title[site, 0] = host_name[page_host[site]]
-    n_url = np.empty(n, dtype=np.int64)
-    for lo in range(0, n, _WORD_ROW_BLOCK):  # in blocks of rows: the sorts' temporaries
-        block = words[lo : lo + _WORD_ROW_BLOCK]  # are several times the words' size
-        _distinct_words(block)
-        n_url[lo : lo + block.shape[0]] = (block[:, : 1 + n_p] >= 0).sum(axis=1)
-        block[:] = np.take_along_axis(block, np.argsort(block < 0, axis=1, kind="stable"), 1)
+    n_url = _distinct_words(words, 1 + n_p)
     used = int((words >= 0).sum(axis=1).max(initial=0))  # words now lead every row
     narrow = np.int16 if vocab.n_words <= np.iinfo(np.int16).max else np.int32
     return words[:, :used].astype(narrow), n_url
 
 
-#: Rows of :func:`_page_words`' de-duplication at a time (bounds its temporaries).
+#: Uniforms :func:`_page_words` draws at a time (bounds the temporaries; the same stream).
 _WORD_ROW_BLOCK = 1 << 16
 
 #: :class:`_InverseCdf` looks uniforms up in ``2 ** _CDF_BITS`` bins.
@@ -477,14 +473,29 @@ class _InverseCdf:
         return np.minimum(out, self.cdf.size - 1)
 
 
-def _distinct_words(words: np.ndarray) -> None:
-    """Replace, in place, every repeat of a word within a row of ``words`` by -1 (a
-    repeated word adds nothing to matching): a stable sort of each row puts equal words
-    side by side, first occurrence first."""
-    order = np.argsort(words, axis=1, kind="stable")
-    ranked = np.take_along_axis(words, order, axis=1)
-    repeat = np.zeros(words.shape, dtype=bool)
-    np.put_along_axis(
-        repeat, order[:, 1:], (ranked[:, 1:] == ranked[:, :-1]) & (ranked[:, 1:] >= 0), axis=1
-    )
-    words[repeat] = -1
+@numba.njit(cache=True, nogil=True)
+def _distinct_words(words: np.ndarray, n_url_columns: int) -> np.ndarray:
+    """In place, per row of ``words``: drop every repeat of a word (a repeated word adds
+    nothing to matching; the first occurrence stays) and move the words that remain to the
+    front in their order, -1 after them. Returns int64 ``(n,)``: the words that remain of
+    the first ``n_url_columns`` columns (the URL's words)."""
+    n_rows, width = words.shape
+    n_url = np.zeros(n_rows, np.int64)
+    for i in range(n_rows):
+        kept = 0
+        for j in range(width):
+            word = words[i, j]
+            if word < 0:
+                continue
+            q = 0
+            while q < kept and words[i, q] != word:
+                q += 1
+            if q < kept:  # a repeat
+                continue
+            words[i, kept] = word  # kept <= j: the columns before j have been read
+            kept += 1
+            if j < n_url_columns:
+                n_url[i] += 1
+        for j in range(kept, width):
+            words[i, j] = -1
+    return n_url

@@ -564,7 +564,6 @@ class FrecencyWorld:
         users = unique_values(np.asarray(users, dtype=np.int64))
         stored = np.zeros(self.pages.n_pages)
         origin = np.zeros(self.pages.n_pages)
-        scored = self._pages_of(users)
         branch = self.branch[users]
         for b, params in ((TREATMENT, theta), (CONTROL_NO_DECAY, self.scorer.defaults())):
             at = self._listed_of(users[branch == b])
@@ -577,7 +576,6 @@ class FrecencyWorld:
             listable=self.listable(),
             host_bookmarked=self._host_bookmarked.copy(),
             inputs=self.inputs,
-            scored=scored,
             host_known=self._host_known | self._host_bookmarked,
         )
 

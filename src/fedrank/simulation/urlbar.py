@@ -45,7 +45,7 @@ Computation
     Every search's (search, candidate page) pairs, autofill candidates and adaptive rows
     are gathered once (vectorized, or compiled where a search reads a run of its user's
     words); then every search is typed character by character in compiled code
-    (:mod:`fedrank.simulation.keystrokes`).
+    (:mod:`fedrank.simulation.urlbar_kernels`).
 """
 
 from __future__ import annotations
@@ -59,7 +59,12 @@ from fedrank.core.arrays import unique_values
 from fedrank.data.browsing import Pages
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.simulation.input_history import InputHistory
-from fedrank.simulation.keystrokes import keystroke_loop, matching_pairs, origins
+from fedrank.simulation.urlbar_kernels import (
+    keystroke_loop,
+    matching_pairs,
+    origins,
+    word_entries,
+)
 
 __all__ = ["SearchBatch", "TypingModel", "UrlbarConfig", "UrlbarState", "simulate_searches"]
 
@@ -135,8 +140,6 @@ class UrlbarState:
         listable: bool ``(N,)`` pages the history query may return (visited or bookmarked).
         host_bookmarked: bool ``(H,)`` hosts holding a bookmark (always autofilled).
         inputs: the adaptive history.
-        scored: optional int64, ascending: the only pages whose ``stored`` and ``origin``
-            may be non-zero (``None``: any page); origin frecency then sums over these.
         host_known: optional bool ``(H,)``: Firefox's origins, the hosts with a listable
             page or a bookmark, when the caller keeps them (``None``: computed from
             ``listable`` and ``host_bookmarked``, which it must equal).
@@ -147,7 +150,6 @@ class UrlbarState:
     listable: np.ndarray
     host_bookmarked: np.ndarray
     inputs: InputHistory
-    scored: np.ndarray | None = None
     host_known: np.ndarray | None = None
 
 
@@ -209,11 +211,6 @@ class SearchBatch:
         return self.found & ~self.autofilled & (self.first_chars > 0)
 
 
-#: Pages per block when :func:`prefix_index` sorts the users' words (bounds the
-#: temporaries).
-_INDEX_BLOCK_PAGES = 1 << 17
-
-
 @dataclass(frozen=True)
 class PrefixIndex:
     """Every word of every page, per user in the vocabulary's lexicographic order: the
@@ -231,7 +228,6 @@ class PrefixIndex:
         slot: int64 ``(N,)`` scratch over the pages, all -1 between uses
             (:func:`_matching_pairs`; used under :attr:`lock`).
         lock: guards :attr:`slot`.
-        host_user: int64 ``(H,)`` the user of every host id (``-1``: an unused id).
     """
 
     word_at: np.ndarray
@@ -241,7 +237,6 @@ class PrefixIndex:
     entry_page: np.ndarray
     slot: np.ndarray
     lock: threading.Lock
-    host_user: np.ndarray
 
 
 def prefix_index(pages: Pages) -> PrefixIndex:
@@ -254,8 +249,8 @@ def prefix_index(pages: Pages) -> PrefixIndex:
 
 
 def _build_prefix_index(pages: Pages) -> PrefixIndex:
-    """Sorts the words of every user's pages by (user, lexicographic rank, page), over
-    blocks of whole users of about :data:`_INDEX_BLOCK_PAGES` pages."""
+    """Sorts the words of every user's pages by (user, lexicographic rank, page)
+    (:func:`~fedrank.simulation.urlbar_kernels.word_entries`)."""
     chars = pages.vocabulary.chars
     n_words = pages.vocabulary.n_words
     word_at = (
@@ -268,32 +263,14 @@ def _build_prefix_index(pages: Pages) -> PrefixIndex:
     rank_dtype = np.uint16 if n_words <= 1 << 16 else np.int32
     words = pages.words
     offsets = pages.user_offsets
-    n_users = pages.n_users
     per_page = np.zeros(words.shape[0] + 1, dtype=np.int64)
     np.cumsum((words >= 0).sum(axis=1), out=per_page[1:])
     entry_offsets = per_page[offsets]  # the users' first entries
-    per_user = np.diff(entry_offsets)
     entry_rank = np.empty(int(entry_offsets[-1]), dtype=rank_dtype)
     entry_page = np.empty(int(entry_offsets[-1]), dtype=np.int32)
-    bounds = np.unique(
-        np.searchsorted(offsets, np.arange(0, words.shape[0], _INDEX_BLOCK_PAGES), side="right") - 1
-    )
-    users = np.r_[bounds[(bounds >= 0) & (bounds < n_users)], n_users]
-    for u_lo, u_hi in zip(users[:-1], users[1:], strict=True):
-        lo, hi = int(offsets[u_lo]), int(offsets[u_hi])
-        rows, cols = np.nonzero(words[lo:hi] >= 0)  # page, then column
-        r = rank[words[lo + rows, cols]]
-        local = np.repeat(np.arange(u_hi - u_lo, dtype=np.int64), per_user[u_lo:u_hi])
-        order = np.argsort(local * n_words + r, kind="stable")  # then by page, column
-        e_lo, e_hi = int(entry_offsets[u_lo]), int(entry_offsets[u_hi])
-        entry_rank[e_lo:e_hi] = r[order]
-        entry_page[e_lo:e_hi] = lo + rows[order]
+    word_entries(words, offsets, rank, entry_offsets, entry_rank, entry_page)
     slot = np.full(pages.n_pages, -1, dtype=np.int64)
-    host_user = np.full(int(pages.host.max(initial=-1)) + 1, -1, dtype=np.int64)
-    host_user[pages.host] = pages.owner
-    return PrefixIndex(
-        word_at, rank, entry_offsets, entry_rank, entry_page, slot, threading.Lock(), host_user
-    )
+    return PrefixIndex(word_at, rank, entry_offsets, entry_rank, entry_page, slot, threading.Lock())
 
 
 def _origins(pages: Pages, state: UrlbarState, users: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -327,7 +304,7 @@ def _matching_pairs(
     *drop step*, the first number of typed characters at which the page stops matching
     (int64 max when it matches the whole text; ``PENDING`` until the later tokens are
     compared), which is above ``look_from``. Pages that match fewer characters can only be
-    rows before the user reads (:func:`~fedrank.simulation.keystrokes.matching_pairs`)."""
+    rows before the user reads (:func:`~fedrank.simulation.urlbar_kernels.matching_pairs`)."""
     index = prefix_index(pages)
     with index.lock:
         return matching_pairs(
@@ -482,9 +459,6 @@ def _check(
         value = getattr(state, name)
         if value is not None and (value.ndim != 1 or value.size < n_hosts):
             raise DataFormatError(f"UrlbarState.{name} must cover every host id ({n_hosts})")
-    scored = state.scored
-    if scored is not None and scored.size and (scored[0] < 0 or scored[-1] >= n):  # ascending
-        raise DataFormatError(f"UrlbarState.scored must hold page ids in 0..{n - 1}")
     if users.ndim != 1 or targets.shape != users.shape or typed.shape[0] != users.size:
         raise DataFormatError("users, targets and typed need one row per search")
     if users.size and (users.min() < 0 or users.max() >= pages.n_users):

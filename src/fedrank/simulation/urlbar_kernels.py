@@ -1,13 +1,14 @@
-"""The URL bar's keystroke loop, compiled: one search at a time, one typed character at a
-time, the rows Firefox shows and whether the user picks the wanted page (the rules are
-:mod:`fedrank.simulation.urlbar`'s module docstring; Mozilla paper, Sec. 4 and 6.2).
+"""The URL bar's compiled parts (numba), one search at a time (the rules are
+:mod:`fedrank.simulation.urlbar`'s module docstring; Mozilla paper, Sec. 4 and 6.2):
 
-:func:`fedrank.simulation.urlbar.simulate_searches` finds, vectorized over all searches,
-every (search, page) pair that may become a row once the user reads the list, with the
-character at which it stops matching, the autofill candidates and the adaptive-history
-rows; :func:`keystroke_loop` then walks every search's characters with those lists, in
-compiled code (numba): a per-character pass over all searches in numpy spent most of its
-time building and sorting the same small lists again.
+* :func:`word_entries`: every user's page words in lexicographic order (the word index);
+* :func:`matching_pairs`: the (search, page) pairs that may become rows once the user
+  reads the list, found by binary search in the user's run of the word index;
+* :func:`origins`: Firefox's origins of the searching users' hosts;
+* :func:`keystroke_loop`: every search typed character by character with those lists --
+  the rows Firefox shows and whether the user picks the wanted page. A per-character pass
+  over all searches in numpy spent most of its time building and sorting the same small
+  lists again.
 
 The user's attention is one uniform per search per character, drawn for all searches at
 once as the numpy loop drew it (``rng.random(n)`` per character while any search is still
@@ -20,7 +21,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["PENDING", "keystroke_loop"]
+__all__ = ["PENDING", "keystroke_loop", "matching_pairs", "origins", "word_entries"]
 
 #: Drop step of a pair that matches the whole first token while the search types more: the
 #: later tokens are compared once the second one starts (:func:`_later_drop`).
@@ -450,3 +451,34 @@ def origins(
         for h in mine:
             qualified[h] = known[h] and (origin[h] >= threshold or host_bookmarked[h])
     return known, origin, qualified
+
+
+@numba.njit(cache=True, nogil=True)
+def word_entries(
+    words: np.ndarray,
+    offsets: np.ndarray,
+    rank: np.ndarray,
+    entry_offsets: np.ndarray,
+    entry_rank: np.ndarray,
+    entry_page: np.ndarray,
+) -> None:
+    """Fill the word index: user ``u``'s entries ``entry_offsets[u]:entry_offsets[u + 1]``
+    are the words of its pages ``offsets[u]:offsets[u + 1]`` (``words``, -1 padded), as
+    ``(rank[word], page)``, sorted by rank, then page, then column (a stable sort)."""
+    for u in range(offsets.size - 1):
+        lo = entry_offsets[u]
+        count = entry_offsets[u + 1] - lo
+        ranks = np.empty(count, np.int64)
+        page_of = np.empty(count, np.int64)
+        k = 0
+        for page in range(offsets[u], offsets[u + 1]):
+            for column in range(words.shape[1]):
+                word = words[page, column]
+                if word >= 0:
+                    ranks[k] = rank[word]
+                    page_of[k] = page
+                    k += 1
+        order = np.argsort(ranks, kind="mergesort")
+        for k in range(count):
+            entry_rank[lo + k] = ranks[order[k]]
+            entry_page[lo + k] = page_of[order[k]]
