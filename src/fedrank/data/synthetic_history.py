@@ -428,20 +428,14 @@ def _page_words(
     n_path = np.where(deep, 1 + (rng.random(n) * cfg.max_path_words).astype(np.int64), 0)
     n_title = 1 + rng.poisson(max(cfg.title_words_mean - 1.0, 0.0), n)
     site = (page_slot == 0) & (rng.random(n) < cfg.site_in_title)
-    n_p = cfg.max_path_words
-    width = 1 + n_p + int(n_title.max(initial=1))
-    words = np.full((n, width), -1, dtype=np.int32)
-    words[:, 0] = host_name[page_host]
-    path_slot = np.arange(n_p)[None, :] < n_path[:, None]
-    words[:, 1 : 1 + n_p][path_slot] = draw(int(path_slot.sum()))
-    title = words[:, 1 + n_p :]  # a view: the title words go straight into place
-    title_slot = np.arange(width - 1 - n_p)[None, :] < n_title[:, None]
-    title[title_slot] = draw(int(title_slot.sum()))
-    title[site, 0] = host_name[page_host[site]]
-    n_url = _distinct_words(words, 1 + n_p)
-    used = int((words >= 0).sum(axis=1).max(initial=0))  # words now lead every row
+    path_words = draw(int(n_path.sum()))  # row after row, as the rows are laid out
+    title_words = draw(int(n_title.sum()))
+    row = (host_name[page_host], n_path, n_title, site, path_words, title_words)
     narrow = np.int16 if vocab.n_words <= np.iinfo(np.int16).max else np.int32
-    return words[:, :used].astype(narrow), n_url
+    n_url = np.empty(n, dtype=np.int64)
+    words = np.empty((n, _page_word_rows(*row, cfg.max_path_words, None, n_url)), dtype=narrow)
+    _page_word_rows(*row, cfg.max_path_words, words, n_url)
+    return words, n_url
 
 
 #: Uniforms :func:`_page_words` draws at a time (bounds the temporaries; the same stream).
@@ -474,28 +468,51 @@ class _InverseCdf:
 
 
 @numba.njit(cache=True, nogil=True)
-def _distinct_words(words: np.ndarray, n_url_columns: int) -> np.ndarray:
-    """In place, per row of ``words``: drop every repeat of a word (a repeated word adds
-    nothing to matching; the first occurrence stays) and move the words that remain to the
-    front in their order, -1 after them. Returns int64 ``(n,)``: the words that remain of
-    the first ``n_url_columns`` columns (the URL's words)."""
-    n_rows, width = words.shape
-    n_url = np.zeros(n_rows, np.int64)
-    for i in range(n_rows):
+def _page_word_rows(
+    host_name: np.ndarray,
+    n_path: np.ndarray,
+    n_title: np.ndarray,
+    site: np.ndarray,
+    path_words: np.ndarray,
+    title_words: np.ndarray,
+    n_path_columns: int,
+    out: np.ndarray | None,
+    n_url: np.ndarray,
+) -> int:
+    """Every page's words: its host's name, its ``n_path`` path words and ``n_title`` title
+    words (taken in order from ``path_words`` and ``title_words``; the first title word is
+    the host's name where ``site``), each word once (the first occurrence stays: a
+    repeated word adds nothing to matching), -1 after them. Writes the rows into ``out``
+    when given and the URL words (host and path) that remain into ``n_url``; returns the
+    most words a page keeps (the width ``out`` needs)."""
+    row = np.empty(1 + n_path_columns + max(n_title.max(), 1), np.int64)
+    most = 0
+    at_path = 0
+    at_title = 0
+    for i in range(host_name.size):
         kept = 0
-        for j in range(width):
-            word = words[i, j]
-            if word < 0:
-                continue
+        urls = 0
+        for column in range(1 + n_path[i] + n_title[i]):
+            if column == 0:
+                word, is_url = host_name[i], True
+            elif column <= n_path[i]:
+                word, is_url = path_words[at_path], True
+                at_path += 1
+            else:
+                word, is_url = title_words[at_title], False
+                if column == 1 + n_path[i] and site[i]:
+                    word = host_name[i]
+                at_title += 1
             q = 0
-            while q < kept and words[i, q] != word:
+            while q < kept and row[q] != word:
                 q += 1
-            if q < kept:  # a repeat
-                continue
-            words[i, kept] = word  # kept <= j: the columns before j have been read
-            kept += 1
-            if j < n_url_columns:
-                n_url[i] += 1
-        for j in range(kept, width):
-            words[i, j] = -1
-    return n_url
+            if q == kept:
+                row[kept] = word
+                kept += 1
+                urls += is_url
+        n_url[i] = urls
+        most = max(most, kept)
+        if out is not None:
+            for j in range(out.shape[1]):
+                out[i, j] = row[j] if j < kept else -1
+    return most

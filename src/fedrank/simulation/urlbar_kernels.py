@@ -464,21 +464,25 @@ def word_entries(
 ) -> None:
     """Fill the word index: user ``u``'s entries ``entry_offsets[u]:entry_offsets[u + 1]``
     are the words of its pages ``offsets[u]:offsets[u + 1]`` (``words``, -1 padded), as
-    ``(rank[word], page)``, sorted by rank, then page, then column (a stable sort)."""
+    ``(rank[word], page)``, sorted by rank, then page, then column (a counting sort by
+    rank over the pages in order)."""
+    count = np.zeros(rank.size, np.int64)  # per rank: the user's entries (0 between users)
+    cursor = np.empty(rank.size, np.int64)  # per rank: where its next entry goes
     for u in range(offsets.size - 1):
-        lo = entry_offsets[u]
-        count = entry_offsets[u + 1] - lo
-        ranks = np.empty(count, np.int64)
-        page_of = np.empty(count, np.int64)
-        k = 0
+        for page in range(offsets[u], offsets[u + 1]):
+            for column in range(words.shape[1]):
+                if words[page, column] >= 0:
+                    count[rank[words[page, column]]] += 1
+        at = entry_offsets[u]
+        for r in range(rank.size):
+            cursor[r] = at
+            at += count[r]
+            count[r] = 0
         for page in range(offsets[u], offsets[u + 1]):
             for column in range(words.shape[1]):
                 word = words[page, column]
                 if word >= 0:
-                    ranks[k] = rank[word]
-                    page_of[k] = page
-                    k += 1
-        order = np.argsort(ranks, kind="mergesort")
-        for k in range(count):
-            entry_rank[lo + k] = ranks[order[k]]
-            entry_page[lo + k] = page_of[order[k]]
+                    r = rank[word]
+                    entry_rank[cursor[r]] = r
+                    entry_page[cursor[r]] = page
+                    cursor[r] += 1
