@@ -75,47 +75,80 @@ def sample_targets(
         raise ConfigError("rng must be a numpy.random.Generator (np.random.default_rng(seed))")
     if users.size == 0:
         return np.zeros(0, dtype=np.int64)
-    # every search's eligible pages, in page order, search after search
+    # every search's eligible pages, in page order, search after search: entry k of search
+    # s (ptr[s] <= k < ptr[s + 1]) is page source[first[s] + k - ptr[s]]
     if candidates is None:
         ok = np.ones(pages.n_pages, dtype=bool) if eligible is None else np.asarray(eligible, bool)
-        first = pages.user_offsets[users]
-        count = pages.user_offsets[users + 1] - first
-        start = np.cumsum(count) - count
+        lo = pages.user_offsets[users]
+        count = pages.user_offsets[users + 1] - lo
         owner = np.repeat(np.arange(users.size, dtype=np.int64), count)
-        page = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(first - start, count)
-        keep = ok[page]
-        page = page[keep]
+        source = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(
+            lo - (np.cumsum(count) - count), count
+        )
+        keep = ok[source]
+        source = source[keep]
         count = np.bincount(owner[keep], minlength=users.size)
+        first = np.cumsum(count) - count
     else:
-        listed, user_start = candidates
+        source, user_start = candidates
         first = user_start[users]
         count = user_start[users + 1] - first
-        at = np.arange(int(count.sum()), dtype=np.int64)
-        at += np.repeat(first - (np.cumsum(count) - count), count)
-        page = listed[at]
     if count.min() == 0:
         raise DataFormatError("a searching user has no page that can be wanted")
-    starts = np.cumsum(count) - count  # every search's first entry
-
-    weight = scores[page]  # the utility, then (in place: a pair per page of every
-    if candidates is not None and np.isnan(weight).any():  # searching user is the
-        raise DataFormatError("true_scores contains NaN")  # largest temporary) its weight
-    if noise_var > 0:
-        weight += rng.normal(0.0, np.sqrt(noise_var), size=weight.size)
-    np.maximum(weight, 0.0, out=weight)
-    key = rng.standard_exponential(weight.size)
-    with np.errstate(divide="ignore"):
-        np.divide(key, weight, out=key)  # +inf where weight == 0
+    ptr = np.zeros(users.size + 1, dtype=np.int64)
+    np.cumsum(count, out=ptr[1:])
+    if candidates is not None and _reads_nan(scores, source, first, ptr):
+        raise DataFormatError("true_scores contains NaN")
+    n = int(ptr[-1])  # one utility per (search, eligible page)
+    noise = rng.normal(0.0, np.sqrt(noise_var), size=n) if noise_var > 0 else np.zeros(0)
+    key = rng.standard_exponential(n)
+    has_positive = _race_keys(scores, source, first, ptr, noise, key)
     # Users whose every utility is <= 0 choose uniformly: any i.i.d. continuous keys do.
-    has_positive = np.logical_or.reduceat(weight > 0, starts)
     if not has_positive.all():
         flat = np.flatnonzero(~has_positive)
         n_flat = count[flat]
         uniform = np.arange(int(n_flat.sum()), dtype=np.int64) + np.repeat(
-            starts[flat] - (np.cumsum(n_flat) - n_flat), n_flat
+            ptr[flat] - (np.cumsum(n_flat) - n_flat), n_flat
         )
         key[uniform] = rng.random(uniform.size)
-    return page[_race_winners(key, np.r_[starts, key.size])]
+    winner = _race_winners(key, ptr)
+    return source[first + winner - ptr[:-1]]
+
+
+@numba.njit(cache=True, nogil=True)
+def _reads_nan(scores: np.ndarray, source: np.ndarray, first: np.ndarray, ptr: np.ndarray) -> bool:
+    """Whether a score the searches read is NaN."""
+    for s in range(ptr.size - 1):
+        for k in range(ptr[s + 1] - ptr[s]):
+            if np.isnan(scores[source[first[s] + k]]):
+                return True
+    return False
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _race_keys(
+    scores: np.ndarray,
+    source: np.ndarray,
+    first: np.ndarray,
+    ptr: np.ndarray,
+    noise: np.ndarray,
+    key: np.ndarray,
+) -> np.ndarray:
+    """In place, ``key[k] /= max(score + noise[k], 0)`` for every (search, page) entry
+    (+inf where the weight is 0; ``noise`` empty: none; the max as ``np.maximum``);
+    returns bool ``(S,)``: the search has a positive weight."""
+    has_positive = np.zeros(ptr.size - 1, np.bool_)
+    for s in range(ptr.size - 1):
+        for k in range(ptr[s], ptr[s + 1]):
+            weight = scores[source[first[s] + k - ptr[s]]]
+            if noise.size:
+                weight += noise[k]
+            if not (weight >= 0.0 or np.isnan(weight)):
+                weight = 0.0
+            if weight > 0.0:
+                has_positive[s] = True
+            key[k] = key[k] / weight
+    return has_positive
 
 
 @numba.njit(cache=True, nogil=True)
