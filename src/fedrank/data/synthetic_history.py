@@ -38,7 +38,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 from fedrank.core.arrays import unique_values
@@ -430,11 +429,13 @@ def _page_words(
     site = (page_slot == 0) & (rng.random(n) < cfg.site_in_title)
     path_words = draw(int(n_path.sum()))  # row after row, as the rows are laid out
     title_words = draw(int(n_title.sum()))
+    from fedrank.data.synthetic_kernels import page_word_rows  # numba, on first use
+
     row = (host_name[page_host], n_path, n_title, site, path_words, title_words)
     narrow = np.int16 if vocab.n_words <= np.iinfo(np.int16).max else np.int32
     n_url = np.empty(n, dtype=np.int64)
-    words = np.empty((n, _page_word_rows(*row, cfg.max_path_words, None, n_url)), dtype=narrow)
-    _page_word_rows(*row, cfg.max_path_words, words, n_url)
+    words = np.empty((n, page_word_rows(*row, cfg.max_path_words, None, n_url)), dtype=narrow)
+    page_word_rows(*row, cfg.max_path_words, words, n_url)
     return words, n_url
 
 
@@ -465,54 +466,3 @@ class _InverseCdf:
         split = np.flatnonzero(out < 0)
         out[split] = np.searchsorted(self.cdf, u[split], "right")
         return np.minimum(out, self.cdf.size - 1)
-
-
-@numba.njit(cache=True, nogil=True)
-def _page_word_rows(
-    host_name: np.ndarray,
-    n_path: np.ndarray,
-    n_title: np.ndarray,
-    site: np.ndarray,
-    path_words: np.ndarray,
-    title_words: np.ndarray,
-    n_path_columns: int,
-    out: np.ndarray | None,
-    n_url: np.ndarray,
-) -> int:
-    """Every page's words: its host's name, its ``n_path`` path words and ``n_title`` title
-    words (taken in order from ``path_words`` and ``title_words``; the first title word is
-    the host's name where ``site``), each word once (the first occurrence stays: a
-    repeated word adds nothing to matching), -1 after them. Writes the rows into ``out``
-    when given and the URL words (host and path) that remain into ``n_url``; returns the
-    most words a page keeps (the width ``out`` needs)."""
-    row = np.empty(1 + n_path_columns + max(n_title.max(), 1), np.int64)
-    most = 0
-    at_path = 0
-    at_title = 0
-    for i in range(host_name.size):
-        kept = 0
-        urls = 0
-        for column in range(1 + n_path[i] + n_title[i]):
-            if column == 0:
-                word, is_url = host_name[i], True
-            elif column <= n_path[i]:
-                word, is_url = path_words[at_path], True
-                at_path += 1
-            else:
-                word, is_url = title_words[at_title], False
-                if column == 1 + n_path[i] and site[i]:
-                    word = host_name[i]
-                at_title += 1
-            q = 0
-            while q < kept and row[q] != word:
-                q += 1
-            if q == kept:
-                row[kept] = word
-                kept += 1
-                urls += is_url
-        n_url[i] = urls
-        most = max(most, kept)
-        if out is not None:
-            for j in range(out.shape[1]):
-                out[i, j] = row[j] if j < kept else -1
-    return most

@@ -6,7 +6,7 @@ Firefox's sampling query (the ``NUM_SAMPLED_VISITS`` newest visits, newest first
 its type, the type of the visit it was redirected from and the type of the redirect it led
 to) and the page facts (``visit_count`` counting only the types Firefox counts, ``typed``,
 bookmarks). New visits -- a URL-bar selection recorded as TYPED, a click of the AOL log --
-are merged in with :meth:`VisitStore.add`, vectorized over pages;
+are merged in with :meth:`VisitStore.add` (compiled, page by page);
 :meth:`VisitStore.histories` gives the :class:`~fedrank.models.frecency.history.
 PageHistories` at any time, ages in whole days as Firefox computes them.
 """
@@ -24,7 +24,6 @@ from fedrank.models.frecency.history import (
     PageHistories,
     VisitType,
 )
-from fedrank.simulation.store_kernels import merge_rows
 
 __all__ = ["MERGE_BLOCK_ROWS", "VisitStore"]
 
@@ -163,6 +162,8 @@ class VisitStore:
         pages' rows: every affected page keeps its ``width`` newest, and of equal times
         the later arrival first -- the new rows, latest first, then the stored ones in
         their order (:func:`~fedrank.simulation.store_kernels.merge_rows`)."""
+        from fedrank.simulation.store_kernels import merge_rows  # numba, on first use
+
         merge_rows(
             self.time, self.visit_type, self.origin_type, self.redirect_target, self._n_rows,
             pages.astype(np.int64), times.astype(np.float64),

@@ -21,7 +21,6 @@ other words; then the page's remaining words in order, if more are needed.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from fedrank.data.browsing import Pages
@@ -95,14 +94,16 @@ def sample_targets(
         count = user_start[users + 1] - first
     if count.min() == 0:
         raise DataFormatError("a searching user has no page that can be wanted")
+    from fedrank.simulation.intent_kernels import race_keys, race_winners, reads_nan
+
     ptr = np.zeros(users.size + 1, dtype=np.int64)
     np.cumsum(count, out=ptr[1:])
-    if candidates is not None and _reads_nan(scores, source, first, ptr):
+    if candidates is not None and reads_nan(scores, source, first, ptr):
         raise DataFormatError("true_scores contains NaN")
     n = int(ptr[-1])  # one utility per (search, eligible page)
     noise = rng.normal(0.0, np.sqrt(noise_var), size=n) if noise_var > 0 else np.zeros(0)
     key = rng.standard_exponential(n)
-    has_positive = _race_keys(scores, source, first, ptr, noise, key)
+    has_positive = race_keys(scores, source, first, ptr, noise, key)
     # Users whose every utility is <= 0 choose uniformly: any i.i.d. continuous keys do.
     if not has_positive.all():
         flat = np.flatnonzero(~has_positive)
@@ -111,58 +112,8 @@ def sample_targets(
             ptr[flat] - (np.cumsum(n_flat) - n_flat), n_flat
         )
         key[uniform] = rng.random(uniform.size)
-    winner = _race_winners(key, ptr)
+    winner = race_winners(key, ptr)
     return source[first + winner - ptr[:-1]]
-
-
-@numba.njit(cache=True, nogil=True)
-def _reads_nan(scores: np.ndarray, source: np.ndarray, first: np.ndarray, ptr: np.ndarray) -> bool:
-    """Whether a score the searches read is NaN."""
-    for s in range(ptr.size - 1):
-        for k in range(ptr[s + 1] - ptr[s]):
-            if np.isnan(scores[source[first[s] + k]]):
-                return True
-    return False
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _race_keys(
-    scores: np.ndarray,
-    source: np.ndarray,
-    first: np.ndarray,
-    ptr: np.ndarray,
-    noise: np.ndarray,
-    key: np.ndarray,
-) -> np.ndarray:
-    """In place, ``key[k] /= max(score + noise[k], 0)`` for every (search, page) entry
-    (+inf where the weight is 0; ``noise`` empty: none; the max as ``np.maximum``);
-    returns bool ``(S,)``: the search has a positive weight."""
-    has_positive = np.zeros(ptr.size - 1, np.bool_)
-    for s in range(ptr.size - 1):
-        for k in range(ptr[s], ptr[s + 1]):
-            weight = scores[source[first[s] + k - ptr[s]]]
-            if noise.size:
-                weight += noise[k]
-            if not (weight >= 0.0 or np.isnan(weight)):
-                weight = 0.0
-            if weight > 0.0:
-                has_positive[s] = True
-            key[k] = key[k] / weight
-    return has_positive
-
-
-@numba.njit(cache=True, nogil=True)
-def _race_winners(key: np.ndarray, ptr: np.ndarray) -> np.ndarray:
-    """The entry of the smallest ``key`` of every search (``ptr[s]:ptr[s + 1]``), the
-    first on ties (ties have probability 0)."""
-    out = np.empty(ptr.size - 1, np.int64)
-    for s in range(ptr.size - 1):
-        best = ptr[s]
-        for k in range(ptr[s] + 1, ptr[s + 1]):
-            if key[k] < key[best]:
-                best = k
-        out[s] = best
-    return out
 
 
 def typed_words(

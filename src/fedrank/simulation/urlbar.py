@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 
@@ -59,12 +60,6 @@ from fedrank.core.arrays import unique_values
 from fedrank.data.browsing import Pages
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.simulation.input_history import InputHistory
-from fedrank.simulation.urlbar_kernels import (
-    keystroke_loop,
-    matching_pairs,
-    origins,
-    word_entries,
-)
 
 __all__ = ["SearchBatch", "TypingModel", "UrlbarConfig", "UrlbarState", "simulate_searches"]
 
@@ -239,6 +234,14 @@ class PrefixIndex:
     lock: threading.Lock
 
 
+def _kernels() -> ModuleType:
+    """:mod:`fedrank.simulation.urlbar_kernels`, imported on first use: numba loads only in
+    processes that simulate searches (``fedrank serve`` starts without it)."""
+    from fedrank.simulation import urlbar_kernels
+
+    return urlbar_kernels
+
+
 def prefix_index(pages: Pages) -> PrefixIndex:
     """The :class:`PrefixIndex` of ``pages``, built on first use and kept with them."""
     index = pages.__dict__.get("_prefix_index")
@@ -268,7 +271,7 @@ def _build_prefix_index(pages: Pages) -> PrefixIndex:
     entry_offsets = per_page[offsets]  # the users' first entries
     entry_rank = np.empty(int(entry_offsets[-1]), dtype=rank_dtype)
     entry_page = np.empty(int(entry_offsets[-1]), dtype=np.int32)
-    word_entries(words, offsets, rank, entry_offsets, entry_rank, entry_page)
+    _kernels().word_entries(words, offsets, rank, entry_offsets, entry_rank, entry_page)
     slot = np.full(pages.n_pages, -1, dtype=np.int64)
     return PrefixIndex(word_at, rank, entry_offsets, entry_rank, entry_page, slot, threading.Lock())
 
@@ -283,7 +286,7 @@ def _origins(pages: Pages, state: UrlbarState, users: np.ndarray) -> tuple[np.nd
     the threshold is 0 and every host qualifies, as in Firefox)."""
     n_hosts = int(pages.host.max(initial=-1)) + 1
     given = np.zeros(0, dtype=bool) if state.host_known is None else state.host_known
-    return origins(
+    return _kernels().origins(
         unique_values(users), pages.user_offsets, pages.host, state.origin, state.listable,
         state.host_bookmarked, given, n_hosts,
     )  # fmt: skip
@@ -307,7 +310,7 @@ def _matching_pairs(
     rows before the user reads (:func:`~fedrank.simulation.urlbar_kernels.matching_pairs`)."""
     index = prefix_index(pages)
     with index.lock:
-        return matching_pairs(
+        return _kernels().matching_pairs(
             users, typed, lengths, look_from, pages.vocabulary.chars, index.word_at,
             index.rank, index.offsets, index.entry_rank, index.entry_page, state.listable,
             pages.is_root, pages.host, host_known, index.slot,
@@ -413,7 +416,7 @@ def simulate_searches(
     # characters the loop ran are consumed
     saved = rng.bit_generator.state
     uniforms = rng.random((int(total.max(initial=0)), n))
-    ran = keystroke_loop(
+    ran = _kernels().keystroke_loop(
         total, look_from, targets, typed, lengths, token_start, pages.words, vocab.chars,
         _offsets(owner, n), cand, drop, p_ahead, p_target, p_stored,
         _offsets(af_owner, n), af_cand, af_until, af_origin,

@@ -1,5 +1,6 @@
-"""The URL bar's compiled parts (numba), one search at a time (the rules are
-:mod:`fedrank.simulation.urlbar`'s module docstring; Mozilla paper, Sec. 4 and 6.2):
+"""The URL bar's compiled parts (numba, imported on first use), one search at a time
+(the rules are :mod:`fedrank.simulation.urlbar`'s module docstring; Mozilla paper, Sec.
+4 and 6.2):
 
 * :func:`word_entries`: every user's page words in lexicographic order (the word index);
 * :func:`matching_pairs`: the (search, page) pairs that may become rows once the user
