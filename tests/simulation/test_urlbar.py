@@ -389,6 +389,44 @@ def test_blind_chars_and_reading_only_delay(seed: int, blind: float, scan: float
         assert batch.autofilled[s] == (autofill == targets[s])
 
 
+@pytest.mark.parametrize("blind, scan", [(1.0, 0.5), (0.3, 0.8), (4.0, 0.2)])
+def test_attention_uses_one_uniform_per_search_per_character(blind: float, scan: float) -> None:
+    """The random reader against the reference with the same draws: ``1 + Poisson(blind)``
+    characters typed before reading, then at character ``c`` the target at row ``r`` is
+    picked when uniform ``c`` of the search (one ``rng.random(n)`` per character) is below
+    ``scan ** r``, or when the text is complete; and the generator is left exactly past
+    the characters typed (the last search's last character)."""
+    for seed in range(40):
+        pages, state, users, targets, typed, config = _random_world(seed)
+        n = users.size
+        rng = np.random.default_rng(seed)
+        batch = simulate_searches(
+            pages, state, users, targets, typed, rng,
+            typing=TypingModel(blind_chars=blind, scan_continue=scan), config=config,
+        )  # fmt: skip
+        draws = np.random.default_rng(seed)
+        look = 1 + draws.poisson(blind, n)
+        uniforms = draws.random((int(batch.chars_typed.max()), n))
+        assert rng.random() == draws.random(), f"seed {seed}: draws consumed"
+        for s in range(n):
+            text, lists = reference_lists(pages, state, int(users[s]), typed[s], config)
+            ref = Outcome(len(text), -1, False, False, [], 0)
+            for c in range(min(int(look[s]), len(text)), len(text) + 1):
+                autofill, rows = lists[c - 1]
+                if targets[s] not in rows:
+                    continue
+                rank = rows.index(targets[s])
+                if c == len(text) or uniforms[c - 1, s] < scan**rank:
+                    in_first = c <= len(text.split(" ")[0])
+                    picked_autofill = autofill == targets[s] and rank == 0
+                    ref = Outcome(c, rank, True, picked_autofill, rows, c if in_first else 0)
+                    break
+            try:
+                _assert_matches(batch, s, ref)
+            except AssertionError as err:
+                raise AssertionError(f"seed {seed}, search {s}") from err
+
+
 # ------------------------------------------------------------------ hand cases
 
 AUTOFILL_WORDS = ["mozilla", "mozart", "mo", "moza", "news", "nest", "ne", "zero", "tabs"]
