@@ -22,7 +22,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["PENDING", "keystroke_loop", "matching_pairs", "origins", "word_entries"]
+__all__ = ["keystroke_loop", "matching_pairs", "origins", "word_entries"]
 
 #: Drop step of a pair that matches the whole first token while the search types more: the
 #: later tokens are compared once the second one starts (:func:`_later_drop`).
@@ -300,6 +300,22 @@ def _first_at_least(values: np.ndarray, lo: int, hi: int, bound: int) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
+def _first_sharing(
+    chars: np.ndarray, token: int, word_at: np.ndarray, lo: int, hi: int, p: int, sharing: bool
+) -> int:
+    """The first ``k`` in ``lo..hi - 1`` where ``word_at[k]`` shares ``p`` or more
+    characters with ``token`` (``sharing``) or fewer (not ``sharing``), ``hi`` when none
+    (the answer changes once over the range)."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if (_lcp(chars, token, word_at[mid]) >= p) == sharing:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@numba.njit(cache=True, nogil=True)
 def matching_pairs(
     users: np.ndarray,
     typed: np.ndarray,
@@ -338,24 +354,13 @@ def matching_pairs(
         first = typed[s, 0]
         p = min(look_from[s], lengths[s, 0])
         r = rank[first]
-        lo, hi = 0, r  # the first word sharing p characters with the token
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if _lcp(chars, first, word_at[mid]) >= p:
-                hi = mid
-            else:
-                lo = mid + 1
-        lo_rank = lo
-        lo, hi = r + 1, n_words  # the first word after them
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if _lcp(chars, first, word_at[mid]) < p:
-                hi = mid
-            else:
-                lo = mid + 1
+        # the vocabulary's words that share p characters with the token: ranks lo..hi - 1
+        # (words in lexicographic order share more with the token the nearer they are)
+        lo_rank = _first_sharing(chars, first, word_at, 0, r, p, True)
+        hi_rank = _first_sharing(chars, first, word_at, r + 1, n_words, p, False)
         u = users[s]
         run_lo[s] = _first_at_least(entry_rank, offsets[u], offsets[u + 1], lo_rank)
-        run_hi[s] = _first_at_least(entry_rank, run_lo[s], offsets[u + 1], lo)
+        run_hi[s] = _first_at_least(entry_rank, run_lo[s], offsets[u + 1], hi_rank)
         total += run_hi[s] - run_lo[s]
     ptr = np.zeros(n + 1, np.int64)
     page_out = np.empty(total, np.int64)
