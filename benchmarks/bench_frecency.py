@@ -64,14 +64,23 @@ def one_search_gradient(repeats: int, seed: int) -> dict[str, float]:
 
 
 def whole_study(users: int, iterations: int, seed: int) -> dict[str, float]:
+    """Time one study, split where the time goes: until the first optimization iteration
+    ends (building the world, then that iteration), the later iterations (median and
+    total), and the evaluation phase (after the last iteration)."""
     config = FrecencyStudyConfig(n_users=users, iterations=iterations, seed=seed)
+    done: list[float] = []
     start = time.perf_counter()
-    result = run_study(config)
-    seconds = time.perf_counter() - start
+    result = run_study(config, progress=lambda _done, _total: done.append(time.perf_counter()))
+    end = time.perf_counter()
+    later = np.diff(done)
     return {
         "users": users,
         "iterations": iterations,
-        "seconds": seconds,
+        "seconds": end - start,
+        "until_first_iteration_done_seconds": done[0] - start,
+        "later_iterations_seconds": float(later.sum()),
+        "later_iteration_median_seconds": float(np.median(later)) if later.size else 0.0,
+        "evaluation_seconds": end - done[-1],
         "target_seconds": 60.0,
         "reports_total": int(sum(result.reports_per_iteration)),
         "treatment_loss_first5": float(np.mean(result.loss_per_iteration[:5])),
@@ -97,7 +106,9 @@ def main() -> None:
         "study": whole_study(args.users, args.iterations, args.seed),
     }
     report["fd_gradient_one_search"]["met"] = report["fd_gradient_one_search"]["median_ms"] <= 1.0
-    report["study"]["met"] = report["study"]["seconds"] <= 60.0
+    study = report["study"]
+    # the target is for the issue's size: a smaller study does not meet it
+    study["met"] = study["seconds"] <= 60.0 and args.users >= 10_000 and args.iterations >= 100
     print(json.dumps(report, indent=2))
     write_json(report, args.out)
 
