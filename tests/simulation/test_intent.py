@@ -161,3 +161,42 @@ def test_typed_words_site_name_first_then_the_page_in_order() -> None:
     assert (one[:, 1:] == -1).all()
     with pytest.raises(ConfigError):
         typed_words(pop, np.array([0]), rng, host_share=1.5)
+
+
+def test_kept_candidates_give_the_draws_of_the_eligible_mask() -> None:
+    """A caller's kept candidates (the eligible pages ascending, each user's start among
+    them) give the same targets and leave the generator where ``eligible`` does."""
+    pop = _population([5, 3, 6])
+    eligible = np.array([1, 0, 1, 1, 0, 1, 1, 0, 0, 1, 1, 1, 0, 1], dtype=bool)
+    kept = np.flatnonzero(eligible)
+    candidates = (kept, np.searchsorted(kept, pop.user_offsets))
+    users = np.random.default_rng(1).integers(0, 3, size=300)
+    scores = np.random.default_rng(2).exponential(20.0, size=pop.n_pages)
+    a, b = np.random.default_rng(3), np.random.default_rng(3)
+    by_mask = sample_targets(pop, users, scores, a, eligible=eligible)
+    by_kept = sample_targets(pop, users, scores, b, candidates=candidates)
+    np.testing.assert_array_equal(by_mask, by_kept)
+    assert a.random() == b.random()
+
+
+def test_bad_candidates_are_refused_before_the_compiled_race() -> None:
+    """The compiled race checks no bounds: candidates that would read outside the pages,
+    or pages of another user, are refused with what is wrong."""
+    pop = _population([2, 2])
+    users, scores, rng = np.array([0, 1]), np.ones(4), np.random.default_rng(0)
+    cases = [
+        ((np.array([0, 1, 2, 3]), np.array([0, 2])), "integer offsets"),  # U offsets
+        ((np.array([0.0, 1.0, 2.0, 3.0]), np.array([0, 2, 4])), "integer"),
+        ((np.array([0, 1, 2, 3]), np.array([0, 2, 9])), "non-decreasing within 0..4"),
+        ((np.array([0, 1, 2, 3]), np.array([0, 3, 2])), "non-decreasing"),
+        ((np.array([0, 1, 2, 99]), np.array([0, 2, 4])), "not the searching user's"),
+        ((np.array([0, 2, 1, 3]), np.array([0, 2, 4])), "not the searching user's"),
+    ]
+    for candidates, message in cases:
+        with pytest.raises(DataFormatError, match=message):
+            sample_targets(pop, users, scores, rng, candidates=candidates)
+    with pytest.raises(DataFormatError, match="NaN"):
+        sample_targets(
+            pop, users, np.array([1.0, 1.0, np.nan, 1.0]), rng,
+            candidates=(np.array([0, 1, 2, 3]), np.array([0, 2, 4])),
+        )  # fmt: skip

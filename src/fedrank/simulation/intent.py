@@ -89,17 +89,24 @@ def sample_targets(
         count = np.bincount(owner[keep], minlength=users.size)
         first = np.cumsum(count) - count
     else:
-        source, user_start = candidates
+        source, user_start = _checked_candidates(candidates, pages)
         first = user_start[users]
         count = user_start[users + 1] - first
     if count.min() == 0:
         raise DataFormatError("a searching user has no page that can be wanted")
-    from fedrank.simulation.intent_kernels import race_keys, race_winners, reads_nan
+    from fedrank.simulation.intent_kernels import check_candidates, race_keys, race_winners
 
     ptr = np.zeros(users.size + 1, dtype=np.int64)
     np.cumsum(count, out=ptr[1:])
-    if candidates is not None and reads_nan(scores, source, first, ptr):
-        raise DataFormatError("true_scores contains NaN")
+    if candidates is not None:
+        problem = check_candidates(scores, source, first, ptr, users, pages.user_offsets)
+        if problem == 2:
+            raise DataFormatError(
+                "candidates list a page that is not the searching user's: user u's kept "
+                "pages must lie in pages.user_offsets[u]:pages.user_offsets[u + 1]"
+            )
+        if problem == 1:
+            raise DataFormatError("true_scores contains NaN")
     n = int(ptr[-1])  # one utility per (search, eligible page)
     noise = rng.normal(0.0, np.sqrt(noise_var), size=n) if noise_var > 0 else np.zeros(0)
     key = rng.standard_exponential(n)
@@ -114,6 +121,31 @@ def sample_targets(
         key[uniform] = rng.random(uniform.size)
     winner = race_winners(key, ptr)
     return source[first + winner - ptr[:-1]]
+
+
+def _checked_candidates(
+    candidates: tuple[np.ndarray, np.ndarray], pages: Pages
+) -> tuple[np.ndarray, np.ndarray]:
+    """``candidates`` as int64 arrays, with offsets that stay inside the pages (what the
+    compiled race reads, which checks no bounds)."""
+    source, user_start = (np.asarray(a) for a in candidates)
+    if (
+        source.ndim != 1
+        or source.dtype.kind not in "iu"
+        or user_start.shape != (pages.n_users + 1,)
+        or user_start.dtype.kind not in "iu"
+    ):
+        raise DataFormatError(
+            f"candidates must be (1-D integer pages, {pages.n_users + 1} integer offsets: "
+            f"where each user's start among them), got shapes {source.shape} and "
+            f"{user_start.shape}, dtypes {source.dtype} and {user_start.dtype}"
+        )
+    if user_start[0] < 0 or user_start[-1] > source.size or (np.diff(user_start) < 0).any():
+        raise DataFormatError(
+            f"candidates' offsets must be non-decreasing within 0..{source.size} (the number "
+            "of kept pages)"
+        )
+    return source.astype(np.int64, copy=False), user_start.astype(np.int64, copy=False)
 
 
 def typed_words(

@@ -8,17 +8,32 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["race_keys", "race_winners", "reads_nan"]
+__all__ = ["check_candidates", "race_keys", "race_winners"]
 
 
 @numba.njit(cache=True, nogil=True)
-def reads_nan(scores: np.ndarray, source: np.ndarray, first: np.ndarray, ptr: np.ndarray) -> bool:
-    """Whether a score the searches read is NaN."""
+def check_candidates(
+    scores: np.ndarray,
+    source: np.ndarray,
+    first: np.ndarray,
+    ptr: np.ndarray,
+    users: np.ndarray,
+    user_offsets: np.ndarray,
+) -> int:
+    """What the searches would read from a caller's kept candidates: 0 when every page is
+    one of the searching user's (``user_offsets[u] <= page < user_offsets[u + 1]``) with a
+    score, 2 at the first page that is not, 1 at the first NaN score. ``first`` and
+    ``ptr`` must stay inside ``source`` (the caller checks the offsets)."""
     for s in range(ptr.size - 1):
+        lo = user_offsets[users[s]]
+        hi = user_offsets[users[s] + 1]
         for k in range(ptr[s + 1] - ptr[s]):
-            if np.isnan(scores[source[first[s] + k]]):
-                return True
-    return False
+            page = source[first[s] + k]
+            if page < lo or page >= hi:
+                return 2
+            if np.isnan(scores[page]):
+                return 1
+    return 0
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
