@@ -24,6 +24,7 @@ from functools import cached_property
 
 import numpy as np
 
+from fedrank.core.group_sort import group_key_order
 from fedrank.errors import DataFormatError
 from fedrank.models.frecency.history import VisitType
 
@@ -470,7 +471,7 @@ def browsing_shapes(
     if not (user.shape == host.shape == time.shape) or user.ndim != 1:
         raise DataFormatError("user, host and time must be 1-D arrays of one length")
     n_users = int(user.max(initial=-1)) + 1 if n_users is None else int(n_users)
-    order = np.lexsort((time, user))
+    order = group_key_order(time, user)
     user, host, time = user[order], host[order], time[order]
     clicks = np.bincount(user, minlength=n_users)
     pair, pair_index, pair_counts = np.unique(
@@ -484,7 +485,7 @@ def browsing_shapes(
     first_pos[pair_index[::-1]] = np.arange(user.size)[::-1]
     first_of_pair[first_pos] = True
     # top-10 share per user: the user's pairs by count, descending
-    by_count = np.lexsort((-pair_counts, pair_user))
+    by_count = group_key_order(-pair_counts, pair_user)
     start = np.cumsum(hosts) - hosts
     rank_in_user = np.arange(pair.size) - start[pair_user[by_count]]
     top = np.bincount(
@@ -495,7 +496,7 @@ def browsing_shapes(
     same_user = user[1:] == user[:-1]
     gaps = np.diff(time)[same_user] * 24 * 60
     # previous click on the same pair, for revisits
-    by_pair = np.lexsort((time, pair_index))
+    by_pair = group_key_order(time, pair_index)
     same_pair = pair_index[by_pair][1:] == pair_index[by_pair][:-1]
     pair_gaps = np.diff(time[by_pair])[same_pair]
     return {

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedrank.core.arrays import unique_values
+from fedrank.core.group_sort import group_key_order
 from fedrank.data.browsing import (
     ENGLISH_LETTER_FREQUENCIES,
     BrowsingWorld,
@@ -217,7 +218,7 @@ def generate_world(
     step = rng.exponential(cfg.view_gap_minutes / MINUTES_PER_DAY, entry.size) * (k > 0)
     offset = np.cumsum(step) - np.repeat((np.cumsum(step) - step)[k == 0], views)
     times = np.minimum(times + offset, np.nextafter(span, 0))
-    order = np.lexsort((times, click_user))
+    order = group_key_order(times, click_user)
     click_user, click_host, times, k = click_user[order], click_host[order], times[order], k[order]
     del entry, step, offset, order
     slot = np.zeros(click_host.size, dtype=np.int64)
@@ -382,7 +383,7 @@ def _session_times(
         np.cumsum(gap)[starts_session] - gap[starts_session], np.bincount(session)
     )
     t = np.minimum(session_start[session] + within, np.nextafter(span, 0))
-    order = np.lexsort((t, user))
+    order = group_key_order(t, user)
     return t[order]
 
 

@@ -44,9 +44,10 @@ from fedrank.data.browsing import BrowsingWorld, VisitStream
 from fedrank.errors import ConfigError
 from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
 from fedrank.losses.pointwise_svm import pointwise_svm_loss, scaled_scores
-from fedrank.models.frecency.classic import ClassicFrecency
+from fedrank.models.frecency.classic import BOOKMARK_SLOT, ClassicFrecency, effective_cutoffs
 from fedrank.models.frecency.history import PageHistories, VisitType
 from fedrank.models.frecency.scorer import ClassicScorer, PageScorer, page_scorer
+from fedrank.models.frecency.weights import BUCKET_WEIGHT_SLICE, CUTOFF_SLICE, VISIT_BONUS_SLICE
 from fedrank.simulation.history_store import VisitStore
 from fedrank.simulation.input_history import InputHistory
 from fedrank.simulation.intent import sample_targets, typed_words
@@ -371,11 +372,34 @@ class FrecencyWorld:
         cache = self._params_cache(params)
         if cache is None:
             self._sync_kept()
+            if self._slots is not None and not self.scorer.frecency.float32:
+                return self._compiled_fresh(params, index)
             out = np.zeros(index.size)
             for pos, width in self._groups(index):
                 out[pos] = self._score_group(params, index[pos], width, limits=False)[0]
             return out
         return self._cached(cache, index, self._fresh_scorer(params))[0]
+
+    def _compiled_fresh(self, params: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """Fresh classic frecency of the pages at ``index`` (kept bonus slots current):
+        their points in compiled code, the same bits as :meth:`_score_group` (module
+        :mod:`~fedrank.simulation.classic_kernels`), then Firefox's rounding in numpy."""
+        from fedrank.simulation.classic_kernels import stored_points100
+
+        store = self.store
+        frecency = self.scorer.frecency
+        assert self._slots is not None and self._n_sampled is not None
+        slot_weights = params[VISIT_BONUS_SLICE]
+        points = stored_points100(
+            np.asarray(index, dtype=np.int64), store.n_rows(), store.time, self._slots,
+            store.bookmarked, float(self.now), effective_cutoffs(params[CUTOFF_SLICE]),
+            params[BUCKET_WEIGHT_SLICE].copy(), np.append(slot_weights, 0.0),
+            float(slot_weights[BOOKMARK_SLOT]),
+        )  # fmt: skip
+        return frecency.from_points(
+            params[None, :], points[None, :], store.visit_count[index], self._n_sampled[index],
+            store.bookmarked[index], store.typed[index],
+        )[0]  # fmt: skip
 
     def _fresh_scorer(
         self, params: np.ndarray

@@ -534,6 +534,30 @@ def test_grouped_and_broadcast_paths_agree(
     )
 
 
+@pytest.mark.parametrize("pad", [1, 2, 3, 5, 8])
+def test_one_row_points_do_not_depend_on_padding(pad: int) -> None:
+    """A page's points are its visits' terms added first visit first (``visit_sum``), so
+    padding columns after them change no bit: the simulator scores pages in groups as
+    narrow as their rows, the losses read ten-column histories, and its compiled scorer
+    reads only the rows; all must agree to the bit (``np.einsum`` does not: on arrays
+    this large it adds in an order that depends on the width)."""
+    rng = np.random.default_rng(pad)
+    visits = ClassicFrecency.visit_slots(random_pages(4000, rng, width=10 - pad))
+    wide = replace(
+        visits,
+        age=np.concatenate([visits.age, rng.choice([0.0, 5.0, 400.0], (4000, pad))], axis=1),
+        slot=np.concatenate([visits.slot, np.full((4000, pad), visits.n_slots, np.uint8)], 1),
+    )
+    theta = classic_defaults() * rng.uniform(0.5, 1.5, 22) + rng.normal(0, 0.3, 22)
+    args = (theta[None, 0:4], theta[None, 4:9], theta[None, 9:20])
+    narrow_points = bucketed_points(*args, visits)
+    wide_points = bucketed_points(*args, wide)
+    nonzero = narrow_points != 0.0  # (a zero may change sign: any zero scores -1)
+    assert nonzero.mean() > 0.5
+    np.testing.assert_array_equal(narrow_points[nonzero], wide_points[nonzero])
+    np.testing.assert_array_equal(wide_points[~nonzero], 0.0)
+
+
 @pytest.mark.parametrize("n_pages", [3, 40, 3000])  # broadcast and grouped paths
 def test_rows_equal_row_by_row(n_pages: int) -> None:
     rng = np.random.default_rng(n_pages)

@@ -206,12 +206,22 @@ def _broadcast_points(
     padded = _padded(slot_weights)
     sw = padded.ravel()[visits.slot.reshape(1, -1) + row * padded.shape[1]]
     w = w.reshape(n_rows, n_pages, n_visits)
-    points = np.einsum("rnv,rnv->rn", w, sw.reshape(n_rows, n_pages, n_visits))
+    points = visit_sum(w * sw.reshape(n_rows, n_pages, n_visits))
     extra = visits.extra_visits()
     if extra is not None:
-        extra_w = np.einsum("rnv,nv->rn", w, extra.astype(np.float64))
-        points += slot_weights[:, visits.extra_slot, None] * extra_w
+        points += slot_weights[:, visits.extra_slot, None] * visit_sum(w * extra)
     return points
+
+
+def visit_sum(terms: np.ndarray) -> np.ndarray:
+    """The sum over the last axis (a page's visits) added left to right, first visit first:
+    one fixed order of additions, which the simulator's compiled scorer
+    (:mod:`fedrank.simulation.classic_kernels`) follows too, so that both give the
+    same bits (``np.einsum`` and ``np.sum`` pick their order by array size and CPU)."""
+    out = terms[..., 0].copy()
+    for v in range(1, terms.shape[-1]):
+        out += terms[..., v]
+    return out
 
 
 def _grouped_points(
@@ -322,7 +332,8 @@ _CLASSIC_SLOT_TABLE = slot_table(
     padding=N_BONUS_SLOTS,
 )
 _REDIRECT_SOURCE_SLOT = _bonus_slot("redirectSourceVisitBonus")
-_BOOKMARK_SLOT = _bonus_slot("bookmarkVisitBonus")
+#: The bookmark visit bonus among the visit bonus slots.
+BOOKMARK_SLOT = _bonus_slot("bookmarkVisitBonus")
 _I_FIRST_WEIGHT = CLASSIC_INDEX["firstBucketWeight"]
 _I_UNVISITED_BOOKMARK = CLASSIC_INDEX["unvisitedBookmarkBonus"]
 _I_UNVISITED_TYPED = CLASSIC_INDEX["unvisitedTypedBonus"]
@@ -451,7 +462,7 @@ class ClassicFrecency:
             slot=slot,
             n_slots=N_BONUS_SLOTS,
             extra=np.asarray(bookmarked, dtype=bool),
-            extra_slot=_BOOKMARK_SLOT,
+            extra_slot=BOOKMARK_SLOT,
         )
 
     def points100(self, rows: np.ndarray, pages: PageHistories) -> np.ndarray:
@@ -481,7 +492,7 @@ class ClassicFrecency:
             weight = rows[r, BUCKET_WEIGHT_SLICE][bucket]
             bonus = _padded(rows[r : r + 1, VISIT_BONUS_SLICE])[0][visits.slot]
             bonus = bonus + np.where(
-                real & visits.extra[:, None], rows[r, VISIT_BONUS_SLICE][_BOOKMARK_SLOT], 0.0
+                real & visits.extra[:, None], rows[r, VISIT_BONUS_SLICE][BOOKMARK_SLOT], 0.0
             )
             term = (weight * (bonus / 100.0)).astype(np.float32)
             term[~real | (bonus == 0)] = 0.0
@@ -518,25 +529,45 @@ class ClassicFrecency:
         :meth:`slotted`) and page facts (``is_place_query`` ``None``: no ``place:`` query),
         for a caller that keeps the slots (they change only with the history)."""
         rows, single = as_param_rows(params, N_CLASSIC_WEIGHTS, "classic frecency")
+        if self.float32:
+            _check_integer_rows(rows)
+            points = self._float32_points(rows, visits)
+        else:
+            points = self._points100(rows, visits)
+        out = self.from_points(
+            rows, points, visit_count, n_sampled, bookmarked, typed, is_place_query
+        )
+        return out[0] if single else out
+
+    def from_points(
+        self,
+        rows: np.ndarray,
+        points: np.ndarray,
+        visit_count: np.ndarray,
+        n_sampled: np.ndarray,
+        bookmarked: np.ndarray,
+        typed: np.ndarray,
+        is_place_query: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """``(P, n)`` frecency of the pages (:meth:`score_slots`) from their points under
+        every parameter row: float32 ``points`` with ``float32``, else ``100 * points``
+        (:meth:`points100`): Firefox's rounding and its rules for unsampled pages."""
         sampled = np.asarray(n_sampled * (visit_count > 0), dtype=np.int64)
         n = np.maximum(sampled, 1)
         visit_count = visit_count.astype(np.float64)
         if self.float32:
-            _check_integer_rows(rows)
-            points = self._float32_points(rows, visits)
             zero = points == 0
             # ceilf(visitCount * ceilf(points) / numSampledVisits), every step in float32
             out = np.ceil(
                 visit_count.astype(np.float32) * np.ceil(points) / n.astype(np.float32)
             ).astype(np.float64)
         else:
-            pts100 = self._points100(rows, visits)
-            zero = pts100 == 0.0
+            zero = points == 0.0
             if self.rounding:
                 # visit_count * ceil(points) is exact in float64 for integer weights.
-                out = np.ceil(np.ceil(pts100 / 100.0) * visit_count / n)
+                out = np.ceil(np.ceil(points / 100.0) * visit_count / n)
             else:
-                out = pts100 * visit_count / (100.0 * n)
+                out = points * visit_count / (100.0 * n)
         out[zero] = -1.0
 
         unsampled = np.flatnonzero(sampled == 0)
@@ -557,7 +588,7 @@ class ClassicFrecency:
             if self.rounding:
                 value = np.ceil(value)
             out[:, unsampled] = np.where(scored, value, 0.0)
-        return out[0] if single else out
+        return out
 
     def decayed_score(
         self,

@@ -1,0 +1,64 @@
+"""The compiled classic scorer of the simulator (``fedrank.simulation.classic_kernels``)
+gives numpy's points and frecency bit for bit, for the non-integer models the study
+publishes every iteration."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedrank.data.synthetic_history import generate_world
+from fedrank.experiments.frecency.presets import hidden_weights
+from fedrank.models.frecency.classic import BOOKMARK_SLOT, effective_cutoffs
+from fedrank.models.frecency.weights import (
+    BUCKET_WEIGHT_SLICE,
+    CUTOFF_SLICE,
+    VISIT_BONUS_SLICE,
+    classic_defaults,
+)
+from fedrank.simulation.classic_kernels import stored_points100
+from fedrank.simulation.frecency_world import FrecencyWorld
+
+
+@pytest.fixture(scope="module")
+def world() -> FrecencyWorld:
+    world = FrecencyWorld(
+        generate_world(150, np.random.default_rng(4)), hidden_weights("shifted", "classic"),
+        np.random.default_rng(5),
+    )  # fmt: skip
+    world._sync_kept()
+    return world
+
+
+def _models() -> list[np.ndarray]:
+    rng = np.random.default_rng(6)
+    models = [classic_defaults() * rng.uniform(0.5, 1.5, 22) + rng.normal(0, 0.3, 22)
+              for _ in range(4)]  # fmt: skip
+    unordered = models[0].copy()
+    unordered[CUTOFF_SLICE] = [20.5, 3.2, 50.0, 40.7]  # Firefox's if/elif chain
+    negative = models[1] * np.where(rng.random(22) < 0.3, -1.0, 1.0)
+    return [*models, unordered, negative]
+
+
+@pytest.mark.parametrize("later", [0.0, 0.4, 3.7, 95.25])
+def test_points_and_frecency_equal_numpy_to_the_bit(world: FrecencyWorld, later: float) -> None:
+    world.now = later  # ages in whole days: a fraction of a day moves some across a cutoff
+    index = np.flatnonzero(world.listable())
+    assert world.store.bookmarked[index].any() and (world.store.n_rows()[index] > 4).any()
+    histories = world.histories(index)  # ten columns, as the losses read them
+    store = world.store
+    for theta in _models():
+        bonus = theta[VISIT_BONUS_SLICE]
+        points = stored_points100(
+            index, store.n_rows(), store.time, world._slots, store.bookmarked, world.now,
+            effective_cutoffs(theta[CUTOFF_SLICE]), theta[BUCKET_WEIGHT_SLICE].copy(),
+            np.append(bonus, 0.0), float(bonus[BOOKMARK_SLOT]),
+        )  # fmt: skip
+        expected = world.scorer.frecency.points100(theta[None, :], histories)[0]
+        nonzero = expected != 0.0  # (a zero's sign may differ: any zero scores -1)
+        assert nonzero.mean() > 0.9
+        np.testing.assert_array_equal(points[nonzero], expected[nonzero])
+        np.testing.assert_array_equal(points[~nonzero], 0.0)
+        np.testing.assert_array_equal(
+            world._compiled_fresh(theta, index), world.scorer.fresh(theta, histories, world.now)
+        )
