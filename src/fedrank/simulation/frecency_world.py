@@ -264,6 +264,8 @@ class FrecencyWorld:
         classic = isinstance(self.scorer, ClassicScorer)
         self._slots = np.zeros(self.store.time.shape, np.uint8, order="F") if classic else None
         self._n_sampled = np.zeros(n, dtype=np.int8) if classic else None
+        # fresh classic frecency of a model seen once is scored in compiled code (float64)
+        self._compiled = classic and not self.scorer.frecency.float32
         self._width_group = _width_groups(self.store.width)
         self._pages_memo: tuple[bytes, int, np.ndarray] | None = None
 
@@ -371,9 +373,9 @@ class FrecencyWorld:
         params = np.asarray(params, dtype=np.float64)
         cache = self._params_cache(params)
         if cache is None:
-            self._sync_kept()
-            if self._slots is not None and not self.scorer.frecency.float32:
+            if self._compiled:
                 return self._compiled_fresh(params, index)
+            self._sync_kept()
             out = np.zeros(index.size)
             for pos, width in self._groups(index):
                 out[pos] = self._score_group(params, index[pos], width, limits=False)[0]
@@ -386,6 +388,7 @@ class FrecencyWorld:
         :mod:`~fedrank.simulation.classic_kernels`), then Firefox's rounding in numpy."""
         from fedrank.simulation.classic_kernels import stored_points100
 
+        self._sync_kept()
         store = self.store
         frecency = self.scorer.frecency
         assert self._slots is not None and self._n_sampled is not None
@@ -650,13 +653,17 @@ class FrecencyWorld:
     def shown_frecency(self, batch: SearchBatch, theta: np.ndarray) -> np.ndarray:
         """``(S, R)`` fresh frecency of the shown rows under each user's branch weights
         (what :meth:`branch_losses` scores)."""
-        valid = batch.shown >= 0
-        flat = np.where(valid, batch.shown, 0).ravel()
-        h = self.histories(flat)
-        treat = self.scorer.fresh(theta, h, self.now)
-        default = self.scorer.fresh(self.scorer.defaults(), h, self.now)
+        flat = np.maximum(batch.shown, 0).ravel()
         is_treat = self.branch[np.repeat(batch.user, batch.shown.shape[1])] == TREATMENT
-        return np.where(is_treat, treat, default).reshape(batch.shown.shape)
+        out = np.empty(flat.size)
+        params = np.asarray(theta, dtype=np.float64)
+        for rows, p in ((is_treat, params), (~is_treat, self.scorer.defaults())):
+            pages = flat[rows]
+            if self._compiled:
+                out[rows] = self._compiled_fresh(p, pages)
+            else:
+                out[rows] = self.scorer.fresh(p, self.histories(pages), self.now)
+        return out.reshape(batch.shown.shape)
 
     def branch_losses(
         self, batch: SearchBatch, theta: np.ndarray, *, scale: str | None = None,
