@@ -40,22 +40,35 @@ def shared_data_dir() -> Path:
     return Path(override) if override else REPO_ROOT.parent / "shared" / "data"
 
 
-#: The modules that take longest (CPU seconds in a suite run), collected first: the
-#: pytest-xdist workers take modules in collection order (``--dist loadfile``), and a long
-#: module taken last runs alone at the end; longest first keeps the whole run short.
+#: The modules that take longest, longest first (seconds per module in a suite run,
+#: ``--durations=0``, 2026-11-29), collected first: the pytest-xdist workers take modules in
+#: collection order (``--dist loadfile``), and a long module taken last runs alone at the
+#: end; longest first keeps the whole run short.
 LONGEST_FIRST: tuple[str, ...] = (
-    "tests/experiments/frecency/test_frecency_study_acceptance.py",
-    "tests/experiments/fedps/test_fedps_reproduce.py",
-    "tests/experiments/foltr/test_foltr_acceptance.py",
-    "tests/experiments/fedps/test_fedps.py",
-    "tests/experiments/test_executors.py",
-    "tests/cli/test_cli_frecency.py",
-    "tests/cli/test_cli_foltr_reproduce.py",
     "tests/experiments/fedps/test_clients.py",
-    "tests/experiments/fedps/test_fedps_continuous.py",
-    "tests/experiments/foltr/test_foltr.py",
-    "tests/server/test_server_durability.py",
+    "tests/experiments/fedps/test_fedps_dp.py",
+    "tests/experiments/fedps/test_fedps.py",
     "tests/conformance/test_aggregator_conformance.py",
+    "tests/experiments/fedps/test_fedps_reproduce.py",
+    "tests/experiments/frecency/test_frecency_study_acceptance.py",
+    "tests/server/test_server_secagg.py",
+    "tests/server/test_server_durability.py",
+    "tests/cli/test_cli_frecency.py",
+    "tests/cli/test_cli_foltr.py",
+    "tests/cli/test_cli_foltr_reproduce.py",
+    "tests/experiments/test_executors.py",
+    "tests/experiments/fedps/test_fedps_continuous.py",
+    "tests/server/test_server_fuzz.py",
+    "tests/experiments/foltr/test_foltr.py",
+    "tests/experiments/fedps/test_fedps_attacks.py",
+    "tests/baselines/test_ranking_svm.py",
+    "tests/experiments/frecency/test_frecency_study.py",
+    "tests/experiments/foltr/test_foltr_acceptance.py",
+    "tests/cli/test_cli_privacy.py",
+    "tests/server/test_server_schemathesis.py",
+    "tests/server/test_server_seeds.py",
+    "tests/server/test_server_privacy.py",
+    "tests/server/test_server_recovery.py",
 )
 
 
