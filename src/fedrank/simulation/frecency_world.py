@@ -383,9 +383,10 @@ class FrecencyWorld:
         return self._cached(cache, index, self._fresh_scorer(params))[0]
 
     def _compiled_fresh(self, params: np.ndarray, index: np.ndarray) -> np.ndarray:
-        """Fresh classic frecency of the pages at ``index`` (kept bonus slots current):
-        their points in compiled code, the same bits as :meth:`_score_group` (module
-        :mod:`~fedrank.simulation.classic_kernels`), then Firefox's rounding in numpy."""
+        """Fresh classic frecency of the pages at ``index`` (any order, repeats allowed):
+        their points in compiled code from the kept bonus slots, the same bits as
+        :meth:`_score_group` (:mod:`~fedrank.simulation.classic_kernels`), then Firefox's
+        rounding in numpy."""
         from fedrank.simulation.classic_kernels import stored_points100
 
         self._sync_kept()
