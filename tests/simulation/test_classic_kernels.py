@@ -62,3 +62,27 @@ def test_points_and_frecency_equal_numpy_to_the_bit(world: FrecencyWorld, later:
         np.testing.assert_array_equal(
             world._compiled_fresh(theta, index), world.scorer.fresh(theta, histories, world.now)
         )
+
+
+@pytest.mark.parametrize("model", ["classic", "modern"])
+def test_shown_rows_are_scored_under_their_branch_vector(model: str) -> None:
+    """Every shown row is scored under its user's branch vector (treatment: the model,
+    control branches: the defaults), as scoring its ten-column history would: what the
+    branch losses and the control branches' figures read."""
+    world = FrecencyWorld(
+        generate_world(80, np.random.default_rng(11)), hidden_weights("shifted", model),
+        np.random.default_rng(12), model=model,
+    )  # fmt: skip
+    rng = np.random.default_rng(13)
+    defaults = world.scorer.defaults()
+    theta = defaults * np.linspace(0.6, 1.4, defaults.size)
+    batch = world.search(world.draw_searches(np.repeat(np.arange(80), 3), rng), theta, rng)
+    shown = world.shown_frecency(batch, theta)
+    valid = batch.shown >= 0
+    treat = np.repeat(world.branch[batch.user] == 0, batch.shown.shape[1]).reshape(shown.shape)
+    assert (valid & treat).any() and (valid & ~treat).any()
+    histories = world.histories(batch.shown[valid])
+    under_model = world.scorer.fresh(theta, histories, world.now)
+    under_defaults = world.scorer.fresh(defaults, histories, world.now)
+    assert (under_model != under_defaults).mean() > 0.3  # the check can tell them apart
+    np.testing.assert_array_equal(shown[valid], np.where(treat[valid], under_model, under_defaults))

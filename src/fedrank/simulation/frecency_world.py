@@ -373,14 +373,20 @@ class FrecencyWorld:
         params = np.asarray(params, dtype=np.float64)
         cache = self._params_cache(params)
         if cache is None:
-            if self._compiled:
-                return self._compiled_fresh(params, index)
-            self._sync_kept()
-            out = np.zeros(index.size)
-            for pos, width in self._groups(index):
-                out[pos] = self._score_group(params, index[pos], width, limits=False)[0]
-            return out
+            return self._fresh_once(params, index)
         return self._cached(cache, index, self._fresh_scorer(params))[0]
+
+    def _fresh_once(self, params: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """Fresh frecency of the pages at ``index`` (any order, repeats allowed) under a
+        vector scored once, nothing kept: compiled for classic frecency, else by groups of
+        :meth:`_groups`."""
+        if self._compiled:
+            return self._compiled_fresh(params, index)
+        self._sync_kept()
+        out = np.zeros(index.size)
+        for pos, width in self._groups(index):
+            out[pos] = self._score_group(params, index[pos], width, limits=False)[0]
+        return out
 
     def _compiled_fresh(self, params: np.ndarray, index: np.ndarray) -> np.ndarray:
         """Fresh classic frecency of the pages at ``index`` (any order, repeats allowed):
@@ -659,11 +665,7 @@ class FrecencyWorld:
         out = np.empty(flat.size)
         params = np.asarray(theta, dtype=np.float64)
         for rows, p in ((is_treat, params), (~is_treat, self.scorer.defaults())):
-            pages = flat[rows]
-            if self._compiled:
-                out[rows] = self._compiled_fresh(p, pages)
-            else:
-                out[rows] = self.scorer.fresh(p, self.histories(pages), self.now)
+            out[rows] = self._fresh_once(p, flat[rows])
         return out.reshape(batch.shown.shape)
 
     def branch_losses(
