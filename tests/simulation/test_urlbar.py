@@ -4,6 +4,7 @@ lists and a slow, string-based reference written from the module's rules."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -651,6 +652,40 @@ def test_same_seed_same_batch_and_empty_batch() -> None:
     assert len(empty) == 0 and empty.shown.shape[0] == 0
 
 
+BATCH_FIELDS = ("user", "target", "chars_typed", "selected_rank", "shown", "n_shown", "found",
+                "autofilled", "first_word", "first_chars")  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_subset_gets_the_results_of_the_whole_batch(seed: int) -> None:
+    """``only`` runs a subset of the searches with the attention draws each gets in the
+    whole batch (blind characters, one uniform per character), so every field equals the
+    whole batch's rows; the other users' state is not read."""
+    pages, state, users, targets, typed, config = _random_world(seed)
+    rng = np.random.default_rng(seed + 1000)
+    users, targets, typed = (np.tile(a, (4,) + (1,) * (a.ndim - 1)) for a in (users, targets, typed))
+    typing = TypingModel(blind_chars=2.0, scan_continue=0.6)
+    whole = simulate_searches(
+        pages, state, users, targets, typed, np.random.default_rng(seed), typing=typing,
+        config=config,
+    )  # fmt: skip
+    only = rng.random(users.size) < 0.4
+    only[rng.integers(users.size)] = True
+    # pages of users who do not search in the subset: nonsense values
+    others = ~np.isin(np.repeat(np.arange(pages.n_users), np.diff(pages.user_offsets)),
+                      users[only])  # fmt: skip
+    garbage = replace(state, stored=state.stored.copy(), origin=state.origin.copy())
+    garbage.stored[others] = rng.normal(0, 1e3, int(others.sum()))
+    garbage.origin[others] = rng.normal(0, 1e3, int(others.sum()))
+    part = simulate_searches(
+        pages, garbage, users, targets, typed, np.random.default_rng(seed), typing=typing,
+        config=config, only=only,
+    )  # fmt: skip
+    assert len(part) == int(only.sum())
+    for name in BATCH_FIELDS:
+        np.testing.assert_array_equal(getattr(part, name), getattr(whole, name)[only], name)
+
+
 # ------------------------------------------------------------------ input validation
 
 
@@ -710,3 +745,13 @@ def test_rejects_state_arrays_of_the_wrong_length(field: str, value: np.ndarray)
     fields[field] = value
     with pytest.raises(DataFormatError):
         _call(pages, UrlbarState(**fields), [0], [0], [[0]])
+
+
+@pytest.mark.parametrize("only", [np.array([1, 0]), np.array([True]), np.array([[True, False]])])
+def test_rejects_an_only_that_is_not_a_mask_of_the_searches(only: np.ndarray) -> None:
+    pages = _pages(["mozilla", "zeta"], [(0, 0, True, "mozilla"), (1, 1, True, "zeta")])
+    with pytest.raises(DataFormatError, match="only must be a bool mask"):
+        simulate_searches(
+            pages, _state(pages, [1, 1]), np.array([0, 1]), np.array([0, 1]),
+            np.array([[0], [1]]), np.random.default_rng(0), only=only,
+        )  # fmt: skip

@@ -57,6 +57,7 @@ from fedrank.simulation.urlbar import (
     TypingModel,
     UrlbarConfig,
     UrlbarState,
+    selected_positions,
     simulate_searches,
 )
 
@@ -614,19 +615,30 @@ class FrecencyWorld:
         )
 
     def search(
-        self, searches: Searches, theta: np.ndarray, rng: np.random.Generator
+        self,
+        searches: Searches,
+        theta: np.ndarray,
+        rng: np.random.Generator,
+        *,
+        only: np.ndarray | None = None,
     ) -> SearchBatch:
         """Run ``searches`` in the users' URL bars (treatment ranks with ``theta``). Nothing
-        is recorded: call :meth:`record` once the selections should enter the history."""
+        is recorded: call :meth:`record` once the selections should enter the history.
+        ``only``: run only these searches (bool mask), with the results the whole batch
+        gives them (:func:`~fedrank.simulation.urlbar.simulate_searches`)."""
+        users = searches.users
+        if only is not None:
+            users = users[selected_positions(only, users.size)]
         return simulate_searches(
             self.pages,
-            self.state(theta, searches.users),
+            self.state(theta, users),
             searches.users,
             searches.targets,
             searches.typed,
             rng,
             typing=self.typing,
             config=self.urlbar,
+            only=only,
         )
 
     def record(self, batch: SearchBatch) -> None:

@@ -327,6 +327,7 @@ def simulate_searches(
     *,
     typing: TypingModel | None = None,
     config: UrlbarConfig | None = None,
+    only: np.ndarray | None = None,
 ) -> SearchBatch:
     """Simulate one URL-bar search per entry of ``users`` (see the module docstring).
 
@@ -338,14 +339,22 @@ def simulate_searches(
             one); each should be a word of the target, else the target may never match.
         rng: the user's attention (blind characters, reading depth).
         typing, config: the typing model and the URL bar's layout.
+        only: bool ``(S,)``: simulate only these searches and return their batch, each
+            with the attention draws it gets in the whole batch, so with the result the
+            whole batch gives it (``rng`` ends elsewhere); the state need only be current
+            for their users.
     """
     typing = typing or TypingModel()
     config = config or UrlbarConfig()
     users = np.asarray(users, dtype=np.int64)
     targets = np.asarray(targets, dtype=np.int64)
     typed = np.atleast_2d(np.asarray(typed, dtype=np.int64))
-    n = users.size
     _check(pages, state, users, targets, typed)
+    n_drawn = users.size  # the searches the attention draws are made for
+    pick = None if only is None else selected_positions(only, n_drawn)
+    if pick is not None:
+        users, targets, typed = users[pick], targets[pick], typed[pick]
+    n = users.size
     vocab = pages.vocabulary
     lengths = np.where(typed >= 0, vocab.lengths[np.maximum(typed, 0)], 0)
     n_tokens = (typed >= 0).sum(axis=1)
@@ -356,7 +365,8 @@ def simulate_searches(
     # Firefox's origins (moz_origins) and what autofill may complete to
     host = pages.host
     host_known, origin, qualified = _origins(pages, state, users)
-    blind = 1 + rng.poisson(typing.blind_chars, n)
+    blind = 1 + rng.poisson(typing.blind_chars, n_drawn)
+    blind = blind if pick is None else blind[pick]
     # the user reads the list from this character on: what the list holds before does not
     # matter, so only the pairs that still match then are compared
     look_from = np.minimum(blind, total)
@@ -415,7 +425,8 @@ def simulate_searches(
     # draws them (one uniform per search per character while any search types); only the
     # characters the loop ran are consumed
     saved = rng.bit_generator.state
-    uniforms = rng.random((int(total.max(initial=0)), n))
+    uniforms = rng.random((int(total.max(initial=0)), n_drawn))
+    uniforms = uniforms if pick is None else uniforms[:, pick]
     ran = _kernels().keystroke_loop(
         total, look_from, targets, typed, lengths, token_start, pages.words, vocab.chars,
         _offsets(owner, n), cand, drop, p_ahead, p_target, p_stored,
@@ -427,7 +438,7 @@ def simulate_searches(
         config.history_rows, chars, rank_out, found, autofilled, shown,
     )  # fmt: skip
     rng.bit_generator.state = saved
-    rng.random((ran, n))
+    rng.random((ran, n_drawn))
     in_first = chars <= first_len
     return SearchBatch(
         user=users,
@@ -441,6 +452,17 @@ def simulate_searches(
         first_word=typed[:, 0].copy(),
         first_chars=np.where(found & in_first, chars, 0),
     )
+
+
+def selected_positions(only: np.ndarray, n: int) -> np.ndarray:
+    """The positions of the searches ``only`` selects (a bool mask of ``n`` searches)."""
+    only = np.asarray(only)
+    if only.dtype != np.bool_ or only.shape != (n,):
+        raise DataFormatError(
+            f"only must be a bool mask with one entry per search ({n}), got {only.dtype} "
+            f"{only.shape}"
+        )
+    return np.flatnonzero(only)
 
 
 def _offsets(group: np.ndarray, n: int) -> np.ndarray:

@@ -598,8 +598,11 @@ def evaluate_phase(
         searches = iteration_searches(world, config, rate, days, rng)
         attention = int(rng.integers(2**63))
         batch = world.search(searches, theta, np.random.default_rng(attention))
-        if compare and world.hidden is not None:
-            oracles.append(world.search(searches, world.hidden, np.random.default_rng(attention)))
+        if compare and world.hidden is not None:  # the treatment users' searches, same draws
+            treated = world.branch[searches.users] == TREATMENT
+            oracles.append(
+                world.search(searches, world.hidden, np.random.default_rng(attention), only=treated)
+            )
         batches.append(batch)
         shown = world.shown_frecency(batch, theta)
         loss_parts.append(world.branch_losses(batch, theta, shown=shown))
