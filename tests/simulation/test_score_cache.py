@@ -7,6 +7,8 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedrank.data.browsing import VisitStream
 from fedrank.simulation.history_store import VisitStore
@@ -133,3 +135,26 @@ def test_an_unknown_limit_is_never_kept() -> None:
     cache = PageScoreCache(store)
     cache.put(np.arange(3), np.ones((1, 3)), np.full((3, 2), np.nan), np.full(3, np.inf), 13.0)
     assert cache.stale(np.arange(3)[:2], 13.0).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), now=st.floats(0.0, 40.0))
+def test_stale_in_runs_is_stale_over_the_gathered_runs(seed: int, now: float) -> None:
+    """The stale pages of runs of a page list (the searching users' listable pages) are
+    :meth:`stale` over the runs gathered in order, for validities ending at, just before
+    and just after ``now`` (float32) and pages never kept."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    cache = PageScoreCache(VisitStore(n))
+    near = np.float32(now)
+    below, above = np.nextafter(near, np.float32(-np.inf)), np.nextafter(near, np.float32(np.inf))
+    ends = np.array([near, below, above, 0.0, 50.0, -np.inf], np.float32)
+    cache._until[:] = rng.choice(ends, n)
+    pages = np.sort(rng.choice(n, int(rng.integers(0, n + 1)), replace=False)).astype(np.int64)
+    start = np.sort(rng.integers(0, pages.size + 1, int(rng.integers(1, 6)))).astype(np.int64)
+    start[0] = 0
+    start = np.append(start, pages.size)
+    runs = rng.permutation(start.size - 1)[: int(rng.integers(0, start.size))]
+    gathered = np.concatenate([pages[start[r] : start[r + 1]] for r in runs] + [pages[:0]])
+    expected = gathered[cache.stale(gathered, now)]
+    np.testing.assert_array_equal(cache.stale_in_runs(pages, start, runs, now), expected)

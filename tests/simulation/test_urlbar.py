@@ -663,7 +663,7 @@ def test_a_subset_gets_the_results_of_the_whole_batch(seed: int) -> None:
     whole batch's rows; the other users' state is not read."""
     pages, state, users, targets, typed, config = _random_world(seed)
     rng = np.random.default_rng(seed + 1000)
-    users, targets, typed = (np.tile(a, (4,) + (1,) * (a.ndim - 1)) for a in (users, targets, typed))
+    users, targets, typed = np.tile(users, 4), np.tile(targets, 4), np.tile(typed, (4, 1))
     typing = TypingModel(blind_chars=2.0, scan_continue=0.6)
     whole = simulate_searches(
         pages, state, users, targets, typed, np.random.default_rng(seed), typing=typing,

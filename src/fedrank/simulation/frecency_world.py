@@ -268,7 +268,6 @@ class FrecencyWorld:
         # fresh classic frecency of a model seen once is scored in compiled code (float64)
         self._compiled = classic and not self.scorer.frecency.float32
         self._width_group = _width_groups(self.store.width)
-        self._pages_memo: tuple[bytes, int, np.ndarray] | None = None
 
     # ------------------------------------------------------------------ basic facts
 
@@ -484,20 +483,29 @@ class FrecencyWorld:
             [np.ndarray, int],
             tuple[np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray | None],
         ],
-        *,
-        read: bool = True,
     ) -> np.ndarray:
-        """``cache``'s values of the pages at ``index``, after ``score`` (pages of one group
-        of :meth:`_groups` -> ``(values, (row_limits, bookmark_limits), times or None)``)
-        has scored the pages whose values may have changed (``read=False``: only that;
-        returns an empty array)."""
+        """``cache``'s values of the pages at ``index``, after :meth:`_refresh` has scored
+        those whose values may have changed."""
         self._sync_kept()
-        todo = index[cache.stale(index, self.now)]
+        self._refresh(cache, index[cache.stale(index, self.now)], score)
+        return cache.values[:, index]
+
+    def _refresh(
+        self,
+        cache: PageScoreCache,
+        todo: np.ndarray,
+        score: Callable[
+            [np.ndarray, int],
+            tuple[np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray | None],
+        ],
+    ) -> None:
+        """Put into ``cache`` the values of the pages at ``todo``, as ``score`` gives them
+        (pages of one group of :meth:`_groups` -> ``(values, (row_limits,
+        bookmark_limits), times or None)``)."""
         for pos, width in self._groups(todo):
             at = todo[pos]
             values, limits, times = score(at, width)
             cache.put(at, values, *limits, self.now, reads_day=self.scorer.reads_day, times=times)
-        return cache.values[:, index] if read else np.zeros((cache.values.shape[0], 0))
 
     def _sync_kept(self) -> None:
         """Bring what the world keeps per page up to the store's changes: the listable
@@ -558,11 +566,13 @@ class FrecencyWorld:
                 "use due_searches"
             )
         users = np.asarray(users, dtype=np.int64)
-        index = self._pages_of(unique_values(users))
         cache = self._params_cache(self.hidden)
         assert cache is not None  # a fixed vector: its scores are kept
         # the kept scores of every page, current at the searching users' listable pages
-        self._cached(cache, index, self._fresh_scorer(self.hidden), read=False)
+        self._sync_kept()
+        listed, start = self._listed_pages()
+        todo = cache.stale_in_runs(listed, start, unique_values(users), self.now)
+        self._refresh(cache, todo, self._fresh_scorer(self.hidden))
         targets = sample_targets(
             self.pages, users, cache.values[0], rng, self.noise_var,
             candidates=self._listed_pages(),
@@ -729,21 +739,10 @@ class FrecencyWorld:
 
     # ------------------------------------------------------------------ helpers
 
-    def _pages_of(self, users: np.ndarray) -> np.ndarray:
+    def _listed_of(self, users: np.ndarray) -> np.ndarray:
         """The pages of ``users`` (distinct, ascending) that are in the history (visited or
         bookmarked), ascending: pages the users will only discover later have nothing to
-        score yet. Kept for the next call with the same users and store (the searches and
-        the URL bar of one iteration read the same pages)."""
-        key = users.tobytes()
-        memo = self._pages_memo
-        if memo is not None and memo[0] == key and memo[1] == self.store.version:
-            return memo[2]
-        index = self._listed_of(users)
-        self._pages_memo = (key, self.store.version, index)
-        return index
-
-    def _listed_of(self, users: np.ndarray) -> np.ndarray:
-        """:meth:`_pages_of` without keeping the result."""
+        score yet."""
         listed, start = self._listed_pages()
         first = start[users]
         count = start[users + 1] - first

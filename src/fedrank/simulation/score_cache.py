@@ -63,6 +63,17 @@ class PageScoreCache:
         self._sync()
         return ~np.greater(self._until[index], np.float64(now))
 
+    def stale_in_runs(
+        self, pages: np.ndarray, start: np.ndarray, runs: np.ndarray, now: float
+    ) -> np.ndarray:
+        """:meth:`stale`'s pages among ``pages[start[r]:start[r + 1]]`` for every ``r`` of
+        ``runs``, in that order, without gathering the runs (int64 ``pages`` and
+        ``start``, runs inside ``start``)."""
+        from fedrank.simulation.score_cache_kernels import stale_in_runs
+
+        self._sync()
+        return stale_in_runs(pages, start, runs, self._until, np.float64(now))
+
     def put(
         self,
         index: np.ndarray,

@@ -241,7 +241,7 @@ def test_branch_states_follow_the_study_add_on() -> None:
         theta = hidden_weights("shifted", model)
         users = np.arange(world.n_users)
         state = world.state(theta, users)
-        index = world._pages_of(users)
+        index = world._listed_of(users)
         branch = world.page_branch[index]
         h = world.histories(index)
         fresh_theta = world.scorer.fresh(theta, h, world.now)
