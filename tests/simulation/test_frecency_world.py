@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from fedrank.data.synthetic_history import generate_world
+from fedrank.errors import ConfigError
 from fedrank.experiments.frecency.presets import hidden_weights
 from fedrank.simulation.frecency_world import TREATMENT, FrecencyWorld
 
@@ -27,3 +28,72 @@ def test_searching_a_subset_gives_the_whole_batch_results(model: str) -> None:
     for name in ("user", "target", "chars_typed", "selected_rank", "shown", "found",
                  "autofilled", "first_chars"):  # fmt: skip
         np.testing.assert_array_equal(getattr(part, name), getattr(whole, name)[treated], name)
+
+
+def _twins(model: str) -> tuple[FrecencyWorld, FrecencyWorld]:
+    """Two worlds built alike: one computes states ahead, the other does not."""
+    return tuple(  # type: ignore[return-value]
+        FrecencyWorld(
+            generate_world(70, np.random.default_rng(31)),
+            hidden_weights("shifted", model),
+            np.random.default_rng(32),
+            model=model,
+        )  # fmt: skip
+        for _ in range(2)
+    )
+
+
+def _assert_same_state(a, b) -> None:
+    for name in ("stored", "origin", "listable", "host_bookmarked", "host_known"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), name)
+
+
+@pytest.mark.parametrize("model", ["classic", "modern"])
+def test_a_state_computed_ahead_is_the_state(model: str) -> None:
+    """Three iterations of draw (state ahead, on a second thread) then search give the
+    twin's searches, states and batches; a state ahead is used only for its vector, users,
+    branches, history and time: anything else is computed again."""
+    ahead, plain = _twins(model)
+    rng_a, rng_p = np.random.default_rng(33), np.random.default_rng(33)
+    defaults = ahead.scorer.defaults()
+    users = np.repeat(np.arange(70), 2)
+    for k in range(3):
+        theta = defaults * (1.0 + 0.1 * (k + 1))
+        s_a = ahead.draw_searches(users, rng_a, state_for=theta)
+        s_p = plain.draw_searches(users, rng_p)
+        np.testing.assert_array_equal(s_a.targets, s_p.targets)
+        np.testing.assert_array_equal(s_a.typed, s_p.typed)
+        assert ahead._ahead is not None  # computed ahead
+        _assert_same_state(ahead.state(theta, s_a.users), plain.state(theta, s_p.users))
+        b_a, b_p = ahead.search(s_a, theta, rng_a), plain.search(s_p, theta, rng_p)
+        np.testing.assert_array_equal(b_a.chars_typed, b_p.chars_typed)
+        np.testing.assert_array_equal(b_a.shown, b_p.shown)
+        for world, batch in ((ahead, b_a), (plain, b_p)):
+            world.record(batch)
+            world.advance(0.7)
+    # computed ahead, then the vector, the history, the time or the branches change
+    theta = defaults * 1.5
+    changes = {
+        "vector": lambda w, s: None,
+        "history": lambda w, s: w.due_searches(0.5),  # the users' next visits
+        "time": lambda w, s: w.advance(0.3),
+        "branches": lambda w, s: w.branch.__setitem__(slice(None), (w.branch + 1) % 3),
+    }
+    for name, change in changes.items():
+        searches = ahead.draw_searches(users, rng_a, state_for=theta)
+        plain.draw_searches(users, rng_p)
+        for world in (ahead, plain):
+            change(world, searches)
+        asked = defaults * 2.0 if name == "vector" else theta
+        _assert_same_state(ahead.state(asked, users), plain.state(asked, users))
+
+
+def test_no_state_ahead_when_the_hidden_preference_shares_its_cache() -> None:
+    """The hidden preference as the vector (or the defaults) would have both threads in one
+    cache: then nothing is computed ahead, and a vector of the wrong size is refused."""
+    world = _twins("classic")[0]
+    users = np.arange(70)
+    world.draw_searches(users, np.random.default_rng(0), state_for=world.hidden)
+    assert world._ahead is None
+    with pytest.raises(ConfigError, match="state_for must be one vector of 22"):
+        world.draw_searches(users, np.random.default_rng(0), state_for=np.ones(3))

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -260,6 +261,8 @@ class FrecencyWorld:
         self._kept_version = -1
         self._listable = np.zeros(n, dtype=bool)
         self._listed: tuple[np.ndarray, np.ndarray] | None = None
+        # a state computed ahead by draw_searches: (its _state_key, the state)
+        self._ahead: tuple[tuple[bytes, ...], UrlbarState] | None = None
         self._host_bookmarked = np.zeros(int(self.pages.host.max(initial=-1)) + 1, dtype=bool)
         self._host_known = np.zeros_like(self._host_bookmarked)
         classic = isinstance(self.scorer, ClassicScorer)
@@ -556,27 +559,68 @@ class FrecencyWorld:
 
     # ------------------------------------------------------------------ what users search
 
-    def draw_searches(self, users: np.ndarray, rng: np.random.Generator) -> Searches:
+    def draw_searches(
+        self,
+        users: np.ndarray,
+        rng: np.random.Generator,
+        *,
+        state_for: np.ndarray | None = None,
+    ) -> Searches:
         """One search per entry of ``users`` for a page drawn from the hidden preference
         (synthetic worlds): targets by :func:`sample_targets` on the fresh hidden-weight
-        frecency of the users' listable pages, typed words by :func:`typed_words`."""
+        frecency of the users' listable pages, typed words by :func:`typed_words`.
+
+        ``state_for``: the treatment's vector of the coming search; the searching users'
+        :meth:`state` under it (which does not read the targets) is computed on a second
+        thread while the targets are drawn, and the next :meth:`state` call for the same
+        vector and users, history and time returns it. The two threads score under
+        different vectors into different caches; when the hidden preference is the
+        vector or the defaults (one cache), the state is left to :meth:`state`."""
         if self.hidden is None:
             raise ConfigError(
                 f"the {self.browsing.name} world has real searches and no hidden preference; "
                 "use due_searches"
             )
         users = np.asarray(users, dtype=np.int64)
+        searching = unique_values(users)
         cache = self._params_cache(self.hidden)
         assert cache is not None  # a fixed vector: its scores are kept
-        # the kept scores of every page, current at the searching users' listable pages
-        self._sync_kept()
+        self._sync_kept()  # what both threads read is brought up to date here, once
+        self._listed_pages()
+        if state_for is None:
+            return self._draw(users, searching, cache, rng)
+        theta = np.asarray(state_for, dtype=np.float64)
+        if theta.shape != self.hidden.shape:
+            raise ConfigError(
+                f"state_for must be one vector of {self.hidden.size} {self.scorer.model} "
+                f"weights, got shape {theta.shape}"
+            )
+        hidden = self.hidden.tobytes()
+        if hidden in (theta.tobytes(), self.scorer.defaults().tobytes()):
+            return self._draw(users, searching, cache, rng)
+        self._params_cache(self.scorer.defaults())  # its cache exists before the thread
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrank-state") as pool:
+            ahead = pool.submit(self._state_of, theta, searching)
+            searches = self._draw(users, searching, cache, rng)
+            state = ahead.result()
+        self._ahead = (self._state_key(theta, searching), state)
+        return searches
+
+    def _draw(
+        self,
+        users: np.ndarray,
+        searching: np.ndarray,
+        cache: PageScoreCache,
+        rng: np.random.Generator,
+    ) -> Searches:
+        """:meth:`draw_searches`' draws: the hidden preference's kept scores made current
+        at the ``searching`` users' listable pages, then targets and typed words."""
         listed, start = self._listed_pages()
-        todo = cache.stale_in_runs(listed, start, unique_values(users), self.now)
+        todo = cache.stale_in_runs(listed, start, searching, self.now)
         self._refresh(cache, todo, self._fresh_scorer(self.hidden))
         targets = sample_targets(
-            self.pages, users, cache.values[0], rng, self.noise_var,
-            candidates=self._listed_pages(),
-        )  # fmt: skip
+            self.pages, users, cache.values[0], rng, self.noise_var, candidates=(listed, start)
+        )
         typed = typed_words(self.pages, targets, rng, host_share=self.host_share)
         return Searches(users, targets, typed)
 
@@ -605,8 +649,22 @@ class FrecencyWorld:
 
     def state(self, theta: np.ndarray, users: np.ndarray) -> UrlbarState:
         """What the searching ``users``' URL bars read: stored and origin frecency by branch
-        (pages of other users stay 0)."""
+        (pages of other users stay 0); computed ahead by :meth:`draw_searches` when asked."""
         users = unique_values(np.asarray(users, dtype=np.int64))
+        theta = np.asarray(theta, dtype=np.float64)
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] == self._state_key(theta, users):
+            return ahead[1]
+        return self._state_of(theta, users)
+
+    def _state_key(self, theta: np.ndarray, users: np.ndarray) -> tuple[bytes, ...]:
+        """What the state of ``users`` depends on: the vector, the users and their branches,
+        the history (its version) and the time."""
+        return (theta.tobytes(), users.tobytes(), self.branch[users].tobytes(),
+                str(self.store.version).encode(), np.float64(self.now).tobytes())  # fmt: skip
+
+    def _state_of(self, theta: np.ndarray, users: np.ndarray) -> UrlbarState:
+        """:meth:`state` of distinct ascending ``users``, computed now."""
         stored = np.zeros(self.pages.n_pages)
         origin = np.zeros(self.pages.n_pages)
         branch = self.branch[users]
@@ -675,6 +733,7 @@ class FrecencyWorld:
             raise ConfigError(f"time only moves forward, got {days} days")
         crossed = math.floor(self.now + days) - math.floor(self.now)
         self.now += days
+        self._ahead = None  # (a state ahead is for its time only: free it)
         self.inputs.decay(crossed, self.decay_rate)
 
     # ------------------------------------------------------------------ losses, messages

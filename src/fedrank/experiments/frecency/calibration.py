@@ -53,7 +53,9 @@ def control_metrics(config: Any, typing: TypingModel) -> tuple[float, float]:
     rng = np.random.default_rng(train_seed)
     theta = world.scorer.defaults()
     for _ in range(c.iterations):
-        searches = iteration_searches(world, c, c.searches_per_iteration, c.days_per_iteration, rng)
+        searches = iteration_searches(
+            world, c, c.searches_per_iteration, c.days_per_iteration, rng, theta
+        )
         batch = world.search(searches, theta, rng)
         world.record(batch)
         world.advance(c.days_per_iteration)

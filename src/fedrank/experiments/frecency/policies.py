@@ -69,7 +69,7 @@ def _validation_loss(
     world: FrecencyWorld, users: np.ndarray, targets_rng_seed: int, theta: np.ndarray
 ) -> float:
     rng = np.random.default_rng(targets_rng_seed)  # the same intents every time
-    batch = world.search(world.draw_searches(users, rng), theta, rng)
+    batch = world.search(world.draw_searches(users, rng, state_for=theta), theta, rng)
     return float(np.nanmean(world.branch_losses(batch, theta)))
 
 
@@ -109,7 +109,7 @@ def run_policy(policy: IterationPolicy, config: StreamConfig, seed: int) -> dict
         total_minutes += config.tick_minutes
         if arrivals:
             users = rng.integers(0, world.n_users, size=arrivals)
-            batch = world.search(world.draw_searches(users, rng), theta, rng)
+            batch = world.search(world.draw_searches(users, rng, state_for=theta), theta, rng)
             reports = world.client_reports(batch, theta, strategy.estimator, TREATMENT)
             keep = reports.n > 0
             batch = MessageBatch.of_vectors(reports.updates[keep], reports.n[keep])

@@ -240,7 +240,7 @@ def run_service_demo(
         theta = service.model()
         searchers = np.repeat(np.arange(config.users), config.eval_searches)
         world.due_searches(study.eval_days)
-        batch = world.search(world.draw_searches(searchers, rng), theta, rng)
+        batch = world.search(world.draw_searches(searchers, rng, state_for=theta), theta, rng)
         losses = world.branch_losses(batch, theta)
         found_rank = np.where(batch.found, batch.selected_rank, np.nan).astype(float)
         found_chars = np.where(batch.found, batch.chars_typed, np.nan).astype(float)

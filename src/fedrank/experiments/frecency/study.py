@@ -325,16 +325,19 @@ def _nanmean(values: np.ndarray) -> float:
 
 def iteration_searches(
     world: FrecencyWorld, config: FrecencyStudyConfig, rate: float, days: float,
-    rng: np.random.Generator,
+    rng: np.random.Generator, theta: np.ndarray | None = None,
 ) -> Searches:  # fmt: skip
     """The searches of one iteration: Poisson(``rate``) per user drawn from the hidden
     preference (synthetic), or the log's revisits of the next ``days`` days (AOL); either
-    way the window's plain visits enter the history first."""
+    way the window's plain visits enter the history first. ``theta``: the treatment's
+    vector of the coming URL-bar pass, whose state is computed while the targets are
+    drawn (:meth:`~fedrank.simulation.frecency_world.FrecencyWorld.draw_searches`)."""
     replayed = world.due_searches(days)  # the users' own browsing in this window
     if config.world == "aol":
         return replayed
     counts = rng.poisson(rate, size=world.n_users)
-    return world.draw_searches(np.repeat(np.arange(world.n_users), counts), rng)
+    users = np.repeat(np.arange(world.n_users), counts)
+    return world.draw_searches(users, rng, state_for=theta)
 
 
 class StudyServer(Protocol):
@@ -432,7 +435,7 @@ def optimization_phase(
     days = c.days_per_iteration
     for iteration in range(c.iterations):
         published = server.model()
-        searches = iteration_searches(world, c, c.searches_per_iteration, days, rng)
+        searches = iteration_searches(world, c, c.searches_per_iteration, days, rng, published)
         batch = world.search(searches, published, rng)
         shown = world.shown_frecency(batch, published)
         losses = world.branch_losses(batch, published, shown=shown)
@@ -595,7 +598,7 @@ def evaluate_phase(
     loss_parts: list[np.ndarray] = []
     paper_parts: list[np.ndarray] = []
     for _ in range(n_iter):
-        searches = iteration_searches(world, config, rate, days, rng)
+        searches = iteration_searches(world, config, rate, days, rng, theta)
         attention = int(rng.integers(2**63))
         batch = world.search(searches, theta, np.random.default_rng(attention))
         if compare and world.hidden is not None:  # the treatment users' searches, same draws
