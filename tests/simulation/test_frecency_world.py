@@ -3,13 +3,17 @@ over the treatment users) gives the results the whole batch gives them."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
 from fedrank.data.synthetic_history import generate_world
 from fedrank.errors import ConfigError
 from fedrank.experiments.frecency.presets import hidden_weights
+from fedrank.simulation import frecency_world
 from fedrank.simulation.frecency_world import TREATMENT, FrecencyWorld
+from fedrank.simulation.urlbar import simulate_searches
 
 
 @pytest.mark.parametrize("model", ["classic", "modern"])
@@ -97,3 +101,51 @@ def test_no_state_ahead_when_the_hidden_preference_shares_its_cache() -> None:
     assert world._ahead is None
     with pytest.raises(ConfigError, match="state_for must be one vector of 22"):
         world.draw_searches(users, np.random.default_rng(0), state_for=np.ones(3))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_batch_in_two_halves_on_two_threads_is_the_whole_batch(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Searched in two halves on two threads (any batch size here), a batch gives the
+    one-thread batch field by field, and the generator ends where the one-thread pass
+    leaves it (whichever half holds the longest search)."""
+    world = _twins("classic")[0]
+    rng = np.random.default_rng(seed)
+    users = np.sort(rng.integers(0, 70, int(rng.integers(2, 200))))
+    searches = world.draw_searches(users, rng)
+    theta = world.scorer.defaults() * 1.2
+    one = np.random.default_rng(seed + 100)
+    whole = simulate_searches(
+        world.pages, world.state(theta, users), searches.users, searches.targets,
+        searches.typed, one, typing=world.typing, config=world.urlbar,
+    )  # fmt: skip
+    monkeypatch.setattr(frecency_world, "TWO_THREADS_FROM", 1)
+    two = np.random.default_rng(seed + 100)
+    halves = world.search(searches, theta, two)
+    for name in ("user", "target", "chars_typed", "selected_rank", "shown", "n_shown", "found",
+                 "autofilled", "first_word", "first_chars"):  # fmt: skip
+        np.testing.assert_array_equal(getattr(halves, name), getattr(whole, name), name)
+    assert two.bit_generator.state == one.bit_generator.state
+    assert one.random() == two.random()
+
+
+def test_url_bars_of_one_world_run_at_once_on_several_threads() -> None:
+    """The word index's scratch arrays are per call: eight passes over one world on four
+    threads at once give the one-thread batch every time."""
+    world = _twins("classic")[0]
+    rng = np.random.default_rng(40)
+    searches = world.draw_searches(np.repeat(np.arange(70), 40), rng)
+    state = world.state(world.scorer.defaults(), searches.users)
+
+    def run(_: int) -> np.ndarray:
+        batch = simulate_searches(
+            world.pages, state, searches.users, searches.targets, searches.typed,
+            np.random.default_rng(41), typing=world.typing, config=world.urlbar,
+        )  # fmt: skip
+        return np.column_stack([batch.chars_typed, batch.selected_rank, batch.shown])
+
+    expected = run(0)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for got in pool.map(run, range(8)):
+            np.testing.assert_array_equal(got, expected)

@@ -33,10 +33,12 @@ What a search is for:
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
@@ -63,6 +65,9 @@ from fedrank.simulation.urlbar import (
 )
 
 BRANCHES: tuple[str, ...] = ("treatment", "control", "control-no-decay")
+#: Batches of this many searches or more run in two halves on two threads
+#: (:meth:`FrecencyWorld.search`).
+TWO_THREADS_FROM = 2048
 #: Pages of one row-count group: their positions in an index, and their histories.
 _Group = tuple[np.ndarray, PageHistories]
 #: Row-count groups of :meth:`FrecencyWorld._groups`.
@@ -693,21 +698,30 @@ class FrecencyWorld:
         """Run ``searches`` in the users' URL bars (treatment ranks with ``theta``). Nothing
         is recorded: call :meth:`record` once the selections should enter the history.
         ``only``: run only these searches (bool mask), with the results the whole batch
-        gives them (:func:`~fedrank.simulation.urlbar.simulate_searches`)."""
+        gives them (:func:`~fedrank.simulation.urlbar.simulate_searches`). From
+        :data:`TWO_THREADS_FROM` searches on, the two halves of the batch run on two
+        threads, each with the attention draws it gets in the whole batch (a copy of
+        ``rng`` for the second); ``rng`` then ends where the whole batch leaves it."""
         users = searches.users
         if only is not None:
             users = users[selected_positions(only, users.size)]
-        return simulate_searches(
-            self.pages,
-            self.state(theta, users),
-            searches.users,
-            searches.targets,
-            searches.typed,
-            rng,
-            typing=self.typing,
-            config=self.urlbar,
-            only=only,
-        )
+        run = partial(
+            simulate_searches, self.pages, self.state(theta, users), searches.users,
+            searches.targets, searches.typed, typing=self.typing, config=self.urlbar,
+        )  # fmt: skip
+        if only is not None or searches.n < TWO_THREADS_FROM:
+            return run(rng, only=only)
+        first_half = np.arange(searches.n) < searches.n // 2
+        other = copy.deepcopy(rng)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrank-urlbar") as pool:
+            future = pool.submit(run, other, only=~first_half)
+            first = run(rng, only=first_half)
+            second = future.result()
+        # the whole batch consumes one uniform per search for every character up to its
+        # longest search's: the half with the longer one consumed as many
+        if second.chars_typed.max(initial=0) > first.chars_typed.max(initial=0):
+            rng.bit_generator.state = other.bit_generator.state
+        return SearchBatch.concatenate([first, second])
 
     def record(self, batch: SearchBatch) -> None:
         """What the searches leave in the profile: a TYPED visit on every wanted page (picked

@@ -50,8 +50,9 @@ Computation
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass
+import queue
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from types import ModuleType
 
 import numpy as np
@@ -199,6 +200,13 @@ class SearchBatch:
     def __len__(self) -> int:
         return self.n_searches
 
+    @classmethod
+    def concatenate(cls, batches: Sequence[SearchBatch]) -> SearchBatch:
+        """The searches of ``batches`` (at least one) in order, as one batch."""
+        return cls(
+            **{f.name: np.concatenate([getattr(b, f.name) for b in batches]) for f in fields(cls)}
+        )
+
     @property
     def adaptive_input(self) -> np.ndarray:
         """bool ``(S,)``: the selection is recorded in adaptive history (a history row other
@@ -220,9 +228,9 @@ class PrefixIndex:
         entry_rank: uint16 (int32 for more than 65,536 words) ``(E,)`` the rank of every
             entry's word, non-decreasing within a user (then by page).
         entry_page: int32 ``(E,)`` the page of every entry.
-        slot: int64 ``(N,)`` scratch over the pages, all -1 between uses
-            (:func:`_matching_pairs`; used under :attr:`lock`).
-        lock: guards :attr:`slot`.
+        slots: free int64 ``(N,)`` scratch arrays over the pages, all -1 between uses
+            (:func:`_matching_pairs` takes one, or makes one when every array is in use
+            by another thread, and puts it back).
     """
 
     word_at: np.ndarray
@@ -230,8 +238,7 @@ class PrefixIndex:
     offsets: np.ndarray
     entry_rank: np.ndarray
     entry_page: np.ndarray
-    slot: np.ndarray
-    lock: threading.Lock
+    slots: queue.SimpleQueue[np.ndarray]
 
 
 def _kernels() -> ModuleType:
@@ -272,8 +279,7 @@ def _build_prefix_index(pages: Pages) -> PrefixIndex:
     entry_rank = np.empty(int(entry_offsets[-1]), dtype=rank_dtype)
     entry_page = np.empty(int(entry_offsets[-1]), dtype=np.int32)
     _kernels().word_entries(words, offsets, rank, entry_offsets, entry_rank, entry_page)
-    slot = np.full(pages.n_pages, -1, dtype=np.int64)
-    return PrefixIndex(word_at, rank, entry_offsets, entry_rank, entry_page, slot, threading.Lock())
+    return PrefixIndex(word_at, rank, entry_offsets, entry_rank, entry_page, queue.SimpleQueue())
 
 
 def _origins(pages: Pages, state: UrlbarState, users: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -309,12 +315,17 @@ def _matching_pairs(
     compared), which is above ``look_from``. Pages that match fewer characters can only be
     rows before the user reads (:func:`~fedrank.simulation.urlbar_kernels.matching_pairs`)."""
     index = prefix_index(pages)
-    with index.lock:
-        return _kernels().matching_pairs(
-            users, typed, lengths, look_from, pages.vocabulary.chars, index.word_at,
-            index.rank, index.offsets, index.entry_rank, index.entry_page, state.listable,
-            pages.is_root, pages.host, host_known, index.slot,
-        )  # fmt: skip
+    try:
+        slot = index.slots.get_nowait()
+    except queue.Empty:  # every scratch array is in use (or none was made yet)
+        slot = np.full(pages.n_pages, -1, dtype=np.int64)
+    pairs = _kernels().matching_pairs(
+        users, typed, lengths, look_from, pages.vocabulary.chars, index.word_at,
+        index.rank, index.offsets, index.entry_rank, index.entry_page, state.listable,
+        pages.is_root, pages.host, host_known, slot,
+    )  # fmt: skip
+    index.slots.put(slot)  # all -1 again (a failed run's array is not reused)
+    return pairs
 
 
 def simulate_searches(
