@@ -7,7 +7,10 @@ branch -- and a clock. It turns a model's weights into URL-bar searches (what ea
 typed, saw and chose), records what the searches change (the selected page gets a TYPED
 visit: Firefox marks a page picked in the URL bar as typed; adaptive history learns the
 input), lets time pass, and turns the treatment users' searches into finite-difference
-messages. Everything is vectorized over users and searches.
+messages. Everything is vectorized over users and searches; on two cores two threads
+share the heaviest steps (the URL bars' state is computed while the targets are drawn, a
+large batch of searches runs in two halves), each thread on its own data, so the results
+are those of one thread, bit for bit.
 
 The frecency model is Firefox's *classic* frecency (22 weights, the one the paper tuned) or
 today's *modern* frecency (5 parameters, Firefox 128+); a
@@ -60,6 +63,7 @@ from fedrank.simulation.urlbar import (
     TypingModel,
     UrlbarConfig,
     UrlbarState,
+    prefix_index,
     selected_positions,
     simulate_searches,
 )
@@ -711,6 +715,7 @@ class FrecencyWorld:
         )  # fmt: skip
         if only is not None or searches.n < TWO_THREADS_FROM:
             return run(rng, only=only)
+        prefix_index(self.pages)  # built once, before the threads read it
         first_half = np.arange(searches.n) < searches.n // 2
         other = copy.deepcopy(rng)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrank-urlbar") as pool:
