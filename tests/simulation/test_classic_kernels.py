@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedrank.data.synthetic_history import generate_world
 from fedrank.experiments.frecency.presets import hidden_weights
-from fedrank.models.frecency.classic import BOOKMARK_SLOT, effective_cutoffs
+from fedrank.models.frecency.classic import BOOKMARK_SLOT, ClassicFrecency, effective_cutoffs
 from fedrank.models.frecency.weights import (
     BUCKET_WEIGHT_SLICE,
+    CLASSIC_INDEX,
     CUTOFF_SLICE,
     VISIT_BONUS_SLICE,
     classic_defaults,
 )
-from fedrank.simulation.classic_kernels import stored_points100
+from fedrank.simulation.classic_kernels import rounded_frecency, stored_points100
 from fedrank.simulation.frecency_world import FrecencyWorld
 
 
@@ -45,6 +48,7 @@ def test_points_and_frecency_equal_numpy_to_the_bit(world: FrecencyWorld, later:
     world.now = later  # ages in whole days: a fraction of a day moves some across a cutoff
     index = np.flatnonzero(world.listable())
     assert world.store.bookmarked[index].any() and (world.store.n_rows()[index] > 4).any()
+    assert (world.store.bookmarked[index] & (world.store.visit_count[index] == 0)).any()
     histories = world.histories(index)  # ten columns, as the losses read them
     store = world.store
     for theta in _models():
@@ -59,9 +63,15 @@ def test_points_and_frecency_equal_numpy_to_the_bit(world: FrecencyWorld, later:
         assert nonzero.mean() > 0.9
         np.testing.assert_array_equal(points[nonzero], expected[nonzero])
         np.testing.assert_array_equal(points[~nonzero], 0.0)
-        np.testing.assert_array_equal(
-            world._compiled_fresh(theta, index), world.scorer.fresh(theta, histories, world.now)
-        )
+        for rounding in (True, False):  # Firefox's integers, and the unrounded variant
+            world.scorer.frecency = ClassicFrecency(rounding=rounding)
+            try:
+                np.testing.assert_array_equal(
+                    world._compiled_fresh(theta, index),
+                    world.scorer.fresh(theta, histories, world.now),
+                )
+            finally:
+                world.scorer.frecency = ClassicFrecency()
 
 
 @pytest.mark.parametrize("model", ["classic", "modern"])
@@ -86,3 +96,31 @@ def test_shown_rows_are_scored_under_their_branch_vector(model: str) -> None:
     under_defaults = world.scorer.fresh(defaults, histories, world.now)
     assert (under_model != under_defaults).mean() > 0.3  # the check can tell them apart
     np.testing.assert_array_equal(shown[valid], np.where(treat[valid], under_model, under_defaults))
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), rounding=st.booleans())
+def test_rounding_equals_from_points(seed: int, rounding: bool) -> None:
+    """The compiled rounding gives ``ClassicFrecency.from_points``' bits for every kind of
+    page (sampled or not, zero points, unvisited bookmarks, typed or not) and any weights
+    (negative, non-integer), pages gathered in any order with repeats."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    points = np.where(rng.random(n) < 0.2, 0.0, rng.normal(0, 5e3, n))
+    visit_count = rng.choice([0, 0, 1, 2, 7, 30], n).astype(np.int32)
+    n_sampled = np.minimum(rng.integers(0, 11, n), visit_count).astype(np.int8)
+    bookmarked, typed = rng.random(n) < 0.5, rng.random(n) < 0.5
+    theta = classic_defaults() * rng.uniform(-0.5, 2.0, classic_defaults().size)
+    index = rng.integers(0, n, int(rng.integers(1, 2 * n)))
+    frecency = ClassicFrecency(rounding=rounding)
+    expected = frecency.from_points(
+        theta[None, :], points[index][None, :], visit_count[index], n_sampled[index],
+        bookmarked[index], typed[index],
+    )[0]  # fmt: skip
+    got = rounded_frecency(
+        points[index], index, visit_count, n_sampled, bookmarked, typed,
+        float(theta[CLASSIC_INDEX["firstBucketWeight"]]),
+        float(theta[CLASSIC_INDEX["unvisitedBookmarkBonus"]]),
+        float(theta[CLASSIC_INDEX["unvisitedTypedBonus"]]), rounding,
+    )  # fmt: skip
+    np.testing.assert_array_equal(got, expected)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["stored_points100"]
+__all__ = ["rounded_frecency", "stored_points100"]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -61,4 +61,45 @@ def stored_points100(
         if bookmarked[i]:
             points += bookmark_weight * extra
         out[k] = points
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def rounded_frecency(
+    points100: np.ndarray,
+    index: np.ndarray,
+    visit_count: np.ndarray,
+    n_sampled: np.ndarray,
+    bookmarked: np.ndarray,
+    typed: np.ndarray,
+    first_weight: float,
+    unvisited_bookmark: float,
+    unvisited_typed: float,
+    rounding: bool,
+) -> np.ndarray:
+    """Frecency of the pages at ``index`` from their :func:`stored_points100`, as
+    :meth:`~fedrank.models.frecency.classic.ClassicFrecency.from_points` (float64, no
+    ``place:`` queries) gives it for one weight vector, in the same operations: sampled
+    pages ``ceil(ceil(points / 100) * visit_count / sampled)`` (``points * visit_count /
+    (100 * sampled)`` without ``rounding``), -1 for zero points; pages without a sampled
+    visit ``first_weight * (unvisited_bookmark + typed * unvisited_typed) / 100`` (ceiled
+    with ``rounding``) when bookmarked, else 0."""
+    out = np.empty(index.size)
+    for k in range(index.size):
+        i = index[k]
+        count = visit_count[i]
+        sampled = n_sampled[i] if count > 0 else 0
+        if sampled == 0:
+            if bookmarked[i]:
+                bonus = unvisited_bookmark + (1.0 if typed[i] else 0.0) * unvisited_typed
+                value = first_weight * bonus / 100.0
+                out[k] = np.ceil(value) if rounding else value
+            else:
+                out[k] = 0.0
+        elif points100[k] == 0.0:
+            out[k] = -1.0
+        elif rounding:
+            out[k] = np.ceil(np.ceil(points100[k] / 100.0) * np.float64(count) / sampled)
+        else:
+            out[k] = points100[k] * np.float64(count) / (100.0 * sampled)
     return out

@@ -53,7 +53,12 @@ from fedrank.losses.pointwise_svm import pointwise_svm_loss, scaled_scores
 from fedrank.models.frecency.classic import BOOKMARK_SLOT, ClassicFrecency, effective_cutoffs
 from fedrank.models.frecency.history import PageHistories, VisitType
 from fedrank.models.frecency.scorer import ClassicScorer, PageScorer, page_scorer
-from fedrank.models.frecency.weights import BUCKET_WEIGHT_SLICE, CUTOFF_SLICE, VISIT_BONUS_SLICE
+from fedrank.models.frecency.weights import (
+    BUCKET_WEIGHT_SLICE,
+    CLASSIC_INDEX,
+    CUTOFF_SLICE,
+    VISIT_BONUS_SLICE,
+)
 from fedrank.simulation.history_store import VisitStore
 from fedrank.simulation.input_history import InputHistory
 from fedrank.simulation.intent import sample_targets, typed_words
@@ -72,6 +77,9 @@ BRANCHES: tuple[str, ...] = ("treatment", "control", "control-no-decay")
 #: Batches of this many searches or more run in two halves on two threads
 #: (:meth:`FrecencyWorld.search`).
 TWO_THREADS_FROM = 2048
+_FIRST_WEIGHT = CLASSIC_INDEX["firstBucketWeight"]
+_UNVISITED_BOOKMARK = CLASSIC_INDEX["unvisitedBookmarkBonus"]
+_UNVISITED_TYPED = CLASSIC_INDEX["unvisitedTypedBonus"]
 #: Pages of one row-count group: their positions in an index, and their histories.
 _Group = tuple[np.ndarray, PageHistories]
 #: Row-count groups of :meth:`FrecencyWorld._groups`.
@@ -402,26 +410,25 @@ class FrecencyWorld:
 
     def _compiled_fresh(self, params: np.ndarray, index: np.ndarray) -> np.ndarray:
         """Fresh classic frecency of the pages at ``index`` (any order, repeats allowed):
-        their points in compiled code from the kept bonus slots, the same bits as
-        :meth:`_score_group` (:mod:`~fedrank.simulation.classic_kernels`), then Firefox's
-        rounding in numpy."""
-        from fedrank.simulation.classic_kernels import stored_points100
+        their points from the kept bonus slots and Firefox's rounding, in compiled code,
+        the same bits as :meth:`_score_group` (:mod:`~fedrank.simulation.classic_kernels`)."""
+        from fedrank.simulation.classic_kernels import rounded_frecency, stored_points100
 
         self._sync_kept()
         store = self.store
-        frecency = self.scorer.frecency
         assert self._slots is not None and self._n_sampled is not None
+        index = np.asarray(index, dtype=np.int64)
         slot_weights = params[VISIT_BONUS_SLICE]
         points = stored_points100(
-            np.asarray(index, dtype=np.int64), store.n_rows(), store.time, self._slots,
-            store.bookmarked, float(self.now), effective_cutoffs(params[CUTOFF_SLICE]),
-            params[BUCKET_WEIGHT_SLICE].copy(), np.append(slot_weights, 0.0),
-            float(slot_weights[BOOKMARK_SLOT]),
+            index, store.n_rows(), store.time, self._slots, store.bookmarked, float(self.now),
+            effective_cutoffs(params[CUTOFF_SLICE]), params[BUCKET_WEIGHT_SLICE].copy(),
+            np.append(slot_weights, 0.0), float(slot_weights[BOOKMARK_SLOT]),
         )  # fmt: skip
-        return frecency.from_points(
-            params[None, :], points[None, :], store.visit_count[index], self._n_sampled[index],
-            store.bookmarked[index], store.typed[index],
-        )[0]  # fmt: skip
+        return rounded_frecency(
+            points, index, store.visit_count, self._n_sampled, store.bookmarked, store.typed,
+            float(params[_FIRST_WEIGHT]), float(params[_UNVISITED_BOOKMARK]),
+            float(params[_UNVISITED_TYPED]), self.scorer.frecency.rounding,
+        )  # fmt: skip
 
     def _fresh_scorer(
         self, params: np.ndarray
