@@ -9,7 +9,11 @@ skips: a file missing from the data directory is an error, not a pass).
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -88,9 +92,48 @@ def pytest_collection_modifyitems(
     items.sort(key=key)  # stable: tests keep their order within a module
 
 
+#: A small study: it compiles every numba kernel of the simulators (``*_kernels`` modules)
+#: into their on-disk caches.
+_KERNEL_WARMUP = (
+    "from fedrank.experiments.frecency.study import FrecencyStudyConfig, run_study; "
+    "run_study(FrecencyStudyConfig(n_users=60, iterations=2, seed=1))"
+)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """With pytest-xdist workers, the controller compiles the simulators' numba kernels
+    once, in a background process, while the workers start on the longest modules (which
+    do not use them): on a fresh checkout every worker reaching a kernel first would
+    compile it itself (about 18 s of compiling, up to four times over on two cores)."""
+    config = session.config
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+        return
+    # a file, not a pipe: a pipe left unread until the end could fill and block
+    errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed at session finish)
+    process = subprocess.Popen(
+        [sys.executable, "-c", _KERNEL_WARMUP], stdout=subprocess.DEVNULL, stderr=errors
+    )
+    config.stash[_WARMUP] = (process, errors)
+
+
+_WARMUP = pytest.StashKey[tuple[subprocess.Popen, Any]]()
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """With the real data present, any skipped test fails the run (reported with -rs)."""
+    """The kernel warm-up's failure is reported (the tests compile what they need anyway);
+    with the real data present, any skipped test fails the run (reported with -rs)."""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    warmup = session.config.stash.get(_WARMUP, None)
+    if warmup is not None:
+        process, errors = warmup
+        if process.wait() != 0 and reporter is not None:
+            errors.seek(0)
+            reporter.write_line(
+                f"the numba kernel warm-up (tests/conftest.py) failed with exit code "
+                f"{process.returncode}: {errors.read().strip()[-2000:]}",
+                red=True,
+            )
+        errors.close()
     if reporter is None or not shared_data_dir().is_dir() or exitstatus != 0:
         return
     skipped = len(reporter.stats.get("skipped", []))
