@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fedrank.errors import ConfigError
-from fedrank.experiments.executors import check_executor_options, job_executor
+from fedrank.experiments.executors import check_executor_options, cluster_workers, job_executor
 from fedrank.experiments.fedps.reproduce import Job, ReproduceConfig, run_jobs
 from fedrank.experiments.fedps.settings import FedPSSettings
 from tests.untimed import untimed
@@ -82,3 +82,18 @@ def test_a_grid_on_dask_workers_equals_the_grid_on_local_processes(
             for key in ("per_query", "event_ids", "users"):
                 np.testing.assert_array_equal(x[key], y[key])
     assert local["proxy_s1"]["MAP"] > 0.3 and local["proxy_s1"]["steps"] > 0  # a real run
+
+
+def test_a_cluster_without_workers_is_waited_for_then_refused() -> None:
+    """A run on a cluster that lists no worker waits for one, then says what is wrong; a
+    worker that joins meanwhile is used."""
+    from dask.distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        with pytest.raises(ConfigError, match=r"no workers \(waited 0.5 s\); start at least one"):
+            cluster_workers(client, timeout=0.5)
+        cluster.scale(1)
+        assert len(cluster_workers(client, timeout=60.0)) == 1

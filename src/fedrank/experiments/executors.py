@@ -203,6 +203,26 @@ def blocks(work: np.ndarray, n_blocks: int) -> list[range]:
     return [range(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
 
 
+#: How long a run waits for the cluster to list a worker before it gives up.
+WORKER_WAIT_SECONDS = 60.0
+
+
+def cluster_workers(client: Client, timeout: float = WORKER_WAIT_SECONDS) -> list[str]:
+    """The addresses of the workers of ``client``'s cluster, sorted, once it lists at least
+    one: a cluster whose workers are still starting, or re-registering after a missed
+    heartbeat on a loaded machine, is waited for up to ``timeout`` seconds, then refused."""
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+    except TimeoutError as err:
+        raise ConfigError(
+            f"the Dask cluster has no workers (waited {timeout:g} s); start at least one"
+        ) from err
+    workers = sorted(client.scheduler_info()["workers"])
+    if not workers:  # (gone again between the two calls)
+        raise ConfigError("the Dask cluster has no workers; start at least one")
+    return workers
+
+
 class DaskBlocks:
     """One task per block of a run's clients, each pinned to its own worker of a Dask
     cluster, on objects scattered to every worker once (the client code, the query bank);
@@ -211,9 +231,7 @@ class DaskBlocks:
     frecency study (:mod:`fedrank.experiments.frecency.clients`)."""
 
     def __init__(self, client: Client, *shared: object) -> None:
-        self.workers = sorted(client.scheduler_info()["workers"])
-        if not self.workers:
-            raise ConfigError("the Dask cluster has no workers; start at least one")
+        self.workers = cluster_workers(client)
         self.client = client
         self.shared = client.scatter(list(shared), broadcast=True, hash=False)
 

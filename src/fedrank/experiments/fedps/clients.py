@@ -29,7 +29,7 @@ import torch
 from fedrank.core.message import Message
 from fedrank.errors import ConfigError
 from fedrank.estimators.local_sgd import FedPSClient, LocalTraining
-from fedrank.experiments.executors import blocks
+from fedrank.experiments.executors import blocks, cluster_workers
 from fedrank.experiments.fedps.settings import MODEL_VARIANTS
 from fedrank.models.peps import PEPSConfig, PEPSRanker
 from fedrank.retrieval.candidates import FEATURE_NAMES, UserData
@@ -191,9 +191,7 @@ class DaskClients:
         model_kwargs: dict[str, Any],
         client_seed: int,
     ) -> None:
-        workers = sorted(client.scheduler_info()["workers"])
-        if not workers:
-            raise ConfigError("the Dask cluster has no workers; start at least one")
+        workers = cluster_workers(client)
         self.n_clients = len(users)
         self._blocks = blocks(evaluation_work(users), len(workers))
         tokens, vectors = client.scatter([doc_tokens, word_vectors], broadcast=True, hash=False)
