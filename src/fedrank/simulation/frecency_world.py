@@ -36,12 +36,10 @@ What a search is for:
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from functools import partial
 
 import numpy as np
 
@@ -68,9 +66,9 @@ from fedrank.simulation.urlbar import (
     TypingModel,
     UrlbarConfig,
     UrlbarState,
-    prefix_index,
     selected_positions,
     simulate_searches,
+    simulate_searches_in_halves,
 )
 
 BRANCHES: tuple[str, ...] = ("treatment", "control", "control-no-decay")
@@ -80,6 +78,8 @@ TWO_THREADS_FROM = 2048
 _FIRST_WEIGHT = CLASSIC_INDEX["firstBucketWeight"]
 _UNVISITED_BOOKMARK = CLASSIC_INDEX["unvisitedBookmarkBonus"]
 _UNVISITED_TYPED = CLASSIC_INDEX["unvisitedTypedBonus"]
+#: What a URL-bar state depends on (:meth:`FrecencyWorld._state_key`).
+_StateKey = tuple[bytes, bytes, bytes, int, float]
 #: Pages of one row-count group: their positions in an index, and their histories.
 _Group = tuple[np.ndarray, PageHistories]
 #: Row-count groups of :meth:`FrecencyWorld._groups`.
@@ -279,7 +279,7 @@ class FrecencyWorld:
         self._listable = np.zeros(n, dtype=bool)
         self._listed: tuple[np.ndarray, np.ndarray] | None = None
         # a state computed ahead by draw_searches: (its _state_key, the state)
-        self._ahead: tuple[tuple[bytes, ...], UrlbarState] | None = None
+        self._ahead: tuple[_StateKey, UrlbarState] | None = None
         self._host_bookmarked = np.zeros(int(self.pages.host.max(initial=-1)) + 1, dtype=bool)
         self._host_known = np.zeros_like(self._host_bookmarked)
         classic = isinstance(self.scorer, ClassicScorer)
@@ -673,11 +673,16 @@ class FrecencyWorld:
             return ahead[1]
         return self._state_of(theta, users)
 
-    def _state_key(self, theta: np.ndarray, users: np.ndarray) -> tuple[bytes, ...]:
+    def _state_key(self, theta: np.ndarray, users: np.ndarray) -> _StateKey:
         """What the state of ``users`` depends on: the vector, the users and their branches,
         the history (its version) and the time."""
-        return (theta.tobytes(), users.tobytes(), self.branch[users].tobytes(),
-                str(self.store.version).encode(), np.float64(self.now).tobytes())  # fmt: skip
+        return (
+            theta.tobytes(),
+            users.tobytes(),
+            self.branch[users].tobytes(),
+            self.store.version,
+            self.now,
+        )
 
     def _state_of(self, theta: np.ndarray, users: np.ndarray) -> UrlbarState:
         """:meth:`state` of distinct ascending ``users``, computed now."""
@@ -711,29 +716,16 @@ class FrecencyWorld:
         ``only``: run only these searches (bool mask), with the results the whole batch
         gives them (:func:`~fedrank.simulation.urlbar.simulate_searches`). From
         :data:`TWO_THREADS_FROM` searches on, the two halves of the batch run on two
-        threads, each with the attention draws it gets in the whole batch (a copy of
-        ``rng`` for the second); ``rng`` then ends where the whole batch leaves it."""
+        threads (:func:`~fedrank.simulation.urlbar.simulate_searches_in_halves`: the same
+        batch, and ``rng`` left where one thread leaves it)."""
         users = searches.users
         if only is not None:
             users = users[selected_positions(only, users.size)]
-        run = partial(
-            simulate_searches, self.pages, self.state(theta, users), searches.users,
-            searches.targets, searches.typed, typing=self.typing, config=self.urlbar,
-        )  # fmt: skip
-        if only is not None or searches.n < TWO_THREADS_FROM:
-            return run(rng, only=only)
-        prefix_index(self.pages)  # built once, before the threads read it
-        first_half = np.arange(searches.n) < searches.n // 2
-        other = copy.deepcopy(rng)
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrank-urlbar") as pool:
-            future = pool.submit(run, other, only=~first_half)
-            first = run(rng, only=first_half)
-            second = future.result()
-        # the whole batch consumes one uniform per search for every character up to its
-        # longest search's: the half with the longer one consumed as many
-        if second.chars_typed.max(initial=0) > first.chars_typed.max(initial=0):
-            rng.bit_generator.state = other.bit_generator.state
-        return SearchBatch.concatenate([first, second])
+        state = self.state(theta, users)
+        args = (self.pages, state, searches.users, searches.targets, searches.typed, rng)
+        if only is None and searches.n >= TWO_THREADS_FROM:
+            return simulate_searches_in_halves(*args, typing=self.typing, config=self.urlbar)
+        return simulate_searches(*args, typing=self.typing, config=self.urlbar, only=only)
 
     def record(self, batch: SearchBatch) -> None:
         """What the searches leave in the profile: a TYPED visit on every wanted page (picked

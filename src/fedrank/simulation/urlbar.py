@@ -50,9 +50,12 @@ Computation
 
 from __future__ import annotations
 
+import copy
 import queue
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
+from functools import partial
 from types import ModuleType
 
 import numpy as np
@@ -463,6 +466,38 @@ def simulate_searches(
         first_word=typed[:, 0].copy(),
         first_chars=np.where(found & in_first, chars, 0),
     )
+
+
+def simulate_searches_in_halves(
+    pages: Pages,
+    state: UrlbarState,
+    users: np.ndarray,
+    targets: np.ndarray,
+    typed: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    typing: TypingModel | None = None,
+    config: UrlbarConfig | None = None,
+) -> SearchBatch:
+    """:func:`simulate_searches` with the first and the second half of the searches on two
+    threads (``only``), the same batch bit for bit: each half gets the attention draws it
+    gets in the whole batch (the second from a copy of ``rng``), and ``rng`` ends where
+    the whole batch leaves it -- one uniform per search for every character up to the
+    longest search's, as many as the half holding that search consumed."""
+    n = np.asarray(users).size
+    prefix_index(pages)  # built once, before the threads read it
+    run = partial(
+        simulate_searches, pages, state, users, targets, typed, typing=typing, config=config
+    )
+    first_half = np.arange(n) < n // 2
+    other = copy.deepcopy(rng)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrank-urlbar") as pool:
+        future = pool.submit(run, other, only=~first_half)
+        first = run(rng, only=first_half)
+        second = future.result()
+    if second.chars_typed.max(initial=0) > first.chars_typed.max(initial=0):
+        rng.bit_generator.state = other.bit_generator.state
+    return SearchBatch.concatenate([first, second])
 
 
 def selected_positions(only: np.ndarray, n: int) -> np.ndarray:
