@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import IO
 
 import numpy as np
 import pytest
@@ -98,6 +98,8 @@ _KERNEL_WARMUP = (
     "from fedrank.experiments.frecency.study import FrecencyStudyConfig, run_study; "
     "run_study(FrecencyStudyConfig(n_users=60, iterations=2, seed=1))"
 )
+#: The warm-up process and the file its errors go to.
+_WARMUP = pytest.StashKey[tuple[subprocess.Popen, IO[str]]]()
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -114,9 +116,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         [sys.executable, "-c", _KERNEL_WARMUP], stdout=subprocess.DEVNULL, stderr=errors
     )
     config.stash[_WARMUP] = (process, errors)
-
-
-_WARMUP = pytest.StashKey[tuple[subprocess.Popen, Any]]()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
