@@ -206,3 +206,48 @@ def test_inverse_cdf_table_draws_what_a_search_of_the_cdf_draws(n_words: int) ->
     np.testing.assert_array_equal(
         _InverseCdf(cdf)(u), np.minimum(np.searchsorted(cdf, u, "right"), n_words - 1)
     )
+
+
+def _pitman_yor_by_steps(n_clicks: np.ndarray, rng: np.random.Generator, cfg: BrowsingConfig):
+    """The host draw as the module docstring states it, one numpy step per click index for
+    every user still clicking (the compiled draw must give the same hosts)."""
+    n_users, width = n_clicks.size, int(n_clicks.max())
+    hosts = np.zeros((n_users, width), dtype=np.int64)
+    counts = np.zeros((n_users, width), dtype=np.int64)
+    n_hosts = np.zeros(n_users, dtype=np.int64)
+    theta, d = cfg.new_host_theta, cfg.new_host_discount
+    for k in range(width):
+        users = np.flatnonzero(n_clicks > k)
+        if k == 0:
+            new, chosen = np.ones(users.size, bool), np.zeros(users.size, np.int64)
+        else:
+            new = rng.random(users.size) < theta / (theta + k)
+            recent = rng.random(users.size) < cfg.recent_share
+            span = np.where(recent, min(cfg.recent_window, k), k)
+            back = (rng.random(users.size) * span).astype(np.int64)
+            chosen = hosts[users, np.where(recent, k - 1 - back, back)]
+            new |= rng.random(users.size) < d / np.maximum(counts[users, chosen], 1)
+        chosen = np.where(new, n_hosts[users], chosen)
+        n_hosts[users] += new
+        hosts[users, k] = chosen
+        counts[users, chosen] += 1
+    return hosts[np.arange(width)[None, :] < n_clicks[:, None]]
+
+
+@pytest.mark.parametrize("block", [4, 37, 1 << 22])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_compiled_host_draw_is_the_stepwise_draw(
+    block: int, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any block of uniforms gives the stepwise draw's hosts and leaves the generator where
+    it leaves it (a block smaller than one step's draws still takes the whole step)."""
+    from fedrank.data import synthetic_history
+
+    monkeypatch.setattr(synthetic_history, "_PITMAN_YOR_BLOCK", block)
+    cfg = BrowsingConfig(recent_window=3, new_host_discount=0.5 * seed)
+    n_clicks = np.random.default_rng(seed).integers(1, 60, size=25)
+    n_clicks[3] = 1
+    fast, slow = np.random.default_rng(seed), np.random.default_rng(seed)
+    got = synthetic_history._pitman_yor_hosts(n_clicks, fast, cfg)
+    np.testing.assert_array_equal(got, _pitman_yor_by_steps(n_clicks, slow, cfg))
+    assert fast.random() == slow.random()

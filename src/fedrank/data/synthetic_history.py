@@ -335,33 +335,36 @@ def _pitman_yor_hosts(
     n_clicks: np.ndarray, rng: np.random.Generator, cfg: BrowsingConfig
 ) -> np.ndarray:
     """int64 local host index (0, 1, ... per user) of every click, users concatenated: the
-    Pitman-Yor draw with recent copying, one vectorized step per click index."""
-    n_users = n_clicks.size
-    width = int(n_clicks.max())
-    hosts = np.zeros((n_users, width), dtype=np.int64)
-    counts = np.zeros((n_users, width), dtype=np.int64)  # clicks per local host
-    n_hosts = np.zeros(n_users, dtype=np.int64)
-    theta, d = cfg.new_host_theta, cfg.new_host_discount
-    for k in range(width):
-        users = np.flatnonzero(n_clicks > k)
-        if k == 0:
-            new = np.ones(users.size, dtype=bool)
-            chosen = np.zeros(users.size, dtype=np.int64)
-        else:
-            new = rng.random(users.size) < theta / (theta + k)
-            recent = rng.random(users.size) < cfg.recent_share
-            span = np.where(recent, min(cfg.recent_window, k), k)
-            back = (rng.random(users.size) * span).astype(np.int64)
-            copied = np.where(recent, k - 1 - back, back)
-            chosen = hosts[users, copied]
-            n = counts[users, chosen]
-            new |= rng.random(users.size) < d / np.maximum(n, 1)
-        chosen = np.where(new, n_hosts[users], chosen)
-        n_hosts[users] += new
-        hosts[users, k] = chosen
-        counts[users, chosen] += 1
-    mask = np.arange(width)[None, :] < n_clicks[:, None]
-    return hosts[mask]
+    Pitman-Yor draw with recent copying, one step per click index for all users still
+    clicking, compiled (:func:`~fedrank.data.synthetic_kernels.pitman_yor_steps`). Step
+    ``k >= 1`` draws four uniforms per user still clicking, block after block; they are
+    drawn for many steps at a time (the same stream)."""
+    from fedrank.data.synthetic_kernels import pitman_yor_steps  # numba, on first use
+
+    n_clicks = n_clicks.astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(n_clicks)])
+    hosts = np.zeros(int(offsets[-1]), dtype=np.int64)  # click 0: the first host, 0
+    counts = np.zeros_like(hosts)
+    counts[offsets[:-1]] = 1
+    n_hosts = np.ones(n_clicks.size, dtype=np.int64)
+    # users still clicking at step k: n_users - #(n_clicks <= k)
+    clicking = n_clicks.size - np.cumsum(np.bincount(n_clicks))
+    active = np.arange(n_clicks.size, dtype=np.int64)
+    step, n_active = 1, n_clicks.size
+    while step < clicking.size and clicking[step] > 0:
+        # draws for the steps that fit in a block (at least one step)
+        need = np.cumsum(4 * clicking[step:])
+        n_steps = max(1, int(np.searchsorted(need, _PITMAN_YOR_BLOCK, side="right")))
+        uniforms = rng.random(int(need[n_steps - 1]))
+        step, n_active = pitman_yor_steps(
+            step, uniforms, n_clicks, offsets, active, n_active, cfg.new_host_theta,
+            cfg.new_host_discount, cfg.recent_share, cfg.recent_window, hosts, counts, n_hosts,
+        )  # fmt: skip
+    return hosts
+
+
+#: Uniforms :func:`_pitman_yor_hosts` draws at a time, at most (bounds the temporaries).
+_PITMAN_YOR_BLOCK = 1 << 22
 
 
 def _session_times(

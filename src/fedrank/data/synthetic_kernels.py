@@ -6,7 +6,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["page_word_rows"]
+__all__ = ["page_word_rows", "pitman_yor_steps"]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -58,3 +58,58 @@ def page_word_rows(
             for j in range(out.shape[1]):
                 out[i, j] = row[j] if j < kept else -1
     return most
+
+
+@numba.njit(cache=True, nogil=True)
+def pitman_yor_steps(
+    first_step: int,
+    uniforms: np.ndarray,
+    n_clicks: np.ndarray,
+    offsets: np.ndarray,
+    active: np.ndarray,
+    n_active: int,
+    theta: float,
+    discount: float,
+    recent_share: float,
+    recent_window: int,
+    hosts: np.ndarray,
+    counts: np.ndarray,
+    n_hosts: np.ndarray,
+) -> tuple[int, int]:
+    """Click steps ``first_step, first_step + 1, ...`` of the Pitman-Yor host draw
+    (:func:`fedrank.data.synthetic_history._pitman_yor_hosts`), as many as ``uniforms``
+    holds: step ``k`` reads four blocks of one uniform per user still clicking (``n_clicks
+    > k``, ascending): new host, recent copy, which click back, discount. ``hosts`` and
+    ``counts`` are flat, user ``i``'s click ``k`` (and local host ``k``) at ``offsets[i] +
+    k``; ``active[:n_active]`` lists the users still clicking and is kept up to date.
+    Returns (the next step, the number of users still clicking)."""
+    k = first_step
+    at = 0
+    while n_active > 0:
+        kept = 0
+        for j in range(n_active):
+            if n_clicks[active[j]] > k:
+                active[kept] = active[j]
+                kept += 1
+        n_active = kept
+        if n_active == 0 or at + 4 * n_active > uniforms.size:
+            break
+        for j in range(n_active):
+            i = active[j]
+            base = offsets[i]
+            new = uniforms[at + j] < theta / (theta + k)
+            recent = uniforms[at + n_active + j] < recent_share
+            span = min(recent_window, k) if recent else k
+            back = np.int64(uniforms[at + 2 * n_active + j] * span)
+            chosen = hosts[base + (k - 1 - back if recent else back)]
+            n = counts[base + chosen]
+            if uniforms[at + 3 * n_active + j] < discount / max(n, 1):
+                new = True
+            if new:
+                chosen = n_hosts[i]
+                n_hosts[i] += 1
+            hosts[base + k] = chosen
+            counts[base + chosen] += 1
+        at += 4 * n_active
+        k += 1
+    return k, n_active
