@@ -36,6 +36,8 @@ identical world.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -196,9 +198,13 @@ def generate_world(
     host_key = click_user * int(n_clicks.max() + 1) + local_host
     host_ids, click_host = np.unique(host_key, return_inverse=True)
     past_clicks = times < cfg.history_days  # the clicks (not page views), for their shapes
-    stats = browsing_shapes(
-        click_user[past_clicks], click_host[past_clicks], times[past_clicks], n_users=n_users
-    )
+    # (a helper thread measures them, and later lays out the pages' words, while this one
+    # goes on: neither draws from rng)
+    helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrank-world")
+    shapes = helper.submit(
+        browsing_shapes,
+        click_user[past_clicks], click_host[past_clicks], times[past_clicks], n_users=n_users,
+    )  # fmt: skip
     # (here and below, arrays the size of the clicks or visits are freed once unused:
     # they set the memory peak of a large world)
     del host_key, past_clicks
@@ -292,15 +298,8 @@ def generate_world(
     p_user = all_host_user[p_host]
     user_offsets = np.concatenate([[0], np.cumsum(np.bincount(p_user, minlength=n_users))])
 
-    words, n_url = _page_words(p_host, p_slot, all_host_user.size, vocab, rng, cfg)
-    pages = Pages(
-        user_offsets=user_offsets.astype(np.int64),
-        host=p_host.astype(np.int64),
-        is_root=p_slot == 0,
-        words=words,
-        n_url_words=n_url,
-        vocabulary=vocab,
-    )
+    word_rows = helper.submit(_page_words(p_host, p_slot, all_host_user.size, vocab, rng, cfg))
+    helper.shutdown(wait=False)
 
     # Visits in time order, from_visit re-indexed; before the study start: the history,
     # after it: the browsing the study replays.
@@ -315,6 +314,15 @@ def generate_world(
         from_visit=np.where(from_v >= 0, position[np.maximum(from_v, 0)], -1),
     )
     del order_t, position, from_v, v_from, v_time, v_type, visit_page, v_host
+    words, n_url = word_rows.result()
+    pages = Pages(
+        user_offsets=user_offsets.astype(np.int64),
+        host=p_host.astype(np.int64),
+        is_root=p_slot == 0,
+        words=words,
+        n_url_words=n_url,
+        vocabulary=vocab,
+    )
     past = visits.time < 0
     history, future = visits.select(past), visits.select(~past)
     del visits, past
@@ -327,7 +335,7 @@ def generate_world(
         future=future,
         future_search=np.zeros(future.n_visits, dtype=bool),
         future_typed=np.full((future.n_visits, 1), -1, dtype=np.int32),
-        stats=stats,
+        stats=shapes.result(),
     )
 
 
@@ -407,9 +415,10 @@ def _page_words(
     vocab: Vocabulary,
     rng: np.random.Generator,
     cfg: BrowsingConfig,
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(N, W)`` words (host name, path words, title words; int16 when the vocabulary
-    fits, else int32) and the URL word count.
+) -> Callable[[], tuple[np.ndarray, np.ndarray]]:
+    """Draws the pages' words and returns what lays them out (no more draws): ``(N, W)``
+    words (host name, path words, title words; int16 when the vocabulary fits, else
+    int32) and the URL word count.
 
     A host's name is a Zipf-drawn vocabulary word (popular names recur across users); a
     deeper page has one or two path words; a title has ``1 + Poisson(title_words_mean -
@@ -433,14 +442,18 @@ def _page_words(
     site = (page_slot == 0) & (rng.random(n) < cfg.site_in_title)
     path_words = draw(int(n_path.sum()))  # row after row, as the rows are laid out
     title_words = draw(int(n_title.sum()))
-    from fedrank.data.synthetic_kernels import page_word_rows  # numba, on first use
-
-    row = (host_name[page_host], n_path, n_title, site, path_words, title_words)
     narrow = np.int16 if vocab.n_words <= np.iinfo(np.int16).max else np.int32
-    n_url = np.empty(n, dtype=np.int64)
-    words = np.empty((n, page_word_rows(*row, cfg.max_path_words, None, n_url)), dtype=narrow)
-    page_word_rows(*row, cfg.max_path_words, words, n_url)
-    return words, n_url
+
+    def rows() -> tuple[np.ndarray, np.ndarray]:
+        from fedrank.data.synthetic_kernels import page_word_rows  # numba, on first use
+
+        n_url = np.empty(n, dtype=np.int64)
+        words = np.empty((n, 1 + int(n_path.max(initial=0)) + int(n_title.max(initial=1))), narrow)
+        kept = page_word_rows(host_name[page_host], n_path, n_title, site, path_words,
+                              title_words, cfg.max_path_words, words, n_url)  # fmt: skip
+        return (words if kept == words.shape[1] else words[:, :kept].copy()), n_url
+
+    return rows
 
 
 #: Uniforms :func:`_page_words` draws at a time (bounds the temporaries; the same stream).
