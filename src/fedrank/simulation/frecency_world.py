@@ -580,18 +580,20 @@ class FrecencyWorld:
         users: np.ndarray,
         rng: np.random.Generator,
         *,
-        state_for: np.ndarray | None = None,
+        state_for: np.ndarray | Callable[[], np.ndarray] | None = None,
     ) -> Searches:
         """One search per entry of ``users`` for a page drawn from the hidden preference
         (synthetic worlds): targets by :func:`sample_targets` on the fresh hidden-weight
         frecency of the users' listable pages, typed words by :func:`typed_words`.
 
-        ``state_for``: the treatment's vector of the coming search; the searching users'
+        ``state_for``: the treatment's vector of the coming search, or what returns it once
+        known (e.g. the result of a server step running meanwhile); the searching users'
         :meth:`state` under it (which does not read the targets) is computed on a second
         thread while the targets are drawn, and the next :meth:`state` call for the same
         vector and users, history and time returns it. The two threads score under
         different vectors into different caches; when the hidden preference is the
-        vector or the defaults (one cache), the state is left to :meth:`state`."""
+        vector or the defaults (one cache), the state is left to :meth:`state`. An error
+        raised by ``state_for`` is raised here."""
         if self.hidden is None:
             raise ConfigError(
                 f"the {self.browsing.name} world has real searches and no hidden preference; "
@@ -605,22 +607,40 @@ class FrecencyWorld:
         self._listed_pages()
         if state_for is None:
             return self._draw(users, searching, cache, rng)
-        theta = np.asarray(state_for, dtype=np.float64)
+        if not callable(state_for):
+            vector = self._state_vector(state_for)
+            if vector is None:
+                return self._draw(users, searching, cache, rng)
+            state_for = vector.copy  # (then no reason to wait for it)
+        self._params_cache(self.scorer.defaults())  # its cache exists before the thread
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrank-state") as pool:
+            ahead = pool.submit(self._state_ahead, state_for, searching)
+            searches = self._draw(users, searching, cache, rng)
+            self._ahead = ahead.result()
+        return searches
+
+    def _state_vector(self, theta: np.ndarray) -> np.ndarray | None:
+        """``theta`` checked as one vector of weights; ``None`` when it shares the hidden
+        preference's score cache (it is the hidden vector or the defaults)."""
+        assert self.hidden is not None  # (draw_searches checked)
+        theta = np.asarray(theta, dtype=np.float64)
         if theta.shape != self.hidden.shape:
             raise ConfigError(
                 f"state_for must be one vector of {self.hidden.size} {self.scorer.model} "
                 f"weights, got shape {theta.shape}"
             )
-        hidden = self.hidden.tobytes()
-        if hidden in (theta.tobytes(), self.scorer.defaults().tobytes()):
-            return self._draw(users, searching, cache, rng)
-        self._params_cache(self.scorer.defaults())  # its cache exists before the thread
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrank-state") as pool:
-            ahead = pool.submit(self._state_of, theta, searching)
-            searches = self._draw(users, searching, cache, rng)
-            state = ahead.result()
-        self._ahead = (self._state_key(theta, searching), state)
-        return searches
+        shared = (self.hidden.tobytes(), self.scorer.defaults().tobytes())
+        return None if theta.tobytes() in shared else theta
+
+    def _state_ahead(
+        self, state_for: Callable[[], np.ndarray], users: np.ndarray
+    ) -> tuple[_StateKey, UrlbarState] | None:
+        """:meth:`draw_searches`' second thread: the state of ``users`` under the vector
+        ``state_for()`` returns, with its key (``None`` when it shares the hidden cache)."""
+        theta = self._state_vector(state_for())
+        if theta is None:
+            return None
+        return self._state_key(theta, users), self._state_of(theta, users)
 
     def _draw(
         self,

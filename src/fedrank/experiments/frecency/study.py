@@ -24,6 +24,7 @@ per-search p-value as a secondary figure.
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -50,6 +51,7 @@ from fedrank.simulation.frecency_world import (
     BRANCHES,
     TREATMENT,
     ClientReports,
+    ClientSearches,
     FrecencyWorld,
     Searches,
 )
@@ -325,13 +327,14 @@ def _nanmean(values: np.ndarray) -> float:
 
 def iteration_searches(
     world: FrecencyWorld, config: FrecencyStudyConfig, rate: float, days: float,
-    rng: np.random.Generator, theta: np.ndarray | None = None,
+    rng: np.random.Generator, theta: np.ndarray | Callable[[], np.ndarray] | None = None,
 ) -> Searches:  # fmt: skip
     """The searches of one iteration: Poisson(``rate``) per user drawn from the hidden
     preference (synthetic), or the log's revisits of the next ``days`` days (AOL); either
     way the window's plain visits enter the history first. ``theta``: the treatment's
-    vector of the coming URL-bar pass, whose state is computed while the targets are
-    drawn (:meth:`~fedrank.simulation.frecency_world.FrecencyWorld.draw_searches`)."""
+    vector of the coming URL-bar pass, or what returns it once known, whose state is
+    computed while the targets are drawn
+    (:meth:`~fedrank.simulation.frecency_world.FrecencyWorld.draw_searches`)."""
     replayed = world.due_searches(days)  # the users' own browsing in this window
     if config.world == "aol":
         return replayed
@@ -433,37 +436,38 @@ def optimization_phase(
     result.branch_loss_per_iteration = {name: [] for name in BRANCHES}
     result.paper_loss_per_iteration = {name: [] for name in BRANCHES}
     days = c.days_per_iteration
-    for iteration in range(c.iterations):
-        published = server.model()
-        searches = iteration_searches(world, c, c.searches_per_iteration, days, rng, published)
-        batch = world.search(searches, published, rng)
-        shown = world.shown_frecency(batch, published)
-        losses = world.branch_losses(batch, published, shown=shown)
-        paper = world.branch_losses(batch, published, scale="raw", delta=0.0, shown=shown)
-        branch_of_search = world.branch[batch.user]
-        for b, name in enumerate(BRANCHES):
-            mask = branch_of_search == b
-            result.branch_loss_per_iteration[name].append(_nanmean(losses[mask]))
-            result.paper_loss_per_iteration[name].append(_nanmean(paper[mask]))
+    # While the server half of an iteration runs on a second thread (the clients' messages,
+    # the server's step), this thread records the searches and draws the next iteration's;
+    # the next URL bars' state waits for the published model (draw_searches). Not when
+    # Figure 7's subsamples draw from rng: its draws come before the next searches'.
+    overlap = not c.track_stability
 
-        reports = clients.messages(world.client_searches(batch, TREATMENT), published)
+    def server_half(
+        iteration: int,
+        batch: SearchBatch,
+        losses: np.ndarray,
+        held: ClientSearches,
+        model: np.ndarray,
+    ) -> np.ndarray:
+        """The clients' messages on ``model``, delivered; the server's step; its new
+        model."""
+        reports = clients.messages(held, model)
         sent = reports if attacker is None else attacker.apply(iteration, reports)
-        updates = sent.updates
         server.report(world, batch, losses, sent)
         if c.track_stability:
             # Figure 7 compares plain means (no gate): the update of all reports vs of
             # 2,000 sampled ones; an iteration with fewer than twice that many reports
             # samples half of them (recorded as "sample").
             plain_state = plain.accumulate_batch(
-                plain.zero(), MessageBatch.of_vectors(updates, sent.n)
+                plain.zero(), MessageBatch.of_vectors(sent.updates, sent.n)
             )
             result.stability.append(
                 subsample_l1_distances(
                     plain,
-                    updates,
+                    sent.updates,
                     sent.n,
                     plain.finalize(plain_state),
-                    sample=min(c.stability_sample, max(1, updates.shape[0] // 2)),
+                    sample=min(c.stability_sample, max(1, sent.updates.shape[0] // 2)),
                     draws=c.stability_draws,
                     rng=rng,
                 )
@@ -473,10 +477,37 @@ def optimization_phase(
             float(np.sum(reports.loss * reports.n) / max(reports.n.sum(), 1))
         )
         result.reports_per_iteration.append(int(reports.users.size))
-
         server.close()
+        return server.model()
+
+    published = server.model()
+    searches = iteration_searches(world, c, c.searches_per_iteration, days, rng, published)
+    for iteration in range(c.iterations):
+        batch = world.search(searches, published, rng)
+        shown = world.shown_frecency(batch, published)
+        losses = world.branch_losses(batch, published, shown=shown)
+        paper = world.branch_losses(batch, published, scale="raw", delta=0.0, shown=shown)
+        branch_of_search = world.branch[batch.user]
+        for b, name in enumerate(BRANCHES):
+            mask = branch_of_search == b
+            result.branch_loss_per_iteration[name].append(_nanmean(losses[mask]))
+            result.paper_loss_per_iteration[name].append(_nanmean(paper[mask]))
+        # what the clients hold for their messages, taken before the searches are recorded
+        half = (iteration, batch, losses, world.client_searches(batch, TREATMENT), published)
         world.record(batch)
         world.advance(days)
+        more = iteration + 1 < c.iterations
+        if more and overlap:
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrank-server") as pool:
+                stepped = pool.submit(server_half, *half)
+                rate = c.searches_per_iteration
+                searches = iteration_searches(world, c, rate, days, rng, stepped.result)
+                published = stepped.result()
+        else:
+            published = server_half(*half)
+            if more:
+                rate = c.searches_per_iteration
+                searches = iteration_searches(world, c, rate, days, rng, published)
         if progress is not None:
             progress(iteration + 1, c.iterations)
     if attacker is not None:
