@@ -101,6 +101,33 @@ def test_no_state_ahead_when_the_hidden_preference_shares_its_cache() -> None:
     assert world._ahead is None
     with pytest.raises(ConfigError, match="state_for must be one vector of 22"):
         world.draw_searches(users, np.random.default_rng(0), state_for=np.ones(3))
+    # the defaults as the vector (the study's first iteration) use their own cache
+    world.draw_searches(users, np.random.default_rng(0), state_for=world.scorer.defaults())
+    assert world._ahead is not None
+    # the hidden preference as the defaults: the control-no-decay branch's state would
+    # score into the draws' cache, whatever the vector
+    world.hidden = world.scorer.defaults()
+    world.draw_searches(users, np.random.default_rng(0), state_for=world.scorer.defaults() * 2)
+    assert world._ahead is None
+
+
+def test_state_ahead_for_a_vector_known_later() -> None:
+    """``state_for`` may return the vector once known (a server step running meanwhile):
+    the state ahead is its state; an error it raises is raised by draw_searches."""
+    ahead, plain = _twins("classic")
+    users = np.repeat(np.arange(70), 3)
+    theta = ahead.scorer.defaults() * 1.3
+    s_a = ahead.draw_searches(users, np.random.default_rng(5), state_for=lambda: theta)
+    s_p = plain.draw_searches(users, np.random.default_rng(5))
+    np.testing.assert_array_equal(s_a.targets, s_p.targets)
+    assert ahead._ahead is not None
+    _assert_same_state(ahead.state(theta, s_a.users), plain.state(theta, s_p.users))
+
+    def failing() -> np.ndarray:
+        raise RuntimeError("the server step failed")
+
+    with pytest.raises(RuntimeError, match="the server step failed"):
+        ahead.draw_searches(users, np.random.default_rng(5), state_for=failing)
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -66,6 +66,7 @@ from fedrank.simulation.urlbar import (
     TypingModel,
     UrlbarConfig,
     UrlbarState,
+    prefix_index,
     selected_positions,
     simulate_searches,
     simulate_searches_in_halves,
@@ -249,6 +250,11 @@ class FrecencyWorld:
         self.scorer_class = scorer_class
         self.scorer: PageScorer = scorer_class()
         self.pages = browsing.pages
+        # the URL bar's word index is built on a helper thread while the visits are stored
+        # (search waits for it)
+        helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrank-index")
+        self._indexed = helper.submit(prefix_index, self.pages)
+        helper.shutdown(wait=False)
         self.store = VisitStore.from_world(browsing)
         none = np.zeros(browsing.history.n_visits, dtype=bool)
         self.browsing = replace(browsing, history=browsing.history.select(none))
@@ -533,6 +539,7 @@ class FrecencyWorld:
         if self._kept_version == store.version:
             return
         changed = store.changed_since(self._kept_version)
+        every = changed is None
         if changed is None:
             changed = np.arange(store.n_pages)
         listable = (store.visit_count[changed] > 0) | store.bookmarked[changed]
@@ -542,19 +549,27 @@ class FrecencyWorld:
         # (pages only become listable and bookmarked: hosts only become known)
         self._host_bookmarked[self.pages.host[changed[store.bookmarked[changed]]]] = True
         self._host_known[self.pages.host[changed[listable]]] = True
-        if self._slots is not None and self._n_sampled is not None and changed.size:
+        if self._slots is not None and changed.size:
             step = 1 << 18  # bounds the temporaries of the first pass over every page
-            for lo in range(0, changed.size, step):
-                at = changed[lo : lo + step]
-                visit_type = store.visit_type[at]
-                self._slots[at] = ClassicFrecency.row_slots(
-                    visit_type,
-                    store.origin_type[at],
-                    store.redirect_target[at],
-                    store.visit_count[at],
-                )
-                self._n_sampled[at] = (visit_type != 0).sum(axis=1)
+            if every:  # blocks of rows on two threads (numpy runs them at once)
+                blocks = [slice(lo, lo + step) for lo in range(0, changed.size, step)]
+                with ThreadPoolExecutor(max_workers=2, thread_name_prefix="fedrank-kept") as pool:
+                    for done in [pool.submit(self._sync_slots, at) for at in blocks]:
+                        done.result()
+            else:
+                for lo in range(0, changed.size, step):
+                    self._sync_slots(changed[lo : lo + step])
         self._kept_version = store.version
+
+    def _sync_slots(self, at: np.ndarray | slice) -> None:
+        """:meth:`_sync_kept` for the classic bonus slots of the pages ``at``."""
+        assert self._slots is not None and self._n_sampled is not None
+        store = self.store
+        visit_type = store.visit_type[at]
+        self._slots[at] = ClassicFrecency.row_slots(
+            visit_type, store.origin_type[at], store.redirect_target[at], store.visit_count[at]
+        )
+        self._n_sampled[at] = (visit_type != 0).sum(axis=1)
 
     def listable(self) -> np.ndarray:
         """Pages the URL bar may show (visited or bookmarked); read-only, kept in step
@@ -599,6 +614,7 @@ class FrecencyWorld:
                 f"the {self.browsing.name} world has real searches and no hidden preference; "
                 "use due_searches"
             )
+        self._ahead = None  # (an older state ahead is not used again: free it)
         users = np.asarray(users, dtype=np.int64)
         searching = unique_values(users)
         cache = self._params_cache(self.hidden)
@@ -620,8 +636,9 @@ class FrecencyWorld:
         return searches
 
     def _state_vector(self, theta: np.ndarray) -> np.ndarray | None:
-        """``theta`` checked as one vector of weights; ``None`` when it shares the hidden
-        preference's score cache (it is the hidden vector or the defaults)."""
+        """``theta`` checked as one vector of weights; ``None`` when the state under it
+        would share a score cache with the draws (the hidden preference is ``theta`` or the
+        defaults, which the state scores the control-no-decay branch with)."""
         assert self.hidden is not None  # (draw_searches checked)
         theta = np.asarray(theta, dtype=np.float64)
         if theta.shape != self.hidden.shape:
@@ -629,8 +646,8 @@ class FrecencyWorld:
                 f"state_for must be one vector of {self.hidden.size} {self.scorer.model} "
                 f"weights, got shape {theta.shape}"
             )
-        shared = (self.hidden.tobytes(), self.scorer.defaults().tobytes())
-        return None if theta.tobytes() in shared else theta
+        shared = (theta.tobytes(), self.scorer.defaults().tobytes())
+        return None if self.hidden.tobytes() in shared else theta
 
     def _state_ahead(
         self, state_for: Callable[[], np.ndarray], users: np.ndarray
@@ -738,6 +755,7 @@ class FrecencyWorld:
         :data:`TWO_THREADS_FROM` searches on, the two halves of the batch run on two
         threads (:func:`~fedrank.simulation.urlbar.simulate_searches_in_halves`: the same
         batch, and ``rng`` left where one thread leaves it)."""
+        self._indexed.result()  # (raises what the build raised)
         users = searches.users
         if only is not None:
             users = users[selected_positions(only, users.size)]

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import copy
 import queue
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
@@ -253,12 +254,19 @@ def _kernels() -> ModuleType:
 
 
 def prefix_index(pages: Pages) -> PrefixIndex:
-    """The :class:`PrefixIndex` of ``pages``, built on first use and kept with them."""
+    """The :class:`PrefixIndex` of ``pages``, built on first use and kept with them; a
+    thread asking while another builds it waits for that one (one build at a time)."""
     index = pages.__dict__.get("_prefix_index")
     if index is None:
-        index = _build_prefix_index(pages)
-        pages.__dict__["_prefix_index"] = index  # like a cached_property of Pages
+        with _INDEX_BUILD:
+            index = pages.__dict__.get("_prefix_index")
+            if index is None:
+                index = _build_prefix_index(pages)
+                pages.__dict__["_prefix_index"] = index  # like a cached_property of Pages
     return index
+
+
+_INDEX_BUILD = threading.Lock()
 
 
 def _build_prefix_index(pages: Pages) -> PrefixIndex:
