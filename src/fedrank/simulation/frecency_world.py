@@ -623,14 +623,21 @@ class FrecencyWorld:
         self._listed_pages()
         if state_for is None:
             return self._draw(users, searching, cache, rng)
-        if not callable(state_for):
-            vector = self._state_vector(state_for)
-            if vector is None:
-                return self._draw(users, searching, cache, rng)
-            state_for = vector.copy  # (then no reason to wait for it)
+        later: Callable[[], np.ndarray] | None
+        if callable(state_for):
+            later = state_for
+        else:
+            vector = self._state_vector(state_for)  # (checked before drawing)
+            later = None if vector is None else vector.copy
+        if later is None or self.hidden.tobytes() == self.scorer.defaults().tobytes():
+            # one cache for both threads: the state is left to state()
+            searches = self._draw(users, searching, cache, rng)
+            if later is not None:
+                self._state_vector(later())  # (what it raises is raised here)
+            return searches
         self._params_cache(self.scorer.defaults())  # its cache exists before the thread
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrank-state") as pool:
-            ahead = pool.submit(self._state_ahead, state_for, searching)
+            ahead = pool.submit(self._state_ahead, later, searching)
             searches = self._draw(users, searching, cache, rng)
             self._ahead = ahead.result()
         return searches
@@ -653,11 +660,13 @@ class FrecencyWorld:
         self, state_for: Callable[[], np.ndarray], users: np.ndarray
     ) -> tuple[_StateKey, UrlbarState] | None:
         """:meth:`draw_searches`' second thread: the state of ``users`` under the vector
-        ``state_for()`` returns, with its key (``None`` when it shares the hidden cache)."""
+        ``state_for()`` returns, with its key (``None`` when it is the hidden preference).
+        The control branches' part, which does not read the vector, comes first."""
+        base = self._control_state(users)
         theta = self._state_vector(state_for())
         if theta is None:
             return None
-        return self._state_key(theta, users), self._state_of(theta, users)
+        return self._state_key(theta, users), self._treatment_state(theta, users, base)
 
     def _draw(
         self,
@@ -723,14 +732,29 @@ class FrecencyWorld:
 
     def _state_of(self, theta: np.ndarray, users: np.ndarray) -> UrlbarState:
         """:meth:`state` of distinct ascending ``users``, computed now."""
+        return self._treatment_state(theta, users, self._control_state(users))
+
+    def _control_state(self, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The stored and origin frecency of :meth:`_state_of` with the control branches'
+        pages filled in (the stored frecency for control, the defaults' for
+        control-no-decay), the treatment's still 0."""
         stored = np.zeros(self.pages.n_pages)
         origin = np.zeros(self.pages.n_pages)
         branch = self.branch[users]
-        for b, params in ((TREATMENT, theta), (CONTROL_NO_DECAY, self.scorer.defaults())):
-            at = self._listed_of(users[branch == b])
-            stored[at] = origin[at] = self._fresh(params, at)
+        at = self._listed_of(users[branch == CONTROL_NO_DECAY])
+        stored[at] = origin[at] = self._fresh(self.scorer.defaults(), at)
         at = self._listed_of(users[branch == CONTROL])
         stored[at], origin[at] = self._stored(at)
+        return stored, origin
+
+    def _treatment_state(
+        self, theta: np.ndarray, users: np.ndarray, control: tuple[np.ndarray, np.ndarray]
+    ) -> UrlbarState:
+        """:meth:`_state_of` from :meth:`_control_state`'s arrays: the treatment's pages
+        scored under ``theta``."""
+        stored, origin = control
+        at = self._listed_of(users[self.branch[users] == TREATMENT])
+        stored[at] = origin[at] = self._fresh(theta, at)
         return UrlbarState(
             stored=stored,
             origin=origin,

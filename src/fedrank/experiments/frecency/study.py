@@ -481,35 +481,37 @@ def optimization_phase(
         return server.model()
 
     published = server.model()
-    searches = iteration_searches(world, c, c.searches_per_iteration, days, rng, published)
-    for iteration in range(c.iterations):
-        batch = world.search(searches, published, rng)
-        shown = world.shown_frecency(batch, published)
-        losses = world.branch_losses(batch, published, shown=shown)
-        paper = world.branch_losses(batch, published, scale="raw", delta=0.0, shown=shown)
-        branch_of_search = world.branch[batch.user]
-        for b, name in enumerate(BRANCHES):
-            mask = branch_of_search == b
-            result.branch_loss_per_iteration[name].append(_nanmean(losses[mask]))
-            result.paper_loss_per_iteration[name].append(_nanmean(paper[mask]))
-        # what the clients hold for their messages, taken before the searches are recorded
-        half = (iteration, batch, losses, world.client_searches(batch, TREATMENT), published)
-        world.record(batch)
-        world.advance(days)
-        more = iteration + 1 < c.iterations
-        if more and overlap:
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrank-server") as pool:
-                stepped = pool.submit(server_half, *half)
-                rate = c.searches_per_iteration
+    rate = c.searches_per_iteration
+    searches = iteration_searches(world, c, rate, days, rng, published)
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrank-server")
+    try:
+        for iteration in range(c.iterations):
+            batch = world.search(searches, published, rng)
+            shown = world.shown_frecency(batch, published)
+            losses = world.branch_losses(batch, published, shown=shown)
+            # what the clients hold for their messages, taken before anything is recorded
+            half = (iteration, batch, losses, world.client_searches(batch, TREATMENT), published)
+            more = iteration + 1 < c.iterations
+            stepped = pool.submit(server_half, *half) if more and overlap else None
+            paper = world.branch_losses(batch, published, scale="raw", delta=0.0, shown=shown)
+            branch_of_search = world.branch[batch.user]
+            for b, name in enumerate(BRANCHES):
+                mask = branch_of_search == b
+                result.branch_loss_per_iteration[name].append(_nanmean(losses[mask]))
+                result.paper_loss_per_iteration[name].append(_nanmean(paper[mask]))
+            world.record(batch)
+            world.advance(days)
+            if stepped is not None:
                 searches = iteration_searches(world, c, rate, days, rng, stepped.result)
                 published = stepped.result()
-        else:
-            published = server_half(*half)
-            if more:
-                rate = c.searches_per_iteration
-                searches = iteration_searches(world, c, rate, days, rng, published)
-        if progress is not None:
-            progress(iteration + 1, c.iterations)
+            else:
+                published = server_half(*half)
+                if more:
+                    searches = iteration_searches(world, c, rate, days, rng, published)
+            if progress is not None:
+                progress(iteration + 1, c.iterations)
+    finally:
+        pool.shutdown(wait=True)
     if attacker is not None:
         result.attack = attacker.log.to_json()
 
