@@ -16,8 +16,15 @@ from fedrank.simulation.frecency_world import TREATMENT, FrecencyWorld
 from fedrank.simulation.urlbar import simulate_searches
 
 
+@pytest.mark.parametrize("halves", [False, True])
 @pytest.mark.parametrize("model", ["classic", "modern"])
-def test_searching_a_subset_gives_the_whole_batch_results(model: str) -> None:
+def test_searching_a_subset_gives_the_whole_batch_results(
+    model: str, halves: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The subset on one thread, or in two halves on two threads (the oracle pass of a
+    large evaluation)."""
+    if halves:
+        monkeypatch.setattr(frecency_world, "TWO_THREADS_FROM", 1)
     world = FrecencyWorld(
         generate_world(90, np.random.default_rng(21)), hidden_weights("shifted", model),
         np.random.default_rng(22), model=model,

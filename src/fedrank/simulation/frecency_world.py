@@ -776,18 +776,17 @@ class FrecencyWorld:
         is recorded: call :meth:`record` once the selections should enter the history.
         ``only``: run only these searches (bool mask), with the results the whole batch
         gives them (:func:`~fedrank.simulation.urlbar.simulate_searches`). From
-        :data:`TWO_THREADS_FROM` searches on, the two halves of the batch run on two
-        threads (:func:`~fedrank.simulation.urlbar.simulate_searches_in_halves`: the same
-        batch, and ``rng`` left where one thread leaves it)."""
+        :data:`TWO_THREADS_FROM` searches (run) on, their two halves run on two threads
+        (:func:`~fedrank.simulation.urlbar.simulate_searches_in_halves`: the same batch,
+        and ``rng`` left where one thread leaves it)."""
         self._indexed.result()  # (raises what the build raised)
         users = searches.users
         if only is not None:
             users = users[selected_positions(only, users.size)]
         state = self.state(theta, users)
         args = (self.pages, state, searches.users, searches.targets, searches.typed, rng)
-        if only is None and searches.n >= TWO_THREADS_FROM:
-            return simulate_searches_in_halves(*args, typing=self.typing, config=self.urlbar)
-        return simulate_searches(*args, typing=self.typing, config=self.urlbar, only=only)
+        run = simulate_searches_in_halves if users.size >= TWO_THREADS_FROM else simulate_searches
+        return run(*args, typing=self.typing, config=self.urlbar, only=only)
 
     def record(self, batch: SearchBatch) -> None:
         """What the searches leave in the profile: a TYPED visit on every wanted page (picked

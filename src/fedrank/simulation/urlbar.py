@@ -486,21 +486,27 @@ def simulate_searches_in_halves(
     *,
     typing: TypingModel | None = None,
     config: UrlbarConfig | None = None,
+    only: np.ndarray | None = None,
 ) -> SearchBatch:
-    """:func:`simulate_searches` with the first and the second half of the searches on two
-    threads (``only``), the same batch bit for bit: each half gets the attention draws it
-    gets in the whole batch (the second from a copy of ``rng``), and ``rng`` ends where
-    the whole batch leaves it -- one uniform per search for every character up to the
-    longest search's, as many as the half holding that search consumed."""
+    """:func:`simulate_searches` with the first and the second half of the searches (of
+    those ``only`` selects, if given) on two threads, the same batch bit for bit: each half
+    gets the attention draws it gets in the whole batch (the second from a copy of
+    ``rng``), and ``rng`` ends where the whole batch leaves it -- one uniform per search
+    for every character up to the longest search's, as many as the half holding that
+    search consumed (with ``only``, elsewhere, as :func:`simulate_searches` leaves it)."""
     n = np.asarray(users).size
+    picked = np.arange(n) if only is None else selected_positions(only, n)
     prefix_index(pages)  # built once, before the threads read it
     run = partial(
         simulate_searches, pages, state, users, targets, typed, typing=typing, config=config
     )
-    first_half = np.arange(n) < n // 2
+    first_half = np.zeros(n, dtype=bool)
+    first_half[picked[: picked.size // 2]] = True
+    second_half = np.zeros(n, dtype=bool)
+    second_half[picked[picked.size // 2 :]] = True
     other = copy.deepcopy(rng)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrank-urlbar") as pool:
-        future = pool.submit(run, other, only=~first_half)
+        future = pool.submit(run, other, only=second_half)
         first = run(rng, only=first_half)
         second = future.result()
     if second.chars_typed.max(initial=0) > first.chars_typed.max(initial=0):
