@@ -13,6 +13,8 @@ PageHistories` at any time, ages in whole days as Firefox computes them.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from fedrank.core.arrays import unique_values
@@ -111,22 +113,45 @@ class VisitStore:
         origin = visits.origin_type()
         target = visits.redirect_target()
         counted = ~np.isin(visits.visit_type, NOT_COUNTED_TYPES)
-        np.add.at(self.visit_count, visits.page, counted.astype(np.int64))
+        many = visits.n_visits > self.n_pages // 16  # (a history: one pass over the pages)
+        if many:
+            added = np.bincount(visits.page, weights=counted, minlength=self.n_pages)
+            self.visit_count += added.astype(np.int64)
+        else:
+            np.add.at(self.visit_count, visits.page, counted.astype(np.int64))
         self.typed[visits.page[visits.visit_type == VisitType.TYPED]] = True
 
-        # merged a block at a time (bounds the temporaries of a large history): merging
-        # into the rows kept so far gives the same rows as merging everything at once
-        for lo in range(0, visits.n_visits, MERGE_BLOCK_ROWS):
-            rows = slice(lo, lo + MERGE_BLOCK_ROWS)
-            self._merge(
-                visits.page[rows],
-                visits.time[rows],
-                {
-                    "visit_type": visits.visit_type[rows],
-                    "origin_type": origin[rows],
-                    "redirect_target": target[rows],
-                },
-            )
+        def merge(rows: np.ndarray | None) -> None:
+            """Merge the visits at ``rows`` (all if None), in arrival order, a block at a
+            time (bounds the temporaries of a large history): merging into the rows kept
+            so far gives the same rows as merging everything at once."""
+            n = visits.n_visits if rows is None else rows.size
+            for lo in range(0, n, MERGE_BLOCK_ROWS):
+                at = (
+                    slice(lo, lo + MERGE_BLOCK_ROWS)
+                    if rows is None
+                    else rows[lo : lo + MERGE_BLOCK_ROWS]
+                )
+                self._merge(
+                    visits.page[at],
+                    visits.time[at],
+                    {
+                        "visit_type": visits.visit_type[at],
+                        "origin_type": origin[at],
+                        "redirect_target": target[at],
+                    },
+                )
+
+        if not many:
+            merge(None)
+            return
+        # many: the lower and the upper half of the pages on two threads (a page's rows
+        # depend only on its own visits, in their order)
+        low = visits.page < self.n_pages // 2
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="fedrank-store") as pool:
+            halves = [pool.submit(merge, np.flatnonzero(half)) for half in (low, ~low)]
+            for half in halves:
+                half.result()
 
     def _changed(self, pages: np.ndarray) -> None:
         self.version += 1
