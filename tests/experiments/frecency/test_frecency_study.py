@@ -88,6 +88,30 @@ def test_same_seed_same_result_and_other_seed_differs(small_result) -> None:
     assert other.loss_per_iteration != small_result.loss_per_iteration
 
 
+def test_the_server_half_on_its_own_thread_changes_nothing(
+    small_result, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The clients' messages and the server's step overlap the next iteration's draws: in
+    line they give the same study; a failure of the server half stops the study."""
+    from fedrank.experiments.frecency import study
+
+    monkeypatch.setattr(study, "OVERLAP_SERVER_HALF", False)
+    assert run_study(FrecencyStudyConfig(seed=7, **SMALL)).to_json() == small_result.to_json()
+    monkeypatch.setattr(study, "OVERLAP_SERVER_HALF", True)
+    close = study.InProcessServer.close
+    calls: list[int] = []
+
+    def failing_close(self: study.InProcessServer) -> None:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("the second step failed")
+        close(self)
+
+    monkeypatch.setattr(study.InProcessServer, "close", failing_close)
+    with pytest.raises(RuntimeError, match="the second step failed"):
+        run_study(FrecencyStudyConfig(seed=7, **SMALL))
+
+
 def test_sign_messages_and_other_optimizers_run() -> None:
     for kwargs in (
         {"message": "sign"},

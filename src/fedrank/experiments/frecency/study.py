@@ -326,6 +326,11 @@ def _nanmean(values: np.ndarray) -> float:
     return float(finite.mean()) if finite.size else float("nan")
 
 
+#: The server half of an iteration runs on a second thread while the next searches are
+#: drawn (:func:`optimization_phase`); ``False`` runs it in line, with the same results.
+OVERLAP_SERVER_HALF = True
+
+
 def iteration_searches(
     world: FrecencyWorld, config: FrecencyStudyConfig, rate: float, days: float,
     rng: np.random.Generator, theta: np.ndarray | Callable[[], np.ndarray] | None = None,
@@ -441,7 +446,7 @@ def optimization_phase(
     # the server's step), this thread records the searches and draws the next iteration's;
     # the next URL bars' state waits for the published model (draw_searches). Not when
     # Figure 7's subsamples draw from rng: its draws come before the next searches'.
-    overlap = not c.track_stability
+    overlap = OVERLAP_SERVER_HALF and not c.track_stability
 
     def server_half(
         iteration: int,
