@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from fedrank.data.browsing import BrowsingWorld
+from fedrank.data.browsing import BrowsingWorld, Vocabulary
 from fedrank.data.synthetic_history import BrowsingConfig, generate_world
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.models.frecency.history import NOT_COUNTED_TYPES, VisitType
@@ -251,3 +251,51 @@ def test_compiled_host_draw_is_the_stepwise_draw(
     got = synthetic_history._pitman_yor_hosts(n_clicks, fast, cfg)
     np.testing.assert_array_equal(got, _pitman_yor_by_steps(n_clicks, slow, cfg))
     assert fast.random() == slow.random()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_page_words_are_the_drawn_words_each_once(seed: int) -> None:
+    """Every page's row: its host's name, its path words, its title words (the first one
+    the site's name where drawn so), in that order, each word once, -1 after them; as wide
+    as the longest row; the URL words (host and path) that remain counted."""
+    from fedrank.data.synthetic_history import _page_words
+
+    cfg = BrowsingConfig(n_words=40, title_words_mean=6.0)  # few words: many repeats
+    vocab = Vocabulary.random(cfg.n_words, np.random.default_rng(seed), 3, 6)
+    rng = np.random.default_rng(seed)
+    page_host = np.sort(rng.integers(0, 50, 400))
+    page_slot = rng.integers(0, 3, 400)
+    replay = np.random.default_rng(seed + 10)
+    words, n_url = _page_words(
+        page_host, page_slot, 50, vocab, np.random.default_rng(seed + 10), cfg
+    )()
+    # the draws as _page_words makes them, in its order
+    zipf = 1.0 / (np.arange(cfg.n_words) + 1.0 + cfg.word_zipf_offset) ** cfg.word_zipf_exponent
+    cdf = np.cumsum(zipf / zipf.sum())
+
+    def draw(size: int) -> np.ndarray:
+        return np.minimum(np.searchsorted(cdf, replay.random(size), "right"), cfg.n_words - 1)
+
+    host_name = draw(50)
+    n = page_host.size
+    n_path = np.where(page_slot != 0, 1 + (replay.random(n) * cfg.max_path_words).astype(int), 0)
+    n_title = 1 + replay.poisson(cfg.title_words_mean - 1.0, n)
+    site = (page_slot == 0) & (replay.random(n) < cfg.site_in_title)
+    paths, titles = iter(draw(int(n_path.sum()))), iter(draw(int(n_title.sum())))
+    rows, urls = [], []
+    for i in range(n):
+        path = [next(paths) for _ in range(n_path[i])]
+        title = [next(titles) for _ in range(n_title[i])]
+        if site[i]:
+            title[0] = host_name[page_host[i]]
+        row: list[int] = []
+        for w in [host_name[page_host[i]], *path]:
+            row += [] if w in row else [int(w)]
+        urls.append(len(row))
+        for w in title:
+            row += [] if w in row else [int(w)]
+        rows.append(row)
+    width = max(len(r) for r in rows)
+    assert words.shape == (n, width)
+    np.testing.assert_array_equal(words, [r + [-1] * (width - len(r)) for r in rows])
+    np.testing.assert_array_equal(n_url, urls)

@@ -112,6 +112,53 @@ def test_the_server_half_on_its_own_thread_changes_nothing(
         run_study(FrecencyStudyConfig(seed=7, **SMALL))
 
 
+def test_clients_report_on_their_searches_as_they_were_when_they_searched() -> None:
+    """What the clients compute their messages from (handed to them on the server half's
+    thread) is the shown pages' histories when the search was made, before the search
+    itself enters them."""
+    from dataclasses import fields
+
+    from fedrank.experiments.frecency.clients import LocalFrecencyClients
+    from fedrank.experiments.frecency.study import (
+        FrecencyStrategy,
+        InProcessServer,
+        StudyResult,
+        build_world,
+        optimization_phase,
+    )
+
+    config = FrecencyStudyConfig(seed=7, **{**SMALL, "iterations": 3}).resolved()
+    world = build_world(config, np.random.default_rng(1))
+    strategy = FrecencyStrategy(config)
+    expected, held = [], []
+    search = world.search
+
+    def search_then_take(*args, **kwargs):  # type: ignore[no-untyped-def]
+        batch = search(*args, **kwargs)
+        expected.append(world.client_searches(batch, TREATMENT))
+        return batch
+
+    class Spy(LocalFrecencyClients):
+        def messages(self, searches, theta):  # type: ignore[no-untyped-def]
+            held.append(searches)
+            return super().messages(searches, theta)
+
+    world.search = search_then_take  # type: ignore[method-assign]
+    optimization_phase(
+        world, config, strategy, InProcessServer(strategy), np.random.default_rng(2),
+        StudyResult(config=config), clients=Spy(strategy),
+    )  # fmt: skip
+    assert len(held) == len(expected) == 3
+    for got, want in zip(held, expected, strict=True):
+        assert got.now == want.now
+        for name in ("users", "client", "selected", "valid"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(want, name), name)
+        for f in fields(want.pages):
+            np.testing.assert_array_equal(
+                getattr(got.pages, f.name), getattr(want.pages, f.name), f.name
+            )
+
+
 def test_sign_messages_and_other_optimizers_run() -> None:
     for kwargs in (
         {"message": "sign"},
