@@ -92,12 +92,24 @@ def test_the_server_half_on_its_own_thread_changes_nothing(
     small_result, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The clients' messages and the server's step overlap the next iteration's draws: in
-    line they give the same study; a failure of the server half stops the study."""
+    line they give the same study; either way the model is fetched once per iteration and
+    once for the evaluation (the service demo's clients fetch it over HTTP); a failure of
+    the server half stops the study."""
     from fedrank.experiments.frecency import study
 
-    monkeypatch.setattr(study, "OVERLAP_SERVER_HALF", False)
-    assert run_study(FrecencyStudyConfig(seed=7, **SMALL)).to_json() == small_result.to_json()
-    monkeypatch.setattr(study, "OVERLAP_SERVER_HALF", True)
+    model = study.InProcessServer.model
+    fetched: list[bool] = []
+
+    def counted_model(self: study.InProcessServer) -> np.ndarray:
+        fetched.append(study.OVERLAP_SERVER_HALF)
+        return model(self)
+
+    monkeypatch.setattr(study.InProcessServer, "model", counted_model)
+    for overlap in (False, True):
+        monkeypatch.setattr(study, "OVERLAP_SERVER_HALF", overlap)
+        again = run_study(FrecencyStudyConfig(seed=7, **SMALL))
+        assert again.to_json() == small_result.to_json()
+        assert fetched.count(overlap) == SMALL["iterations"] + 1
     close = study.InProcessServer.close
     calls: list[int] = []
 

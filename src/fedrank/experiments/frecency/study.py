@@ -454,9 +454,8 @@ def optimization_phase(
         losses: np.ndarray,
         held: ClientSearches,
         model: np.ndarray,
-    ) -> np.ndarray:
-        """The clients' messages on ``model``, delivered; the server's step; its new
-        model."""
+    ) -> None:
+        """The clients' messages on ``model``, delivered; the server's step."""
         reports = clients.messages(held, model)
         sent = reports if attacker is None else attacker.apply(iteration, reports)
         server.report(world, batch, losses, sent)
@@ -484,6 +483,10 @@ def optimization_phase(
         )
         result.reports_per_iteration.append(int(reports.users.size))
         server.close()
+
+    def stepped_model(*half: Any) -> np.ndarray:
+        """:func:`server_half`, then the model the server publishes."""
+        server_half(*half)
         return server.model()
 
     published = server.model()
@@ -498,7 +501,7 @@ def optimization_phase(
             # what the clients hold for their messages, taken before anything is recorded
             half = (iteration, batch, losses, world.client_searches(batch, TREATMENT), published)
             more = iteration + 1 < c.iterations
-            stepped = pool.submit(server_half, *half) if more and overlap else None
+            stepped = pool.submit(stepped_model, *half) if more and overlap else None
             paper = world.branch_losses(batch, published, scale="raw", delta=0.0, shown=shown)
             branch_of_search = world.branch[batch.user]
             for b, name in enumerate(BRANCHES):
@@ -511,8 +514,9 @@ def optimization_phase(
                 searches = iteration_searches(world, c, rate, days, rng, stepped.result)
                 published = stepped.result()
             else:
-                published = server_half(*half)
+                server_half(*half)
                 if more:
+                    published = server.model()
                     searches = iteration_searches(world, c, rate, days, rng, published)
             if progress is not None:
                 progress(iteration + 1, c.iterations)
