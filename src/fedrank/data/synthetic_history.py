@@ -447,11 +447,13 @@ def _page_words(
     def rows() -> tuple[np.ndarray, np.ndarray]:
         from fedrank.data.synthetic_kernels import page_word_rows  # numba, on first use
 
+        row = (host_name[page_host], n_path, n_title, site, path_words, title_words)
         n_url = np.empty(n, dtype=np.int64)
-        words = np.empty((n, 1 + int(n_path.max(initial=0)) + int(n_title.max(initial=1))), narrow)
-        kept = page_word_rows(host_name[page_host], n_path, n_title, site, path_words,
-                              title_words, cfg.max_path_words, words, n_url)  # fmt: skip
-        return (words if kept == words.shape[1] else words[:, :kept].copy()), n_url
+        # a first pass finds the width: no wider array, no copy (they set a large
+        # world's memory peak)
+        words = np.empty((n, page_word_rows(*row, cfg.max_path_words, None, n_url)), narrow)
+        page_word_rows(*row, cfg.max_path_words, words, n_url)
+        return words, n_url
 
     return rows
 

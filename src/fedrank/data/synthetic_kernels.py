@@ -18,15 +18,15 @@ def page_word_rows(
     path_words: np.ndarray,
     title_words: np.ndarray,
     n_path_columns: int,
-    out: np.ndarray,
+    out: np.ndarray | None,
     n_url: np.ndarray,
 ) -> int:
     """Every page's words: its host's name, its ``n_path`` path words and ``n_title`` title
     words (taken in order from ``path_words`` and ``title_words``; the first title word is
     the host's name where ``site``), each word once (the first occurrence stays: a
     repeated word adds nothing to matching), -1 after them. Writes the rows into ``out``
-    (wide enough for every word of a page) and the URL words (host and path) that remain
-    into ``n_url``; returns the most words a page keeps (the columns worth keeping)."""
+    when given and the URL words (host and path) that remain into ``n_url``; returns the
+    most words a page keeps (the width ``out`` needs)."""
     row = np.empty(1 + n_path_columns + max(n_title.max(), 1), np.int64)
     most = 0
     at_path = 0
@@ -54,8 +54,9 @@ def page_word_rows(
                 urls += is_url
         n_url[i] = urls
         most = max(most, kept)
-        for j in range(out.shape[1]):
-            out[i, j] = row[j] if j < kept else -1
+        if out is not None:
+            for j in range(out.shape[1]):
+                out[i, j] = row[j] if j < kept else -1
     return most
 
 
