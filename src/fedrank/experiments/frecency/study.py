@@ -629,14 +629,13 @@ def evaluate_phase(
     not tested) ranks the treatment users' same searches by the hidden weights: the best
     any model could do. ``compare=False`` skips the oracle and the tests (calibration)."""
     rng = np.random.default_rng(seed)
-    if compare:  # the tests' scipy.stats loads on a helper thread meanwhile (about 1 s)
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrank-import") as helper:
-            loading = helper.submit(importlib.import_module, "scipy.stats")
-            _evaluate(world, theta, config, rng, result, compare)
-            loading.result()
-        _compare(seed, result)
-    else:
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrank-import") as helper:
+        # the tests' scipy.stats loads on a helper thread meanwhile (about 1 s)
+        loading = helper.submit(importlib.import_module, "scipy.stats") if compare else None
         _evaluate(world, theta, config, rng, result, compare)
+    if loading is not None:
+        loading.result()  # (raises what the import raised)
+        _compare(seed, result)
 
 
 def _evaluate(
