@@ -184,3 +184,27 @@ def test_url_bars_of_one_world_run_at_once_on_several_threads() -> None:
     with ThreadPoolExecutor(max_workers=4) as pool:
         for got in pool.map(run, range(8)):
             np.testing.assert_array_equal(got, expected)
+
+
+def test_listed_pages_follow_the_history() -> None:
+    """The listable pages, kept up to date as visits arrive (new pages join them), are
+    the visited or bookmarked ones, with each user's first among them."""
+    from fedrank.data.synthetic_history import BrowsingConfig
+
+    browsing = generate_world(70, np.random.default_rng(31), BrowsingConfig(future_days=12.0))
+    world = FrecencyWorld(browsing, hidden_weights("shifted"), np.random.default_rng(32))
+    rng = np.random.default_rng(50)
+    grew = False
+    for _ in range(6):
+        before = world._listed_pages()[0].size
+        world.due_searches(2.0)  # the users' next visits, new pages among them
+        searches = world.draw_searches(np.arange(70), rng)
+        world.record(world.search(searches, world.scorer.defaults(), rng))
+        world.advance(2.0)
+        listed, start = world._listed_pages()
+        store = world.store
+        expected = np.flatnonzero((store.visit_count > 0) | store.bookmarked)
+        np.testing.assert_array_equal(listed, expected)
+        np.testing.assert_array_equal(start, np.searchsorted(expected, world.pages.user_offsets))
+        grew |= listed.size > before
+    assert grew

@@ -543,9 +543,17 @@ class FrecencyWorld:
         if changed is None:
             changed = np.arange(store.n_pages)
         listable = (store.visit_count[changed] > 0) | store.bookmarked[changed]
-        if (listable != self._listable[changed]).any():
-            self._listable[changed] = listable
+        was = self._listable[changed]
+        became = changed[listable & ~was]  # ascending, as changed is
+        if (was & ~listable).any():  # (pages only become listable: never here)
             self._listed = None
+        elif self._listed is not None and became.size:  # they join the listed pages
+            listed, start = self._listed
+            self._listed = (
+                np.insert(listed, np.searchsorted(listed, became), became),
+                start + np.searchsorted(became, self.pages.user_offsets),
+            )
+        self._listable[changed] = listable
         # (pages only become listable and bookmarked: hosts only become known)
         self._host_bookmarked[self.pages.host[changed[store.bookmarked[changed]]]] = True
         self._host_known[self.pages.host[changed[listable]]] = True
