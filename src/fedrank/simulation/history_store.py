@@ -121,17 +121,12 @@ class VisitStore:
             np.add.at(self.visit_count, visits.page, counted.astype(np.int64))
         self.typed[visits.page[visits.visit_type == VisitType.TYPED]] = True
 
-        def merge(rows: np.ndarray | None) -> None:
-            """Merge the visits at ``rows`` (all if None), in arrival order, a block at a
-            time (bounds the temporaries of a large history): merging into the rows kept
-            so far gives the same rows as merging everything at once."""
-            n = visits.n_visits if rows is None else rows.size
-            for lo in range(0, n, MERGE_BLOCK_ROWS):
-                at = (
-                    slice(lo, lo + MERGE_BLOCK_ROWS)
-                    if rows is None
-                    else rows[lo : lo + MERGE_BLOCK_ROWS]
-                )
+        def merge(rows: np.ndarray) -> None:
+            """Merge the visits at ``rows`` (ascending: in arrival order) a block at a time
+            (bounds the temporaries of a large history): merging into the rows kept so far
+            gives the same rows as merging everything at once."""
+            for lo in range(0, rows.size, MERGE_BLOCK_ROWS):
+                at = rows[lo : lo + MERGE_BLOCK_ROWS]
                 self._merge(
                     visits.page[at],
                     visits.time[at],
@@ -143,7 +138,7 @@ class VisitStore:
                 )
 
         if not many:
-            merge(None)
+            merge(np.arange(visits.n_visits))
             return
         # many: the lower and the upper half of the pages on two threads (a page's rows
         # depend only on its own visits, in their order)
