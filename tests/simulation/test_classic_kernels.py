@@ -124,3 +124,36 @@ def test_rounding_equals_from_points(seed: int, rounding: bool) -> None:
         float(theta[CLASSIC_INDEX["unvisitedTypedBonus"]]), rounding,
     )  # fmt: skip
     np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("lift_size", [1 << 16, 1024])
+def test_kept_scores_equal_numpy_from_an_empty_cache(world: FrecencyWorld, lift_size: int) -> None:
+    """The compiled kept scores (``kept_fresh`` under the hidden preference and a
+    non-integer model, ``kept_stored``: the control branch's decayed and undecayed
+    frecency) equal scoring the ten-column histories in numpy, read from an empty cache
+    and again once kept, at times that move ages across cutoffs and day ends; the stored
+    decay takes both of its ways (table lookups for integers below the table's size, day
+    by day above)."""
+    from fedrank.models.frecency.classic import decay_tables
+    from fedrank.simulation.score_cache import PageScoreCache
+
+    index = np.flatnonzero(world.listable())
+    rate = float(np.float32(world.decay_rate))
+    world._decay_lift = np.stack(decay_tables(rate, lift_size - 1, 8))[:, :lift_size]
+    model = _models()[0]
+    try:
+        for later in (0.0, 0.6, 4.2, 33.9):
+            world.now = later
+            histories = world.histories(index)
+            stored, undecayed = world.scorer.stored(histories, world.now, world.decay_rate)
+            assert (undecayed[stored > 0] >= 1024).any() and (world._decay_lift[0] > 0).any()
+            world._stored_cache = PageScoreCache(world.store, 2)
+            for _ in range(2):  # scored, then read back as kept
+                np.testing.assert_array_equal(world._kept_stored(index), [stored, undecayed])
+            for params in (world.hidden, model):
+                expected = world.scorer.fresh(params, histories, world.now)
+                cache = PageScoreCache(world.store)
+                for _ in range(2):
+                    np.testing.assert_array_equal(world._kept_fresh(cache, params, index), expected)
+    finally:
+        world._decay_lift = None

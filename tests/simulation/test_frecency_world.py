@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fedrank.data.synthetic_history import generate_world
-from fedrank.errors import ConfigError
+from fedrank.errors import ConfigError, DataFormatError
 from fedrank.experiments.frecency.presets import hidden_weights
 from fedrank.simulation import frecency_world
 from fedrank.simulation.frecency_world import TREATMENT, FrecencyWorld
@@ -208,3 +208,20 @@ def test_listed_pages_follow_the_history() -> None:
         np.testing.assert_array_equal(start, np.searchsorted(expected, world.pages.user_offsets))
         grew |= listed.size > before
     assert grew
+
+
+def test_bad_searchers_and_decay_rates_are_refused() -> None:
+    """Searching users outside the world (the compiled passes check no bounds) and a decay
+    rate outside (0, 1] are refused with what is wrong, before anything is drawn."""
+    browsing = generate_world(6, np.random.default_rng(1))
+    world = FrecencyWorld(browsing, hidden_weights("shifted", "classic"), np.random.default_rng(2))
+    rng = np.random.default_rng(3)
+    state = rng.bit_generator.state
+    for users, message in (([0, 6], "user ids must be in 0..5"), ([-1], "user ids"),
+                           ([[0, 1]], "1-D integer"), ([0.5], "1-D integer")):  # fmt: skip
+        with pytest.raises(DataFormatError, match=message):
+            world.draw_searches(np.array(users), rng)
+    assert rng.bit_generator.state == state
+    for rate in (0.0, 1.5, float("nan")):
+        with pytest.raises(ConfigError, match="decay_rate must be in"):
+            FrecencyWorld(browsing, None, np.random.default_rng(2), decay_rate=rate)

@@ -9,7 +9,7 @@ from scipy import stats
 from fedrank.data.browsing import Pages, Vocabulary
 from fedrank.data.synthetic_history import generate_world
 from fedrank.errors import ConfigError, DataFormatError
-from fedrank.simulation.intent import sample_targets, typed_words
+from fedrank.simulation.intent import race_draws, sample_targets, typed_words
 
 
 def pages_from_words(users: list[list[list[str]]]) -> Pages:
@@ -200,3 +200,25 @@ def test_bad_candidates_are_refused_before_the_compiled_race() -> None:
             pop, users, np.array([1.0, 1.0, np.nan, 1.0]), rng,
             candidates=(np.array([0, 1, 2, 3]), np.array([0, 2, 4])),
         )  # fmt: skip
+
+
+@pytest.mark.parametrize("noise_var", [30.0, 0.0])
+def test_draws_made_ahead_give_the_same_targets(noise_var: float) -> None:
+    """The race's draws made ahead with ``race_draws`` (as the world makes them on a
+    helper thread) give the targets and generator state of drawing inside
+    ``sample_targets``, users whose every utility is <= 0 included; draws of another size
+    are refused."""
+    pop = _population([5, 3, 6])
+    users = np.random.default_rng(1).integers(0, 3, size=300)
+    scores = np.random.default_rng(2).exponential(20.0, size=pop.n_pages)
+    scores[5:8] = -50.0  # user 1: every utility <= 0 (uniform, from the generator)
+    a, b = np.random.default_rng(3), np.random.default_rng(3)
+    inside = sample_targets(pop, users, scores, a, noise_var)
+    n = int(np.diff(pop.user_offsets)[users].sum())
+    ahead = sample_targets(pop, users, scores, b, noise_var, draws=race_draws(b, n, noise_var))
+    np.testing.assert_array_equal(inside, ahead)
+    assert (users == 1).any() and a.random() == b.random()
+    with pytest.raises(DataFormatError, match="draws must be race_draws"):
+        sample_targets(pop, users, scores, b, noise_var, draws=race_draws(b, n - 1, noise_var))
+    with pytest.raises(ConfigError, match="noise_var"):
+        race_draws(b, n, -1.0)

@@ -1,6 +1,9 @@
-"""Compiled classic frecency points of stored pages (numba, imported on first use): what
+"""Compiled classic frecency of stored pages (numba, imported on first use): what
 :class:`~fedrank.simulation.frecency_world.FrecencyWorld` scores every iteration under the
-newly published model (the scores of fixed vectors are kept and need no speed).
+newly published model, and the kept scores of fixed scorings (the hidden preference, the
+defaults, the control branch's stored frecency) brought up to date and read in one pass
+(:func:`kept_fresh`, :func:`kept_stored`: the rules of
+:class:`~fedrank.simulation.score_cache.PageScoreCache`).
 
 The additions are made in the order of
 :func:`fedrank.models.frecency.classic.visit_sum` (each page's visits left to right,
@@ -12,7 +15,253 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["rounded_frecency", "stored_points100"]
+__all__ = ["kept_fresh", "kept_stored", "rounded_frecency", "stored_points100"]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _bucket(age: float, cutoffs: np.ndarray) -> int:
+    """How many of the non-decreasing ``cutoffs`` lie below ``age`` (its age bucket)."""
+    bucket = 0
+    for c in range(cutoffs.size):
+        if age > cutoffs[c]:
+            bucket += 1
+    return bucket
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _page_points100(
+    i: int,
+    rows: int,
+    time: np.ndarray,
+    slot: np.ndarray,
+    bookmarked: np.ndarray,
+    now: float,
+    shift: float,
+    cutoffs: np.ndarray,
+    bucket_weights: np.ndarray,
+    slot_weights: np.ndarray,
+    bookmark_weight: float,
+) -> float:
+    """:func:`stored_points100` of page ``i`` (``rows > 0``), every age ``trunc(now -
+    time) - shift``."""
+    padding = slot_weights.size - 1
+    points = 0.0
+    extra = 0.0
+    for j in range(rows):
+        age = np.trunc(now - time[i, j]) - shift
+        w = bucket_weights[_bucket(age, cutoffs)]
+        s = slot[i, j]
+        term = w * slot_weights[s]
+        in_slot = 1.0 if s != padding else 0.0
+        if j == 0:
+            points = term
+            extra = w * in_slot
+        else:
+            points += term
+            extra += w * in_slot
+    if bookmarked[i]:
+        points += bookmark_weight * extra
+    return points
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _frecency(
+    points100: float,
+    i: int,
+    visit_count: np.ndarray,
+    n_sampled: np.ndarray,
+    bookmarked: np.ndarray,
+    typed: np.ndarray,
+    first_weight: float,
+    unvisited_bookmark: float,
+    unvisited_typed: float,
+    rounding: bool,
+) -> float:
+    """:func:`rounded_frecency` of page ``i`` from its ``points100``."""
+    count = visit_count[i]
+    sampled = n_sampled[i] if count > 0 else 0
+    if sampled == 0:
+        if bookmarked[i]:
+            bonus = unvisited_bookmark + (1.0 if typed[i] else 0.0) * unvisited_typed
+            value = first_weight * bonus / 100.0
+            return np.ceil(value) if rounding else value
+        return 0.0
+    if points100 == 0.0:
+        return -1.0
+    if rounding:
+        return np.ceil(np.ceil(points100 / 100.0) * np.float64(count) / sampled)
+    return points100 * np.float64(count) / (100.0 * sampled)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _end(start: float, limit: float, margin: float) -> float:
+    """``score_cache._ends``: when the whole-day age ``trunc(now - start)`` passes the
+    whole number ``limit``, minus the margin (``start + limit + 1``; for a negative limit
+    ``start + limit``)."""
+    end = start + limit + (1.0 if limit >= 0 else 0.0)
+    return end - margin * (np.abs(end if np.isfinite(end) else 0.0) + 1.0)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _until32(until: float, float32_max: float) -> np.float32:
+    """``until`` as float32, rounded down (``PageScoreCache.put``)."""
+    low = np.float32(min(until, float32_max))
+    if np.float64(low) > until:
+        low = np.nextafter(low, np.float32(-np.inf))
+    return low
+
+
+@numba.njit(cache=True, nogil=True)
+def kept_fresh(
+    index: np.ndarray,
+    until: np.ndarray,
+    values: np.ndarray,
+    now: float,
+    n_rows: np.ndarray,
+    time: np.ndarray,
+    slot: np.ndarray,
+    bookmarked: np.ndarray,
+    visit_count: np.ndarray,
+    n_sampled: np.ndarray,
+    typed: np.ndarray,
+    cutoffs: np.ndarray,
+    row_limits: np.ndarray,
+    bucket_weights: np.ndarray,
+    slot_weights: np.ndarray,
+    bookmark_weight: float,
+    first_weight: float,
+    unvisited_bookmark: float,
+    unvisited_typed: float,
+    rounding: bool,
+    margin: float,
+    float32_max: float,
+) -> np.ndarray:
+    """The kept fresh frecency of the pages at ``index`` under one vector: a page whose
+    validity ``until[page]`` (float32) is not after ``now`` is scored (as
+    :func:`stored_points100` and :func:`rounded_frecency`) into ``values[0, page]`` and
+    kept until one of its rows' whole-day ages passes ``row_limits[bucket]`` (the floor of
+    its bucket's cutoff; inf for the last bucket); returns ``values[0]`` at ``index``."""
+    out = np.empty(index.size)
+    for k in range(index.size):
+        i = index[k]
+        if np.float64(until[i]) > now:
+            out[k] = values[0, i]
+            continue
+        rows = n_rows[i]
+        points = 0.0
+        valid = np.inf
+        if rows > 0:
+            points = _page_points100(
+                i, rows, time, slot, bookmarked, now, 0.0, cutoffs, bucket_weights,
+                slot_weights, bookmark_weight,
+            )  # fmt: skip
+            for j in range(rows):
+                limit = row_limits[_bucket(np.trunc(now - time[i, j]), cutoffs)]
+                valid = min(valid, _end(time[i, j], limit, margin))
+        value = _frecency(
+            points, i, visit_count, n_sampled, bookmarked, typed, first_weight,
+            unvisited_bookmark, unvisited_typed, rounding,
+        )  # fmt: skip
+        values[0, i] = value
+        until[i] = _until32(valid, float32_max)
+        out[k] = value
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def kept_stored(
+    index: np.ndarray,
+    until: np.ndarray,
+    values: np.ndarray,
+    now: float,
+    n_rows: np.ndarray,
+    time: np.ndarray,
+    visit_type: np.ndarray,
+    slot: np.ndarray,
+    bookmarked: np.ndarray,
+    bookmark_time: np.ndarray,
+    visit_count: np.ndarray,
+    n_sampled: np.ndarray,
+    typed: np.ndarray,
+    cutoffs: np.ndarray,
+    bucket_weights: np.ndarray,
+    slot_weights: np.ndarray,
+    bookmark_weight: float,
+    first_weight: float,
+    unvisited_bookmark: float,
+    unvisited_typed: float,
+    decay_rate: float,
+    lift: np.ndarray,
+    margin: float,
+    float32_max: float,
+) -> np.ndarray:
+    """``(2, m)``: the kept stored and origin frecency of the pages at ``index``
+    (``ClassicFrecency.stored_slots`` with Firefox's rounding: the score as of the newest
+    sampled visit, or of the newest bookmark when unsampled, then ``ROUND(v * rate)`` once
+    per whole day since while ``v > 0``: integers below ``lift.shape[1]`` by its tables of
+    ``2 ** level`` days, ``classic.decay_tables``, any other value day by day). A page
+    whose validity ``until[page]`` is not after ``now`` is scored into ``values[:, page]``
+    and kept until one of its rows' or its bookmark's whole-day age changes."""
+    out = np.empty((2, index.size))
+    for k in range(index.size):
+        i = index[k]
+        if np.float64(until[i]) > now:
+            out[0, k] = values[0, i]
+            out[1, k] = values[1, i]
+            continue
+        rows = n_rows[i]
+        has_bookmark = bookmarked[i] and not np.isnan(bookmark_time[i])
+        bookmark_age = 0.0
+        if bookmarked[i]:
+            bookmark_age = np.trunc(now - (0.0 if np.isnan(bookmark_time[i]) else bookmark_time[i]))
+        newest = np.inf
+        valid = np.inf
+        for j in range(rows):
+            age = np.trunc(now - time[i, j])
+            if visit_type[i, j] != 0 and age < newest:
+                newest = age
+            valid = min(valid, _end(time[i, j], age, margin))
+        if has_bookmark:
+            valid = min(valid, _end(bookmark_time[i], bookmark_age, margin))
+        if not np.isfinite(newest):
+            newest = 0.0
+        sampled = n_sampled[i] > 0 and visit_count[i] > 0
+        since = max(np.floor(newest if sampled else bookmark_age), 0.0)
+        points = 0.0
+        if rows > 0:
+            points = _page_points100(
+                i, rows, time, slot, bookmarked, now, since, cutoffs, bucket_weights,
+                slot_weights, bookmark_weight,
+            )  # fmt: skip
+        fresh = _frecency(
+            points, i, visit_count, n_sampled, bookmarked, typed, first_weight,
+            unvisited_bookmark, unvisited_typed, True,
+        )  # fmt: skip
+        days = int(since)
+        decayed = fresh
+        if (
+            0.0 < fresh < lift.shape[1] and fresh == np.floor(fresh) and days < (1 << lift.shape[0])
+        ):  # binary lifting: one table per bit of the days
+            v = int(fresh)
+            for level in range(lift.shape[0]):
+                if (days >> level) & 1:
+                    v = lift[level, v]
+            decayed = float(v)
+        else:
+            for _ in range(days):  # the idle-daily job, day after day
+                if decayed <= 0.0:
+                    break
+                x = decayed * decay_rate
+                step = np.sign(x) * np.floor(np.abs(x) + 0.5)
+                if step == decayed:
+                    break
+                decayed = step
+        values[0, i] = decayed
+        values[1, i] = fresh
+        until[i] = _until32(valid, float32_max)
+        out[0, k] = decayed
+        out[1, k] = fresh
+    return out
 
 
 @numba.njit(cache=True, nogil=True)

@@ -45,10 +45,15 @@ import numpy as np
 
 from fedrank.core.arrays import unique_values
 from fedrank.data.browsing import BrowsingWorld, VisitStream
-from fedrank.errors import ConfigError
+from fedrank.errors import ConfigError, DataFormatError
 from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
 from fedrank.losses.pointwise_svm import pointwise_svm_loss, scaled_scores
-from fedrank.models.frecency.classic import BOOKMARK_SLOT, ClassicFrecency, effective_cutoffs
+from fedrank.models.frecency.classic import (
+    BOOKMARK_SLOT,
+    ClassicFrecency,
+    decay_tables,
+    effective_cutoffs,
+)
 from fedrank.models.frecency.history import PageHistories, VisitType
 from fedrank.models.frecency.scorer import ClassicScorer, PageScorer, page_scorer
 from fedrank.models.frecency.weights import (
@@ -59,8 +64,8 @@ from fedrank.models.frecency.weights import (
 )
 from fedrank.simulation.history_store import VisitStore
 from fedrank.simulation.input_history import InputHistory
-from fedrank.simulation.intent import sample_targets, typed_words
-from fedrank.simulation.score_cache import PageScoreCache
+from fedrank.simulation.intent import race_draws, sample_targets, typed_words
+from fedrank.simulation.score_cache import FLOAT32_MAX, VALIDITY_MARGIN, PageScoreCache
 from fedrank.simulation.urlbar import (
     SearchBatch,
     TypingModel,
@@ -85,6 +90,9 @@ _StateKey = tuple[bytes, bytes, bytes, int, float]
 _Group = tuple[np.ndarray, PageHistories]
 #: Row-count groups of :meth:`FrecencyWorld._groups`.
 _WIDTHS: tuple[int, ...] = (1, 2, 4, 10)
+#: The compiled stored frecency decays integer scores up to this one, over up to
+#: ``2 ** _LIFT_LEVELS - 1`` days, by table lookups (others day by day).
+_LIFT_TOP, _LIFT_LEVELS = (1 << 16) - 1, 8
 
 
 def _width_groups(width: int) -> np.ndarray:
@@ -261,6 +269,8 @@ class FrecencyWorld:
         self.inputs = InputHistory(self.pages.vocabulary.n_words)
         self.branch = assign_branches(browsing.n_users, shares, rng)
         self.noise_var = noise_var
+        if not (np.isfinite(decay_rate) and 0.0 < decay_rate <= 1.0):
+            raise ConfigError(f"decay_rate must be in (0, 1], got {decay_rate}")
         self.decay_rate = decay_rate
         self.score_scale = scorer_class.default_score_scale if score_scale is None else score_scale
         scaled_scores(np.zeros(1), self.score_scale)  # validates the name
@@ -294,6 +304,7 @@ class FrecencyWorld:
         # fresh classic frecency of a model seen once is scored in compiled code (float64)
         self._compiled = classic and not self.scorer.frecency.float32
         self._width_group = _width_groups(self.store.width)
+        self._decay_lift: np.ndarray | None = None  # the stored frecency's decay tables
 
     # ------------------------------------------------------------------ basic facts
 
@@ -400,7 +411,34 @@ class FrecencyWorld:
         cache = self._params_cache(params)
         if cache is None:
             return self._fresh_once(params, index)
+        if self._compiled:
+            return self._kept_fresh(cache, params, index)
         return self._cached(cache, index, self._fresh_scorer(params))[0]
+
+    def _kept_fresh(
+        self, cache: PageScoreCache, params: np.ndarray, index: np.ndarray
+    ) -> np.ndarray:
+        """``cache``'s fresh classic frecency of the pages at ``index`` under ``params``,
+        the stale ones scored again first, in one compiled pass
+        (:func:`~fedrank.simulation.classic_kernels.kept_fresh`: the values and validity
+        :meth:`_cached` gives)."""
+        from fedrank.simulation.classic_kernels import kept_fresh
+
+        self._sync_kept()
+        store = self.store
+        assert self._slots is not None and self._n_sampled is not None
+        values, until = cache.synced()
+        cutoffs = effective_cutoffs(params[CUTOFF_SLICE])
+        slot_weights = params[VISIT_BONUS_SLICE]
+        return kept_fresh(
+            np.asarray(index, dtype=np.int64), until, values, float(self.now), store.n_rows(),
+            store.time, self._slots, store.bookmarked, store.visit_count, self._n_sampled,
+            store.typed, cutoffs, np.append(np.floor(cutoffs), np.inf),
+            params[BUCKET_WEIGHT_SLICE].copy(), np.append(slot_weights, 0.0),
+            float(slot_weights[BOOKMARK_SLOT]), float(params[_FIRST_WEIGHT]),
+            float(params[_UNVISITED_BOOKMARK]), float(params[_UNVISITED_TYPED]),
+            self.scorer.frecency.rounding, VALIDITY_MARGIN, FLOAT32_MAX,
+        )  # fmt: skip
 
     def _fresh_once(self, params: np.ndarray, index: np.ndarray) -> np.ndarray:
         """Fresh frecency of the pages at ``index`` (any order, repeats allowed) under a
@@ -448,6 +486,9 @@ class FrecencyWorld:
         """``(2, m)``: the control branch's stored and origin frecency of the pages at
         ``index`` (kept between calls)."""
 
+        if self._compiled and self.scorer.frecency.rounding:
+            return self._kept_stored(index)
+
         def score(
             at: np.ndarray, width: int
         ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray | None]:
@@ -476,6 +517,31 @@ class FrecencyWorld:
             return values, (age, bookmark_age), times
 
         return self._cached(self._stored_cache, index, score)
+
+    def _kept_stored(self, index: np.ndarray) -> np.ndarray:
+        """:meth:`_stored` of classic frecency with Firefox's rounding in one compiled pass
+        (:func:`~fedrank.simulation.classic_kernels.kept_stored`)."""
+        from fedrank.simulation.classic_kernels import kept_stored
+
+        self._sync_kept()
+        store = self.store
+        assert self._slots is not None and self._n_sampled is not None
+        values, until = self._stored_cache.synced()
+        rate = float(np.float32(self.decay_rate))  # the float pref, as daily_decay binds it
+        if self._decay_lift is None:
+            self._decay_lift = np.stack(decay_tables(rate, _LIFT_TOP, _LIFT_LEVELS))
+        params = self.scorer.defaults()
+        slot_weights = params[VISIT_BONUS_SLICE]
+        return kept_stored(
+            np.asarray(index, dtype=np.int64), until, values, float(self.now), store.n_rows(),
+            store.time, store.visit_type, self._slots, store.bookmarked, store.bookmark_time,
+            store.visit_count, self._n_sampled, store.typed,
+            effective_cutoffs(params[CUTOFF_SLICE]), params[BUCKET_WEIGHT_SLICE].copy(),
+            np.append(slot_weights, 0.0), float(slot_weights[BOOKMARK_SLOT]),
+            float(params[_FIRST_WEIGHT]), float(params[_UNVISITED_BOOKMARK]),
+            float(params[_UNVISITED_TYPED]), rate, self._decay_lift,
+            VALIDITY_MARGIN, FLOAT32_MAX,
+        )  # fmt: skip
 
     def _params_cache(self, params: np.ndarray) -> PageScoreCache | None:
         """The kept scores of ``params``: one cache per fixed vector (the hidden preference,
@@ -623,7 +689,14 @@ class FrecencyWorld:
                 "use due_searches"
             )
         self._ahead = None  # (an older state ahead is not used again: free it)
-        users = np.asarray(users, dtype=np.int64)
+        users = np.asarray(users)
+        if users.ndim != 1 or users.dtype.kind not in "iu" and users.size:
+            raise DataFormatError(
+                f"users must be a 1-D integer array, got {users.dtype} {users.shape}"
+            )
+        users = users.astype(np.int64)
+        if users.size and (users.min() < 0 or users.max() >= self.n_users):
+            raise DataFormatError(f"user ids must be in 0..{self.n_users - 1}")
         searching = unique_values(users)
         cache = self._params_cache(self.hidden)
         assert cache is not None  # a fixed vector: its scores are kept
@@ -686,11 +759,21 @@ class FrecencyWorld:
         """:meth:`draw_searches`' draws: the hidden preference's kept scores made current
         at the ``searching`` users' listable pages, then targets and typed words."""
         listed, start = self._listed_pages()
-        todo = cache.stale_in_runs(listed, start, searching, self.now)
-        self._refresh(cache, todo, self._fresh_scorer(self.hidden))
+        n_entries = int((start[users + 1] - start[users]).sum())
+        # the race's draws on a helper thread (numpy fills them without the interpreter
+        # lock) while the hidden preference's stale scores are made current
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrank-draws") as pool:
+            drawn = pool.submit(race_draws, rng, n_entries, self.noise_var)
+            todo = cache.stale_in_runs(listed, start, searching, self.now)
+            if self._compiled:
+                self._kept_fresh(cache, self.hidden, todo)
+            else:
+                self._refresh(cache, todo, self._fresh_scorer(self.hidden))
+            draws = drawn.result()
         targets = sample_targets(
-            self.pages, users, cache.values[0], rng, self.noise_var, candidates=(listed, start)
-        )
+            self.pages, users, cache.values[0], rng, self.noise_var,
+            candidates=(listed, start), draws=draws,
+        )  # fmt: skip
         typed = typed_words(self.pages, targets, rng, host_share=self.host_share)
         return Searches(users, targets, typed)
 

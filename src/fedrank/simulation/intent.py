@@ -26,7 +26,20 @@ import numpy as np
 from fedrank.data.browsing import Pages
 from fedrank.errors import ConfigError, DataFormatError
 
-__all__ = ["sample_targets", "typed_words"]
+__all__ = ["race_draws", "sample_targets", "typed_words"]
+
+
+def race_draws(
+    rng: np.random.Generator, n: int, noise_var: float = 30.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """The draws :func:`sample_targets` makes for ``n`` (search, eligible page) entries, in
+    its order: the Gaussian noise (none when ``noise_var`` is 0), then the exponential
+    race keys. (numpy fills the arrays without holding the interpreter lock, so a caller
+    may draw them on another thread while it prepares the scores.)"""
+    if not np.isfinite(noise_var) or noise_var < 0:
+        raise ConfigError(f"noise_var must be a finite variance >= 0, got {noise_var}")
+    noise = rng.normal(0.0, np.sqrt(noise_var), size=n) if noise_var > 0 else np.zeros(0)
+    return noise, rng.standard_exponential(n)
 
 
 def sample_targets(
@@ -38,6 +51,7 @@ def sample_targets(
     eligible: np.ndarray | None = None,
     *,
     candidates: tuple[np.ndarray, np.ndarray] | None = None,
+    draws: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """The page each search is for: one draw per entry of ``users`` (see module docstring).
 
@@ -51,6 +65,10 @@ def sample_targets(
         eligible: bool ``(N,)``: pages that can be wanted (default: all); a user needs one.
         candidates: the eligible pages as a caller keeps them, instead of ``eligible``:
             ``(pages ascending, where user u's start among them (U + 1 offsets))``.
+        draws: what :func:`race_draws` drew from ``rng`` for these searches (one entry
+            per search and eligible page) when the caller drew them ahead; ``rng`` is then
+            used only where the draw goes on (users whose every utility is <= 0). The
+            keys are overwritten (the race divides them in place).
 
     Returns:
         int64 ``(S,)``: global page id of each search's target, always a page of its user.
@@ -108,8 +126,16 @@ def sample_targets(
         if problem == 1:
             raise DataFormatError("true_scores contains NaN")
     n = int(ptr[-1])  # one utility per (search, eligible page)
-    noise = rng.normal(0.0, np.sqrt(noise_var), size=n) if noise_var > 0 else np.zeros(0)
-    key = rng.standard_exponential(n)
+    if draws is None:
+        noise, key = race_draws(rng, n, noise_var)
+    else:
+        noise, key = draws
+        if noise.shape != ((n,) if noise_var > 0 else (0,)) or key.shape != (n,):
+            raise DataFormatError(
+                f"draws must be race_draws(rng, {n}, {noise_var}) for these searches (one "
+                f"entry per search and eligible page), got shapes {noise.shape} and "
+                f"{key.shape}"
+            )
     has_positive = race_keys(scores, source, first, ptr, noise, key)
     # Users whose every utility is <= 0 choose uniformly: any i.i.d. continuous keys do.
     if not has_positive.all():

@@ -19,13 +19,13 @@ import numpy as np
 
 from fedrank.simulation.history_store import VisitStore
 
-__all__ = ["PageScoreCache"]
+__all__ = ["FLOAT32_MAX", "VALIDITY_MARGIN", "PageScoreCache"]
 
 #: Relative margin by which a page's validity ends early (absorbs the rounding of
 #: ``now - time``): ending early only costs a recomputation.
-_MARGIN = 1e-9
+VALIDITY_MARGIN = 1e-9
 #: Ends beyond float32's range are kept at its largest value (earlier, so still valid).
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class PageScoreCache:
@@ -57,6 +57,13 @@ class PageScoreCache:
         else:
             self._until[changed] = -np.inf
         self._synced = self.store.version
+
+    def synced(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(values, until)``, the validity of every page the store changed since ended:
+        for compiled callers that read and put values under :meth:`stale`'s and
+        :meth:`put`'s rules (:mod:`~fedrank.simulation.classic_kernels`)."""
+        self._sync()
+        return self.values, self._until
 
     def stale(self, index: np.ndarray, now: float) -> np.ndarray:
         """bool: which pages at ``index`` must be scored again at time ``now``."""
@@ -103,7 +110,7 @@ class PageScoreCache:
         until[has] = np.minimum(until[has], _ends(bookmark[has], bookmark_limits[has]))
         if reads_day:
             until = np.minimum(until, _ends(np.floor(now), 0.0))
-        until32 = np.minimum(until, _FLOAT32_MAX).astype(np.float32)  # inf: the largest
+        until32 = np.minimum(until, FLOAT32_MAX).astype(np.float32)  # inf: the largest
         high = until32.astype(np.float64) > until
         until32[high] = np.nextafter(until32[high], np.float32(-np.inf))
         self.values[:, index] = values
@@ -116,4 +123,4 @@ def _ends(start: np.ndarray | float, limit: np.ndarray | float) -> np.ndarray:
     visit or bookmark ahead of the clock) as soon as ``now - start`` exceeds it."""
     lim = np.asarray(limit, dtype=np.float64)
     end = np.asarray(start, dtype=np.float64) + lim + (lim >= 0)
-    return end - _MARGIN * (np.abs(np.where(np.isfinite(end), end, 0.0)) + 1.0)
+    return end - VALIDITY_MARGIN * (np.abs(np.where(np.isfinite(end), end, 0.0)) + 1.0)

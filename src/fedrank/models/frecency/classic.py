@@ -679,7 +679,7 @@ def daily_decay(values: np.ndarray, days: np.ndarray, rate: float) -> np.ndarray
     One run is the map ``step(v) = ROUND(v * rate)`` for ``v > 0`` (identity otherwise).
     Integer scores below :data:`_LIFT_LIMIT` (all of Firefox's, which are integers) take
     ``days`` runs by binary lifting: tables of ``step`` applied ``2**k`` times, one
-    lookup per bit of ``days`` (:func:`_decay_tables`); any other value runs day by day
+    lookup per bit of ``days`` (:func:`decay_tables`); any other value runs day by day
     (:func:`_decay_by_day`). Both give the same result as running the days one by one."""
     out = np.array(values, dtype=np.float64, copy=True)
     flat = out.reshape(-1)
@@ -690,7 +690,7 @@ def daily_decay(values: np.ndarray, days: np.ndarray, rate: float) -> np.ndarray
     if idx.size:
         v = flat[idx].astype(np.int64)
         dd = d[idx]
-        tables = _decay_tables(rate, int(v.max()), int(dd.max()).bit_length())
+        tables = decay_tables(rate, int(v.max()), int(dd.max()).bit_length())
         for k, table in enumerate(tables):
             bit = ((dd >> k) & 1).astype(bool)
             v[bit] = table[v[bit]]
@@ -705,7 +705,7 @@ _LIFT_LIMIT = 1 << 20  # integer scores up to here are decayed by table lookups
 _DECAY_TABLES: dict[float, list[np.ndarray]] = {}
 
 
-def _decay_tables(rate: float, top: int, n_levels: int) -> list[np.ndarray]:
+def decay_tables(rate: float, top: int, n_levels: int) -> list[np.ndarray]:
     """``n_levels`` int32 tables covering ``0..top``: table ``k`` maps ``v`` to ``v`` after
     ``2**k`` daily runs (cached per rate, grown on demand; ``step`` never raises a value,
     so every lookup stays inside the table)."""
