@@ -157,3 +157,38 @@ def test_kept_scores_equal_numpy_from_an_empty_cache(world: FrecencyWorld, lift_
                     np.testing.assert_array_equal(world._kept_fresh(cache, params, index), expected)
     finally:
         world._decay_lift = None
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_row_slots_equal_numpy(seed: int) -> None:
+    """The compiled bonus slots and sampled-row counts of the pages at any subset equal
+    ``ClassicFrecency.row_slots`` and the rows with a type, for every visit type (unknown
+    and negative ones included), origin and redirect target, uncounted pages included;
+    pages outside the subset are left alone."""
+    from fedrank.models.frecency.classic import (
+        CLASSIC_SLOT_TABLE,
+        N_BONUS_SLOTS,
+        REDIRECT_SOURCE_SLOT,
+    )
+    from fedrank.simulation.classic_kernels import row_slots
+
+    rng = np.random.default_rng(seed)
+    n, width = int(rng.integers(1, 60)), int(rng.integers(1, 11))
+    kinds = np.array([0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, -3, 127], dtype=np.int8)
+    visit_type = np.asfortranarray(rng.choice(kinds, (n, width)))
+    origin_type = np.asfortranarray(rng.choice(kinds, (n, width)))
+    target = np.asfortranarray(rng.choice(np.array([0, 0, 5, 6, 1], np.int8), (n, width)))
+    visit_count = rng.integers(-1, 4, n).astype(np.int32)
+    at = rng.permutation(n)[: int(rng.integers(0, n + 1))]
+    slots = np.full((n, width), 99, dtype=np.uint8, order="F")
+    n_sampled = np.full(n, -7, dtype=np.int8)
+    row_slots(
+        at, visit_type, origin_type, target, visit_count, CLASSIC_SLOT_TABLE,
+        REDIRECT_SOURCE_SLOT, N_BONUS_SLOTS, slots, n_sampled,
+    )  # fmt: skip
+    expected = ClassicFrecency.row_slots(visit_type, origin_type, target, visit_count)
+    np.testing.assert_array_equal(slots[at], expected[at])
+    np.testing.assert_array_equal(n_sampled[at], (visit_type[at] != 0).sum(axis=1))
+    untouched = np.setdiff1d(np.arange(n), at)
+    assert (slots[untouched] == 99).all() and (n_sampled[untouched] == -7).all()

@@ -15,7 +15,46 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["kept_fresh", "kept_stored", "rounded_frecency", "stored_points100"]
+__all__ = ["kept_fresh", "kept_stored", "rounded_frecency", "row_slots", "stored_points100"]
+
+
+@numba.njit(cache=True, nogil=True)
+def row_slots(
+    at: np.ndarray,
+    visit_type: np.ndarray,
+    origin_type: np.ndarray,
+    redirect_target: np.ndarray,
+    visit_count: np.ndarray,
+    table: np.ndarray,
+    redirect_source: int,
+    padding: int,
+    slots: np.ndarray,
+    n_sampled: np.ndarray,
+) -> None:
+    """In place, for the pages at ``at``: ``slots[page]``, the bonus slot of every stored
+    row as ``ClassicFrecency.row_slots`` gives it (the effective type's slot by ``table``
+    over the type as uint8 -- a redirect visit takes its origin's type when it has one --;
+    ``redirect_source`` for a visit that led to a permanent redirect, or to a temporary one
+    from a visit not typed; ``padding`` for padding rows and pages with ``visit_count <=
+    0``), and ``n_sampled[page]``, its rows with a visit type."""
+    for k in range(at.size):
+        i = at[k]
+        counted = visit_count[i] > 0
+        sampled = 0
+        for j in range(visit_type.shape[1]):
+            kind = np.int64(visit_type[i, j])
+            if kind == 0:
+                slots[i, j] = padding
+                continue
+            sampled += 1
+            origin = np.int64(origin_type[i, j])
+            effective = origin if (kind == 5 or kind == 6) and origin != 0 else kind
+            slot = table[effective & 0xFF]
+            target = redirect_target[i, j]
+            if target == 5 or (target == 6 and effective != 2):
+                slot = redirect_source
+            slots[i, j] = slot if counted else padding
+        n_sampled[i] = sampled
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

@@ -50,6 +50,9 @@ from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
 from fedrank.losses.pointwise_svm import pointwise_svm_loss, scaled_scores
 from fedrank.models.frecency.classic import (
     BOOKMARK_SLOT,
+    CLASSIC_SLOT_TABLE,
+    N_BONUS_SLOTS,
+    REDIRECT_SOURCE_SLOT,
     ClassicFrecency,
     decay_tables,
     effective_cutoffs,
@@ -605,7 +608,6 @@ class FrecencyWorld:
         if self._kept_version == store.version:
             return
         changed = store.changed_since(self._kept_version)
-        every = changed is None
         if changed is None:
             changed = np.arange(store.n_pages)
         listable = (store.visit_count[changed] > 0) | store.bookmarked[changed]
@@ -624,26 +626,21 @@ class FrecencyWorld:
         self._host_bookmarked[self.pages.host[changed[store.bookmarked[changed]]]] = True
         self._host_known[self.pages.host[changed[listable]]] = True
         if self._slots is not None and changed.size:
-            step = 1 << 18  # bounds the temporaries of the first pass over every page
-            if every:  # blocks of rows on two threads (numpy runs them at once)
-                blocks = [slice(lo, lo + step) for lo in range(0, changed.size, step)]
-                with ThreadPoolExecutor(max_workers=2, thread_name_prefix="fedrank-kept") as pool:
-                    for done in [pool.submit(self._sync_slots, at) for at in blocks]:
-                        done.result()
-            else:
-                for lo in range(0, changed.size, step):
-                    self._sync_slots(changed[lo : lo + step])
+            self._sync_slots(changed)
         self._kept_version = store.version
 
-    def _sync_slots(self, at: np.ndarray | slice) -> None:
-        """:meth:`_sync_kept` for the classic bonus slots of the pages ``at``."""
+    def _sync_slots(self, at: np.ndarray) -> None:
+        """:meth:`_sync_kept` for the classic bonus slots of the pages ``at`` (compiled:
+        :func:`~fedrank.simulation.classic_kernels.row_slots`)."""
+        from fedrank.simulation.classic_kernels import row_slots
+
         assert self._slots is not None and self._n_sampled is not None
         store = self.store
-        visit_type = store.visit_type[at]
-        self._slots[at] = ClassicFrecency.row_slots(
-            visit_type, store.origin_type[at], store.redirect_target[at], store.visit_count[at]
-        )
-        self._n_sampled[at] = (visit_type != 0).sum(axis=1)
+        row_slots(
+            np.asarray(at, dtype=np.int64), store.visit_type, store.origin_type,
+            store.redirect_target, store.visit_count, CLASSIC_SLOT_TABLE,
+            REDIRECT_SOURCE_SLOT, N_BONUS_SLOTS, self._slots, self._n_sampled,
+        )  # fmt: skip
 
     def listable(self) -> np.ndarray:
         """Pages the URL bar may show (visited or bookmarked); read-only, kept in step

@@ -316,7 +316,7 @@ def _bonus_slot(name: str) -> int:
 N_BONUS_SLOTS = VISIT_BONUS_SLICE.stop - VISIT_BONUS_SLICE.start
 
 #: Bonus slot (index into the visit-bonus block of the parameters) of each visit type.
-_CLASSIC_SLOT_TABLE = slot_table(
+CLASSIC_SLOT_TABLE = slot_table(
     {
         int(VisitType.LINK): _bonus_slot("linkVisitBonus"),
         int(VisitType.TYPED): _bonus_slot("typedVisitBonus"),
@@ -331,7 +331,7 @@ _CLASSIC_SLOT_TABLE = slot_table(
     other=_bonus_slot("defaultVisitBonus"),
     padding=N_BONUS_SLOTS,
 )
-_REDIRECT_SOURCE_SLOT = _bonus_slot("redirectSourceVisitBonus")
+REDIRECT_SOURCE_SLOT = _bonus_slot("redirectSourceVisitBonus")
 #: The bookmark visit bonus among the visit bonus slots.
 BOOKMARK_SLOT = _bonus_slot("bookmarkVisitBonus")
 _I_FIRST_WEIGHT = CLASSIC_INDEX["firstBucketWeight"]
@@ -428,14 +428,14 @@ class ClassicFrecency:
         origin_type = np.asarray(origin_type)
         redirected = np.isin(visit_type, REDIRECT_TYPES) & (origin_type != 0)
         effective = np.where(redirected, origin_type, visit_type).astype(np.int8)
-        slot = type_slots(effective, _CLASSIC_SLOT_TABLE)
+        slot = type_slots(effective, CLASSIC_SLOT_TABLE)
         visited = visit_type != 0
         target = np.asarray(redirect_target)
         redirect = visited & (
             (target == VisitType.REDIRECT_PERMANENT)
             | ((target == VisitType.REDIRECT_TEMPORARY) & (effective != VisitType.TYPED))
         )
-        np.copyto(slot, _REDIRECT_SOURCE_SLOT, where=redirect)
+        np.copyto(slot, REDIRECT_SOURCE_SLOT, where=redirect)
         slot[np.asarray(visit_count) <= 0] = N_BONUS_SLOTS
         slot[~visited] = N_BONUS_SLOTS
         return slot
