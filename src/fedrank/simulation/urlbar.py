@@ -393,31 +393,17 @@ def simulate_searches(
     # matter, so only the pairs that still match then are compared
     look_from = np.minimum(blind, total)
     ptr, cand, drop = _matching_pairs(pages, users, typed, lengths, state, host_known, look_from)
-    owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))  # ascending
     lcp = vocab.lcp_pairs
-
-    # autofill: the qualified roots whose host name the first token starts
-    af_owner = af_cand = af_until = np.zeros(0, dtype=np.int64)
-    af_origin = np.zeros(0)
-    if config.autofill:
-        af_pair = np.flatnonzero(pages.is_root[cand] & qualified[host[cand]])
-        reach = lcp(typed[owner[af_pair], 0], pages.words[cand[af_pair], 0])
-        af_until = np.minimum(reach, first_len[owner[af_pair]])
-        usable = af_until >= look_from[owner[af_pair]]
-        af_pair, af_until = af_pair[usable], af_until[usable]
-        af_owner, af_cand = owner[af_pair], cand[af_pair]
-        af_origin = origin[host[af_cand]]
-
-    # the frecency rows: listable pages of non-zero stored frecency (only these pairs stay)
+    # the autofill rows (the qualified roots whose host name the first token starts) and
+    # the frecency rows (listable pages of non-zero stored frecency), with what does not
+    # change while typing: is the pair's page the target, or ahead of it
     stored = state.stored
-    p_stored = stored[cand]
-    keep = state.listable[cand] & (p_stored != 0)
-    owner, cand, drop, p_stored = owner[keep], cand[keep], drop[keep], p_stored[keep]
-    # what does not change while typing: is the pair's page the target, or ahead of it
-    t_stored = stored[targets]
-    p_target = cand == targets[owner]
-    p_ahead = p_stored > t_stored[owner]
-    p_ahead |= (p_stored == t_stored[owner]) & (cand > targets[owner])
+    (af_owner, af_cand, af_until, af_origin, owner, cand, drop, p_stored, p_target,
+     p_ahead) = _kernels().pair_rows(
+        ptr, cand, drop, typed[:, 0], first_len, look_from, targets, config.autofill,
+        pages.is_root, host, qualified, origin, pages.words[:, 0], vocab.chars, stored,
+        state.listable,
+    )  # fmt: skip
 
     # adaptive rows of every search's user: (search, row) pairs
     first_page = pages.user_offsets[users]

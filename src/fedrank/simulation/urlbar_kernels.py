@@ -6,6 +6,8 @@
 * :func:`matching_pairs`: the (search, page) pairs that may become rows once the user
   reads the list, found by binary search in the user's run of the word index;
 * :func:`origins`: Firefox's origins of the searching users' hosts;
+* :func:`pair_rows`: what each (search, page) pair can be -- an autofill row, a frecency
+  row -- and what does not change while typing;
 * :func:`keystroke_loop`: every search typed character by character with those lists --
   the rows Firefox shows and whether the user picks the wanted page. A per-character pass
   over all searches in numpy spent most of its time building and sorting the same small
@@ -22,7 +24,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["keystroke_loop", "matching_pairs", "origins", "word_entries"]
+__all__ = ["keystroke_loop", "matching_pairs", "origins", "pair_rows", "word_entries"]
 
 #: Drop step of a pair that matches the whole first token while the search types more: the
 #: later tokens are compared once the second one starts (:func:`_later_drop`).
@@ -457,6 +459,77 @@ def origins(
         for h in mine:
             qualified[h] = known[h] and (origin[h] >= threshold or host_bookmarked[h])
     return known, origin, qualified
+
+
+@numba.njit(cache=True, nogil=True)
+def pair_rows(
+    ptr: np.ndarray,
+    cand: np.ndarray,
+    drop: np.ndarray,
+    first_typed: np.ndarray,
+    first_len: np.ndarray,
+    look_from: np.ndarray,
+    targets: np.ndarray,
+    autofill: bool,
+    is_root: np.ndarray,
+    host: np.ndarray,
+    qualified: np.ndarray,
+    origin: np.ndarray,
+    host_word: np.ndarray,
+    chars: np.ndarray,
+    stored: np.ndarray,
+    listable: np.ndarray,
+) -> tuple[np.ndarray, ...]:
+    """The rows the pairs of :func:`matching_pairs` (search ``s``: ``ptr[s]:ptr[s + 1]``)
+    can be, in pair order. Autofill (when ``autofill``): the pairs whose page is a root of
+    a qualified host and whose host's name the first typed word reaches at least to
+    ``look_from``, as ``(owner, page, until, origin)``: the search, the page, the
+    characters up to which the first token stays a prefix of the host's name (at most the
+    first word's length), the host's origin frecency. Frecency rows: the pairs whose page
+    is listable with a stored frecency other than 0, as ``(owner, page, drop, stored,
+    is_target, ahead)``: ahead of the search's target in the history rows' order (stored
+    frecency descending, then page id descending)."""
+    m = cand.size
+    af_owner = np.empty(m, np.int64)
+    af_cand = np.empty(m, np.int64)
+    af_until = np.empty(m, np.int64)
+    af_origin = np.empty(m, np.float64)
+    owner = np.empty(m, np.int64)
+    page_out = np.empty(m, np.int64)
+    drop_out = np.empty(m, np.int64)
+    p_stored = np.empty(m, np.float64)
+    p_target = np.empty(m, np.bool_)
+    p_ahead = np.empty(m, np.bool_)
+    n_af = 0
+    n_rows = 0
+    for s in range(ptr.size - 1):
+        target = targets[s]
+        t_stored = stored[target]
+        for k in range(ptr[s], ptr[s + 1]):
+            page = cand[k]
+            if autofill and is_root[page] and qualified[host[page]]:
+                until = min(_lcp(chars, first_typed[s], host_word[page]), first_len[s])
+                if until >= look_from[s]:
+                    af_owner[n_af] = s
+                    af_cand[n_af] = page
+                    af_until[n_af] = until
+                    af_origin[n_af] = origin[host[page]]
+                    n_af += 1
+            value = stored[page]
+            if listable[page] and value != 0:
+                owner[n_rows] = s
+                page_out[n_rows] = page
+                drop_out[n_rows] = drop[k]
+                p_stored[n_rows] = value
+                p_target[n_rows] = page == target
+                p_ahead[n_rows] = value > t_stored or (value == t_stored and page > target)
+                n_rows += 1
+    return (
+        af_owner[:n_af].copy(), af_cand[:n_af].copy(), af_until[:n_af].copy(),
+        af_origin[:n_af].copy(), owner[:n_rows].copy(), page_out[:n_rows].copy(),
+        drop_out[:n_rows].copy(), p_stored[:n_rows].copy(), p_target[:n_rows].copy(),
+        p_ahead[:n_rows].copy(),
+    )  # fmt: skip
 
 
 @numba.njit(cache=True, nogil=True)
