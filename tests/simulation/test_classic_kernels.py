@@ -19,7 +19,7 @@ from fedrank.models.frecency.weights import (
     VISIT_BONUS_SLICE,
     classic_defaults,
 )
-from fedrank.simulation.classic_kernels import rounded_frecency, stored_points100
+from fedrank.simulation.classic_kernels import page_frecency, page_points100
 from fedrank.simulation.frecency_world import FrecencyWorld
 
 
@@ -45,20 +45,28 @@ def _models() -> list[np.ndarray]:
 
 @pytest.mark.parametrize("later", [0.0, 0.4, 3.7, 95.25])
 def test_points_and_frecency_equal_numpy_to_the_bit(world: FrecencyWorld, later: float) -> None:
+    """Every page's compiled points (``page_points100``) and fresh frecency (the world's
+    compiled scorer, into a state's two rows too) equal numpy's for non-integer, negative
+    and unordered weights, rounded and not."""
     world.now = later  # ages in whole days: a fraction of a day moves some across a cutoff
     index = np.flatnonzero(world.listable())
     assert world.store.bookmarked[index].any() and (world.store.n_rows()[index] > 4).any()
     assert (world.store.bookmarked[index] & (world.store.visit_count[index] == 0)).any()
     histories = world.histories(index)  # ten columns, as the losses read them
     store = world.store
+    rows = store.n_rows()
+    sample = index[:: max(1, index.size // 300)]  # (one Python call per page)
     for theta in _models():
         bonus = theta[VISIT_BONUS_SLICE]
-        points = stored_points100(
-            index, store.n_rows(), store.time, world._slots, store.bookmarked, world.now,
-            effective_cutoffs(theta[CUTOFF_SLICE]), theta[BUCKET_WEIGHT_SLICE].copy(),
-            np.append(bonus, 0.0), float(bonus[BOOKMARK_SLOT]),
-        )  # fmt: skip
-        expected = world.scorer.frecency.points100(theta[None, :], histories)[0]
+        cutoffs, weights = effective_cutoffs(theta[CUTOFF_SLICE]), theta[BUCKET_WEIGHT_SLICE]
+        points = np.array([
+            page_points100(
+                i, rows[i], store.time, world._slots, store.bookmarked, world.now, 0.0,
+                cutoffs, weights.copy(), np.append(bonus, 0.0), float(bonus[BOOKMARK_SLOT]),
+            ) if rows[i] else 0.0
+            for i in sample
+        ])  # fmt: skip
+        expected = world.scorer.frecency.points100(theta[None, :], world.histories(sample))[0]
         nonzero = expected != 0.0  # (a zero's sign may differ: any zero scores -1)
         assert nonzero.mean() > 0.9
         np.testing.assert_array_equal(points[nonzero], expected[nonzero])
@@ -66,10 +74,12 @@ def test_points_and_frecency_equal_numpy_to_the_bit(world: FrecencyWorld, later:
         for rounding in (True, False):  # Firefox's integers, and the unrounded variant
             world.scorer.frecency = ClassicFrecency(rounding=rounding)
             try:
-                np.testing.assert_array_equal(
-                    world._compiled_fresh(theta, index),
-                    world.scorer.fresh(theta, histories, world.now),
-                )
+                fresh = world.scorer.fresh(theta, histories, world.now)
+                into = np.full((2, store.n_pages), 7.5)
+                np.testing.assert_array_equal(world._compiled_fresh(theta, index, into), fresh)
+                np.testing.assert_array_equal(into[:, index], [fresh, fresh])
+                others = np.setdiff1d(np.arange(store.n_pages), index)
+                assert (into[:, others] == 7.5).all()
             finally:
                 world.scorer.frecency = ClassicFrecency()
 
@@ -117,12 +127,12 @@ def test_rounding_equals_from_points(seed: int, rounding: bool) -> None:
         theta[None, :], points[index][None, :], visit_count[index], n_sampled[index],
         bookmarked[index], typed[index],
     )[0]  # fmt: skip
-    got = rounded_frecency(
-        points[index], index, visit_count, n_sampled, bookmarked, typed,
-        float(theta[CLASSIC_INDEX["firstBucketWeight"]]),
-        float(theta[CLASSIC_INDEX["unvisitedBookmarkBonus"]]),
-        float(theta[CLASSIC_INDEX["unvisitedTypedBonus"]]), rounding,
-    )  # fmt: skip
+    weights = [float(theta[CLASSIC_INDEX[name]]) for name in
+               ("firstBucketWeight", "unvisitedBookmarkBonus", "unvisitedTypedBonus")]  # fmt: skip
+    got = [
+        page_frecency(points[i], i, visit_count, n_sampled, bookmarked, typed, *weights, rounding)
+        for i in index
+    ]
     np.testing.assert_array_equal(got, expected)
 
 

@@ -15,7 +15,14 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["kept_fresh", "kept_stored", "rounded_frecency", "row_slots", "stored_points100"]
+__all__ = [
+    "fresh_frecency",
+    "kept_fresh",
+    "kept_stored",
+    "page_frecency",
+    "page_points100",
+    "row_slots",
+]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -68,7 +75,7 @@ def _bucket(age: float, cutoffs: np.ndarray) -> int:
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _page_points100(
+def page_points100(
     i: int,
     rows: int,
     time: np.ndarray,
@@ -81,8 +88,13 @@ def _page_points100(
     slot_weights: np.ndarray,
     bookmark_weight: float,
 ) -> float:
-    """:func:`stored_points100` of page ``i`` (``rows > 0``), every age ``trunc(now -
-    time) - shift``."""
+    """``100 * points`` of page ``i`` (``rows > 0``) over its first ``rows`` rows (age
+    ``trunc(now - time) - shift`` days; bucket = how many of the non-decreasing
+    ``cutoffs`` lie below it): ``bucket_weights[bucket] * slot_weights[slot]``
+    (``slot_weights`` with the zero padding slot last), plus ``bookmark_weight`` times the
+    bucket weights of the rows in a real slot for a bookmarked page; added visit after
+    visit, the bookmark's sum last, as :func:`fedrank.models.frecency.classic.visit_sum`
+    adds them."""
     padding = slot_weights.size - 1
     points = 0.0
     extra = 0.0
@@ -104,7 +116,7 @@ def _page_points100(
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _frecency(
+def page_frecency(
     points100: float,
     i: int,
     visit_count: np.ndarray,
@@ -116,7 +128,13 @@ def _frecency(
     unvisited_typed: float,
     rounding: bool,
 ) -> float:
-    """:func:`rounded_frecency` of page ``i`` from its ``points100``."""
+    """Frecency of page ``i`` from its :func:`page_points100`, as
+    :meth:`~fedrank.models.frecency.classic.ClassicFrecency.from_points` (float64, no
+    ``place:`` queries) gives it for one weight vector, in the same operations: sampled
+    pages ``ceil(ceil(points / 100) * visit_count / sampled)`` (``points * visit_count /
+    (100 * sampled)`` without ``rounding``), -1 for zero points; pages without a sampled
+    visit ``first_weight * (unvisited_bookmark + typed * unvisited_typed) / 100`` (ceiled
+    with ``rounding``) when bookmarked, else 0."""
     count = visit_count[i]
     sampled = n_sampled[i] if count > 0 else 0
     if sampled == 0:
@@ -174,36 +192,42 @@ def kept_fresh(
     rounding: bool,
     margin: float,
     float32_max: float,
+    into: np.ndarray,
 ) -> np.ndarray:
     """The kept fresh frecency of the pages at ``index`` under one vector: a page whose
     validity ``until[page]`` (float32) is not after ``now`` is scored (as
-    :func:`stored_points100` and :func:`rounded_frecency`) into ``values[0, page]`` and
+    :func:`page_points100` and :func:`page_frecency`) into ``values[0, page]`` and
     kept until one of its rows' whole-day ages passes ``row_limits[bucket]`` (the floor of
-    its bucket's cutoff; inf for the last bucket); returns ``values[0]`` at ``index``."""
+    its bucket's cutoff; inf for the last bucket); returns ``values[0]`` at ``index``, and
+    writes them at the pages of both rows of ``into`` (``(2, N)``; ``(0, 0)``: nowhere)."""
     out = np.empty(index.size)
     for k in range(index.size):
         i = index[k]
         if np.float64(until[i]) > now:
             out[k] = values[0, i]
+            if into.shape[0]:
+                into[0, i] = into[1, i] = out[k]
             continue
         rows = n_rows[i]
         points = 0.0
         valid = np.inf
         if rows > 0:
-            points = _page_points100(
+            points = page_points100(
                 i, rows, time, slot, bookmarked, now, 0.0, cutoffs, bucket_weights,
                 slot_weights, bookmark_weight,
             )  # fmt: skip
             for j in range(rows):
                 limit = row_limits[_bucket(np.trunc(now - time[i, j]), cutoffs)]
                 valid = min(valid, _end(time[i, j], limit, margin))
-        value = _frecency(
+        value = page_frecency(
             points, i, visit_count, n_sampled, bookmarked, typed, first_weight,
             unvisited_bookmark, unvisited_typed, rounding,
         )  # fmt: skip
         values[0, i] = value
         until[i] = _until32(valid, float32_max)
         out[k] = value
+        if into.shape[0]:
+            into[0, i] = into[1, i] = value
     return out
 
 
@@ -233,6 +257,7 @@ def kept_stored(
     lift: np.ndarray,
     margin: float,
     float32_max: float,
+    into: np.ndarray,
 ) -> np.ndarray:
     """``(2, m)``: the kept stored and origin frecency of the pages at ``index``
     (``ClassicFrecency.stored_slots`` with Firefox's rounding: the score as of the newest
@@ -240,13 +265,17 @@ def kept_stored(
     per whole day since while ``v > 0``: integers below ``lift.shape[1]`` by its tables of
     ``2 ** level`` days, ``classic.decay_tables``, any other value day by day). A page
     whose validity ``until[page]`` is not after ``now`` is scored into ``values[:, page]``
-    and kept until one of its rows' or its bookmark's whole-day age changes."""
+    and kept until one of its rows' or its bookmark's whole-day age changes. Both are also
+    written at the pages of ``into``'s rows (``(2, N)``; ``(0, 0)``: nowhere)."""
     out = np.empty((2, index.size))
     for k in range(index.size):
         i = index[k]
         if np.float64(until[i]) > now:
             out[0, k] = values[0, i]
             out[1, k] = values[1, i]
+            if into.shape[0]:
+                into[0, i] = out[0, k]
+                into[1, i] = out[1, k]
             continue
         rows = n_rows[i]
         has_bookmark = bookmarked[i] and not np.isnan(bookmark_time[i])
@@ -268,11 +297,11 @@ def kept_stored(
         since = max(np.floor(newest if sampled else bookmark_age), 0.0)
         points = 0.0
         if rows > 0:
-            points = _page_points100(
+            points = page_points100(
                 i, rows, time, slot, bookmarked, now, since, cutoffs, bucket_weights,
                 slot_weights, bookmark_weight,
             )  # fmt: skip
-        fresh = _frecency(
+        fresh = page_frecency(
             points, i, visit_count, n_sampled, bookmarked, typed, first_weight,
             unvisited_bookmark, unvisited_typed, True,
         )  # fmt: skip
@@ -300,94 +329,52 @@ def kept_stored(
         until[i] = _until32(valid, float32_max)
         out[0, k] = decayed
         out[1, k] = fresh
+        if into.shape[0]:
+            into[0, i] = decayed
+            into[1, i] = fresh
     return out
 
 
 @numba.njit(cache=True, nogil=True)
-def stored_points100(
+def fresh_frecency(
     index: np.ndarray,
+    now: float,
     n_rows: np.ndarray,
     time: np.ndarray,
     slot: np.ndarray,
     bookmarked: np.ndarray,
-    now: float,
+    visit_count: np.ndarray,
+    n_sampled: np.ndarray,
+    typed: np.ndarray,
     cutoffs: np.ndarray,
     bucket_weights: np.ndarray,
     slot_weights: np.ndarray,
     bookmark_weight: float,
-) -> np.ndarray:
-    """``100 * points`` of the pages at ``index``: over each page's first ``n_rows`` rows
-    (age ``trunc(now - time)`` days, bucket = how many of the non-decreasing ``cutoffs``
-    lie below it), ``bucket_weights[bucket] * slot_weights[slot]`` (``slot_weights`` with
-    the zero padding slot last), plus ``bookmark_weight`` times the bucket weights of the
-    rows in a real slot for bookmarked pages; 0 for a page without rows."""
-    padding = slot_weights.size - 1
-    out = np.zeros(index.size)
-    for k in range(index.size):
-        i = index[k]
-        rows = n_rows[i]
-        if rows == 0:
-            continue
-        points = 0.0
-        extra = 0.0
-        for j in range(rows):
-            age = np.trunc(now - time[i, j])
-            bucket = 0
-            for c in range(cutoffs.size):
-                if age > cutoffs[c]:
-                    bucket += 1
-            w = bucket_weights[bucket]
-            s = slot[i, j]
-            term = w * slot_weights[s]
-            in_slot = 1.0 if s != padding else 0.0
-            if j == 0:
-                points = term
-                extra = w * in_slot
-            else:
-                points += term
-                extra += w * in_slot
-        if bookmarked[i]:
-            points += bookmark_weight * extra
-        out[k] = points
-    return out
-
-
-@numba.njit(cache=True, nogil=True)
-def rounded_frecency(
-    points100: np.ndarray,
-    index: np.ndarray,
-    visit_count: np.ndarray,
-    n_sampled: np.ndarray,
-    bookmarked: np.ndarray,
-    typed: np.ndarray,
     first_weight: float,
     unvisited_bookmark: float,
     unvisited_typed: float,
     rounding: bool,
+    into: np.ndarray,
 ) -> np.ndarray:
-    """Frecency of the pages at ``index`` from their :func:`stored_points100`, as
-    :meth:`~fedrank.models.frecency.classic.ClassicFrecency.from_points` (float64, no
-    ``place:`` queries) gives it for one weight vector, in the same operations: sampled
-    pages ``ceil(ceil(points / 100) * visit_count / sampled)`` (``points * visit_count /
-    (100 * sampled)`` without ``rounding``), -1 for zero points; pages without a sampled
-    visit ``first_weight * (unvisited_bookmark + typed * unvisited_typed) / 100`` (ceiled
-    with ``rounding``) when bookmarked, else 0."""
+    """Fresh classic frecency of the pages at ``index`` (any order, repeats allowed) under
+    one vector, nothing kept (:func:`page_points100`, :func:`page_frecency`; 0 points for
+    a page without rows); also written at the pages of both rows of ``into`` (``(2, N)``;
+    ``(0, 0)``: nowhere)."""
     out = np.empty(index.size)
     for k in range(index.size):
         i = index[k]
-        count = visit_count[i]
-        sampled = n_sampled[i] if count > 0 else 0
-        if sampled == 0:
-            if bookmarked[i]:
-                bonus = unvisited_bookmark + (1.0 if typed[i] else 0.0) * unvisited_typed
-                value = first_weight * bonus / 100.0
-                out[k] = np.ceil(value) if rounding else value
-            else:
-                out[k] = 0.0
-        elif points100[k] == 0.0:
-            out[k] = -1.0
-        elif rounding:
-            out[k] = np.ceil(np.ceil(points100[k] / 100.0) * np.float64(count) / sampled)
-        else:
-            out[k] = points100[k] * np.float64(count) / (100.0 * sampled)
+        rows = n_rows[i]
+        points = 0.0
+        if rows > 0:
+            points = page_points100(
+                i, rows, time, slot, bookmarked, now, 0.0, cutoffs, bucket_weights,
+                slot_weights, bookmark_weight,
+            )  # fmt: skip
+        value = page_frecency(
+            points, i, visit_count, n_sampled, bookmarked, typed, first_weight,
+            unvisited_bookmark, unvisited_typed, rounding,
+        )  # fmt: skip
+        out[k] = value
+        if into.shape[0]:
+            into[0, i] = into[1, i] = value
     return out

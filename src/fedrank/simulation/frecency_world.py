@@ -96,6 +96,8 @@ _WIDTHS: tuple[int, ...] = (1, 2, 4, 10)
 #: The compiled stored frecency decays integer scores up to this one, over up to
 #: ``2 ** _LIFT_LEVELS - 1`` days, by table lookups (others day by day).
 _LIFT_TOP, _LIFT_LEVELS = (1 << 16) - 1, 8
+#: The compiled scorers' ``into`` when the values go nowhere else.
+_NOWHERE = np.zeros((0, 0))
 
 
 def _width_groups(width: int) -> np.ndarray:
@@ -406,25 +408,40 @@ class FrecencyWorld:
         age[~real] = 0.0
         return times, age, real
 
-    def _fresh(self, params: np.ndarray, index: np.ndarray) -> np.ndarray:
+    def _fresh(
+        self, params: np.ndarray, index: np.ndarray, into: np.ndarray | None = None
+    ) -> np.ndarray:
         """Fresh frecency of the pages at ``index`` under one parameter vector (kept
         between calls for the hidden preference, the defaults and a model used twice in a
-        row: :class:`~fedrank.simulation.score_cache.PageScoreCache`)."""
+        row: :class:`~fedrank.simulation.score_cache.PageScoreCache`); also written at
+        those pages of both rows of ``into`` (``(2, N)``: a URL-bar state's stored and
+        origin frecency) when given."""
         params = np.asarray(params, dtype=np.float64)
         cache = self._params_cache(params)
-        if cache is None:
-            return self._fresh_once(params, index)
         if self._compiled:
-            return self._kept_fresh(cache, params, index)
-        return self._cached(cache, index, self._fresh_scorer(params))[0]
+            into = _NOWHERE if into is None else into
+            if cache is None:
+                return self._compiled_fresh(params, index, into)
+            return self._kept_fresh(cache, params, index, into)
+        if cache is None:
+            values = self._fresh_once(params, index)
+        else:
+            values = self._cached(cache, index, self._fresh_scorer(params))[0]
+        if into is not None:
+            into[0, index] = into[1, index] = values
+        return values
 
     def _kept_fresh(
-        self, cache: PageScoreCache, params: np.ndarray, index: np.ndarray
+        self,
+        cache: PageScoreCache,
+        params: np.ndarray,
+        index: np.ndarray,
+        into: np.ndarray = _NOWHERE,
     ) -> np.ndarray:
         """``cache``'s fresh classic frecency of the pages at ``index`` under ``params``,
         the stale ones scored again first, in one compiled pass
         (:func:`~fedrank.simulation.classic_kernels.kept_fresh`: the values and validity
-        :meth:`_cached` gives)."""
+        :meth:`_cached` gives), also written into ``into`` (:meth:`_fresh`)."""
         from fedrank.simulation.classic_kernels import kept_fresh
 
         self._sync_kept()
@@ -440,7 +457,7 @@ class FrecencyWorld:
             params[BUCKET_WEIGHT_SLICE].copy(), np.append(slot_weights, 0.0),
             float(slot_weights[BOOKMARK_SLOT]), float(params[_FIRST_WEIGHT]),
             float(params[_UNVISITED_BOOKMARK]), float(params[_UNVISITED_TYPED]),
-            self.scorer.frecency.rounding, VALIDITY_MARGIN, FLOAT32_MAX,
+            self.scorer.frecency.rounding, VALIDITY_MARGIN, FLOAT32_MAX, into,
         )  # fmt: skip
 
     def _fresh_once(self, params: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -455,26 +472,27 @@ class FrecencyWorld:
             out[pos] = self._score_group(params, index[pos], width, limits=False)[0]
         return out
 
-    def _compiled_fresh(self, params: np.ndarray, index: np.ndarray) -> np.ndarray:
+    def _compiled_fresh(
+        self, params: np.ndarray, index: np.ndarray, into: np.ndarray = _NOWHERE
+    ) -> np.ndarray:
         """Fresh classic frecency of the pages at ``index`` (any order, repeats allowed):
         their points from the kept bonus slots and Firefox's rounding, in compiled code,
-        the same bits as :meth:`_score_group` (:mod:`~fedrank.simulation.classic_kernels`)."""
-        from fedrank.simulation.classic_kernels import rounded_frecency, stored_points100
+        the same bits as :meth:`_score_group`
+        (:func:`~fedrank.simulation.classic_kernels.fresh_frecency`), also written into
+        ``into`` (:meth:`_fresh`)."""
+        from fedrank.simulation.classic_kernels import fresh_frecency
 
         self._sync_kept()
         store = self.store
         assert self._slots is not None and self._n_sampled is not None
-        index = np.asarray(index, dtype=np.int64)
         slot_weights = params[VISIT_BONUS_SLICE]
-        points = stored_points100(
-            index, store.n_rows(), store.time, self._slots, store.bookmarked, float(self.now),
+        return fresh_frecency(
+            np.asarray(index, dtype=np.int64), float(self.now), store.n_rows(), store.time,
+            self._slots, store.bookmarked, store.visit_count, self._n_sampled, store.typed,
             effective_cutoffs(params[CUTOFF_SLICE]), params[BUCKET_WEIGHT_SLICE].copy(),
             np.append(slot_weights, 0.0), float(slot_weights[BOOKMARK_SLOT]),
-        )  # fmt: skip
-        return rounded_frecency(
-            points, index, store.visit_count, self._n_sampled, store.bookmarked, store.typed,
             float(params[_FIRST_WEIGHT]), float(params[_UNVISITED_BOOKMARK]),
-            float(params[_UNVISITED_TYPED]), self.scorer.frecency.rounding,
+            float(params[_UNVISITED_TYPED]), self.scorer.frecency.rounding, into,
         )  # fmt: skip
 
     def _fresh_scorer(
@@ -485,12 +503,12 @@ class FrecencyWorld:
         """:meth:`_score_group` under ``params``, for :meth:`_cached`."""
         return lambda at, width: self._score_group(params, at, width)
 
-    def _stored(self, index: np.ndarray) -> np.ndarray:
+    def _stored(self, index: np.ndarray, into: np.ndarray | None = None) -> np.ndarray:
         """``(2, m)``: the control branch's stored and origin frecency of the pages at
-        ``index`` (kept between calls)."""
-
+        ``index`` (kept between calls); also written at those pages of ``into``'s two rows
+        (``(2, N)``) when given."""
         if self._compiled and self.scorer.frecency.rounding:
-            return self._kept_stored(index)
+            return self._kept_stored(index, _NOWHERE if into is None else into)
 
         def score(
             at: np.ndarray, width: int
@@ -519,9 +537,12 @@ class FrecencyWorld:
             )  # fmt: skip
             return values, (age, bookmark_age), times
 
-        return self._cached(self._stored_cache, index, score)
+        values = self._cached(self._stored_cache, index, score)
+        if into is not None:
+            into[:, index] = values
+        return values
 
-    def _kept_stored(self, index: np.ndarray) -> np.ndarray:
+    def _kept_stored(self, index: np.ndarray, into: np.ndarray = _NOWHERE) -> np.ndarray:
         """:meth:`_stored` of classic frecency with Firefox's rounding in one compiled pass
         (:func:`~fedrank.simulation.classic_kernels.kept_stored`)."""
         from fedrank.simulation.classic_kernels import kept_stored
@@ -543,7 +564,7 @@ class FrecencyWorld:
             np.append(slot_weights, 0.0), float(slot_weights[BOOKMARK_SLOT]),
             float(params[_FIRST_WEIGHT]), float(params[_UNVISITED_BOOKMARK]),
             float(params[_UNVISITED_TYPED]), rate, self._decay_lift,
-            VALIDITY_MARGIN, FLOAT32_MAX,
+            VALIDITY_MARGIN, FLOAT32_MAX, into,
         )  # fmt: skip
 
     def _params_cache(self, params: np.ndarray) -> PageScoreCache | None:
@@ -822,30 +843,27 @@ class FrecencyWorld:
         """:meth:`state` of distinct ascending ``users``, computed now."""
         return self._treatment_state(theta, users, self._control_state(users))
 
-    def _control_state(self, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The stored and origin frecency of :meth:`_state_of` with the control branches'
-        pages filled in (the stored frecency for control, the defaults' for
+    def _control_state(self, users: np.ndarray) -> np.ndarray:
+        """``(2, N)``: the stored and origin frecency of :meth:`_state_of` with the control
+        branches' pages filled in (the stored frecency for control, the defaults' for
         control-no-decay), the treatment's still 0."""
-        stored = np.zeros(self.pages.n_pages)
-        origin = np.zeros(self.pages.n_pages)
+        state = np.zeros((2, self.pages.n_pages))
         branch = self.branch[users]
-        at = self._listed_of(users[branch == CONTROL_NO_DECAY])
-        stored[at] = origin[at] = self._fresh(self.scorer.defaults(), at)
-        at = self._listed_of(users[branch == CONTROL])
-        stored[at], origin[at] = self._stored(at)
-        return stored, origin
+        self._fresh(
+            self.scorer.defaults(), self._listed_of(users[branch == CONTROL_NO_DECAY]), state
+        )
+        self._stored(self._listed_of(users[branch == CONTROL]), state)
+        return state
 
     def _treatment_state(
-        self, theta: np.ndarray, users: np.ndarray, control: tuple[np.ndarray, np.ndarray]
+        self, theta: np.ndarray, users: np.ndarray, state: np.ndarray
     ) -> UrlbarState:
         """:meth:`_state_of` from :meth:`_control_state`'s arrays: the treatment's pages
         scored under ``theta``."""
-        stored, origin = control
-        at = self._listed_of(users[self.branch[users] == TREATMENT])
-        stored[at] = origin[at] = self._fresh(theta, at)
+        self._fresh(theta, self._listed_of(users[self.branch[users] == TREATMENT]), state)
         return UrlbarState(
-            stored=stored,
-            origin=origin,
+            stored=state[0],
+            origin=state[1],
             listable=self.listable(),
             host_bookmarked=self._host_bookmarked.copy(),
             inputs=self.inputs,

@@ -112,19 +112,10 @@ def sample_targets(
         count = user_start[users + 1] - first
     if count.min() == 0:
         raise DataFormatError("a searching user has no page that can be wanted")
-    from fedrank.simulation.intent_kernels import check_candidates, race_keys, race_winners
+    from fedrank.simulation.intent_kernels import race_keys, race_winners
 
     ptr = np.zeros(users.size + 1, dtype=np.int64)
     np.cumsum(count, out=ptr[1:])
-    if candidates is not None:
-        problem = check_candidates(scores, source, first, ptr, users, pages.user_offsets)
-        if problem == 2:
-            raise DataFormatError(
-                "candidates list a page that is not the searching user's: user u's kept "
-                "pages must lie in pages.user_offsets[u]:pages.user_offsets[u + 1]"
-            )
-        if problem == 1:
-            raise DataFormatError("true_scores contains NaN")
     n = int(ptr[-1])  # one utility per (search, eligible page)
     if draws is None:
         noise, key = race_draws(rng, n, noise_var)
@@ -136,7 +127,16 @@ def sample_targets(
                 f"entry per search and eligible page), got shapes {noise.shape} and "
                 f"{key.shape}"
             )
-    has_positive = race_keys(scores, source, first, ptr, noise, key)
+    problem, has_positive = race_keys(
+        scores, source, first, ptr, noise, key, users, pages.user_offsets, candidates is not None
+    )
+    if problem == 2:
+        raise DataFormatError(
+            "candidates list a page that is not the searching user's: user u's kept "
+            "pages must lie in pages.user_offsets[u]:pages.user_offsets[u + 1]"
+        )
+    if problem == 1:
+        raise DataFormatError("true_scores contains NaN")
     # Users whose every utility is <= 0 choose uniformly: any i.i.d. continuous keys do.
     if not has_positive.all():
         flat = np.flatnonzero(~has_positive)

@@ -8,32 +8,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["check_candidates", "race_keys", "race_winners"]
-
-
-@numba.njit(cache=True, nogil=True)
-def check_candidates(
-    scores: np.ndarray,
-    source: np.ndarray,
-    first: np.ndarray,
-    ptr: np.ndarray,
-    users: np.ndarray,
-    user_offsets: np.ndarray,
-) -> int:
-    """What the searches would read from a caller's kept candidates: 0 when every page is
-    one of the searching user's (``user_offsets[u] <= page < user_offsets[u + 1]``) with a
-    score, 2 at the first page that is not, 1 at the first NaN score. ``first`` and
-    ``ptr`` must stay inside ``source`` (the caller checks the offsets)."""
-    for s in range(ptr.size - 1):
-        lo = user_offsets[users[s]]
-        hi = user_offsets[users[s] + 1]
-        for k in range(ptr[s + 1] - ptr[s]):
-            page = source[first[s] + k]
-            if page < lo or page >= hi:
-                return 2
-            if np.isnan(scores[page]):
-                return 1
-    return 0
+__all__ = ["race_keys", "race_winners"]
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -44,14 +19,30 @@ def race_keys(
     ptr: np.ndarray,
     noise: np.ndarray,
     key: np.ndarray,
-) -> np.ndarray:
+    users: np.ndarray,
+    user_offsets: np.ndarray,
+    check: bool,
+) -> tuple[int, np.ndarray]:
     """In place, ``key[k] /= max(score + noise[k], 0)`` for every (search, page) entry
     (+inf where the weight is 0; ``noise`` empty: none; the max as ``np.maximum``);
-    returns bool ``(S,)``: the search has a positive weight."""
+    returns ``(problem, has_positive)``: bool ``(S,)``, the search has a positive weight.
+    With ``check`` (a caller's kept candidates), every page is first checked as one of
+    the searching user's (``user_offsets[u] <= page < user_offsets[u + 1]``) with a score:
+    ``problem`` is 2 at the first page that is not, 1 at the first NaN score (the keys are
+    then left part divided), else 0. ``first`` and ``ptr`` must stay inside ``source``
+    (the caller checks the offsets)."""
     has_positive = np.zeros(ptr.size - 1, np.bool_)
     for s in range(ptr.size - 1):
+        lo = user_offsets[users[s]]
+        hi = user_offsets[users[s] + 1]
         for k in range(ptr[s], ptr[s + 1]):
-            weight = scores[source[first[s] + k - ptr[s]]]
+            page = source[first[s] + k - ptr[s]]
+            if check:
+                if page < lo or page >= hi:
+                    return 2, has_positive
+                if np.isnan(scores[page]):
+                    return 1, has_positive
+            weight = scores[page]
             if noise.size:
                 weight += noise[k]
             if not (weight >= 0.0 or np.isnan(weight)):
@@ -59,7 +50,7 @@ def race_keys(
             if weight > 0.0:
                 has_positive[s] = True
             key[k] = key[k] / weight
-    return has_positive
+    return 0, has_positive
 
 
 @numba.njit(cache=True, nogil=True)

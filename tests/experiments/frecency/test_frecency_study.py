@@ -380,10 +380,18 @@ def test_url_bar_state_equals_scoring_the_histories_directly() -> None:
             world.scorer.fresh(theta, histories, world.now),
             world.scorer.fresh(world.scorer.defaults(), histories, world.now),
         )
-        stored, _ = world.scorer.stored(histories, world.now, world.decay_rate)
-        expected = np.where(branch == CONTROL, stored, expected)
-        np.testing.assert_array_equal(state.stored[index], expected)
+        stored, undecayed = world.scorer.stored(histories, world.now, world.decay_rate)
+        np.testing.assert_array_equal(
+            state.stored[index], np.where(branch == CONTROL, stored, expected)
+        )
+        # origin frecency: the control branch's without the daily decay
+        np.testing.assert_array_equal(
+            state.origin[index], np.where(branch == CONTROL, undecayed, expected)
+        )
+        unlisted = np.flatnonzero(~world.listable())
+        assert (state.stored[unlisted] == 0).all() and (state.origin[unlisted] == 0).all()
         assert (branch == CONTROL).any() and (branch == TREATMENT).any()
+        assert (stored[branch == CONTROL] != undecayed[branch == CONTROL]).any()
 
     for _ in range(3):
         searches = world.draw_searches(users, rng)  # builds the histories a search reuses
