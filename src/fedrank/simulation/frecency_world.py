@@ -100,6 +100,25 @@ _LIFT_TOP, _LIFT_LEVELS = (1 << 16) - 1, 8
 _NOWHERE = np.zeros((0, 0))
 
 
+def _classic_weights(
+    params: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, float, float, float]:
+    """What the compiled classic scorers read of one weight vector, in their order: the
+    effective cutoffs, the bucket weights, the visit bonuses with the padding slot's 0,
+    the bookmark bonus, ``firstBucketWeight``, ``unvisitedBookmarkBonus`` and
+    ``unvisitedTypedBonus``."""
+    bonus = params[VISIT_BONUS_SLICE]
+    return (
+        effective_cutoffs(params[CUTOFF_SLICE]),
+        params[BUCKET_WEIGHT_SLICE].copy(),
+        np.append(bonus, 0.0),
+        float(bonus[BOOKMARK_SLOT]),
+        float(params[_FIRST_WEIGHT]),
+        float(params[_UNVISITED_BOOKMARK]),
+        float(params[_UNVISITED_TYPED]),
+    )
+
+
 def _width_groups(width: int) -> np.ndarray:
     """uint8 lookup table over row counts ``0..width``: the group of :data:`_WIDTHS` of a
     page with that many rows (the first width it fits; ``len(_WIDTHS)`` for none)."""
@@ -448,15 +467,11 @@ class FrecencyWorld:
         store = self.store
         assert self._slots is not None and self._n_sampled is not None
         values, until = cache.synced()
-        cutoffs = effective_cutoffs(params[CUTOFF_SLICE])
-        slot_weights = params[VISIT_BONUS_SLICE]
+        weights = _classic_weights(params)
         return kept_fresh(
             np.asarray(index, dtype=np.int64), until, values, float(self.now), store.n_rows(),
             store.time, self._slots, store.bookmarked, store.visit_count, self._n_sampled,
-            store.typed, cutoffs, np.append(np.floor(cutoffs), np.inf),
-            params[BUCKET_WEIGHT_SLICE].copy(), np.append(slot_weights, 0.0),
-            float(slot_weights[BOOKMARK_SLOT]), float(params[_FIRST_WEIGHT]),
-            float(params[_UNVISITED_BOOKMARK]), float(params[_UNVISITED_TYPED]),
+            store.typed, np.append(np.floor(weights[0]), np.inf), *weights,
             self.scorer.frecency.rounding, VALIDITY_MARGIN, FLOAT32_MAX, into,
         )  # fmt: skip
 
@@ -485,14 +500,10 @@ class FrecencyWorld:
         self._sync_kept()
         store = self.store
         assert self._slots is not None and self._n_sampled is not None
-        slot_weights = params[VISIT_BONUS_SLICE]
         return fresh_frecency(
             np.asarray(index, dtype=np.int64), float(self.now), store.n_rows(), store.time,
             self._slots, store.bookmarked, store.visit_count, self._n_sampled, store.typed,
-            effective_cutoffs(params[CUTOFF_SLICE]), params[BUCKET_WEIGHT_SLICE].copy(),
-            np.append(slot_weights, 0.0), float(slot_weights[BOOKMARK_SLOT]),
-            float(params[_FIRST_WEIGHT]), float(params[_UNVISITED_BOOKMARK]),
-            float(params[_UNVISITED_TYPED]), self.scorer.frecency.rounding, into,
+            *_classic_weights(params), self.scorer.frecency.rounding, into,
         )  # fmt: skip
 
     def _fresh_scorer(
@@ -554,16 +565,11 @@ class FrecencyWorld:
         rate = float(np.float32(self.decay_rate))  # the float pref, as daily_decay binds it
         if self._decay_lift is None:
             self._decay_lift = np.stack(decay_tables(rate, _LIFT_TOP, _LIFT_LEVELS))
-        params = self.scorer.defaults()
-        slot_weights = params[VISIT_BONUS_SLICE]
         return kept_stored(
             np.asarray(index, dtype=np.int64), until, values, float(self.now), store.n_rows(),
             store.time, store.visit_type, self._slots, store.bookmarked, store.bookmark_time,
             store.visit_count, self._n_sampled, store.typed,
-            effective_cutoffs(params[CUTOFF_SLICE]), params[BUCKET_WEIGHT_SLICE].copy(),
-            np.append(slot_weights, 0.0), float(slot_weights[BOOKMARK_SLOT]),
-            float(params[_FIRST_WEIGHT]), float(params[_UNVISITED_BOOKMARK]),
-            float(params[_UNVISITED_TYPED]), rate, self._decay_lift,
+            *_classic_weights(self.scorer.defaults()), rate, self._decay_lift,
             VALIDITY_MARGIN, FLOAT32_MAX, into,
         )  # fmt: skip
 
