@@ -179,9 +179,10 @@ def test_kept_candidates_give_the_draws_of_the_eligible_mask() -> None:
     assert a.random() == b.random()
 
 
-def test_bad_candidates_are_refused_before_the_compiled_race() -> None:
-    """The compiled race checks no bounds: candidates that would read outside the pages,
-    or pages of another user, are refused with what is wrong."""
+def test_bad_candidates_are_refused_before_the_compiled_race_reads_them() -> None:
+    """The compiled race checks no bounds: offsets that would read outside the kept pages
+    are refused before it, pages of another user (outside the scores) or NaN scores by it
+    before it reads them, each with what is wrong."""
     pop = _population([2, 2])
     users, scores, rng = np.array([0, 1]), np.ones(4), np.random.default_rng(0)
     cases = [

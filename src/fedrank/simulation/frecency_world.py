@@ -714,7 +714,7 @@ class FrecencyWorld:
             )
         self._ahead = None  # (an older state ahead is not used again: free it)
         users = np.asarray(users)
-        if users.ndim != 1 or users.dtype.kind not in "iu" and users.size:
+        if users.ndim != 1 or (users.size and users.dtype.kind not in "iu"):
             raise DataFormatError(
                 f"users must be a 1-D integer array, got {users.dtype} {users.shape}"
             )
