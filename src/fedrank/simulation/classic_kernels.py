@@ -203,31 +203,26 @@ def kept_fresh(
     out = np.empty(index.size)
     for k in range(index.size):
         i = index[k]
-        if np.float64(until[i]) > now:
-            out[k] = values[0, i]
-            if into.shape[0]:
-                into[0, i] = into[1, i] = out[k]
-            continue
-        rows = n_rows[i]
-        points = 0.0
-        valid = np.inf
-        if rows > 0:
-            points = page_points100(
-                i, rows, time, slot, bookmarked, now, 0.0, cutoffs, bucket_weights,
-                slot_weights, bookmark_weight,
+        if not np.float64(until[i]) > now:  # stale: scored again and kept
+            rows = n_rows[i]
+            points = 0.0
+            valid = np.inf
+            if rows > 0:
+                points = page_points100(
+                    i, rows, time, slot, bookmarked, now, 0.0, cutoffs, bucket_weights,
+                    slot_weights, bookmark_weight,
+                )  # fmt: skip
+                for j in range(rows):
+                    limit = row_limits[_bucket(np.trunc(now - time[i, j]), cutoffs)]
+                    valid = min(valid, _end(time[i, j], limit, margin))
+            values[0, i] = page_frecency(
+                points, i, visit_count, n_sampled, bookmarked, typed, first_weight,
+                unvisited_bookmark, unvisited_typed, rounding,
             )  # fmt: skip
-            for j in range(rows):
-                limit = row_limits[_bucket(np.trunc(now - time[i, j]), cutoffs)]
-                valid = min(valid, _end(time[i, j], limit, margin))
-        value = page_frecency(
-            points, i, visit_count, n_sampled, bookmarked, typed, first_weight,
-            unvisited_bookmark, unvisited_typed, rounding,
-        )  # fmt: skip
-        values[0, i] = value
-        until[i] = _until32(valid, float32_max)
-        out[k] = value
+            until[i] = _until32(valid, float32_max)
+        out[k] = values[0, i]
         if into.shape[0]:
-            into[0, i] = into[1, i] = value
+            into[0, i] = into[1, i] = out[k]
     return out
 
 
@@ -270,69 +265,68 @@ def kept_stored(
     out = np.empty((2, index.size))
     for k in range(index.size):
         i = index[k]
-        if np.float64(until[i]) > now:
-            out[0, k] = values[0, i]
-            out[1, k] = values[1, i]
-            if into.shape[0]:
-                into[0, i] = out[0, k]
-                into[1, i] = out[1, k]
-            continue
-        rows = n_rows[i]
-        has_bookmark = bookmarked[i] and not np.isnan(bookmark_time[i])
-        bookmark_age = 0.0
-        if bookmarked[i]:
-            bookmark_age = np.trunc(now - (0.0 if np.isnan(bookmark_time[i]) else bookmark_time[i]))
-        newest = np.inf
-        valid = np.inf
-        for j in range(rows):
-            age = np.trunc(now - time[i, j])
-            if visit_type[i, j] != 0 and age < newest:
-                newest = age
-            valid = min(valid, _end(time[i, j], age, margin))
-        if has_bookmark:
-            valid = min(valid, _end(bookmark_time[i], bookmark_age, margin))
-        if not np.isfinite(newest):
-            newest = 0.0
-        sampled = n_sampled[i] > 0 and visit_count[i] > 0
-        since = max(np.floor(newest if sampled else bookmark_age), 0.0)
-        points = 0.0
-        if rows > 0:
-            points = page_points100(
-                i, rows, time, slot, bookmarked, now, since, cutoffs, bucket_weights,
-                slot_weights, bookmark_weight,
+        if not np.float64(until[i]) > now:  # stale: scored again and kept
+            rows = n_rows[i]
+            bookmark_age = 0.0
+            if bookmarked[i]:
+                bookmark_age = np.trunc(
+                    now - (0.0 if np.isnan(bookmark_time[i]) else bookmark_time[i])
+                )
+            newest = np.inf
+            valid = np.inf
+            for j in range(rows):
+                age = np.trunc(now - time[i, j])
+                if visit_type[i, j] != 0 and age < newest:
+                    newest = age
+                valid = min(valid, _end(time[i, j], age, margin))
+            if bookmarked[i] and not np.isnan(bookmark_time[i]):
+                valid = min(valid, _end(bookmark_time[i], bookmark_age, margin))
+            if not np.isfinite(newest):
+                newest = 0.0
+            sampled = n_sampled[i] > 0 and visit_count[i] > 0
+            since = max(np.floor(newest if sampled else bookmark_age), 0.0)
+            points = 0.0
+            if rows > 0:
+                points = page_points100(
+                    i, rows, time, slot, bookmarked, now, since, cutoffs, bucket_weights,
+                    slot_weights, bookmark_weight,
+                )  # fmt: skip
+            fresh = page_frecency(
+                points, i, visit_count, n_sampled, bookmarked, typed, first_weight,
+                unvisited_bookmark, unvisited_typed, True,
             )  # fmt: skip
-        fresh = page_frecency(
-            points, i, visit_count, n_sampled, bookmarked, typed, first_weight,
-            unvisited_bookmark, unvisited_typed, True,
-        )  # fmt: skip
-        days = int(since)
-        decayed = fresh
-        if (
-            0.0 < fresh < lift.shape[1] and fresh == np.floor(fresh) and days < (1 << lift.shape[0])
-        ):  # binary lifting: one table per bit of the days
-            v = int(fresh)
-            for level in range(lift.shape[0]):
-                if (days >> level) & 1:
-                    v = lift[level, v]
-            decayed = float(v)
-        else:
-            for _ in range(days):  # the idle-daily job, day after day
-                if decayed <= 0.0:
-                    break
-                x = decayed * decay_rate
-                step = np.sign(x) * np.floor(np.abs(x) + 0.5)
-                if step == decayed:
-                    break
-                decayed = step
-        values[0, i] = decayed
-        values[1, i] = fresh
-        until[i] = _until32(valid, float32_max)
-        out[0, k] = decayed
-        out[1, k] = fresh
+            values[0, i] = _daily_decay(fresh, int(since), decay_rate, lift)
+            values[1, i] = fresh
+            until[i] = _until32(valid, float32_max)
+        out[0, k] = values[0, i]
+        out[1, k] = values[1, i]
         if into.shape[0]:
-            into[0, i] = decayed
-            into[1, i] = fresh
+            into[0, i] = out[0, k]
+            into[1, i] = out[1, k]
     return out
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _daily_decay(fresh: float, days: int, rate: float, lift: np.ndarray) -> float:
+    """``fresh`` after ``days`` runs of Firefox's idle-daily ``ROUND(v * rate) WHERE v >
+    0`` (``classic.daily_decay``): integers below ``lift.shape[1]`` by its tables of ``2 **
+    level`` days (``classic.decay_tables``), any other value day by day."""
+    if 0.0 < fresh < lift.shape[1] and fresh == np.floor(fresh) and days < (1 << lift.shape[0]):
+        v = int(fresh)
+        for level in range(lift.shape[0]):  # binary lifting: one table per bit of the days
+            if (days >> level) & 1:
+                v = lift[level, v]
+        return float(v)
+    decayed = fresh
+    for _ in range(days):
+        if decayed <= 0.0:
+            break
+        x = decayed * rate
+        step = np.sign(x) * np.floor(np.abs(x) + 0.5)
+        if step == decayed:
+            break
+        decayed = step
+    return decayed
 
 
 @numba.njit(cache=True, nogil=True)
