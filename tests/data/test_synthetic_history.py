@@ -208,6 +208,48 @@ def test_inverse_cdf_table_draws_what_a_search_of_the_cdf_draws(n_words: int) ->
     )
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_page_views_are_numpys_running_sums_in_time_order(seed: int) -> None:
+    """The compiled page views (``page_views``) equal the numpy definition: views repeated
+    from their clicks, a click's views offset by numpy's running sum of the gaps (less its
+    value at the click), capped, then each user's views stably sorted by time."""
+    from fedrank.core.group_sort import group_key_order
+    from fedrank.data.synthetic_kernels import page_views
+
+    rng = np.random.default_rng(seed)
+    n_clicks = 3000
+    user = np.sort(rng.integers(0, 40, n_clicks))
+    host = rng.integers(0, 500, n_clicks)
+    time = np.round(rng.random(n_clicks) * 30, 1)  # ties across clicks and views
+    views = 1 + rng.poisson(1.5, n_clicks)
+    gap = np.where(rng.random(int(views.sum())) < 0.2, 0.0, rng.exponential(0.5, views.sum()))
+    latest = 29.0
+    entry = np.repeat(np.arange(n_clicks), views)
+    k = np.arange(entry.size) - np.repeat(np.cumsum(views) - views, views)
+    step = gap * (k > 0)
+    offset = np.cumsum(step) - np.repeat((np.cumsum(step) - step)[k == 0], views)
+    t = np.minimum(time[entry] + offset, latest)
+    order = group_key_order(t, user[entry])
+    expected = (user[entry][order], host[entry][order], t[order], k[order])
+    for got, want in zip(page_views(views, user, host, time, gap, latest), expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_page_keys_are_the_distinct_keys_and_each_visits_index() -> None:
+    """``page_keys`` equals ``np.unique`` of both key sets and ``np.searchsorted`` of the
+    visits' keys, with rows left empty and keys in the last column."""
+    from fedrank.data.synthetic_kernels import page_keys
+
+    rng = np.random.default_rng(5)
+    n_rows, width = 400, 7
+    visit = rng.integers(0, n_rows // 2, 5000) * width + rng.integers(0, width, 5000)
+    more = np.r_[rng.integers(n_rows // 2, n_rows, 30) * width + 1, n_rows * width - 1]
+    keys, index = page_keys(visit, more, n_rows, width)
+    expected = np.unique(np.concatenate([visit, more]))
+    np.testing.assert_array_equal(keys, expected)
+    np.testing.assert_array_equal(index, np.searchsorted(expected, visit))
+
+
 def _pitman_yor_by_steps(n_clicks: np.ndarray, rng: np.random.Generator, cfg: BrowsingConfig):
     """The host draw as the module docstring states it, one numpy step per click index for
     every user still clicking (the compiled draw must give the same hosts)."""

@@ -42,7 +42,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedrank.core.arrays import unique_values
 from fedrank.core.group_sort import group_key_order
 from fedrank.data.browsing import (
     ENGLISH_LETTER_FREQUENCIES,
@@ -217,16 +216,14 @@ def generate_world(
     # Every click opens the site: 1 + Poisson(extra_views) page views, the first on the
     # root (root_share) or a deeper page, the next ones on deeper pages, a minute or so
     # apart. The AOL log records only the clicks; these are the visits Firefox stores.
+    from fedrank.data.synthetic_kernels import page_keys, page_views  # numba, on first use
+
     views = 1 + rng.poisson(cfg.extra_views, click_host.size)
-    entry = np.repeat(np.arange(click_host.size), views)
-    k = np.arange(entry.size) - np.repeat(np.cumsum(views) - views, views)
-    click_user, click_host, times = click_user[entry], click_host[entry], times[entry]
-    step = rng.exponential(cfg.view_gap_minutes / MINUTES_PER_DAY, entry.size) * (k > 0)
-    offset = np.cumsum(step) - np.repeat((np.cumsum(step) - step)[k == 0], views)
-    times = np.minimum(times + offset, np.nextafter(span, 0))
-    order = group_key_order(times, click_user)
-    click_user, click_host, times, k = click_user[order], click_host[order], times[order], k[order]
-    del entry, step, offset, order
+    gap = rng.exponential(cfg.view_gap_minutes / MINUTES_PER_DAY, int(views.sum()))
+    click_user, click_host, times, k = page_views(
+        views, click_user, click_host, times, gap, np.nextafter(span, 0)
+    )
+    del gap
     slot = np.zeros(click_host.size, dtype=np.int64)
     deep = ((k > 0) | (rng.random(click_host.size) >= cfg.root_share)) & (n_sub[click_host] > 0)
     slot[deep] = 1 + _zipf_index(n_sub[click_host[deep]], cfg.subpage_zipf, rng)
@@ -291,29 +288,27 @@ def generate_world(
     # host, slot) order.
     width = cfg.max_subpages + 3
     v_key = v_host * width + (v_slot + 1)
-    keys = unique_values(np.concatenate([v_key, b_host * width + 1]))
+    keys, visit_page = page_keys(v_key, b_host * width + 1, all_host_user.size, width)
     p_host, p_slot = keys // width, keys % width - 1
-    visit_page = np.searchsorted(keys, v_key)
     del v_key, v_slot
     p_user = all_host_user[p_host]
     user_offsets = np.concatenate([[0], np.cumsum(np.bincount(p_user, minlength=n_users))])
 
-    word_rows = helper.submit(_page_words(p_host, p_slot, all_host_user.size, vocab, rng, cfg))
-    helper.shutdown(wait=False)
-
-    # Visits in time order, from_visit re-indexed; before the study start: the history,
-    # after it: the browsing the study replays.
-    order_t = np.argsort(v_time, kind="stable")
-    position = np.empty(order_t.size, dtype=np.int64)
-    position[order_t] = np.arange(order_t.size)
-    from_v = v_from[order_t]
+    # Visits in time order, from_visit re-indexed (on a second helper thread, while this
+    # one draws the words); before the study start: the history, after it: the browsing
+    # the study replays.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrank-world") as sorter:
+        in_time = sorter.submit(_time_order, v_time, v_from)
+        word_rows = helper.submit(_page_words(p_host, p_slot, all_host_user.size, vocab, rng, cfg))
+        helper.shutdown(wait=False)
+        order_t, from_visit = in_time.result()
     visits = VisitStream(
         page=visit_page[order_t].astype(np.int64),
         time=v_time[order_t] - cfg.history_days,
         visit_type=v_type[order_t],
-        from_visit=np.where(from_v >= 0, position[np.maximum(from_v, 0)], -1),
+        from_visit=from_visit,
     )
-    del order_t, position, from_v, v_from, v_time, v_type, visit_page, v_host
+    del order_t, from_visit, v_from, v_time, v_type, visit_page, v_host
     words, n_url = word_rows.result()
     pages = Pages(
         user_offsets=user_offsets.astype(np.int64),
@@ -398,6 +393,16 @@ def _session_times(
     return t[order]
 
 
+def _time_order(time: np.ndarray, from_visit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The visits' time order (stable: a redirect target after its source, at the same
+    instant) and ``from_visit`` (-1 or a visit's index) re-indexed into that order."""
+    order = np.argsort(time, kind="stable")
+    position = np.empty(order.size, dtype=np.int64)
+    position[order] = np.arange(order.size)
+    source = from_visit[order]
+    return order, np.where(source >= 0, position[np.maximum(source, 0)], -1)
+
+
 def _zipf_index(n: np.ndarray, exponent: float, rng: np.random.Generator) -> np.ndarray:
     """int64 index in ``[0, n_i)`` with probability proportional to ``(j + 1) ** -exponent``
     for every entry (vectorized inverse-CDF over a shared table)."""
@@ -432,7 +437,7 @@ def _page_words(
         out = np.empty(size, dtype=np.int32)
         for lo in range(0, size, _WORD_ROW_BLOCK):  # in blocks: the same stream, less memory
             u = rng.random(min(_WORD_ROW_BLOCK, size - lo))
-            out[lo : lo + u.size] = inverse_cdf(u)
+            inverse_cdf(u, out[lo : lo + u.size])
         return out
 
     host_name = draw(n_hosts)
@@ -480,8 +485,11 @@ class _InverseCdf:
         last = np.searchsorted(cdf, np.nextafter(edges[1:], 0.0), "right")  # below the next
         self.table = np.where(first == last, first, -1).astype(np.int32)
 
-    def __call__(self, u: np.ndarray) -> np.ndarray:
-        out = self.table[(u * self.table.size).astype(np.int64)]
-        split = np.flatnonzero(out < 0)
-        out[split] = np.searchsorted(self.cdf, u[split], "right")
-        return np.minimum(out, self.cdf.size - 1)
+    def __call__(self, u: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The indices of ``u`` (int32), into ``out`` when given (compiled:
+        :func:`~fedrank.data.synthetic_kernels.inverse_cdf`)."""
+        from fedrank.data.synthetic_kernels import inverse_cdf  # numba, on first use
+
+        out = np.empty(u.size, np.int32) if out is None else out
+        inverse_cdf(np.asarray(u, np.float64), self.table, self.cdf, out)
+        return out

@@ -6,7 +6,118 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["page_word_rows", "pitman_yor_steps"]
+__all__ = ["inverse_cdf", "page_keys", "page_views", "page_word_rows", "pitman_yor_steps"]
+
+
+@numba.njit(cache=True, nogil=True)
+def inverse_cdf(u: np.ndarray, table: np.ndarray, cdf: np.ndarray, out: np.ndarray) -> None:
+    """``out = min(searchsorted(cdf, u, "right"), cdf.size - 1)``: ``table[b]`` is the
+    answer for every ``u`` in bin ``b = floor(u * table.size)``, or -1 where a ``cdf``
+    value splits the bin and ``u`` is searched
+    (:class:`~fedrank.data.synthetic_history._InverseCdf`)."""
+    last = cdf.size - 1
+    for i in range(u.size):
+        index = table[np.int64(u[i] * table.size)]
+        if index < 0:
+            index = np.searchsorted(cdf, u[i], side="right")
+        out[i] = min(index, last)
+
+
+@numba.njit(cache=True, nogil=True)
+def page_keys(
+    visit_key: np.ndarray, more_keys: np.ndarray, n_rows: int, width: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct keys, ascending, of ``visit_key`` and ``more_keys`` (all in ``[0, n_rows
+    * width)``), and every visit's index among them: ``np.unique`` of both, then
+    ``np.searchsorted`` of ``visit_key``, without sorting (a key is a row ``key // width``
+    and a column ``key % width``: an index is the keys of the rows before, from their
+    counts, and of the row's columns before)."""
+    present = np.zeros(n_rows * width, np.bool_)
+    for key in visit_key:
+        present[key] = True
+    for key in more_keys:
+        present[key] = True
+    row_start = np.empty(n_rows, np.int64)
+    n = 0
+    for row in range(n_rows):
+        row_start[row] = n
+        for key in range(row * width, (row + 1) * width):
+            n += present[key]
+    keys = np.empty(n, np.int64)
+    at = 0
+    for key in range(n_rows * width):
+        if present[key]:
+            keys[at] = key
+            at += 1
+    index = np.empty(visit_key.size, np.int64)
+    for i in range(visit_key.size):
+        row = visit_key[i] // width
+        before = row_start[row]
+        for key in range(row * width, visit_key[i]):
+            before += present[key]
+        index[i] = before
+    return keys, index
+
+
+@numba.njit(cache=True, nogil=True)
+def page_views(
+    views: np.ndarray,
+    click_user: np.ndarray,
+    click_host: np.ndarray,
+    click_time: np.ndarray,
+    gap: np.ndarray,
+    latest: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The page views of the clicks (``click_user`` ascending): click ``c`` opens
+    ``views[c]`` views, the ``k``-th (``k >= 1``) ``gap`` after the one before it (``gap``
+    holds one draw per view, in view order; a click's own, ``k = 0``, is not used), none
+    after ``latest``. Returns the views' user, host, time and ``k``, in time order within
+    every user (ties in view order). The times are those of numpy's running sum over all
+    views (``np.cumsum``, float64, one addition after the other) less its value at the
+    click, as :func:`~fedrank.data.synthetic_history.generate_world` defines them."""
+    n = gap.size
+    time = np.empty(n, np.float64)
+    k = np.empty(n, np.int64)
+    running = 0.0
+    i = 0
+    for c in range(views.size):
+        at_click = 0.0
+        for j in range(views[c]):
+            if j > 0:
+                running += gap[i]
+            else:
+                at_click = running
+            time[i] = min(click_time[c] + (running - at_click), latest)
+            k[i] = j
+            i += 1
+    user = np.empty(n, np.int64)
+    host = np.empty(n, np.int64)
+    out_time = np.empty(n, np.float64)
+    out_k = np.empty(n, np.int64)
+    lo_click = 0
+    lo = 0
+    while lo_click < views.size:  # one user's clicks, then their views by time
+        hi_click = lo_click
+        hi = lo
+        while hi_click < views.size and click_user[hi_click] == click_user[lo_click]:
+            hi += views[hi_click]
+            hi_click += 1
+        entry = np.empty(hi - lo, np.int64)  # each view's click
+        at = 0
+        for c in range(lo_click, hi_click):
+            for _ in range(views[c]):
+                entry[at] = c
+                at += 1
+        order = np.argsort(time[lo:hi], kind="mergesort")
+        for q in range(hi - lo):
+            v = lo + order[q]
+            user[lo + q] = click_user[entry[order[q]]]
+            host[lo + q] = click_host[entry[order[q]]]
+            out_time[lo + q] = time[v]
+            out_k[lo + q] = k[v]
+        lo_click = hi_click
+        lo = hi
+    return user, host, out_time, out_k
 
 
 @numba.njit(cache=True, nogil=True)
