@@ -165,6 +165,27 @@ def test_a_batch_in_two_halves_on_two_threads_is_the_whole_batch(
     assert one.random() == two.random()
 
 
+def test_a_new_models_pages_scored_in_two_halves_are_scored_as_in_one_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A model seen once scores its pages in two halves on two threads from
+    ``_FRESH_HALVES_FROM`` pages on (the URL-bar state of a large study): the state and
+    the shown rows' frecency (pages repeated) equal one pass's, bit for bit."""
+    one, two = _twins("classic")
+    users = np.arange(70)
+    theta = one.scorer.defaults() * 1.3 + 0.7
+    searches = one.draw_searches(np.repeat(users, 3), np.random.default_rng(41))
+    two.draw_searches(np.repeat(users, 3), np.random.default_rng(41))
+    monkeypatch.setattr(frecency_world, "_FRESH_HALVES_FROM", 10**9)
+    whole_state = one.state(theta, users)
+    batch = one.search(searches, theta, np.random.default_rng(42))
+    whole_shown = one.shown_frecency(batch, theta)
+    monkeypatch.setattr(frecency_world, "_FRESH_HALVES_FROM", 1)
+    _assert_same_state(two.state(theta, users), whole_state)
+    assert np.any(whole_state.stored > 0)
+    np.testing.assert_array_equal(two.shown_frecency(batch, theta), whole_shown)
+
+
 def test_url_bars_of_one_world_run_at_once_on_several_threads() -> None:
     """The word index's scratch arrays are per call: eight passes over one world on four
     threads at once give the one-thread batch every time."""

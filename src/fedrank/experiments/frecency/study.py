@@ -496,10 +496,13 @@ def optimization_phase(
     try:
         for iteration in range(c.iterations):
             batch = world.search(searches, published, rng)
+            # what the clients hold for their messages, taken before anything is recorded
+            # (on the server's thread, idle until this iteration's half, while the shown
+            # rows are scored here: both only read the world)
+            held = pool.submit(world.client_searches, batch, TREATMENT)
             shown = world.shown_frecency(batch, published)
             losses = world.branch_losses(batch, published, shown=shown)
-            # what the clients hold for their messages, taken before anything is recorded
-            half = (iteration, batch, losses, world.client_searches(batch, TREATMENT), published)
+            half = (iteration, batch, losses, held.result(), published)
             more = iteration + 1 < c.iterations
             stepped = pool.submit(stepped_model, *half) if more and overlap else None
             paper = world.branch_losses(batch, published, scale="raw", delta=0.0, shown=shown)
