@@ -124,6 +124,43 @@ def test_the_server_half_on_its_own_thread_changes_nothing(
         run_study(FrecencyStudyConfig(seed=7, **SMALL))
 
 
+def test_a_study_runs_numpys_products_on_one_blas_thread_with_the_same_results(
+    small_result, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both phases run with one BLAS thread (the study's own threads fill the cores) and
+    give back the caller's setting; the same study with two BLAS threads (the phases
+    unwrapped) gives the same JSON."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from fedrank.experiments.frecency import study
+
+    def blas_threads() -> set[int]:
+        return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+    seen: list[set[int]] = []
+    evaluate = study.evaluate_phase
+
+    def watched_evaluate(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(blas_threads())  # (outside the phase: the caller's setting)
+        return evaluate(*args, **kwargs)
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        monkeypatch.setattr(study, "evaluate_phase", watched_evaluate)
+        again = run_study(
+            FrecencyStudyConfig(seed=7, **SMALL), progress=lambda *_: seen.append(blas_threads())
+        )
+        assert blas_threads() == {2}
+        assert seen[:-1] == [{1}] * SMALL["iterations"] and seen[-1] == {2}
+        assert again.to_json() == small_result.to_json()
+        monkeypatch.setattr(study, "optimization_phase", study.optimization_phase.__wrapped__)
+        monkeypatch.setattr(study, "evaluate_phase", evaluate.__wrapped__)
+        two = run_study(
+            FrecencyStudyConfig(seed=7, **SMALL), progress=lambda *_: seen.append(blas_threads())
+        )
+        assert seen[-1] == {2}
+    assert two.to_json() == small_result.to_json()
+
+
 def test_clients_report_on_their_searches_as_they_were_when_they_searched() -> None:
     """What the clients compute their messages from (handed to them on the server half's
     thread) is the shown pages' histories when the search was made, before the search

@@ -23,6 +23,7 @@ per-search p-value as a secondary figure.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 from collections.abc import Callable, Sequence
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from fedrank.core.arrays import unique_values
 from fedrank.core.message import MessageBatch
@@ -411,6 +413,24 @@ class InProcessServer:
         self.state = self.strategy.next_zero(self.state)  # carries an adaptive norm bound
 
 
+def one_blas_thread(phase: Callable[..., None]) -> Callable[..., None]:
+    """A study's ``phase`` with numpy's products on one BLAS thread (a decorator; the
+    caller's setting comes back after it). The study's own threads fill the two cores (the
+    state, the race's draws, the server's half, the URL bar's halves); OpenBLAS's second
+    thread, which spins while it waits, only takes time from them (10,000 users: 0.316 and
+    0.320 -> 0.293 and 0.280 s per iteration, docs/frecency.md, Speed). The results are
+    the same with one BLAS thread or two in every check run
+    (tests/experiments/frecency/test_frecency_study.py)."""
+
+    @functools.wraps(phase)
+    def limited(*args: Any, **kwargs: Any) -> None:
+        with threadpool_limits(limits=1, user_api="blas"):
+            phase(*args, **kwargs)
+
+    return limited
+
+
+@one_blas_thread
 def optimization_phase(
     world: FrecencyWorld,
     config: FrecencyStudyConfig,
@@ -617,6 +637,7 @@ def run_study(
     return result
 
 
+@one_blas_thread
 def evaluate_phase(
     world: FrecencyWorld,
     theta: np.ndarray,
