@@ -127,9 +127,10 @@ def test_the_server_half_on_its_own_thread_changes_nothing(
 def test_a_study_runs_numpys_products_on_one_blas_thread_with_the_same_results(
     small_result, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Both phases run with one BLAS thread (the study's own threads fill the cores) and
-    give back the caller's setting; the same study with two BLAS threads (the phases
-    unwrapped) gives the same JSON."""
+    """The iterations and the evaluation's searches run with one BLAS thread (the study's
+    own threads fill the cores), the tests after them with the caller's setting, which
+    comes back; the same study with two BLAS threads (the phases unwrapped) gives the same
+    JSON."""
     from threadpoolctl import threadpool_info, threadpool_limits
 
     from fedrank.experiments.frecency import study
@@ -138,27 +139,42 @@ def test_a_study_runs_numpys_products_on_one_blas_thread_with_the_same_results(
         return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
 
     seen: list[set[int]] = []
-    evaluate = study.evaluate_phase
+    evaluate, compare = study._evaluate, study._compare
 
     def watched_evaluate(*args, **kwargs):  # type: ignore[no-untyped-def]
+        evaluate(*args, **kwargs)
         seen.append(blas_threads())  # (outside the phase: the caller's setting)
-        return evaluate(*args, **kwargs)
 
+    def watched_compare(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(blas_threads())
+        compare(*args, **kwargs)
+
+    monkeypatch.setattr(study, "_evaluate", watched_evaluate)
+    monkeypatch.setattr(study, "_compare", watched_compare)
+    monkeypatch.setattr(study, "iteration_searches", _watched(study.iteration_searches, seen))
     with threadpool_limits(limits=2, user_api="blas"):
-        monkeypatch.setattr(study, "evaluate_phase", watched_evaluate)
-        again = run_study(
-            FrecencyStudyConfig(seed=7, **SMALL), progress=lambda *_: seen.append(blas_threads())
-        )
+        again = run_study(FrecencyStudyConfig(seed=7, **SMALL))
         assert blas_threads() == {2}
-        assert seen[:-1] == [{1}] * SMALL["iterations"] and seen[-1] == {2}
+        n_eval = len(seen) - SMALL["iterations"] - 2
+        assert seen == [{1}] * (SMALL["iterations"] + n_eval) + [{2}, {2}] and n_eval > 0
         assert again.to_json() == small_result.to_json()
+        seen.clear()
         monkeypatch.setattr(study, "optimization_phase", study.optimization_phase.__wrapped__)
-        monkeypatch.setattr(study, "evaluate_phase", evaluate.__wrapped__)
-        two = run_study(
-            FrecencyStudyConfig(seed=7, **SMALL), progress=lambda *_: seen.append(blas_threads())
-        )
-        assert seen[-1] == {2}
+        monkeypatch.setattr(study, "_evaluate", evaluate.__wrapped__)
+        two = run_study(FrecencyStudyConfig(seed=7, **SMALL))
+        assert seen and all(threads == {2} for threads in seen)
     assert two.to_json() == small_result.to_json()
+
+
+def _watched(run: Callable, seen: list[set[int]]) -> Callable:
+    """``run``, noting the BLAS threads in ``seen`` at every call."""
+    from threadpoolctl import threadpool_info
+
+    def watched(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})
+        return run(*args, **kwargs)
+
+    return watched
 
 
 def test_clients_report_on_their_searches_as_they_were_when_they_searched() -> None:

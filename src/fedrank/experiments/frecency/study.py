@@ -414,7 +414,8 @@ class InProcessServer:
 
 
 def one_blas_thread(phase: Callable[..., None]) -> Callable[..., None]:
-    """A study's ``phase`` with numpy's products on one BLAS thread (a decorator; the
+    """A study's ``phase`` (its iterations, its evaluation's searches) with numpy's
+    products on one BLAS thread (a decorator; the
     caller's setting comes back after it). The study's own threads fill the two cores (the
     state, the race's draws, the server's half, the URL bar's halves); OpenBLAS's second
     thread, which spins while it waits, only takes time from them (10,000 users: 0.316 and
@@ -637,7 +638,6 @@ def run_study(
     return result
 
 
-@one_blas_thread
 def evaluate_phase(
     world: FrecencyWorld,
     theta: np.ndarray,
@@ -662,6 +662,7 @@ def evaluate_phase(
         _compare(seed, result)
 
 
+@one_blas_thread  # (not the tests': their bootstrap's products take both cores)
 def _evaluate(
     world: FrecencyWorld,
     theta: np.ndarray,
