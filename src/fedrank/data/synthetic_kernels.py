@@ -10,17 +10,26 @@ __all__ = ["inverse_cdf", "page_keys", "page_views", "page_word_rows", "pitman_y
 
 
 @numba.njit(cache=True, nogil=True)
-def inverse_cdf(u: np.ndarray, table: np.ndarray, cdf: np.ndarray, out: np.ndarray) -> None:
-    """``out = min(searchsorted(cdf, u, "right"), cdf.size - 1)``: ``table[b]`` is the
-    answer for every ``u`` in bin ``b = floor(u * table.size)``, or -1 where a ``cdf``
-    value splits the bin and ``u`` is searched
+def inverse_cdf(
+    u: np.ndarray, first: np.ndarray, last: np.ndarray, cdf: np.ndarray, out: np.ndarray
+) -> None:
+    """``out = min(searchsorted(cdf, u, "right"), cdf.size - 1)``: for every ``u`` in bin
+    ``b = floor(u * first.size)`` the search's answer is in ``first[b]..last[b]``, one
+    value where no ``cdf`` value splits the bin; else a binary search between them
     (:class:`~fedrank.data.synthetic_history._InverseCdf`)."""
-    last = cdf.size - 1
+    top = cdf.size - 1
     for i in range(u.size):
-        index = table[np.int64(u[i] * table.size)]
-        if index < 0:
-            index = np.searchsorted(cdf, u[i], side="right")
-        out[i] = min(index, last)
+        x = u[i]
+        b = np.int64(x * first.size)
+        lo = np.int64(first[b])
+        hi = np.int64(last[b])
+        while lo < hi:  # the first index in lo..hi with cdf > x (hi when none below it)
+            mid = (lo + hi) // 2
+            if cdf[mid] > x:
+                hi = mid
+            else:
+                lo = mid + 1
+        out[i] = min(lo, top)
 
 
 @numba.njit(cache=True, nogil=True)
