@@ -2,7 +2,8 @@
 (docs/frecency.md, Speed): the median of every stage (the first two runs of each left out)
 over iterations that alternate between one thread (draw, state, URL bar one after the
 other) and the study's two-thread steps (the state while drawing, a URL-bar pass in two
-halves); both give the same results, so the iterations are those of one study. Prints
+halves); both give the same results, so the iterations are those of one study. numpy's
+products run on one BLAS thread, as in the study (``one_blas_thread``). Prints
 JSON and writes results/benchmarks/frecency_stages.json.
 
 Run: python benchmarks/bench_frecency_stages.py [--users 10000 --iterations 12]
@@ -25,12 +26,14 @@ from fedrank.experiments.frecency.study import (
     FrecencyStudyConfig,
     InProcessServer,
     build_world,
+    one_blas_thread,
     study_streams,
 )
 from fedrank.simulation.frecency_world import TREATMENT
 from fedrank.simulation.urlbar import simulate_searches
 
 
+@one_blas_thread  # as the study's iterations run
 def stages(users: int, iterations: int, seed: int) -> dict[str, float]:
     """Median seconds per stage over ``iterations`` iterations (after two warm-up ones) of
     the study's loop, the server stepping as in a study (module docstring)."""

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -413,20 +413,23 @@ class InProcessServer:
         self.state = self.strategy.next_zero(self.state)  # carries an adaptive norm bound
 
 
-def one_blas_thread(phase: Callable[..., None]) -> Callable[..., None]:
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def one_blas_thread(phase: Callable[_P, _R]) -> Callable[_P, _R]:
     """A study's ``phase`` (its iterations, its evaluation's searches) with numpy's
-    products on one BLAS thread (a decorator; the
-    caller's setting comes back after it). The study's own threads fill the two cores (the
-    state, the race's draws, the server's half, the URL bar's halves); OpenBLAS's second
-    thread, which spins while it waits, only takes time from them (10,000 users: 0.316 and
-    0.320 -> 0.293 and 0.280 s per iteration, docs/frecency.md, Speed). The results are
-    the same with one BLAS thread or two in every check run
-    (tests/experiments/frecency/test_frecency_study.py)."""
+    products on one BLAS thread (a decorator; the caller's setting comes back after it).
+    The study's own threads fill the two cores (the state, the race's draws, the server's
+    half, the URL bar's halves); OpenBLAS's second thread, which spins while it waits,
+    only takes time from them (10,000 users: 0.316 and 0.320 -> 0.293 and 0.280 s per
+    iteration, docs/frecency.md, Speed). The results are the same with one BLAS thread or
+    two in every check run (tests/experiments/frecency/test_frecency_study.py)."""
 
     @functools.wraps(phase)
-    def limited(*args: Any, **kwargs: Any) -> None:
+    def limited(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         with threadpool_limits(limits=1, user_api="blas"):
-            phase(*args, **kwargs)
+            return phase(*args, **kwargs)
 
     return limited
 
