@@ -467,16 +467,25 @@ class FrecencyWorld:
         :meth:`_cached` gives), also written into ``into`` (:meth:`_fresh`)."""
         from fedrank.simulation.classic_kernels import kept_fresh
 
-        self._sync_kept()
-        store = self.store
-        assert self._slots is not None and self._n_sampled is not None
+        rows = self._page_rows()
         values, until = cache.synced()
         weights = _classic_weights(params)
         return kept_fresh(
-            np.asarray(index, dtype=np.int64), until, values, float(self.now), store.n_rows(),
-            store.time, self._slots, store.bookmarked, store.visit_count, self._n_sampled,
-            store.typed, np.append(np.floor(weights[0]), np.inf), *weights,
-            self.scorer.frecency.rounding, VALIDITY_MARGIN, FLOAT32_MAX, into,
+            np.asarray(index, dtype=np.int64), until, values, float(self.now), *rows,
+            np.append(np.floor(weights[0]), np.inf), *weights, self.scorer.frecency.rounding,
+            VALIDITY_MARGIN, FLOAT32_MAX, into,
+        )  # fmt: skip
+
+    def _page_rows(self) -> tuple[np.ndarray, ...]:
+        """What the compiled classic scorers read of every page, in their order, brought
+        up to the store's changes: its sampled rows and their times, the rows' bonus
+        slots, bookmarked, visit count, sampled count and typed."""
+        self._sync_kept()
+        store = self.store
+        assert self._slots is not None and self._n_sampled is not None
+        return (
+            store.n_rows(), store.time, self._slots, store.bookmarked, store.visit_count,
+            self._n_sampled, store.typed,
         )  # fmt: skip
 
     def _fresh_once(self, params: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -501,13 +510,9 @@ class FrecencyWorld:
         ``into`` (:meth:`_fresh`)."""
         from fedrank.simulation.classic_kernels import fresh_frecency
 
-        self._sync_kept()
-        store = self.store
-        assert self._slots is not None and self._n_sampled is not None
         index = np.asarray(index, dtype=np.int64)
         args = (
-            float(self.now), store.n_rows(), store.time, self._slots, store.bookmarked,
-            store.visit_count, self._n_sampled, store.typed, *_classic_weights(params),
+            float(self.now), *self._page_rows(), *_classic_weights(params),
             self.scorer.frecency.rounding, into,
         )  # fmt: skip
         if index.size < _FRESH_HALVES_FROM:
@@ -572,17 +577,14 @@ class FrecencyWorld:
         (:func:`~fedrank.simulation.classic_kernels.kept_stored`)."""
         from fedrank.simulation.classic_kernels import kept_stored
 
-        self._sync_kept()
-        store = self.store
-        assert self._slots is not None and self._n_sampled is not None
+        rows = self._page_rows()
         values, until = self._stored_cache.synced()
         rate = float(np.float32(self.decay_rate))  # the float pref, as daily_decay binds it
         if self._decay_lift is None:
             self._decay_lift = np.stack(decay_tables(rate, _LIFT_TOP, _LIFT_LEVELS))
         return kept_stored(
-            np.asarray(index, dtype=np.int64), until, values, float(self.now), store.n_rows(),
-            store.time, store.visit_type, self._slots, store.bookmarked, store.bookmark_time,
-            store.visit_count, self._n_sampled, store.typed,
+            np.asarray(index, dtype=np.int64), until, values, float(self.now), *rows,
+            self.store.visit_type, self.store.bookmark_time,
             *_classic_weights(self.scorer.defaults()), rate, self._decay_lift,
             VALIDITY_MARGIN, FLOAT32_MAX, into,
         )  # fmt: skip
