@@ -250,6 +250,28 @@ def test_page_keys_are_the_distinct_keys_and_each_visits_index() -> None:
     np.testing.assert_array_equal(index, np.searchsorted(expected, visit))
 
 
+def test_page_keys_of_wide_rows_are_sorted_not_tabled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a table of every possible key would outgrow the keys (many deeper pages per
+    host), the world's page keys come from sorting, with the same result; the compiled
+    table is not built."""
+    from fedrank.data import synthetic_history, synthetic_kernels
+
+    rng = np.random.default_rng(6)
+    n_rows, width = 3000, 1000
+    visit = rng.integers(0, n_rows, 2000) * width + rng.integers(0, width, 2000)
+    more = rng.integers(0, n_rows, 10) * width + 1
+    tabled = synthetic_kernels.page_keys(visit, more, n_rows, width)
+
+    def refused(*args: object) -> None:
+        raise AssertionError("the table of every key was built")
+
+    monkeypatch.setattr(synthetic_kernels, "page_keys", refused)
+    for got, want in zip(
+        synthetic_history._page_keys(visit, more, n_rows, width), tabled, strict=True
+    ):
+        np.testing.assert_array_equal(got, want)
+
+
 def _pitman_yor_by_steps(n_clicks: np.ndarray, rng: np.random.Generator, cfg: BrowsingConfig):
     """The host draw as the module docstring states it, one numpy step per click index for
     every user still clicking (the compiled draw must give the same hosts)."""

@@ -216,7 +216,7 @@ def generate_world(
     # Every click opens the site: 1 + Poisson(extra_views) page views, the first on the
     # root (root_share) or a deeper page, the next ones on deeper pages, a minute or so
     # apart. The AOL log records only the clicks; these are the visits Firefox stores.
-    from fedrank.data.synthetic_kernels import page_keys, page_views  # numba, on first use
+    from fedrank.data.synthetic_kernels import page_views  # numba, on first use
 
     views = 1 + rng.poisson(cfg.extra_views, click_host.size)
     gap = rng.exponential(cfg.view_gap_minutes / MINUTES_PER_DAY, int(views.sum()))
@@ -288,7 +288,7 @@ def generate_world(
     # host, slot) order.
     width = cfg.max_subpages + 3
     v_key = v_host * width + (v_slot + 1)
-    keys, visit_page = page_keys(v_key, b_host * width + 1, all_host_user.size, width)
+    keys, visit_page = _page_keys(v_key, b_host * width + 1, all_host_user.size, width)
     p_host, p_slot = keys // width, keys % width - 1
     del v_key, v_slot
     p_user = all_host_user[p_host]
@@ -391,6 +391,22 @@ def _session_times(
     t = np.minimum(session_start[session] + within, np.nextafter(span, 0))
     order = group_key_order(t, user)
     return t[order]
+
+
+def _page_keys(
+    visit_key: np.ndarray, more_keys: np.ndarray, n_rows: int, width: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct keys of both arrays, ascending, and each visit's index among them:
+    compiled over a table of every possible key (:func:`~fedrank.data.synthetic_kernels.
+    page_keys`) while that table is no larger than the keys themselves (bytes against
+    int64s), else by sorting (``np.unique``, ``np.searchsorted``): many deeper pages per
+    host (``max_subpages``) would make the table the world's largest array."""
+    if n_rows * width <= 8 * (visit_key.size + more_keys.size):
+        from fedrank.data.synthetic_kernels import page_keys  # numba, on first use
+
+        return page_keys(visit_key, more_keys, n_rows, width)
+    keys = np.unique(np.concatenate([visit_key, more_keys]))
+    return keys, np.searchsorted(keys, visit_key)
 
 
 def _time_order(time: np.ndarray, from_visit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
