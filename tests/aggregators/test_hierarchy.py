@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fedrank.aggregators.hierarchy import ProxyRound, Topology, hierarchical_aggregate
+from fedrank.aggregators.hierarchy import Topology, hierarchical_aggregate
 from fedrank.aggregators.mean import WeightedMean
-from fedrank.core.message import Message, MessageBatch
+from fedrank.aggregators.norm_bounded import NormBounded
+from fedrank.core.message import MessageBatch
 from fedrank.errors import ConfigError
 
 
@@ -37,7 +38,7 @@ def test_hierarchy_equals_flat_aggregation(
     updates = rng.normal(size=(clients.size, 5))
     n = rng.integers(0, 50, size=clients.size).astype(float)
     agg = WeightedMean(5)
-    result = hierarchical_aggregate(agg, topology, clients, updates, n)
+    result = hierarchical_aggregate(agg, topology, clients, MessageBatch.of_vectors(updates, n))
     flat = agg.accumulate_batch(agg.zero(), MessageBatch.of_vectors(updates, n))
     np.testing.assert_allclose(agg.finalize(result.state), agg.finalize(flat), atol=1e-12)
     assert result.state.count == clients.size
@@ -53,35 +54,38 @@ def test_bad_inputs_are_refused() -> None:
     topology = Topology.build(10, np.random.default_rng(0), 5, 2)
     agg = WeightedMean(2)
     with pytest.raises(ConfigError, match="one row per client"):
-        hierarchical_aggregate(agg, topology, np.arange(3), np.zeros((2, 2)), np.ones(3))
+        hierarchical_aggregate(agg, topology, np.arange(3), _batch(np.zeros((2, 2))))
     with pytest.raises(ConfigError, match=r"\[0, 10\)"):
-        hierarchical_aggregate(agg, topology, np.array([10]), np.zeros((1, 2)), np.ones(1))
+        hierarchical_aggregate(agg, topology, np.array([10]), _batch(np.zeros((1, 2))))
     with pytest.raises(ConfigError, match="clients_per_proxy"):
         Topology.build(10, np.random.default_rng(0), 0, 2)
 
 
-@given(st.integers(1, 40), st.integers(1, 7), st.integers(1, 4), st.integers(0, 2**31))
-def test_streaming_proxy_round_equals_batch_hierarchy(
-    n_sampled: int, per_proxy: int, per_group: int, seed: int
-) -> None:
-    rng = np.random.default_rng(seed)
-    topology = Topology.build(50, rng, clients_per_proxy=per_proxy, proxies_per_group=per_group)
-    clients = rng.choice(50, size=min(n_sampled, 50), replace=False)
-    updates = rng.normal(size=(clients.size, 4))
-    n = rng.integers(1, 50, size=clients.size)
-    agg = WeightedMean(4)
-    step = ProxyRound(agg, topology)
-    for c, u, w in zip(clients, updates, n, strict=True):
-        step.accumulate(int(c), Message(update=u, n=int(w)))
-    streamed = step.forward()
-    batch = hierarchical_aggregate(agg, topology, clients, updates, n.astype(float))
-    assert streamed.proxy_states.keys() == batch.proxy_states.keys()
-    assert streamed.group_states.keys() == batch.group_states.keys()
-    np.testing.assert_allclose(agg.finalize(streamed.state), agg.finalize(batch.state))
-    assert streamed.state.count == clients.size
+def _batch(rows: np.ndarray) -> MessageBatch:
+    return MessageBatch.of_vectors(rows, np.ones(len(rows)))
 
 
-def test_proxy_round_refuses_unknown_clients() -> None:
-    step = ProxyRound(WeightedMean(2), Topology.build(5, np.random.default_rng(0), 2, 2))
-    with pytest.raises(ConfigError, match="client id"):
-        step.accumulate(5, Message(update=np.zeros(2)))
+def test_proxies_fold_by_the_given_rule_from_the_given_empty_state() -> None:
+    """A round's empty aggregate carries its norm bound, and a strategy's fold its rule:
+    the proxies use both, so the central state is the one the round would fold itself,
+    and a round with no messages gives back the empty state."""
+    topology = Topology.build(6, np.random.default_rng(3), clients_per_proxy=2, proxies_per_group=2)
+    agg = NormBounded(WeightedMean(2), bound=1.0, quantile=0.5)
+    empty = agg.next_zero(agg.accumulate_batch(agg.zero(), _batch(np.full((3, 2), 9.0))))
+    assert empty.bound != agg.zero().bound
+    calls: list[int] = []
+
+    def fold(state: object, batch: MessageBatch) -> object:
+        calls.append(batch.size)
+        return agg.accumulate_batch(state, batch)
+
+    rows = np.array([[3.0, 4.0], [0.1, 0.0], [6.0, 8.0], [0.0, 0.2]])
+    clients = np.array([0, 1, 4, 5])
+    result = hierarchical_aggregate(agg, topology, clients, _batch(rows), empty=empty, fold=fold)
+    flat = agg.accumulate_batch(empty, _batch(rows))
+    np.testing.assert_allclose(agg.finalize(result.state), agg.finalize(flat), atol=1e-12)
+    assert result.state.bound == empty.bound and sum(calls) == 4
+    none = hierarchical_aggregate(
+        agg, topology, np.zeros(0, int), _batch(np.zeros((0, 2))), empty=empty
+    )
+    assert none.state == empty

@@ -14,7 +14,7 @@ from fedrank.errors import ConfigError
 from fedrank.losses.pointwise_svm import pointwise_svm_loss, scaled_scores
 from fedrank.models.frecency.scorer import page_scorer
 from fedrank.models.frecency.weights import classic_defaults
-from fedrank.strategies.frecency import FrecencyConfig
+from fedrank.systems.frecency.config import FrecencyConfig
 
 
 def test_words_and_typed_form() -> None:

@@ -10,10 +10,12 @@ import httpx
 import numpy as np
 import pytest
 
-from fedrank.client.sdk import Checkin, Client, ESTask, es_payload, es_record
+from fedrank.client.sdk import Checkin, Client
 from fedrank.core.seeded_noise import gaussian_noise
 from fedrank.errors import FedrankError
 from fedrank.server.process import ServerProcess
+from fedrank.systems.foltr_es.client import ESTask
+from fedrank.systems.foltr_es.wire import es_payload, es_record
 
 ADMIN = "sdk-admin-token-0123"
 

@@ -35,7 +35,8 @@ from fedrank.privacy.accounting import (
     gaussian_noise_multiplier,
 )
 from fedrank.privacy.skellam import sensitivities, skellam_epsilon
-from fedrank.strategies.frecency import FrecencyConfig, FrecencyStrategy
+from fedrank.systems.frecency.config import FrecencyConfig
+from fedrank.systems.frecency.strategy import FrecencyStrategy
 from tests.cli.clirun import assert_clean_failure, ok, run
 from tests.server.serverkit import ADMIN_TOKEN, admin, live_server, status
 from tests.server.test_server_privacy import DELTA, EPSILON, ROUNDS, TOML

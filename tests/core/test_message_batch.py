@@ -11,9 +11,12 @@ from hypothesis import strategies as st
 
 from fedrank.core.message import MessageBatch
 from fedrank.errors import DataFormatError
-from fedrank.strategies.fedavg import FedAvgConfig, FedAvgStrategy
-from fedrank.strategies.foltr_es import FoltrEsConfig, FoltrEsStrategy
-from fedrank.strategies.frecency import FrecencyConfig, FrecencyStrategy
+from fedrank.systems.fedavg.config import FedAvgConfig
+from fedrank.systems.fedavg.strategy import FedAvgStrategy
+from fedrank.systems.foltr_es.config import FoltrEsConfig
+from fedrank.systems.foltr_es.strategy import FoltrEsStrategy
+from fedrank.systems.frecency.config import FrecencyConfig
+from fedrank.systems.frecency.strategy import FrecencyStrategy
 
 
 def _same(a: MessageBatch, b: MessageBatch) -> None:

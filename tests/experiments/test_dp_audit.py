@@ -10,7 +10,8 @@ from fedrank.errors import ConfigError
 from fedrank.experiments.dp_audit import audit_gaussian
 from fedrank.privacy.accounting import gaussian_epsilon
 from fedrank.strategies.dp import DPStrategy
-from fedrank.strategies.fedavg import FedAvgConfig, FedAvgStrategy
+from fedrank.systems.fedavg.config import FedAvgConfig
+from fedrank.systems.fedavg.strategy import FedAvgStrategy
 from tests.cli.clirun import argv, ok
 
 DELTA = 1e-5

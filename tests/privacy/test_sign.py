@@ -126,7 +126,8 @@ def test_randomized_signs_keep_the_vote_and_are_reproducible() -> None:
 
 def test_sign_epsilon_needs_sign_messages_and_sets_the_privatizer() -> None:
     from fedrank.privacy.sign import RandomizedSigns
-    from fedrank.strategies.frecency import FrecencyConfig, FrecencyStrategy
+    from fedrank.systems.frecency.config import FrecencyConfig
+    from fedrank.systems.frecency.strategy import FrecencyStrategy
 
     with pytest.raises(ConfigError, match="message = sign"):
         FrecencyConfig(sign_epsilon=1.0)

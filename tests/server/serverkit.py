@@ -282,7 +282,7 @@ def recompute_state(config: ServerConfig, rows: list[dict[str, Any]]) -> Any:
     state = aggregator.zero()
     for row in rows:
         if row["kind"] == "update":
-            cols = workload.columns([workload.parse(row["payload"])])
+            cols = workload.wire.columns([workload.wire.parse(row["payload"])])
             state = workload.strategy.accumulate(state, cols)
         elif row["kind"] == "aggregate":
             state = aggregator.merge(state, aggregator.state_from_json(row["payload"]))
@@ -303,9 +303,10 @@ def stored_model(store: Path, version: int) -> tuple[np.ndarray, dict[str, Any]]
 def recompute_step(config: ServerConfig, store: Path, version: int, state: Any) -> np.ndarray:
     """The parameters of version ``version + 1``: the strategy's server step from the
     stored version ``version`` and its optimizer state on ``state``."""
+    from fedrank.federation.round import Round, RoundState
     from fedrank.server.workloads import make_workload
 
     strategy = make_workload(config).strategy
     params, opt_json = stored_model(store, version)
     opt_state = strategy.optimizer.state_from_json(opt_json)
-    return strategy.server_step(state, params, opt_state).params
+    return Round(strategy, RoundState(params, opt_state, state, version)).close().step.params

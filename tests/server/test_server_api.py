@@ -682,7 +682,7 @@ def _aggregate_body(
 def test_fedavg_updates_and_a_proxy_aggregate_make_one_step(fedavg: Live) -> None:
     client, store = fedavg.client, fedavg.store
     rng = np.random.default_rng(20240601)
-    dim = fedavg.config.fedavg.dim
+    dim = fedavg.config.sections["fedavg"].dim
     if status(client)["updates_in_iteration"]:
         close_now(fedavg)
     version = fedavg.version()
@@ -734,7 +734,7 @@ def test_fedavg_updates_and_a_proxy_aggregate_make_one_step(fedavg: Live) -> Non
     expected_mean = (n @ deltas) / n.sum()
     old = np.array(client.get(f"/v1/model/{version}").json()["params"])
     new = np.array(client.get(f"/v1/model/{version + 1}").json()["params"])
-    lr = fedavg.config.fedavg.server_learning_rate
+    lr = fedavg.config.sections["fedavg"].server_learning_rate
     np.testing.assert_allclose(new, old + lr * expected_mean, rtol=1e-12, atol=1e-12)
     # ... and with the workload's own pieces, from the stored rows.
     rows = stored_rows(store, before["iteration"])
@@ -930,7 +930,7 @@ def test_es_aggregate_merges_like_the_messages(es: Live) -> None:
         close_now(es)
     version = es.version()
     iteration = status(client)["iteration"]
-    section = es.config.foltr_es
+    section = es.config.sections["foltr_es"]
     dim = make_workload(es.config).dim
     agg = ESGradient(dim, section.sigma, section.antithetic)
     seeds = np.arange(100, 106, dtype=np.uint64)

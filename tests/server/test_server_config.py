@@ -31,10 +31,12 @@ def test_defaults_match_the_documented_example() -> None:
     assert config.server.admin_token == "" and config.server.max_staleness == 0
     assert config.iteration.seconds == 1800.0  # the paper's 30 minutes
     assert config.iteration.min_updates == 1 and config.iteration.stable_ticks == 0
-    assert config.frecency.eta_plus == 1.2 and config.frecency.eta_minus == 0.5
-    assert config.foltr_es.sigma == 0.01 and config.foltr_es.batch == 4
-    assert config.foltr_es.p == 0.9 and config.foltr_es.antithetic is True
-    assert config.foltr_es.difference_bound == 0.0
+    assert (
+        config.sections["frecency"].eta_plus == 1.2 and config.sections["frecency"].eta_minus == 0.5
+    )
+    assert config.sections["foltr_es"].sigma == 0.01 and config.sections["foltr_es"].batch == 4
+    assert config.sections["foltr_es"].p == 0.9 and config.sections["foltr_es"].antithetic is True
+    assert config.sections["foltr_es"].difference_bound == 0.0
     assert config.rounds.enabled is False and config.rounds.clients_per_round == 100
     assert [b.name for b in config.branches] == ["treatment", "control", "control-no-decay"]
     assert [b.share for b in config.branches] == [0.6, 0.2, 0.2]
@@ -76,7 +78,9 @@ served = "defaults"
     assert config.server.port == 1234  # the flag wins
     assert config.iteration.seconds == 0.0 and config.iteration.min_updates == 10
     assert isinstance(config.iteration.seconds, float)
-    assert config.foltr_es.ranker == "two-layer" and config.foltr_es.batch == 3
+    assert (
+        config.sections["foltr_es"].ranker == "two-layer" and config.sections["foltr_es"].batch == 3
+    )
     assert config.rounds.clients_per_round == 7 and config.rounds.t_max_seconds == 5.0
     assert config.branches[1] == Branch("b", 0.5, "defaults", False)
     view = config.client_view()
@@ -134,7 +138,7 @@ served = "defaults"
         ('[frecency]\nmodel = "modern"\nsetting = "mozilla-deployed"\n', "tuned classic"),
         ("[rounds]\nclients_per_round = 0\n", "[rounds] clients_per_round must be >= 1"),
         ("[rounds]\nt_max_seconds = 0\n", "[rounds] t_max_seconds must be > 0"),
-        ("[rounds]\nenabled = true\n", "[rounds] apply to foltr-es and fedavg"),
+        ("[rounds]\nenabled = true\n", "[rounds] apply to foltr-es, fedavg, fpdgd"),
         ("branches = []\n", "[[branches]] must be a non-empty array of tables"),
         ('branches = "a"\n', "[[branches]] must be a non-empty array of tables"),
         ("branches = [1]\n", "branch 0 must be a table"),

@@ -22,7 +22,7 @@ TOML = '[server]\nworkload = "foltr-es"\n'
 
 def _message(engine: Engine, message_id: str, seed: int) -> Incoming:
     payload = {"seed": seed, "metric": 0.5, "antithetic_metric": 0.25}
-    parsed = engine.workload.parse(payload)
+    parsed = engine.workload.wire.parse(payload)
     text = orjson.dumps(payload).decode()
     return Incoming(message_id, 0, "treatment", "update", text, {}, parsed=parsed)
 

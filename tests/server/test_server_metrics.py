@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from fedrank.errors import ConfigError
-from fedrank.server.config import METRIC_DEFAULTS, load_config
+from fedrank.federation.registry import SYSTEMS
+from fedrank.server.config import load_config
 from tests.server.serverkit import (
     ADMIN_TOKEN,
     Live,
@@ -52,7 +53,7 @@ def _ping(message_id: str, version: int, metrics: dict[str, object]) -> dict[str
 
 
 def test_the_metrics_table_replaces_the_workload_defaults(live: Live) -> None:
-    assert load_config(workload="fedavg").metrics == METRIC_DEFAULTS["fedavg"]
+    assert load_config(workload="fedavg").metrics == SYSTEMS["fedavg"].metrics
     version = live.version()
     ok = live.client.post("/v1/updates", json=_ping("m-ok", version, {"map": 0.5}))
     assert ok.status_code == 202

@@ -31,7 +31,7 @@ from fedrank.server.privacy import PrivacyLedger, report_config
 from fedrank.server.store import Store
 from fedrank.server.workloads import make_workload
 from fedrank.strategies.dp import DPStrategy
-from fedrank.strategies.fedavg import FedAvgStrategy
+from fedrank.systems.fedavg.strategy import FedAvgStrategy
 from tests.server.serverkit import (
     ADMIN,
     ADMIN_TOKEN,
@@ -143,7 +143,9 @@ def test_a_private_server_noises_each_close_reports_epsilon_and_stops_at_the_bud
         assert state_of(client) == before
     # Each close is DPStrategy's step with the noise of default_rng([seed, iteration]).
     for k, rows in enumerate(updates):
-        dp = DPStrategy(FedAvgStrategy(config.fedavg), z, CLIP, np.random.default_rng([7, k]))
+        dp = DPStrategy(
+            FedAvgStrategy(config.sections["fedavg"]), z, CLIP, np.random.default_rng([7, k])
+        )
         state = dp.accumulate(dp.zero(), MessageBatch.of_vectors(rows, np.ones(len(rows))))
         step = dp.server_step(state, params[k], dp.init(params[k]))
         np.testing.assert_allclose(params[k + 1], step.params, rtol=0, atol=1e-12)
@@ -208,20 +210,20 @@ def test_the_adaptive_clip_follows_the_norms_privately_and_survives_a_restart(
 
     async def scenario() -> tuple[list[float], list[np.ndarray], float, dict[str, object]]:
         engine = Engine(config, asyncio.get_running_loop())
-        clips, params = [engine.privacy.current_clip], [engine.params]
+        clips, params = [engine.privacy.current_clip], [engine.round.params]
         try:
             for k, rows in enumerate(updates):
                 batch = [_incoming(engine, f"m{k}-{i}", row) for i, row in enumerate(rows)]
                 await engine.submit(batch)
                 assert (await engine.command("close", reason="t", force=True)).status == 200
                 clips.append(engine.privacy.current_clip)
-                params.append(engine.params)
+                params.append(engine.round.params)
             status = engine.privacy.status(engine.iteration)
         finally:
             engine.stop()
         restarted = Engine(config, asyncio.get_running_loop())
         try:
-            clip_after_restart = restarted.state.bound
+            clip_after_restart = restarted.round.aggregate.bound
         finally:
             restarted.stop()
         return clips, params, clip_after_restart, status
@@ -238,7 +240,11 @@ def test_the_adaptive_clip_follows_the_norms_privately_and_survives_a_restart(
         opened.close()
     z = gaussian_noise_multiplier(EPSILON, DELTA, 4)
     dp = DPStrategy(
-        FedAvgStrategy(config.fedavg), z, CLIP, np.random.default_rng(), AdaptiveClip(0.5, 5.0)
+        FedAvgStrategy(config.sections["fedavg"]),
+        z,
+        CLIP,
+        np.random.default_rng(),
+        AdaptiveClip(0.5, 5.0),
     )
     state, opt_state = dp.zero(), dp.init(params[0])
     for k, rows in enumerate(updates):
@@ -272,11 +278,17 @@ def test_a_fixed_denominator_divides_every_close_by_it(tmp_path: Path) -> None:
         after = np.array(client.get("/v1/model").json()["params"])
         privacy = status(client)["privacy"]
     dp = DPStrategy(
-        FedAvgStrategy(config.fedavg), z, CLIP, np.random.default_rng([7, 0]), denominator=10.0
+        FedAvgStrategy(config.sections["fedavg"]),
+        z,
+        CLIP,
+        np.random.default_rng([7, 0]),
+        denominator=10.0,
     )
     state = dp.accumulate(dp.zero(), MessageBatch.of_vectors(rows, np.ones(len(rows))))
     np.testing.assert_allclose(after, dp.server_step(state, before, dp.init(before)).params)
-    by_count = DPStrategy(FedAvgStrategy(config.fedavg), z, CLIP, np.random.default_rng([7, 0]))
+    by_count = DPStrategy(
+        FedAvgStrategy(config.sections["fedavg"]), z, CLIP, np.random.default_rng([7, 0])
+    )
     state = by_count.accumulate(by_count.zero(), MessageBatch.of_vectors(rows, np.ones(5)))
     assert not np.allclose(after, by_count.server_step(state, before, dp.init(before)).params)
     report = report_config(config, 1)[0]
@@ -301,9 +313,11 @@ def test_adaptive_clip_settings_that_are_refused(tmp_path: Path) -> None:
 
 def _incoming(engine: Engine, message_id: str, delta: np.ndarray | None = None) -> Incoming:
     payload = {"delta": [0.1] * 6 if delta is None else delta.tolist(), "n": 1}
-    parsed = engine.workload.parse(payload)
+    parsed = engine.workload.wire.parse(payload)
     text = orjson.dumps(payload).decode()
-    return Incoming(message_id, engine.version, "treatment", "update", text, {}, parsed=parsed)
+    return Incoming(
+        message_id, engine.round.version, "treatment", "update", text, {}, parsed=parsed
+    )
 
 
 @pytest.mark.parametrize(
@@ -344,7 +358,7 @@ def test_status_without_central_dp(tmp_path: Path) -> None:
     assert frecency["mechanism"] == "none" and frecency["epsilon"] is None
     assert frecency["budget"] is None and frecency["budget_spent"] is False
     es = offline_config('[server]\nworkload = "foltr-es"\n[foltr_es]\np = 0.8\n', tmp_path)
-    per_message = randomized_response_message_epsilon(0.8, 11, es.foltr_es.batch)
+    per_message = randomized_response_message_epsilon(0.8, 11, es.sections["foltr_es"].batch)
     ledger = PrivacyLedger(es)
     assert ledger.status(0)["epsilon"] == 0.0
     three = ledger.status(3)

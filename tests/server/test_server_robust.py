@@ -18,7 +18,7 @@ import orjson
 from fedrank.aggregators import CoordinateMedian, NormBounded
 from fedrank.core.message import MessageBatch
 from fedrank.server.engine import Engine, Incoming, Messages
-from fedrank.strategies.frecency import FrecencyStrategy
+from fedrank.systems.frecency.strategy import FrecencyStrategy
 from tests.server.serverkit import offline_config
 
 TOML = """
@@ -36,7 +36,7 @@ norm_quantile = 0.5
 
 def _update(engine: Engine, message_id: str, gradient: np.ndarray, version: int) -> Incoming:
     payload = {"gradient": gradient.tolist(), "n": 3}
-    parsed = engine.workload.parse(payload)
+    parsed = engine.workload.wire.parse(payload)
     text = orjson.dumps(payload).decode()
     return Incoming(message_id, version, "treatment", "update", text, {}, parsed=parsed)
 
@@ -50,7 +50,10 @@ def test_a_median_server_with_an_adaptive_bound_closes_and_keeps_the_bound(
     tmp_path: Path,
 ) -> None:
     config = offline_config(TOML, tmp_path, store=str(tmp_path / "store"))
-    assert config.frecency.aggregator == "median" and config.frecency.norm_quantile == 0.5
+    assert (
+        config.sections["frecency"].aggregator == "median"
+        and config.sections["frecency"].norm_quantile == 0.5
+    )
     first = _gradients(1, 9, 3.0)  # all above the bound 1.0: b = 0, the bound grows
     second = _gradients(2, 5, 0.5)  # all within the grown bound
 
@@ -60,13 +63,13 @@ def test_a_median_server_with_an_adaptive_bound_closes_and_keeps_the_bound(
         try:
             agg = engine.aggregator
             assert isinstance(agg, NormBounded) and isinstance(agg.inner, CoordinateMedian)
-            out["params0"] = engine.params.copy()
+            out["params0"] = engine.round.params.copy()
             items = [_update(engine, f"a{k}", g, 0) for k, g in enumerate(first)]
             out["accepted"] = [o.status for o in await engine.submit(items)]
-            out["state0"] = engine.state
+            out["state0"] = engine.round.aggregate
             out["close"] = await engine.command("close", reason="test", force=True)
-            out["params1"] = engine.params.copy()
-            out["bound1"] = engine.state.bound
+            out["params1"] = engine.round.params.copy()
+            out["bound1"] = engine.round.aggregate.bound
             out["served_bound1"] = engine.snapshot().norm_bound  # GET /v1/model serves it
             # A proxy that folded from the configured zero (bound 1.0) is refused; one that
             # folded from the open iteration's empty state is merged.
@@ -74,7 +77,7 @@ def test_a_median_server_with_an_adaptive_bound_closes_and_keeps_the_bound(
                 agg.zero(), MessageBatch.of_vectors(second[:2], np.ones(2))
             )
             fresh = agg.accumulate_batch(
-                engine.state, MessageBatch.of_vectors(second[:2], np.ones(2))
+                engine.round.aggregate, MessageBatch.of_vectors(second[:2], np.ones(2))
             )
             proxy = [
                 Incoming(name, 1, "treatment", "aggregate",
@@ -85,20 +88,20 @@ def test_a_median_server_with_an_adaptive_bound_closes_and_keeps_the_bound(
             out["proxy"] = await engine.submit(proxy)
             items = [_update(engine, f"b{k}", g, 1) for k, g in enumerate(second[2:])]
             await engine.submit(items)
-            out["before_restart"] = agg.state_to_json(engine.state)
+            out["before_restart"] = agg.state_to_json(engine.round.aggregate)
         finally:
             engine.stop()
         restarted = Engine(config, asyncio.get_running_loop())
         try:
-            out["after_restart"] = restarted.aggregator.state_to_json(restarted.state)
+            out["after_restart"] = restarted.aggregator.state_to_json(restarted.round.aggregate)
             out["close2"] = await restarted.command("close", reason="test", force=True)
-            out["bound2"] = restarted.state.bound
+            out["bound2"] = restarted.round.aggregate.bound
         finally:
             restarted.stop()
         again = Engine(config, asyncio.get_running_loop())  # a restart right after a close
         try:
-            out["bound2_restart"] = again.state.bound
-            out["count2_restart"] = again.state.count
+            out["bound2_restart"] = again.round.aggregate.bound
+            out["count2_restart"] = again.round.aggregate.count
         finally:
             again.stop()
         return out
@@ -108,7 +111,7 @@ def test_a_median_server_with_an_adaptive_bound_closes_and_keeps_the_bound(
     state0 = r["state0"]
     assert (state0.bound, state0.within, state0.count) == (1.0, 0, 9)
     # The server's close is the strategy's server step on the median of the clipped rows.
-    strategy = FrecencyStrategy(config.frecency)
+    strategy = FrecencyStrategy(config.sections["frecency"])
     expected = strategy.server_step(
         strategy.accumulate(strategy.zero(), MessageBatch.of_vectors(first, np.full(9, 3.0))),
         r["params0"],
@@ -145,7 +148,7 @@ def test_updates_beyond_max_rows_wait_for_the_next_iteration(tmp_path: Path) -> 
             out: dict[str, Any] = {}
             items = [_update(engine, f"m{k}", g, 0) for k, g in enumerate(rows)]
             out["batch"] = await engine.submit_columns(Messages.of(items, engine.workload))
-            out["count"] = engine.state.count
+            out["count"] = engine.round.aggregate.count
             out["rejected"] = engine.rejected()["iteration_full"]
             out["close"] = await engine.command("close", reason="test", force=True)
             late = [_update(engine, f"m{k}", rows[k], 1) for k in (3, 4)]

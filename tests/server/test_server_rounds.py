@@ -1,7 +1,7 @@
 """Server-selected rounds (FedPS Algorithm 1; Bonawitz et al. 2019): check-in selects the
 first K clients with a deadline T_max, other reports are refused with the reason (not
 selected, already reported, late), and a complete round closes the iteration. First the
-:class:`~fedrank.server.rounds.Round` bookkeeping in-process, then real servers for foltr-es
+:class:`~fedrank.server.cohort.Cohort` bookkeeping in-process, then real servers for foltr-es
 and fedavg."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedrank.server.rounds import Round
+from fedrank.server.cohort import Cohort
 from tests.server.serverkit import (
     ADMIN_TOKEN,
     Live,
@@ -32,21 +32,21 @@ from tests.server.serverkit import (
 
 
 def test_round_selects_the_first_k_and_answers_repeats_alike() -> None:
-    r = Round(number=4, clients_per_round=2, t_max_seconds=10.0)
+    r = Cohort(number=4, clients_per_round=2, t_max_seconds=10.0)
     a = r.checkin("a", now=100.0, model_version=3)
     assert a == {"selected": True, "round": 4, "model_version": 3, "deadline": 110.0}
     assert r.checkin("a", now=105.0, model_version=3) == a  # same answer, same deadline
     assert r.checkin("b", now=101.0, model_version=3)["deadline"] == 111.0
     refused = r.checkin("c", now=102.0, model_version=3)
     assert refused == {"selected": False, "round": 4, "retry_after_seconds": 2.5}
-    assert Round(0, 1, 1.0).checkin("x", 0.0, 0)["selected"] is True
-    full = Round(0, 1, 1.0)
+    assert Cohort(0, 1, 1.0).checkin("x", 0.0, 0)["selected"] is True
+    full = Cohort(0, 1, 1.0)
     full.checkin("x", 0.0, 0)
     assert full.checkin("y", 0.0, 0)["retry_after_seconds"] == 1.0  # at least a second
 
 
 def test_round_refusals_give_the_reason_and_reserve() -> None:
-    r = Round(number=1, clients_per_round=3, t_max_seconds=5.0)
+    r = Cohort(number=1, clients_per_round=3, t_max_seconds=5.0)
     r.checkin("a", now=0.0, model_version=0)
     r.checkin("b", now=0.0, model_version=0)
     r.checkin("c", now=0.0, model_version=0)
@@ -72,7 +72,7 @@ def test_round_refusals_give_the_reason_and_reserve() -> None:
 
 
 def test_round_completes_when_all_reported_or_all_deadlines_passed() -> None:
-    r = Round(number=0, clients_per_round=2, t_max_seconds=5.0)
+    r = Cohort(number=0, clients_per_round=2, t_max_seconds=5.0)
     assert not r.complete(1000.0)  # nobody selected yet
     r.checkin("a", now=0.0, model_version=0)
     assert not r.complete(4.0)

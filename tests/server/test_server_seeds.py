@@ -26,10 +26,12 @@ import pytest
 from fedrank.core.codec import encode_batch
 from fedrank.core.seeded_noise import gaussian_noise
 from fedrank.errors import ConfigError
+from fedrank.server.cohort import Cohort
 from fedrank.server.config import load_config
-from fedrank.server.rounds import Round
 from fedrank.server.seeds import SECRET_KEY, TOKEN_HEX, SeedClaims, SeedIssuer
-from fedrank.server.workloads import FoltrEsWorkload, PayloadError, SeedTokenError
+from fedrank.server.workloads import make_workload
+from fedrank.systems.foltr_es.wire import SeedTokenError
+from fedrank.systems.wire import PayloadError
 from tests.cli.clirun import assert_clean_failure, run
 from tests.server.serverkit import (
     ADMIN_TOKEN,
@@ -128,7 +130,7 @@ def test_claims_count_each_issued_seed_once() -> None:
 
 def test_a_round_issues_one_seed_per_client_and_model_version() -> None:
     issuer = SeedIssuer(SECRET)
-    r = Round(number=2, clients_per_round=2, t_max_seconds=10.0, issue_seed=issuer.issue)
+    r = Cohort(number=2, clients_per_round=2, t_max_seconds=10.0, issue_seed=issuer.issue)
     a = r.checkin("a", now=0.0, model_version=4)
     assert set(a) == {"selected", "round", "model_version", "deadline", "seed", "seed_token"}
     assert issuer.refusal(bytes.fromhex(a["seed_token"]), a["seed"], 4) is None
@@ -139,7 +141,7 @@ def test_a_round_issues_one_seed_per_client_and_model_version() -> None:
     assert r.checkin("b", now=0.0, model_version=5)["seed"] != moved["seed"]
     full = r.checkin("c", now=0.0, model_version=5)
     assert full["selected"] is False and "seed" not in full  # no selection, no seed
-    plain = Round(0, 1, 1.0).checkin("x", 0.0, 0)
+    plain = Cohort(0, 1, 1.0).checkin("x", 0.0, 0)
     assert "seed" not in plain and "seed_token" not in plain
 
 
@@ -149,10 +151,10 @@ def test_the_config_key_and_its_rules(tmp_path: Path) -> None:
         path.write_text(text)
         return load_config(path)
 
-    assert load_config(workload="foltr-es").foltr_es_server_seeds is False
+    assert load_config(workload="foltr-es").server_seeds is False
     assert load_config(workload="foltr-es").client_view()["server_seeds"] is False
     config = load(seeds_config())
-    assert config.foltr_es_server_seeds is True and config.foltr_es.sigma == 0.01
+    assert config.server_seeds is True and config.system_config.sigma == 0.01
     assert config.client_view()["server_seeds"] is True
     no_rounds = '[server]\nworkload = "foltr-es"\n[foltr_es]\nserver_seeds = true\n'
     with pytest.raises(ConfigError, match=r"server_seeds = true needs \[rounds\] enabled"):
@@ -172,7 +174,7 @@ def test_the_config_key_and_its_rules(tmp_path: Path) -> None:
 
 def test_the_token_format_is_bounded() -> None:
     config = load_config(workload="foltr-es")
-    workload = FoltrEsWorkload(config)
+    workload = make_workload(config).wire
     good = SeedIssuer(SECRET).issue(0)
     base = {"seed": good.seed, "metric": 0.5, "antithetic_metric": 0.25}
     parsed = workload.parse({**base, "seed_token": good.token})
@@ -302,7 +304,7 @@ def test_shopped_forged_missing_and_malformed_tokens_are_refused(tmp_path: Path)
         client = live.client
         mallory = checkin(live, "mallory")
         honest = checkin(live, "honest")
-        dim = FoltrEsWorkload(live.config).dim
+        dim = make_workload(live.config).dim
         rng = np.random.default_rng(5)
         target = rng.normal(size=dim)
         target /= np.linalg.norm(target)
@@ -473,7 +475,7 @@ def test_without_server_seeds_clients_choose_seeds_and_the_attack_steers(tmp_pat
         answer = checkin(live, "mallory")
         assert set(answer) == {"selected", "round", "model_version", "deadline"}
         assert client.get("/v1/model").json()["config"]["server_seeds"] is False
-        dim = FoltrEsWorkload(live.config).dim
+        dim = make_workload(live.config).dim
         rng = np.random.default_rng(5)
         target = rng.normal(size=dim)
         target /= np.linalg.norm(target)
@@ -495,9 +497,7 @@ def test_without_server_seeds_clients_choose_seeds_and_the_attack_steers(tmp_pat
         assert close(live) == 1
         aggregate = closed_iteration(live.store, 0)["aggregate"]
         weighted = np.asarray(
-            FoltrEsWorkload(live.config)
-            .strategy.aggregator.state_from_json(aggregate)
-            .weighted_noise
+            make_workload(live.config).strategy.aggregator.state_from_json(aggregate).weighted_noise
         )
         steered = weighted @ target / np.linalg.norm(weighted)
         assert steered == pytest.approx(cosine, abs=1e-6)  # the estimate points where chosen

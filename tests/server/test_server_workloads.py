@@ -17,14 +17,11 @@ from fedrank.core.codec import encode_es_message, pack_signs
 from fedrank.core.message import ESMessage, MessageBatch
 from fedrank.errors import ConfigError
 from fedrank.server.config import ServerConfig, load_config
-from fedrank.server.workloads import (
-    MAX_ENTRY,
-    FedAvgWorkload,
-    FoltrEsWorkload,
-    FrecencyWorkload,
-    PayloadError,
-    make_workload,
-)
+from fedrank.server.workloads import Workload, make_workload
+from fedrank.systems.fedavg.wire import FedAvgWire
+from fedrank.systems.foltr_es.wire import FoltrEsWire
+from fedrank.systems.frecency.wire import FrecencyWire
+from fedrank.systems.wire import MAX_ENTRY, PayloadError
 
 
 def _config(tmp_path: Path, text: str) -> ServerConfig:
@@ -34,45 +31,45 @@ def _config(tmp_path: Path, text: str) -> ServerConfig:
 
 
 @pytest.fixture
-def frecency_full() -> FrecencyWorkload:
+def frecency_full() -> Workload:
     workload = make_workload(load_config(workload="frecency"))
-    assert isinstance(workload, FrecencyWorkload)
+    assert isinstance(workload.wire, FrecencyWire)
     return workload
 
 
 @pytest.fixture
-def frecency_sign(tmp_path: Path) -> FrecencyWorkload:
+def frecency_sign(tmp_path: Path) -> Workload:
     workload = make_workload(_config(tmp_path, '[frecency]\nmessage = "sign"\n'))
-    assert isinstance(workload, FrecencyWorkload)
+    assert isinstance(workload.wire, FrecencyWire)
     return workload
 
 
 @pytest.fixture
-def es() -> FoltrEsWorkload:
+def es() -> Workload:
     workload = make_workload(load_config(workload="foltr-es"))
-    assert isinstance(workload, FoltrEsWorkload)
+    assert isinstance(workload.wire, FoltrEsWire)
     return workload
 
 
 @pytest.fixture
-def es_plain(tmp_path: Path) -> FoltrEsWorkload:
+def es_plain(tmp_path: Path) -> Workload:
     text = '[server]\nworkload = "foltr-es"\n[foltr_es]\nantithetic = false\n'
     workload = make_workload(_config(tmp_path, text))
-    assert isinstance(workload, FoltrEsWorkload)
+    assert isinstance(workload.wire, FoltrEsWire)
     return workload
 
 
 @pytest.fixture
-def fedavg(tmp_path: Path) -> FedAvgWorkload:
+def fedavg(tmp_path: Path) -> Workload:
     workload = make_workload(
         _config(tmp_path, '[server]\nworkload = "fedavg"\n[fedavg]\ndim = 4\n')
     )
-    assert isinstance(workload, FedAvgWorkload)
+    assert isinstance(workload.wire, FedAvgWire)
     return workload
 
 
 def test_dimensions_and_initial_models(
-    frecency_full: FrecencyWorkload, es: FoltrEsWorkload, fedavg: FedAvgWorkload, tmp_path: Path
+    frecency_full: Workload, es: Workload, fedavg: Workload, tmp_path: Path
 ) -> None:
     assert frecency_full.dim == 22 == len(frecency_full.parameter_names())
     assert frecency_full.initial_params()[:5].tolist() == [4.0, 14.0, 31.0, 90.0, 100.0]
@@ -86,10 +83,10 @@ def test_dimensions_and_initial_models(
     assert two_layer.dim > 46
 
 
-def test_frecency_full_gradients(frecency_full: FrecencyWorkload) -> None:
-    parsed = frecency_full.parse({"gradient": list(range(22)), "n": 3})
+def test_frecency_full_gradients(frecency_full: Workload) -> None:
+    parsed = frecency_full.wire.parse({"gradient": list(range(22)), "n": 3})
     assert parsed.vector.tolist() == list(map(float, range(22))) and parsed.weight == 3.0
-    assert frecency_full.parse({"gradient": [0.5] * 22}).weight == 1.0  # n defaults to 1
+    assert frecency_full.wire.parse({"gradient": [0.5] * 22}).weight == 1.0  # n defaults to 1
     for payload, reason in [
         ({"gradient": [0.0] * 21}, "gradient must have 22 entries, got 21"),
         ({"gradient": "x"}, "gradient must be a list of 22 numbers"),
@@ -105,18 +102,18 @@ def test_frecency_full_gradients(frecency_full: FrecencyWorkload) -> None:
         ({"n": 1}, "payload lacks ['gradient']"),
     ]:
         with pytest.raises(PayloadError) as err:
-            frecency_full.parse(payload)
+            frecency_full.wire.parse(payload)
         assert reason in str(err.value)
     with pytest.raises(PayloadError, match="sign bits"):
-        frecency_full.parse_binary(pack_signs(np.ones(22)))
+        frecency_full.wire.parse_binary(pack_signs(np.ones(22)))
 
 
-def test_frecency_signs_json_and_binary_agree(frecency_sign: FrecencyWorkload) -> None:
+def test_frecency_signs_json_and_binary_agree(frecency_sign: Workload) -> None:
     signs = np.array([1, -1, 0] * 7 + [1], dtype=float)
     raw = pack_signs(signs)
     assert len(raw) == 6
-    from_binary = frecency_sign.parse_binary(raw)
-    from_json = frecency_sign.parse({"signs": base64.b64encode(raw).decode(), "n": 2})
+    from_binary = frecency_sign.wire.parse_binary(raw)
+    from_json = frecency_sign.wire.parse({"signs": base64.b64encode(raw).decode(), "n": 2})
     np.testing.assert_array_equal(from_binary.vector, signs)
     np.testing.assert_array_equal(from_json.vector, signs)
     assert (from_binary.weight, from_json.weight) == (1.0, 2.0)
@@ -128,31 +125,31 @@ def test_frecency_signs_json_and_binary_agree(frecency_sign: FrecencyWorkload) -
         ({}, "payload lacks ['signs']"),
     ]:
         with pytest.raises(PayloadError) as err:
-            frecency_sign.parse(payload)
+            frecency_sign.wire.parse(payload)
         assert reason in str(err.value)
     with pytest.raises(PayloadError, match="padding bits"):
-        frecency_sign.parse_binary(raw[:5] + bytes([raw[5] | 0xF0]))
+        frecency_sign.wire.parse_binary(raw[:5] + bytes([raw[5] | 0xF0]))
 
 
-def test_es_binary_forms_agree_with_json(es: FoltrEsWorkload, es_plain: FoltrEsWorkload) -> None:
+def test_es_binary_forms_agree_with_json(es: Workload, es_plain: Workload) -> None:
     body = encode_es_message(ESMessage(77, 0.1, 0.7))
     assert len(body) == 12
-    parsed = es.parse_binary(body)
+    parsed = es.wire.parse_binary(body)
     assert parsed.seed == 77
     assert parsed.metric == float(np.float32(0.1)) and parsed.antithetic == float(np.float32(0.7))
-    json_form = es.parse({"seed": 77, "metric": parsed.metric, "antithetic_metric": 0.7})
+    json_form = es.wire.parse({"seed": 77, "metric": parsed.metric, "antithetic_metric": 0.7})
     assert json_form.metric == parsed.metric
-    plain = es_plain.parse_binary(encode_es_message(ESMessage(5, 0.25)))
+    plain = es_plain.wire.parse_binary(encode_es_message(ESMessage(5, 0.25)))
     assert (plain.seed, plain.metric, plain.antithetic) == (5, 0.25, None)
     with pytest.raises(PayloadError, match="an ES message here is 12 bytes, got 8"):
-        es.parse_binary(encode_es_message(ESMessage(5, 0.25)))
+        es.wire.parse_binary(encode_es_message(ESMessage(5, 0.25)))
     with pytest.raises(PayloadError, match="an ES message here is 8 bytes, got 12"):
-        es_plain.parse_binary(body)
+        es_plain.wire.parse_binary(body)
     nan = b"\x01\x00\x00\x00\x00\x00\xc0\x7f"
     with pytest.raises(PayloadError, match="not finite"):
-        es_plain.parse_binary(nan)
+        es_plain.wire.parse_binary(nan)
     with pytest.raises(PayloadError, match=r"mean MaxRR, in \[0, 1\]"):
-        es_plain.parse_binary(encode_es_message(ESMessage(5, 3.0)))
+        es_plain.wire.parse_binary(encode_es_message(ESMessage(5, 3.0)))
     for payload, reason in [
         ({"seed": 2**32, "metric": 0.5, "antithetic_metric": 0.5}, "seed must be an integer"),
         ({"seed": -1, "metric": 0.5, "antithetic_metric": 0.5}, "seed must be an integer"),
@@ -162,25 +159,25 @@ def test_es_binary_forms_agree_with_json(es: FoltrEsWorkload, es_plain: FoltrEsW
         ({"seed": 1, "metric": 0.5, "antithetic_metric": 0.5, "x": 1}, "unknown payload"),
     ]:
         with pytest.raises(PayloadError) as err:
-            es.parse(payload)
+            es.wire.parse(payload)
         assert reason in str(err.value)
     with pytest.raises(PayloadError, match="does not use antithetic variates"):
-        es_plain.parse({"seed": 1, "metric": 0.5, "antithetic_metric": 0.5})
+        es_plain.wire.parse({"seed": 1, "metric": 0.5, "antithetic_metric": 0.5})
 
 
-def test_fedavg_payloads(fedavg: FedAvgWorkload) -> None:
-    parsed = fedavg.parse({"delta": [1, 2.5, -3, 0], "n": 7})
+def test_fedavg_payloads(fedavg: Workload) -> None:
+    parsed = fedavg.wire.parse({"delta": [1, 2.5, -3, 0], "n": 7})
     assert parsed.vector.tolist() == [1.0, 2.5, -3.0, 0.0] and parsed.weight == 7.0
     with pytest.raises(PayloadError, match=r"payload lacks \['n'\]"):
-        fedavg.parse({"delta": [0.0] * 4})
+        fedavg.wire.parse({"delta": [0.0] * 4})
     with pytest.raises(PayloadError, match="delta must have 4 entries, got 5"):
-        fedavg.parse({"delta": [0.0] * 5, "n": 1})
+        fedavg.wire.parse({"delta": [0.0] * 5, "n": 1})
     with pytest.raises(PayloadError, match="no binary update format"):
-        fedavg.parse_binary(b"\x00" * 4)
+        fedavg.wire.parse_binary(b"\x00" * 4)
 
 
 def test_accumulate_matches_the_aggregators(
-    frecency_full: FrecencyWorkload, es: FoltrEsWorkload, fedavg: FedAvgWorkload
+    frecency_full: Workload, es: Workload, fedavg: Workload
 ) -> None:
     rng = np.random.default_rng(1)
     for workload, payloads in [
@@ -192,18 +189,18 @@ def test_accumulate_matches_the_aggregators(
         ),
     ]:
         aggregator = workload.strategy.aggregator
-        parsed = [workload.parse(p) for p in payloads]
-        together = workload.strategy.accumulate(aggregator.zero(), workload.columns(parsed))
+        parsed = [workload.wire.parse(p) for p in payloads]
+        together = workload.strategy.accumulate(aggregator.zero(), workload.wire.columns(parsed))
         one_by_one = aggregator.zero()
         for p in parsed:
-            one_by_one = workload.strategy.accumulate(one_by_one, workload.columns([p]))
+            one_by_one = workload.strategy.accumulate(one_by_one, workload.wire.columns([p]))
         np.testing.assert_allclose(
             aggregator.finalize(together), aggregator.finalize(one_by_one), rtol=1e-12, atol=1e-15
         )
         assert together.count == 6
 
 
-def test_the_step_goes_the_documented_way(fedavg: FedAvgWorkload, es: FoltrEsWorkload) -> None:
+def test_the_step_goes_the_documented_way(fedavg: Workload, es: Workload) -> None:
     """FedAvg adds eta_s times the mean delta; FOLtR-ES moves along the ES estimate (it
     points uphill of MaxRR, which is maximized)."""
     fa = fedavg.strategy
@@ -213,7 +210,9 @@ def test_the_step_goes_the_documented_way(fedavg: FedAvgWorkload, es: FoltrEsWor
     )
     params = fa.initial_params()
     step = fa.server_step(deltas, params, fa.init(params))
-    np.testing.assert_allclose(step.step, fedavg.section.server_learning_rate * step.aggregate)
+    np.testing.assert_allclose(
+        step.step, fedavg.strategy.config.server_learning_rate * step.aggregate
+    )
     np.testing.assert_allclose(step.params, params + step.step)
     strategy = es.strategy
     params = strategy.initial_params()
@@ -235,7 +234,8 @@ def test_extreme_accepted_payloads_still_close() -> None:
             {key: [MAX_ENTRY] * workload.dim, "n": 10**9},
         ]
         state = workload.strategy.accumulate(
-            strategy.aggregator.zero(), workload.columns([workload.parse(p) for p in payloads])
+            strategy.aggregator.zero(),
+            workload.wire.columns([workload.wire.parse(p) for p in payloads]),
         )
         params = workload.initial_params()
         step = strategy.server_step(state, params, strategy.init(params))
@@ -248,9 +248,9 @@ def test_extreme_accepted_payloads_still_close() -> None:
 @given(data=st.data())
 def test_the_batch_fast_path_agrees_with_parsing_one_by_one(
     data: st.DataObject,
-    frecency_full: FrecencyWorkload,
-    fedavg: FedAvgWorkload,
-    es: FoltrEsWorkload,
+    frecency_full: Workload,
+    fedavg: Workload,
+    es: Workload,
 ) -> None:
     """``parse_batch`` (the batch endpoint's fast path) accepts exactly what ``parse``
     accepts, with the same columns."""
@@ -280,12 +280,12 @@ def test_the_batch_fast_path_agrees_with_parsing_one_by_one(
         payload = st.fixed_dictionaries({key: vector, "n": count}, optional={"extra": number})
     payloads = data.draw(st.lists(payload, min_size=1, max_size=4))
     try:
-        single = workload.columns([workload.parse(p) for p in payloads])
+        single = workload.wire.columns([workload.wire.parse(p) for p in payloads])
     except PayloadError:
         with pytest.raises(PayloadError):
-            workload.parse_batch(payloads)
+            workload.wire.parse_batch(payloads)
         return
-    batch = workload.parse_batch(payloads)
+    batch = workload.wire.parse_batch(payloads)
     for field in ("vector", "weight", "seed", "metric", "antithetic"):
         a, b = getattr(single, field), getattr(batch, field)
         assert (a is None) == (b is None)
@@ -299,14 +299,16 @@ def test_the_weight_n_is_bounded_by_the_configuration() -> None:
     """Issue 15, F5: one ``{"gradient": [1.0] * 22, "n": 1e9}`` among 100 honest updates
     flipped 15 of 22 weights. ``n`` is now at most ``[server] max_n`` (the workload's
     default when 0), in single messages and batches."""
-    assert make_workload(load_config(workload="frecency")).max_n == 100
-    assert make_workload(load_config(workload="fedavg")).max_n == 100_000
+    assert make_workload(load_config(workload="frecency")).wire.max_n == 100
+    assert make_workload(load_config(workload="fedavg")).wire.max_n == 100_000
     workload = make_workload(load_config(workload="frecency", max_n=5))
-    assert workload.parse({"gradient": [1.0] * 22, "n": 5}).weight == 5.0
+    assert workload.wire.parse({"gradient": [1.0] * 22, "n": 5}).weight == 5.0
     with pytest.raises(PayloadError, match=r"1\.\.5 \(\[server\] max_n\)"):
-        workload.parse({"gradient": [1.0] * 22, "n": 6})
+        workload.wire.parse({"gradient": [1.0] * 22, "n": 6})
     with pytest.raises(PayloadError, match=r"n must lie in 1\.\.5"):
-        workload.parse_batch([{"gradient": [1.0] * 22, "n": 1}, {"gradient": [1.0] * 22, "n": 6}])
+        workload.wire.parse_batch(
+            [{"gradient": [1.0] * 22, "n": 1}, {"gradient": [1.0] * 22, "n": 6}]
+        )
     with pytest.raises(ConfigError, match="max_n must be in 0..1e9"):
         load_config(workload="frecency", max_n=-1)
 
@@ -323,8 +325,8 @@ def _f5_aggregate(tmp_path: Path, frecency: str) -> np.ndarray:
     direction = np.where(rng.random(22) < 0.5, -1.0, 1.0)
     honest = direction + rng.normal(0.0, 1.0, size=(100, 22))
     payloads = [{"gradient": g.tolist(), "n": int(rng.integers(1, 5))} for g in honest]
-    payloads.append({"gradient": (-1e6 * direction).tolist(), "n": workload.max_n})
-    batch = workload.parse_batch(payloads)
+    payloads.append({"gradient": (-1e6 * direction).tolist(), "n": workload.wire.max_n})
+    batch = workload.wire.parse_batch(payloads)
     aggregator = workload.strategy.aggregator
     state = aggregator.accumulate_batch(aggregator.zero(), batch)
     return np.sign(aggregator.finalize(state)) * direction  # +1 where the honest sign won
@@ -342,7 +344,7 @@ def test_a_norm_bound_keeps_one_client_from_steering_the_aggregate(tmp_path: Pat
     # FedAvg: the stored payload stays as sent; the aggregator bounds it when folding it in.
     workload = make_workload(_config(tmp_path, '[server]\nworkload = "fedavg"\n'
                                      "[fedavg]\nnorm_bound = 1.0\n"))  # fmt: skip
-    batch = workload.parse_batch([{"delta": [3.0, 4.0] + [0.0] * 98, "n": 1}])
+    batch = workload.wire.parse_batch([{"delta": [3.0, 4.0] + [0.0] * 98, "n": 1}])
     np.testing.assert_array_equal(batch.vector[0, :2], [3.0, 4.0])
     strategy = workload.strategy
     state = strategy.accumulate(strategy.zero(), batch)

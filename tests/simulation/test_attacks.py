@@ -14,9 +14,9 @@ from fedrank.aggregators.es_gradient import ESGradient
 from fedrank.core.message import Message, MessageBatch
 from fedrank.core.seeded_noise import gaussian_noise
 from fedrank.errors import ConfigError
+from fedrank.federation.registry import SYSTEMS
 from fedrank.simulation.attacks import (
     ATTACKS,
-    SYSTEM_ATTACKS,
     Attack,
     FedPSAttacker,
     FoltrAttacker,
@@ -68,15 +68,15 @@ def test_bad_kind_factor_and_candidates_are_refused() -> None:
 
 def test_each_system_takes_only_its_attacks() -> None:
     with pytest.raises(ConfigError, match="does not apply to fpdgd"):
-        Attack(0.1, "targeted-seed").check_system("fpdgd")
+        Attack(0.1, "targeted-seed").check_system(SYSTEMS["fpdgd"])
     with pytest.raises(ConfigError, match="does not apply to frecency"):
-        Attack(0.1, "targeted-seed").check_system("frecency")
+        Attack(0.1, "targeted-seed").check_system(SYSTEMS["frecency"])
     with pytest.raises(ConfigError, match="FOLtR-ES defense"):
-        Attack(0.1, "sign-flip", server_seeds=True).check_system("fpdgd")
+        Attack(0.1, "sign-flip", server_seeds=True).check_system(SYSTEMS["fpdgd"])
     with pytest.raises(ConfigError, match="does not apply to foltr-es"):
-        Attack(0.1, "model-replacement").check_system("foltr-es")
+        Attack(0.1, "model-replacement").check_system(SYSTEMS["foltr-es"])
     for kind in ATTACKS:  # every kind runs on some system
-        assert any(kind in allowed for allowed in SYSTEM_ATTACKS.values())
+        assert any(kind in s.attacks for s in SYSTEMS.values())
 
 
 # ------------------------------------------------------------------------ who is malicious
@@ -99,11 +99,11 @@ def test_the_choice_is_reproducible_and_seeded() -> None:
 
 
 def test_foltr_attackers_are_fresh_every_iteration_and_exact() -> None:
-    attacker = FoltrAttacker(Attack(0.2, "sign-flip"), 500, seed=3)
+    attacker = FoltrAttacker(Attack(0.2, "sign-flip"), 500, seed=3, system=SYSTEMS["foltr-es"])
     masks = [attacker.malicious(t) for t in range(5)]
     assert all(m.sum() == 100 for m in masks)
     assert not np.array_equal(masks[0], masks[1])
-    again = FoltrAttacker(Attack(0.2, "random"), 500, seed=3)
+    again = FoltrAttacker(Attack(0.2, "random"), 500, seed=3, system=SYSTEMS["foltr-es"])
     assert np.array_equal(again.malicious(2), masks[2])  # the kind does not change who
 
 
@@ -291,7 +291,7 @@ def test_foltr_attacker_refuses_scaled_reports_and_counts_them() -> None:
     rng = np.random.default_rng(10)
     s, m, a = _es(rng, 100)
     m[:] = 0.5  # every report would leave the range when scaled
-    attacker = FoltrAttacker(Attack(0.2, "scale"), 100, seed=4)
+    attacker = FoltrAttacker(Attack(0.2, "scale"), 100, seed=4, system=SYSTEMS["foltr-es"])
     accepted = attacker.es(0, np.zeros(DIM), MessageBatch.of_es(s, m, a))
     bad = attacker.malicious(0)
     assert accepted.size == 80
@@ -304,7 +304,7 @@ def test_foltr_attacker_refuses_scaled_reports_and_counts_them() -> None:
 def test_fpdgd_attacker_rewrites_its_rows() -> None:
     rng = np.random.default_rng(11)
     deltas = rng.normal(size=(10, 46))
-    attacker = FoltrAttacker(Attack(0.3, "sign-flip"), 10, seed=0, algorithm="fpdgd")
+    attacker = FoltrAttacker(Attack(0.3, "sign-flip"), 10, seed=0, system=SYSTEMS["fpdgd"])
     out = attacker.vectors(5, deltas)
     bad = attacker.malicious(5)
     assert bad.sum() == 3 and np.array_equal(out[bad], -deltas[bad])

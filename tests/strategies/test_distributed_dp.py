@@ -10,11 +10,12 @@ import pytest
 
 from fedrank.core.message import MessageBatch
 from fedrank.errors import ConfigError
+from fedrank.federation.privacy import PrivacyConfig
 from fedrank.privacy import skellam
 from fedrank.secagg.field import FixedPointEncoder
 from fedrank.strategies.distributed_dp import DistributedDPStrategy
-from fedrank.strategies.dp import DPConfig
-from fedrank.strategies.fedavg import FedAvgConfig, FedAvgStrategy
+from fedrank.systems.fedavg.config import FedAvgConfig
+from fedrank.systems.fedavg.strategy import FedAvgStrategy
 
 DIM, CLIP, K = 6, 1.0, 20
 
@@ -80,6 +81,6 @@ def test_same_seed_same_noise_and_what_is_refused() -> None:
     with pytest.raises(ConfigError, match="plan is for 7 coordinates"):
         DistributedDPStrategy(FedAvgStrategy(FedAvgConfig(dim=DIM)), plan, 0)
     with pytest.raises(ConfigError, match="drop clip_quantile and denominator"):
-        DPConfig(epsilon=1.0, delta=1e-6, clip=1.0, mode="distributed", denominator=5.0)
+        PrivacyConfig(epsilon=1.0, delta=1e-6, clip=1.0, mode="distributed", denominator=5.0)
     with pytest.raises(ConfigError, match="threshold must be in"):
-        DPConfig(epsilon=1.0, delta=1e-6, clip=1.0, mode="distributed", threshold=0.0)
+        PrivacyConfig(epsilon=1.0, delta=1e-6, clip=1.0, mode="distributed", threshold=0.0)

@@ -8,12 +8,16 @@ import pytest
 
 from fedrank.core.message import MessageBatch
 from fedrank.errors import ConfigError
+from fedrank.federation.privacy import PrivacyConfig, private, run_record
 from fedrank.privacy.accounting import gaussian_epsilon
 from fedrank.privacy.adaptive_clip import AdaptiveClip
-from fedrank.strategies.dp import DPConfig, DPStrategy
-from fedrank.strategies.fedavg import FedAvgConfig, FedAvgStrategy
-from fedrank.strategies.foltr_es import FoltrEsConfig, FoltrEsStrategy
-from fedrank.strategies.frecency import FrecencyConfig, FrecencyStrategy
+from fedrank.strategies.dp import DPStrategy
+from fedrank.systems.fedavg.config import FedAvgConfig
+from fedrank.systems.fedavg.strategy import FedAvgStrategy
+from fedrank.systems.foltr_es.config import FoltrEsConfig
+from fedrank.systems.foltr_es.strategy import FoltrEsStrategy
+from fedrank.systems.frecency.config import FrecencyConfig
+from fedrank.systems.frecency.strategy import FrecencyStrategy
 
 DIM = 8
 
@@ -83,15 +87,15 @@ def test_a_fixed_denominator_hides_who_took_part() -> None:
     assert not np.allclose(by_count, clipped0 / 10.0, atol=1e-3)  # the others rescale too
     dp = DPStrategy(_fedavg(), 2.0, 1.0, rng=7, denominator=8.0)
     assert dp.noise_std(3) == dp.noise_std(30) == pytest.approx(2.0 / 8.0)
-    privacy = dp.run_privacy(DPConfig(epsilon=1.0, delta=1e-6, clip=1.0), 4, [10] * 4)
+    privacy = run_record(dp, PrivacyConfig(epsilon=1.0, delta=1e-6, clip=1.0), 4, [10] * 4)
     assert privacy["denominator"] == 8.0 and "participation is protected" in privacy["adjacency"]
     for bad in (0.0, -1.0, float("inf"), 1e-300):
         with pytest.raises(ConfigError, match="denominator"):
             DPStrategy(_fedavg(), 2.0, 1.0, rng=7, denominator=bad)
         with pytest.raises(ConfigError, match="denominator"):
-            DPConfig(epsilon=1.0, delta=1e-6, clip=1.0, denominator=bad)
-    config = DPConfig(epsilon=1.0, delta=1e-6, clip=1.0, denominator=5.0)
-    assert DPStrategy.for_budget(_fedavg(), config, 4, rng=0).denominator == 5.0
+            PrivacyConfig(epsilon=1.0, delta=1e-6, clip=1.0, denominator=bad)
+    config = PrivacyConfig(epsilon=1.0, delta=1e-6, clip=1.0, denominator=5.0)
+    assert private(_fedavg(), config, rounds=4, rng=0).denominator == 5.0
 
 
 def test_same_seed_same_result_other_seed_other_noise() -> None:
@@ -134,10 +138,10 @@ def test_state_round_trips_through_json_as_a_server_stores_it() -> None:
 
 
 def test_for_budget_keeps_the_budget() -> None:
-    budget = DPConfig(epsilon=3.0, delta=1e-6, clip=0.2)
-    dp = DPStrategy.for_budget(_fedavg(), budget, rounds=10, rng=0)
+    budget = PrivacyConfig(epsilon=3.0, delta=1e-6, clip=0.2)
+    dp = private(_fedavg(), budget, rounds=10, rng=0)
     assert gaussian_epsilon(dp.noise_multiplier, 1e-6, 10) <= 3.0
-    record = dp.run_privacy(budget, 10, counts=[100, 50])
+    record = run_record(dp, budget, 10, [100, 50])
     assert record["epsilon"] <= 3.0 and record["rounds"] == 10 and record["clip"] == 0.2
     assert record["noise_std_per_iteration"] == [dp.noise_std(100), dp.noise_std(50)]
     assert record["epsilon_replace_one"] > record["epsilon"]
@@ -162,7 +166,7 @@ def test_accepts_an_inner_bound_equal_to_the_clip_and_refuses_unseeded_noise() -
     with pytest.raises(ConfigError, match="seed"):
         DPStrategy(_fedavg(), 1.0, 1.0, rng=None)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="delta"):
-        DPConfig(epsilon=1.0, delta=0.0, clip=1.0)
+        PrivacyConfig(epsilon=1.0, delta=0.0, clip=1.0)
 
 
 # ---------------------------------------------------------------- the adaptive clip
@@ -214,15 +218,15 @@ def test_the_adaptive_noise_is_z_u_times_the_rounds_clip() -> None:
 
 
 def test_an_adaptive_budget_records_its_clips_and_stays_within_epsilon() -> None:
-    budget = DPConfig(epsilon=3.0, delta=1e-6, clip=0.2, clip_quantile=0.5)
-    dp = DPStrategy.for_budget(_fedavg(), budget, rounds=10, rng=0, expected_updates=1000)
+    budget = PrivacyConfig(epsilon=3.0, delta=1e-6, clip=0.2, clip_quantile=0.5)
+    dp = private(_fedavg(), budget, rounds=10, rng=0, expected_updates=1000)
     assert dp.adaptive is not None and dp.adaptive.count_noise == 50.0  # 1000 / 20
     state, params = dp.zero(), dp.initial_params()
     for m in (100, 50):
         state = dp.accumulate(state, MessageBatch.of_vectors(np.full((m, DIM), 0.01), np.ones(m)))
         dp.server_step(state, params, dp.init(params))
         state = dp.next_zero(state)
-    record = dp.run_privacy(budget, 10, counts=[100, 50])
+    record = run_record(dp, budget, 10, [100, 50])
     assert record["epsilon"] <= 3.0 and record["clip_quantile"] == 0.5
     assert record["clip_per_iteration"][0] == 0.2 and record["clip_per_iteration"][1] < 0.2
     assert record["noise_std_per_iteration"] == [
@@ -234,13 +238,16 @@ def test_an_adaptive_budget_records_its_clips_and_stays_within_epsilon() -> None
 
 def test_adaptive_settings_are_checked() -> None:
     with pytest.raises(ConfigError, match="give clip_quantile"):
-        DPConfig(epsilon=1.0, delta=1e-6, clip=1.0, count_noise=5.0)
-    config = DPConfig(epsilon=1.0, delta=1e-6, clip=1.0, clip_quantile=0.5)
+        PrivacyConfig(epsilon=1.0, delta=1e-6, clip=1.0, count_noise=5.0)
+    config = PrivacyConfig(epsilon=1.0, delta=1e-6, clip=1.0, clip_quantile=0.5)
     with pytest.raises(ConfigError, match="give count_noise"):
         config.adaptive(0)
     with pytest.raises(ConfigError, match="quantile"):
-        DPConfig(epsilon=1.0, delta=1e-6, clip=1.0, clip_quantile=1.5)
+        PrivacyConfig(epsilon=1.0, delta=1e-6, clip=1.0, clip_quantile=1.5)
     with pytest.raises(ConfigError, match="2 sigma_b > z"):  # z of 1 round at epsilon 1 > 1
-        DPStrategy.for_budget(
-            _fedavg(), DPConfig(1.0, 1e-6, 1.0, clip_quantile=0.5, count_noise=0.5), 1, rng=0
+        private(
+            _fedavg(),
+            PrivacyConfig(1.0, 1e-6, 1.0, clip_quantile=0.5, count_noise=0.5),
+            rounds=1,
+            rng=0,
         )

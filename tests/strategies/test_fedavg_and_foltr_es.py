@@ -9,8 +9,10 @@ import pytest
 from fedrank.core.message import MessageBatch
 from fedrank.core.seeded_noise import gaussian_noise
 from fedrank.errors import ConfigError
-from fedrank.strategies.fedavg import FedAvgConfig, FedAvgStrategy
-from fedrank.strategies.foltr_es import FoltrEsConfig, FoltrEsStrategy
+from fedrank.systems.fedavg.config import FedAvgConfig
+from fedrank.systems.fedavg.strategy import FedAvgStrategy
+from fedrank.systems.foltr_es.config import FoltrEsConfig
+from fedrank.systems.foltr_es.strategy import FoltrEsStrategy
 
 
 def test_fedavg_adds_eta_s_times_the_weighted_mean_delta() -> None:

@@ -11,7 +11,8 @@ from fedrank.errors import ConfigError
 from fedrank.models.frecency.weights import CLASSIC_WEIGHT_NAMES, classic_defaults
 from fedrank.optim.constraints import ConstraintChain, LowerBound
 from fedrank.strategies.base import SafeguardError
-from fedrank.strategies.frecency import PAPER_SIGNIFICANCE_Z, FrecencyConfig, FrecencyStrategy
+from fedrank.systems.frecency.config import PAPER_SIGNIFICANCE_Z, FrecencyConfig
+from fedrank.systems.frecency.strategy import FrecencyStrategy
 
 DIM = len(CLASSIC_WEIGHT_NAMES)
 

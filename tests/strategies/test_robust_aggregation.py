@@ -21,8 +21,11 @@ from fedrank.aggregators import (
 from fedrank.core.message import MessageBatch
 from fedrank.errors import ConfigError
 from fedrank.experiments.frecency.study import InProcessServer
-from fedrank.strategies.fedavg import FedAvgConfig, FedAvgStrategy
-from fedrank.strategies.frecency import FrecencyConfig, FrecencyStrategy
+from fedrank.federation.round import Round
+from fedrank.systems.fedavg.config import FedAvgConfig
+from fedrank.systems.fedavg.strategy import FedAvgStrategy
+from fedrank.systems.frecency.config import FrecencyConfig
+from fedrank.systems.frecency.strategy import FrecencyStrategy
 
 
 def test_frecency_builds_the_configured_aggregator() -> None:
@@ -94,11 +97,11 @@ def test_the_in_process_study_server_adapts_the_bound_between_iterations() -> No
     strategy = FrecencyStrategy(
         FrecencyConfig(aggregator="median", norm_bound=1.0, norm_quantile=0.5)
     )
-    server = InProcessServer(strategy)
+    server = InProcessServer(Round(strategy))
     rng = np.random.default_rng(0)
     bounds = []
     for _ in range(3):
-        bounds.append(server.state.bound)
+        bounds.append(server.round.aggregate.bound)
         grads = rng.normal(size=(20, strategy.dim))
         grads *= 3.0 / np.linalg.norm(grads, axis=1, keepdims=True)  # all above the bound
         server.report(None, None, None, SimpleNamespace(updates=grads, n=np.ones(20)))  # type: ignore[arg-type]

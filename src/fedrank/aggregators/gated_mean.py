@@ -14,7 +14,7 @@ mean is reported only where
 sum n_i^2`` the effective number of reports; elsewhere it is 0, which Rprop treats as "no
 gradient": the weight and its step size stay (Sec. 5.3). ``z = 2`` is a two-sided test at
 about 5% per coordinate, ``z = 1`` (the frecency ``paper`` setting's, which keeps learning
-under sign-flipping clients: :data:`fedrank.strategies.frecency.PAPER_SIGNIFICANCE_Z`) at
+under sign-flipping clients: :data:`fedrank.systems.frecency.config.PAPER_SIGNIFICANCE_Z`) at
 about 32%; ``z = 0`` gives :class:`~fedrank.aggregators.mean.WeightedMean`.
 
 The state holds sums only (``sum n_i H_i``, ``sum n_i H_i^2``, ``sum n_i``, ``sum n_i^2``),

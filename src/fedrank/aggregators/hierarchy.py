@@ -15,6 +15,7 @@ servers (default 1,000 per group server), after a seeded shuffle.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -94,70 +95,53 @@ def hierarchical_aggregate(
     aggregator: Any,
     topology: Topology,
     clients: np.ndarray,
-    updates: np.ndarray,
-    n: np.ndarray,
+    batch: MessageBatch,
+    *,
+    empty: Any = None,
+    fold: Callable[[Any, MessageBatch], Any] | None = None,
 ) -> HierarchyResult[Any]:
-    """Aggregate the updates of ``clients`` (rows of ``updates``, weights ``n``) through the
-    hierarchy: each proxy ``accumulate_batch``-es its own clients' rows, each group server
-    merges its proxies' states, the central server merges the group servers' states.
+    """Aggregate the messages of ``batch`` (row ``i`` sent by client ``clients[i]``) through
+    the hierarchy: each proxy folds its own clients' messages into ``empty`` with ``fold``,
+    each group server merges its proxies' states, the central server merges the group
+    servers' states.
 
-    ``aggregator`` is any vector aggregator with ``zero`` / ``accumulate_batch`` / ``merge``
-    (e.g. :class:`fedrank.aggregators.mean.WeightedMean`: FedPS Algorithm 1's ``n_j / n``
-    weighting)."""
+    ``aggregator`` is any aggregator with ``zero`` / ``accumulate_batch`` / ``merge`` (e.g.
+    :class:`fedrank.aggregators.mean.WeightedMean`: FedPS Algorithm 1's ``n_j / n``
+    weighting). ``empty``: the state a proxy starts from (default ``aggregator.zero()``; a
+    round's empty aggregate carries its norm bound). ``fold``: how a proxy folds a batch
+    (default ``aggregator.accumulate_batch``; a strategy's ``accumulate`` applies its rule,
+    e.g. a privacy wrapper's clipping and unit weights)."""
     clients = np.asarray(clients, dtype=np.int64)
-    if clients.ndim != 1 or len(clients) != len(updates) or len(clients) != len(n):
+    if clients.ndim != 1 or len(clients) != batch.size:
         raise ConfigError(
-            f"clients, updates and n must have one row per client: got {clients.shape}, "
-            f"{np.shape(updates)} and {np.shape(n)}"
+            f"clients and the batch must have one row per client: got {clients.shape} and "
+            f"{batch.size} messages"
         )
     if clients.size and (clients.min() < 0 or clients.max() >= topology.n_clients):
         raise ConfigError(f"client ids must lie in [0, {topology.n_clients})")
+    empty = aggregator.zero() if empty is None else empty
+    fold = aggregator.accumulate_batch if fold is None else fold
     proxies = topology.proxy_of[clients]
     proxy_states: dict[int, Any] = {}
     for proxy in np.unique(proxies):
-        rows = np.flatnonzero(proxies == proxy)
-        proxy_states[int(proxy)] = aggregator.accumulate_batch(
-            aggregator.zero(), MessageBatch.of_vectors(updates[rows], n[rows])
-        )
-    return merge_upward(aggregator, topology, proxy_states)
+        proxy_states[int(proxy)] = fold(empty, batch.take(np.flatnonzero(proxies == proxy)))
+    return merge_upward(aggregator, topology, proxy_states, empty)
 
 
 def merge_upward(
-    aggregator: Any, topology: Topology, proxy_states: dict[int, Any]
+    aggregator: Any, topology: Topology, proxy_states: dict[int, Any], empty: Any = None
 ) -> HierarchyResult[Any]:
     """The levels above the proxies: each group server merges the states its proxies
-    forward, the central server merges the group servers' states."""
+    forward, the central server merges the group servers' states (``empty``, default
+    ``aggregator.zero()``, when no proxy forwarded anything)."""
     group_states: dict[int, Any] = {}
     for proxy, state in proxy_states.items():
         group = int(topology.group_of_proxy[proxy])
-        group_states[group] = aggregator.merge(group_states.get(group, aggregator.zero()), state)
-    central = aggregator.zero()
+        held = group_states.get(group)
+        group_states[group] = state if held is None else aggregator.merge(held, state)
+    central = None
     for state in group_states.values():
-        central = aggregator.merge(central, state)
+        central = state if central is None else aggregator.merge(central, state)
+    if central is None:
+        central = aggregator.zero() if empty is None else empty
     return HierarchyResult(central, proxy_states, group_states)
-
-
-class ProxyRound(Generic[State]):
-    """One training step through the hierarchy, message by message: each client's message
-    goes to its own proxy, which folds it into its state (``accumulate``); :meth:`forward`
-    sends the proxies' states up (:func:`merge_upward`). The streaming form of
-    :func:`hierarchical_aggregate`: no level ever holds more than its own merged state.
-    """
-
-    def __init__(self, aggregator: Any, topology: Topology) -> None:
-        self.aggregator = aggregator
-        self.topology = topology
-        self._proxy_states: dict[int, Any] = {}
-
-    def accumulate(self, client: int, message: Any) -> None:
-        """Client ``client`` sends ``message`` to its proxy."""
-        if not 0 <= client < self.topology.n_clients:
-            raise ConfigError(f"client id must lie in [0, {self.topology.n_clients}), got {client}")
-        proxy = int(self.topology.proxy_of[client])
-        state = self._proxy_states.get(proxy, self.aggregator.zero())
-        self._proxy_states[proxy] = self.aggregator.accumulate(state, message)
-
-    def forward(self) -> HierarchyResult[Any]:
-        """Proxies forward their merged states to their group servers, these to the central
-        server."""
-        return merge_upward(self.aggregator, self.topology, self._proxy_states)

@@ -10,6 +10,7 @@ import click
 
 from fedrank.errors import ConfigError
 from fedrank.simulation.attacks import DEFAULT_CANDIDATES, DEFAULT_FACTOR, Attack
+from fedrank.systems.system import System
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -68,7 +69,7 @@ def attack_options(
 
 
 def attack_from_options(
-    system: str,
+    system: System,
     malicious: float,
     attack: str | None,
     attack_factor: float | None,

@@ -56,7 +56,7 @@ def client(
     from fedrank.client import Client
     from fedrank.client.frecency_update import ProfileSearches, frecency_update
     from fedrank.errors import ConfigError
-    from fedrank.strategies.frecency import FrecencyConfig, FrecencyStrategy
+    from fedrank.systems.frecency.client import FrecencyClient
 
     with Client(
         server_url,
@@ -68,9 +68,10 @@ def client(
         if flushed:
             click.echo(f"resent {len(flushed)} queued message(s): {[r.status for r in flushed]}")
         model = c.fetch_model()
-        if model.workload != workload:
+        half = c.client_half(model)
+        if not isinstance(half, FrecencyClient):
             raise ConfigError(f"the server runs the {model.workload} workload, not {workload}")
-        section = FrecencyConfig.from_view(model.config)
+        section = half.config
         searches = ProfileSearches(places, model=section.model)
         payload, metrics = frecency_update(
             searches, model.params, section, max_n=model.config.get("max_n")
@@ -84,7 +85,7 @@ def client(
                 click.echo(f"not sent (the server does not accept them): {', '.join(dropped)}")
             metrics = {k: v for k, v in metrics.items() if k in accepted}
         # randomized signs are applied here, on the device: the ledger records their epsilon
-        local = FrecencyStrategy(section).message_epsilon()
+        local = half.message_epsilon()
         result = c.send(payload, model.version, metrics, local_epsilon=local)
         click.echo(
             f"branch {model.branch}, model version {model.version}: {searches.n_searches} "

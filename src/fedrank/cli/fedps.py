@@ -12,7 +12,7 @@ from threadpoolctl import threadpool_limits
 
 from fedrank.cli._attack import attack_from_options, attack_options, echo_attack
 from fedrank.cli._common import dask_options, progress_bar, write_json
-from fedrank.simulation.attacks import SYSTEM_ATTACKS
+from fedrank.systems import fedavg
 
 if TYPE_CHECKING:
     import numpy as np
@@ -159,7 +159,7 @@ def _seed_list(text: str | None) -> list[int] | None:
 @click.option("--dp-denominator", type=float, default=None,
               help="divide each step's noised sum by this fixed number (e.g. K) instead of "
               "the step's count, so that the model hides who took part")  # fmt: skip
-@attack_options(SYSTEM_ATTACKS["fedps"], "the users (a fixed set; flat and proxy modes)")
+@attack_options(fedavg.SYSTEM.attacks, "the users (a fixed set; flat and proxy modes)")
 @dask_options("the clients of a flat or proxy run", "; same result as one process")
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False))
 def run(
@@ -185,7 +185,7 @@ def run(
     training_seeds = _seed_list(seeds) or [seed]
     given = {k: v for k, v in overrides.items() if v is not None}
     settings = FedPSSettings(mode=mode, seed=training_seeds[0], **given)
-    poison = attack_from_options("fedps", malicious, attack, attack_factor)
+    poison = attack_from_options(fedavg.SYSTEM, malicious, attack, attack_factor)
     if poison is not None and mode not in FEDERATED_MODES:
         raise click.UsageError(
             f"--attack poisons the clients' updates of a federated run (flat, proxy); mode "

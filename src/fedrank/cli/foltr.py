@@ -132,11 +132,12 @@ def foltr_train(
     from fedrank.data.letor import load_fold
     from fedrank.experiments.executors import check_executor_options, dask_client
     from fedrank.experiments.foltr.plots import plot_curves
-    from fedrank.experiments.foltr.run import FoltrConfig, run_foltr
+    from fedrank.experiments.foltr.run import SYSTEM_OF, FoltrConfig, run_foltr
+    from fedrank.federation.registry import system
 
     config = FoltrConfig(p=None if p == 1.0 else p, **settings)  # type: ignore[arg-type]
     poison = attack_from_options(
-        "foltr-es" if config.algorithm == "es" else "fpdgd",
+        system(SYSTEM_OF[config.algorithm]),
         malicious,
         attack,
         attack_factor,

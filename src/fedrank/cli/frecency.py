@@ -104,7 +104,7 @@ def _study_options(func: Any) -> Any:
     from fedrank.experiments.frecency.study import WORLDS, FrecencyStudyConfig
     from fedrank.losses.pointwise_svm import SCORE_SCALES
     from fedrank.models.frecency.scorer import MODELS, PAGE_SCORERS
-    from fedrank.strategies.frecency import AGGREGATORS, RPROP_SETTINGS, SETTINGS
+    from fedrank.systems.frecency.config import AGGREGATORS, RPROP_SETTINGS, SETTINGS
 
     d = FrecencyStudyConfig()
     r = d.resolved()
@@ -403,11 +403,12 @@ def frecency_simulate(
     from fedrank.experiments.frecency.plots import plot_study
     from fedrank.experiments.frecency.report import write_report
     from fedrank.experiments.frecency.study import FrecencyStudyConfig
+    from fedrank.systems.frecency import SYSTEM as FRECENCY
 
     if settings["world"] == "aol" and settings["n_users"] == 0:
         settings["n_users"] = None  # every user of the log
     config = FrecencyStudyConfig(track_stability=stability, **settings)
-    poison = attack_from_options("frecency", malicious, attack, attack_factor)
+    poison = attack_from_options(FRECENCY, malicious, attack, attack_factor)
     dp = dp_from_options(
         dp_epsilon,
         dp_delta,

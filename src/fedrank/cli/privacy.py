@@ -18,7 +18,7 @@ from fedrank.cli._common import read_json, write_json
 from fedrank.privacy.report import SystemPrivacy, report_run
 
 if TYPE_CHECKING:
-    from fedrank.strategies.dp import DPConfig
+    from fedrank.federation.privacy import PrivacyConfig
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -119,7 +119,7 @@ def dp_from_options(
     denominator: float | None = None,
     mode: str = "central",
     threshold: float | None = None,
-) -> DPConfig | None:
+) -> PrivacyConfig | None:
     """The budget of ``--dp-epsilon/--dp-delta/--dp-clip``, the adaptive clip of
     ``--dp-clip-quantile/--dp-count-noise`` and the fixed ``--dp-denominator`` (``None``
     without ``--dp-epsilon``; any of the others without it is an error, so that no one
@@ -143,9 +143,9 @@ def dp_from_options(
         raise click.UsageError(
             "--dp-count-noise belongs to the adaptive clip: give --dp-clip-quantile"
         )
-    from fedrank.strategies.dp import DPConfig
+    from fedrank.federation.privacy import PrivacyConfig
 
-    return DPConfig(
+    return PrivacyConfig(
         epsilon=epsilon,
         delta=DEFAULT_DP_DELTA if delta is None else delta,
         clip=DEFAULT_DP_CLIP if clip is None else clip,
@@ -279,7 +279,8 @@ def privacy_audit(
     from fedrank.experiments.dp_audit import audit_gaussian
     from fedrank.privacy.accounting import gaussian_epsilon
     from fedrank.strategies.dp import DPStrategy
-    from fedrank.strategies.fedavg import FedAvgConfig, FedAvgStrategy
+    from fedrank.systems.fedavg.config import FedAvgConfig
+    from fedrank.systems.fedavg.strategy import FedAvgStrategy
 
     strategy = DPStrategy(FedAvgStrategy(FedAvgConfig(dim=4)), noise_multiplier, clip, seed)
     result = audit_gaussian(

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from fedrank.cli._common import FedrankGroup
+from fedrank.federation.registry import SYSTEMS
 
 
 @click.command("serve")
@@ -19,7 +20,12 @@ from fedrank.cli._common import FedrankGroup
     default=None,
     help="server.toml (see fedrank.server.config for every key); flags override it.",
 )
-@click.option("--workload", type=click.Choice(["frecency", "foltr-es", "fedavg"]), default=None)
+@click.option(
+    "--workload",
+    type=click.Choice(list(SYSTEMS)),
+    default=None,
+    help="The system the server runs (default: [server] workload, else frecency).",
+)
 @click.option("--store", default=None, help="Directory of the durable store.")
 @click.option("--host", default=None, help="Default 127.0.0.1.")
 @click.option("--port", type=int, default=None, help="Default 8000.")

@@ -33,13 +33,16 @@ from typing import Any
 
 import numpy as np
 
+from fedrank.core.message import MessageBatch
 from fedrank.data.places import PlacesData, classic_histories, modern_samples, read_places
 from fedrank.errors import ConfigError
 from fedrank.losses.pointwise_svm import pointwise_svm_loss, scaled_scores
 from fedrank.models.frecency.classic import ClassicFrecency
 from fedrank.models.frecency.modern import ModernFrecency
 from fedrank.models.frecency.scorer import page_scorer
-from fedrank.strategies.frecency import FrecencyConfig, FrecencyStrategy
+from fedrank.systems.frecency.client import FrecencyClient
+from fedrank.systems.frecency.config import FrecencyConfig
+from fedrank.systems.frecency.wire import FrecencyWire
 
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -167,15 +170,15 @@ def frecency_update(
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """``(payload, metrics)`` of this profile for the served ``params``: the weighted mean
     finite-difference gradient of the SVM loss over the replayed searches, privatized and
-    encoded by the strategy of the served ``config`` (the server's ``[frecency]`` section:
+    encoded by the client half of the served ``config`` (the server's ``[frecency]`` section:
     its ``eps``, margin, loss scale and message form; default: the defaults of
     ``searches.model``), with ``n`` = the number of searches, at most ``max_n`` (the
     server's bound on a message's weight); ``({}, metrics)`` when there is nothing to learn
     from. ``rng`` seeds the privatizer (none of today's is random)."""
-    strategy = FrecencyStrategy(config or FrecencyConfig(model=searches.model))
-    if strategy.config.model != searches.model:
+    client = FrecencyClient(config or FrecencyConfig(model=searches.model))
+    if client.config.model != searches.model:
         raise ConfigError(
-            f"the server tunes {strategy.config.model} frecency; these searches were read for "
+            f"the server tunes {client.config.model} frecency; these searches were read for "
             f"{searches.model}"
         )
     theta = np.asarray(params, dtype=np.float64)
@@ -194,13 +197,13 @@ def frecency_update(
     valid = shown >= 0
     selected = np.array([r.selected for r in replayed])
     weights = np.array([r.weight for r in replayed])
-    scale, delta = str(strategy.config.score_scale), float(strategy.config.delta)
+    scale, delta = str(client.config.score_scale), float(client.config.delta)
 
     def objective(rows: np.ndarray) -> np.ndarray:
         page_scores = scaled_scores(searches.scores(rows), scale)  # (P, n_pages)
         return pointwise_svm_loss(page_scores[:, np.where(valid, shown, 0)], selected, valid, delta)
 
-    grads, losses = strategy.estimator.estimate_units(theta, objective)
+    grads, losses = client.estimator.estimate_units(theta, objective)
     gradient = weights @ grads / weights.sum()
     metrics = {
         "loss": float(weights @ losses / weights.sum()),
@@ -209,5 +212,7 @@ def frecency_update(
         "searches": float(len(replayed)),
     }
     n = len(replayed) if max_n is None else min(len(replayed), int(max_n))
-    payload = strategy.client_payload(gradient, n, rng or np.random.default_rng(0))
+    sent = client.privatize(gradient[None, :], rng or np.random.default_rng(0))
+    wire = FrecencyWire(client.config, max_n=max(n, 1))
+    (payload,) = wire.encode(MessageBatch.of_vectors(sent, np.array([n])))
     return payload, metrics

@@ -42,10 +42,11 @@ import numpy as np
 
 from fedrank.client.outbox import Outbox
 from fedrank.client.user_ledger import PrivacyBudgetError, UserLedger
-from fedrank.core.codec import encode_es_message
-from fedrank.core.message import ESMessage, MessageBatch
-from fedrank.core.seeded_noise import gaussian_noise
+from fedrank.core.message import MessageBatch
 from fedrank.errors import FedrankError
+from fedrank.federation.registry import system
+from fedrank.systems.foltr_es.client import ESTask, FoltrEsClient
+from fedrank.systems.foltr_es.wire import es_payload
 
 #: Statuses worth retrying: the server may succeed on the next attempt.
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
@@ -139,73 +140,6 @@ class Checkin:
             raise FedrankError(
                 f"the server's check-in answer is malformed ({exc}): {answer}"
             ) from exc
-
-
-@dataclass(frozen=True)
-class ESTask:
-    """What a FOLtR-ES client evaluates and reports (Sec. 3.2): perturb the model of
-    ``model_version`` with the noise of ``seed`` (:meth:`perturbed`), average the
-    (privatized) metric over its ``B`` interactions, and send it with :meth:`Client.send_es`.
-    ``seed_token`` is the server's token for an issued seed (``None``: the client drew the
-    seed itself); ``client_id`` is the id the client checked in with (rounds)."""
-
-    model_version: int
-    seed: int
-    seed_token: str | None = None
-    client_id: str | None = None
-
-    def perturbed(self, params: np.ndarray, sigma: float) -> tuple[np.ndarray, np.ndarray]:
-        """``(phi + sigma v_s, phi - sigma v_s)`` (Eq. 4; the second is the antithetic
-        perturbation), float32 as the simulator's clients compute them
-        (:class:`fedrank.estimators.evolution_strategies.ESEstimator`)."""
-        theta = np.asarray(params, dtype=np.float32)
-        step = np.float32(sigma) * gaussian_noise(self.seed, theta.size)
-        return theta + step, theta - step
-
-
-def es_payload(
-    seed: int,
-    metric: float,
-    antithetic_metric: float | None = None,
-    seed_token: str | None = None,
-) -> dict[str, Any]:
-    """The JSON payload of a FOLtR-ES report (what ``POST /v1/updates`` takes); metrics are
-    mean MaxRR values in ``[0, 1]``."""
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or not 0 <= seed < 2**32:
-        raise FedrankError(f"seed must be an integer in [0, 2**32), got {seed!r}")
-    payload: dict[str, Any] = {"seed": int(seed), "metric": _unit("metric", metric)}
-    if antithetic_metric is not None:
-        payload["antithetic_metric"] = _unit("antithetic_metric", antithetic_metric)
-    if seed_token is not None:
-        payload["seed_token"] = seed_token
-    return payload
-
-
-def es_record(
-    seed: int,
-    metric: float,
-    antithetic_metric: float | None = None,
-    seed_token: str | None = None,
-) -> bytes:
-    """The binary form of a FOLtR-ES report (``application/vnd.fedrank.update``, and one
-    record of a binary batch): the 8 / 12-byte ES message, then the 32 bytes of the seed's
-    token when the server issued the seed."""
-    payload = es_payload(seed, metric, antithetic_metric, seed_token)
-    anti = payload.get("antithetic_metric")
-    message = encode_es_message(ESMessage(payload["seed"], payload["metric"], anti))
-    if seed_token is None:
-        return message
-    try:
-        return message + bytes.fromhex(seed_token)
-    except ValueError as exc:
-        raise FedrankError(f"seed_token must be hex, as the check-in returned it: {exc}") from exc
-
-
-def _unit(name: str, value: float) -> float:
-    number = float(value)
-    if not 0.0 <= number <= 1.0:  # also NaN
-        raise FedrankError(f"{name} is a mean MaxRR, in [0, 1]; got {value}")
-    return number
 
 
 def _maybe(kind: Any, value: Any) -> Any:
@@ -495,14 +429,16 @@ class Client:
     def es_task(self, checkin: Checkin | None, model: ServedModel) -> ESTask:
         """The FOLtR-ES report this client computes on ``model``: with the seed the server
         issued at ``checkin`` (and its token), or, on a server that lets clients choose
-        (``config["server_seeds"]`` false), a seed drawn from the client's generator.
+        (``config["server_seeds"]`` false), a seed drawn from the client's generator
+        (:meth:`FoltrEsClient.task <fedrank.systems.foltr_es.client.FoltrEsClient.task>`).
 
         Raises:
             FedrankError: not a FOLtR-ES server; not selected; the server issues seeds but
                 none was issued; or the seed was issued for another model version than
                 ``model`` (check in again: a new version gets a new seed).
         """
-        if model.workload != "foltr-es":
+        half = self.client_half(model)
+        if not isinstance(half, FoltrEsClient):
             raise FedrankError(f"the server runs the {model.workload} workload, not foltr-es")
         client_id = None if checkin is None else checkin.client_id
         if checkin is not None and not checkin.selected:
@@ -510,19 +446,22 @@ class Client:
                 f"client {client_id!r} is not selected in round {checkin.round}; check in "
                 f"again in {checkin.retry_after_seconds} s"
             )
+        issued = None
         if checkin is not None and checkin.seed is not None:
             if checkin.model_version != model.version:
                 raise FedrankError(
                     f"the seed was issued for model version {checkin.model_version}, but the "
                     f"served model is version {model.version}: check in again for its seed"
                 )
-            return ESTask(model.version, checkin.seed, checkin.seed_token, client_id)
-        if model.config.get("server_seeds"):
-            raise FedrankError(
-                "this server issues the seeds ([foltr_es] server_seeds): check in "
-                "(Client.checkin) and pass the answer, which holds the seed"
-            )
-        return ESTask(model.version, int(self.rng.integers(2**32)), None, client_id)
+            assert checkin.seed_token is not None  # they come together (from_answer)
+            issued = (checkin.seed, checkin.seed_token)
+        return half.task(model.version, self.rng, issued, client_id)
+
+    def client_half(self, model: ServedModel) -> Any:
+        """The client half of the system ``model`` is from (``systems/<name>/client.py``),
+        built from the section the server serves with it."""
+        sys = system(model.workload)
+        return sys.client(sys.config_from_view(model.config))
 
     def send_es(
         self,

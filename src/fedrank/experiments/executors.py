@@ -38,6 +38,7 @@ import numpy as np
 
 from fedrank.core.message import MessageBatch
 from fedrank.errors import ConfigError
+from fedrank.federation.round import Round
 from fedrank.strategies.base import Strategy
 
 if TYPE_CHECKING:
@@ -263,19 +264,17 @@ def _fold(strategy: Strategy, empty: Any, batch: MessageBatch) -> Any:
     return strategy.accumulate(empty, batch)
 
 
-def accumulate_on_cluster(
-    client: Client, strategy: Strategy, blocks: Sequence[MessageBatch], empty: Any = None
-) -> Any:
-    """One iteration's aggregator state, folded on a Dask cluster: each worker folds one
-    block of messages into the iteration's ``empty`` state (default ``strategy.zero()``;
-    after a close, ``strategy.next_zero`` of the last one, which carries an adaptive norm
-    bound), and the driver merges the states pairwise (a tree, ``aggregator.merge``) -- the
-    mergeable-aggregator contract makes the result equal to folding every message in one
+def fold_on_cluster(client: Client, round_: Round, blocks: Sequence[MessageBatch]) -> None:
+    """Fold one round's messages on a Dask cluster: each worker folds one block into the
+    round's empty aggregate (:meth:`Round.empty <fedrank.federation.round.Round.empty>`,
+    which carries an adaptive norm bound) by the strategy's rule, the driver merges the
+    states pairwise (a tree, ``aggregator.merge``) and merges the result into the round --
+    the mergeable-aggregator contract makes it equal to folding every message in one
     process, up to float summation order. The strategy travels to the workers once per
     call."""
-    empty = strategy.zero() if empty is None else empty
     if not blocks:
-        return empty
+        return
+    strategy, empty = round_.strategy, round_.empty()
     shared = client.scatter(strategy, broadcast=True, hash=False)
     states = client.gather(
         client.map(_fold, [shared] * len(blocks), [empty] * len(blocks), list(blocks), pure=False)
@@ -284,4 +283,4 @@ def accumulate_on_cluster(
     while len(states) > 1:
         pairs = [merge(a, b) for a, b in zip(states[::2], states[1::2], strict=False)]
         states = pairs + ([states[-1]] if len(states) % 2 else [])
-    return states[0]
+    round_.merge(states[0])

@@ -266,63 +266,72 @@ def foltr_es_privacy(p: float | None, batch: int, rounds: int | None) -> SystemP
     )
 
 
-def fpdgd_privacy(config: dict[str, Any], rounds: int) -> SystemPrivacy:
+def fpdgd_privacy(config: dict[str, Any], rounds: int | None) -> SystemPrivacy:
     """FPDGD's optional Laplace mechanism (:mod:`fedrank.privacy.laplace`), or central DP
     (``dp = "central"``: the Gaussian mechanism calibrated to the budget over the run's
-    planned iterations, every client slot in each, after ``rounds`` of them)."""
+    planned iterations, every client slot in each, after ``rounds`` of them). ``config``
+    has the simulator's keys ``dp``, ``dp_epsilon``, ``dp_clip`` (and, for central DP,
+    ``interactions``, ``clients``, ``batch``, ``dp_delta``); ``rounds`` ``None``: a user in
+    ``k`` rounds."""
     mode, eps = config.get("dp", "none"), float(config.get("dp_epsilon", 0.0))
     parameters = {"dp": mode, "dp_epsilon": eps, "dp_clip": config.get("dp_clip")}
     if mode == "none":
         return no_privacy("fpdgd", parameters, "none: the model delta is sent as computed")
+    composition = "per user: basic composition over the rounds, a client in every round"
     if mode == "central":
         planned = int(config["interactions"]) // (int(config["clients"]) * int(config["batch"]))
         delta = float(config.get("dp_delta", 1e-6))
-        block = central_dp_block(eps, delta, float(config["dp_clip"]), planned, "pld", rounds)
+        closed = planned if rounds is None else rounds
+        block = central_dp_block(eps, delta, float(config["dp_clip"]), planned, "pld", closed)
         return gaussian_privacy("fpdgd", block, parameters)
     if mode == "local":
-        return local_privacy(
-            "fpdgd",
-            "laplace (local)",
-            parameters,
-            eps,
-            rounds,
-            ["per user: basic composition over the rounds, a client in every round"],
-        )
+        return local_privacy("fpdgd", "laplace (local)", parameters, eps, rounds, [composition])
+    per_user: dict[str, Any] | str = (
+        f"k x {eps:.4g} for a user who takes part in k rounds"
+        if rounds is None
+        else _figure(rounds * eps, 0.0, rounds)
+    )
     return SystemPrivacy(
         "fpdgd",
         "laplace (distributed, FPDGD)",
         parameters,
         "none: one message carries only a 1/K share of the noise",
         _figure(eps, 0.0, 1),
-        _figure(rounds * eps, 0.0, rounds),
+        per_user,
         [
             "holds only if all K clients add their share and nobody sees single messages "
             "(secure aggregation)",
-            "per user: basic composition over the rounds, a client in every round",
+            composition,
         ],
     )
+
+
+def fedps_steps(settings: dict[str, Any], n_users: int | None = None) -> tuple[int, float]:
+    """``(steps, rate)``: the steps of a FedPS run a user can take part in, and the
+    probability that it does in each. Shuffled rounds (the default): one step per round,
+    ``rounds`` in all, rate 1. Poisson sampling (``sampling = "poisson"``, which needs the
+    run's ``n_users``): every step of every round, ``ceil(N / K)`` steps a round, each user
+    in each with probability ``K / N`` (amplification by subsampling)."""
+    rounds = int(settings["rounds"])
+    if settings.get("sampling") != "poisson":
+        return rounds, 1.0
+    if n_users is None or n_users < 1:
+        raise ConfigError(
+            "a Poisson-sampled FedPS run's guarantee depends on its number of users: "
+            "give n_users (the run JSON's data.users)"
+        )
+    k = min(int(settings["clients_per_step"]), n_users)
+    return rounds * math.ceil(n_users / k), k / n_users
 
 
 def fedps_dp_block(settings: dict[str, Any], n_users: int | None = None) -> dict[str, Any] | None:
     """The central-DP block of a FedPS run from its settings (``dp_epsilon``, ``dp_delta``,
     ``dp_clip``, ``rounds``, optionally ``dp_denominator`` and ``sampling``; ``None``
     without DP): the Gaussian mechanism calibrated to the steps a user can take part in,
-    composed over all of them. Shuffled rounds (the default): one step per round, ``rounds``
-    in all. Poisson sampling (``sampling = "poisson"``, which needs the run's ``n_users``):
-    every step of every round, ``ceil(N / K)`` steps a round, each user in each with
-    probability ``K / N`` (amplification by subsampling)."""
+    composed over all of them (:func:`fedps_steps`)."""
     if not settings.get("dp_epsilon") or settings.get("dp_mode") == "distributed":
-        return None  # distributed DP's plan needs the model's dimension: fedps_skellam_plan
-    rounds = int(settings["rounds"])
-    steps, rate = rounds, 1.0
-    if settings.get("sampling") == "poisson":
-        if n_users is None or n_users < 1:
-            raise ConfigError(
-                "a Poisson-sampled FedPS run's guarantee depends on its number of users: "
-                "give n_users (the run JSON's data.users)"
-            )
-        k = min(int(settings["clients_per_step"]), n_users)
-        steps, rate = rounds * math.ceil(n_users / k), k / n_users
+        return None  # distributed DP: the plan of the run's privacy config (skellam_plan)
+    steps, rate = fedps_steps(settings, n_users)
     block = central_dp_block(
         float(settings["dp_epsilon"]),
         float(settings["dp_delta"]),
@@ -335,24 +344,6 @@ def fedps_dp_block(settings: dict[str, Any], n_users: int | None = None) -> dict
     if settings.get("dp_denominator"):
         block["denominator"] = float(settings["dp_denominator"])
     return block
-
-
-def fedps_skellam_plan(settings: dict[str, Any], dim: int) -> SkellamPlan:
-    """The distributed-DP plan of a FedPS run with ``dp_mode = "distributed"`` and a model
-    of ``dim`` shared parameters: ``K`` clients per step, threshold ``max(2, ceil(
-    dp_threshold K))``, each user in one step per round (``rounds`` in all)."""
-    from fedrank.privacy import skellam
-
-    k = int(settings["clients_per_step"])
-    return skellam.plan(
-        float(settings["dp_epsilon"]),
-        float(settings["dp_delta"]),
-        int(settings["rounds"]),
-        float(settings["dp_clip"]),
-        dim,
-        k,
-        skellam.share_threshold(float(settings["dp_threshold"]), k),
-    )
 
 
 def fedps_privacy(mode: str, dp: dict[str, Any] | None = None) -> SystemPrivacy:
@@ -401,9 +392,9 @@ def report_run(data: dict[str, Any]) -> list[SystemPrivacy]:
         return [frecency_privacy(config, data.get("privacy"), dim, rounds)]
     if "algorithm" in config and "batch_maxrr" in data:
         rounds = int(data.get("iterations", len(data["batch_maxrr"])))
-        if config["algorithm"] == "fpdgd":
-            return [fpdgd_privacy(config, rounds)]
-        return [foltr_es_privacy(config.get("p"), int(config.get("batch", 4)), rounds)]
+        if config["algorithm"] == "es":
+            return [foltr_es_privacy(config.get("p"), int(config.get("batch", 4)), rounds)]
+        return [fpdgd_privacy(config, rounds)]
     raise ConfigError(
         "not a run JSON this report knows: give the JSON of `fedrank frecency simulate "
         "--json`, `fedrank foltr train --json` or `fedrank fedps run --json`"

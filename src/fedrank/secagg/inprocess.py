@@ -130,7 +130,7 @@ def run_session(
                 progress(name, i, len(ids))
         return messages
 
-    def server_step(name: str, receive: Callable[[object], None], messages: list[object]):
+    def deliver(name: str, receive: Callable[[object], None], messages: list[object]):
         start = _clock()
         for message in messages:
             receive(message)
@@ -139,7 +139,7 @@ def run_session(
     # Round 0: AdvertiseKeys
     ids = [u for u in clients if active(u, "advertise_keys")]
     sent = client_step("advertise_keys", ids, lambda u: clients[u].advertise_keys())
-    server_step("advertise_keys", server.receive_advertise, sent)
+    deliver("advertise_keys", server.receive_advertise, sent)
     start = _clock()
     directory = server.close_advertise()
     trace.server_seconds["advertise_keys"] += _clock() - start
@@ -148,7 +148,7 @@ def run_session(
     # Round 1: ShareKeys
     ids = [u for u in ids if active(u, "share_keys")]
     sent = client_step("share_keys", ids, lambda u: clients[u].share_keys(directory))
-    server_step("share_keys", server.receive_share_keys, sent)
+    deliver("share_keys", server.receive_share_keys, sent)
     del sent
     start = _clock()
     forwarded = server.close_share_keys()
@@ -172,9 +172,9 @@ def run_session(
             direct.append(message)
         else:
             relays[proxy].receive(message)  # type: ignore[arg-type]
-    server_step("masked_input", server.receive_masked_input, direct)
+    deliver("masked_input", server.receive_masked_input, direct)
     sums = [relay.forward() for relay in relays.values() if relay.senders]
-    server_step("masked_input", server.receive_masked_sum, sums)
+    deliver("masked_input", server.receive_masked_sum, sums)
     start = _clock()
     request = server.close_masked_input()
     trace.server_seconds["masked_input"] += _clock() - start
@@ -183,7 +183,7 @@ def run_session(
     # Round 4: Unmasking
     ids = [u for u in ids if active(u, "unmasking")]
     sent = client_step("unmasking", ids, lambda u: clients[u].unmask(request))
-    server_step("unmasking", server.receive_unmasking, sent)
+    deliver("unmasking", server.receive_unmasking, sent)
     start = _clock()
     result = server.finish()
     trace.server_seconds["unmasking"] += _clock() - start

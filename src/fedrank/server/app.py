@@ -11,7 +11,7 @@ Endpoints (all JSON unless noted; the OpenAPI document is at ``/openapi.json``):
   compact binary form (``Content-Type: application/vnd.fedrank.update``, ids in ``X-Message-Id`` /
   ``X-Model-Version`` / ``X-Enrollment-Id`` / ``X-Client-Id`` headers).
 * ``POST /v1/updates:batch`` -- many messages, or a proxy's merged aggregate.
-* ``POST /v1/checkin`` -- round selection (foltr-es and fedavg with ``[rounds]``); with
+* ``POST /v1/checkin`` -- round selection (every workload but frecency, with ``[rounds]``); with
   ``[foltr_es] server_seeds`` a selected client also gets its ``seed`` and ``seed_token``
   (:mod:`fedrank.server.seeds`), and its update must carry the token.
 * ``GET /v1/status`` (``privacy``: each user's guarantee so far), ``GET /v1/summary``,
@@ -45,6 +45,7 @@ from fedrank.aggregators.mean import WeightedMeanState
 from fedrank.core.codec import decode_batch
 from fedrank.core.message import MessageBatch
 from fedrank.errors import CodecError, DataFormatError, FedrankError
+from fedrank.server.cohort import Cohort
 from fedrank.server.config import Proxy, ServerConfig
 from fedrank.server.engine import Engine, Incoming, Messages, Outcome
 from fedrank.server.envelope import (
@@ -63,11 +64,10 @@ from fedrank.server.envelope import (
 )
 from fedrank.server.openapi import openapi_document
 from fedrank.server.prometheus import prometheus_text
-from fedrank.server.rounds import Round
 from fedrank.server.secagg_round import SecAggRound
 from fedrank.server.seeds import ClaimKey, SeedClaims, SeedIssuer, open_seeds
 from fedrank.server.store import ModelVersion, Store
-from fedrank.server.workloads import EMPTY, Parsed, PayloadError
+from fedrank.systems.wire import EMPTY, Parsed, PayloadError
 
 log = logging.getLogger("fedrank.server")
 #: The endpoints whose refusals count as refused updates (``updates_rejected_total``).
@@ -85,7 +85,7 @@ class Server:
         #: Refused requests that are not updates (model, check-in, admin), by endpoint and code.
         self.refused: Counter[tuple[str, str]] = Counter()
         self._branches: dict[str | None, str] = {}
-        self.round: Round | None = None
+        self.cohort: Cohort | None = None
         #: The round's secure-aggregation session (``[secagg]``), else ``None``, and the
         #: previous round's (its clients may still ask how it ended).
         self.secagg: SecAggRound | None = None
@@ -108,13 +108,13 @@ class Server:
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
         self.engine = await loop.run_in_executor(None, Engine, self.config, loop)
-        if self.config.workload == "foltr-es" and self.config.foltr_es_server_seeds:
+        if self.config.server_seeds:
             oldest = self.engine.snapshot().version - self.config.server.max_staleness
             self.seeds, self.claims = await loop.run_in_executor(
                 None, open_seeds, self.engine.store.directory, oldest
             )
         if self.config.rounds.enabled:
-            self.round = self._new_round(0)
+            self.cohort = self._new_cohort(0)
         self._scheduler = asyncio.create_task(self._schedule())
         try:
             yield
@@ -124,7 +124,7 @@ class Server:
                 await self._scheduler
             await loop.run_in_executor(None, self.engine.stop)
 
-    def _new_round(self, number: int) -> Round:
+    def _new_cohort(self, number: int) -> Cohort:
         r, sa = self.config.rounds, self.config.secagg
         issue = None if self.seeds is None else self.seeds.issue
         if sa.enabled:
@@ -132,14 +132,14 @@ class Server:
             self.secagg_previous = self.secagg
             self.secagg = SecAggRound(
                 number,
-                self.config.fedavg.dim,
+                self.engine.workload.dim,
                 r.clients_per_round,
                 sa.threshold_for(r.clients_per_round),
                 sa.l2_bound,
                 sa.stage_seconds,
                 self.engine.privacy.plan,
             )
-        return Round(number, r.clients_per_round, r.t_max_seconds, issue_seed=issue)
+        return Cohort(number, r.clients_per_round, r.t_max_seconds, issue_seed=issue)
 
     async def _schedule(self) -> None:
         """Close iterations by the configured policy (or when a round completes)."""
@@ -164,7 +164,7 @@ class Server:
             return stable, last_sign, last_iteration
         if snap.iteration != last_iteration:
             stable, last_sign, last_iteration = 0, None, snap.iteration
-        if self.round is not None:
+        if self.cohort is not None:
             await self._schedule_round(snap.updates_in_iteration)
             return stable, last_sign, last_iteration
         if self.config.iteration.stable_ticks and snap.updates_in_iteration:
@@ -202,24 +202,24 @@ class Server:
         return False
 
     async def _schedule_round(self, n_updates: int) -> None:
-        assert self.engine is not None and self.round is not None
+        assert self.engine is not None and self.cohort is not None
         now = time.time()
         if self.secagg is not None:
             await self._schedule_secagg(now)
             return
-        if not self.round.complete(now):
+        if not self.cohort.complete(now):
             return
         if n_updates >= self.config.iteration.min_updates and not await self._scheduled_close(
-            f"round {self.round.number} complete"
+            f"round {self.cohort.number} complete"
         ):
             return  # the round stays open until its close succeeds
-        self.round = self._new_round(self.round.number + 1)
+        self.cohort = self._new_cohort(self.cohort.number + 1)
 
     async def _schedule_secagg(self, now: float) -> None:
         """Advance the round's secure aggregation; once it has the sum, fold it in as one
         aggregate of ``|U3|`` unit-weight updates and close the iteration; after a finished
         or aborted session the next round starts."""
-        assert self.engine is not None and self.round is not None and self.secagg is not None
+        assert self.engine is not None and self.cohort is not None and self.secagg is not None
         sa = self.secagg
         sa.advance(now)
         if sa.ready and not sa.finished:
@@ -246,7 +246,7 @@ class Server:
                     return  # the round stays until its close succeeds
         else:
             return
-        self.round = self._new_round(self.round.number + 1)
+        self.cohort = self._new_cohort(self.cohort.number + 1)
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -330,7 +330,7 @@ class Server:
         parsed: Parsed = EMPTY
         if payload:
             try:
-                parsed = self.engine.workload.parse(payload)
+                parsed = self.engine.workload.wire.parse(payload)
             except PayloadError as exc:
                 raise BadRequest(422, exc.code, str(exc)) from exc
         return self._make(message_id, version, enrollment, payload, metrics, parsed), client
@@ -360,23 +360,23 @@ class Server:
     def _round_check(self, items: list[tuple[Incoming, str | None]]) -> None:
         """Refuse reports from clients not selected, late or already reported; reserve the
         others (one report per client, even when two arrive at once)."""
-        if self.round is None:
+        if self.cohort is None:
             return
         assert self.engine is not None
         now = time.time()
         for item, client in items:
             # A message already stored is a retry: the writer answers it 200 duplicate.
             if item.kind == "update" and item.message_id not in self.engine.ids:
-                refused = self.round.refusal(client, now)
+                refused = self.cohort.refusal(client, now)
                 if refused is not None:
                     raise BadRequest(409, *refused)
 
     def _round_reported(self, items: list[tuple[Incoming, str | None]], out: list[Outcome]) -> None:
-        if self.round is None:
+        if self.cohort is None:
             return
         for (item, client), outcome in zip(items, out, strict=True):
-            if item.kind == "update" and client and client in self.round.pending:
-                self.round.settle(client, accepted=outcome.status == 202)
+            if item.kind == "update" and client and client in self.cohort.pending:
+                self.cohort.settle(client, accepted=outcome.status == 202)
 
     @staticmethod
     def _reports(
@@ -586,10 +586,10 @@ class Server:
         enrollment = identifier(h.get("x-enrollment-id"), "X-Enrollment-Id", required=False)
         client = identifier(h.get("x-client-id"), "X-Client-Id", required=False)
         try:
-            parsed = self.engine.workload.parse_binary(body)
+            parsed = self.engine.workload.wire.parse_binary(body)
         except PayloadError as exc:
             raise BadRequest(422, exc.code, str(exc)) from exc
-        payload = self.engine.workload.stored_payload(parsed)
+        payload = self.engine.workload.wire.stored_payload(parsed)
         return self._make(message_id, version, enrollment, payload, {}, parsed), client
 
     async def batch(self, request: Request) -> Response:
@@ -647,7 +647,7 @@ class Server:
         the seed claims to make (:meth:`_seed_check`)."""
         assert self.engine is not None
         engine = self.engine
-        size = engine.workload.record_size
+        size = engine.workload.wire.record_size
         if size == 0:
             detail = f"the {engine.workload.name} workload has no binary batch format; send JSON"
             raise BadRequest(415, "media_type", detail)
@@ -661,7 +661,7 @@ class Server:
             raise BadRequest(422, "invalid", "message ids must be 1-128 of A-Z a-z 0-9 . _ : -")
         known_version(version, engine.snapshot().version)
         try:
-            columns, payloads = engine.workload.parse_binary_batch(records)
+            columns, payloads = engine.workload.wire.parse_binary_batch(records)
         except PayloadError as exc:
             raise BadRequest(422, exc.code, str(exc)) from exc
         claims: list[tuple[int, ClaimKey, str]] = []
@@ -694,7 +694,7 @@ class Server:
             batch = MessageBatch.from_json(data["batch"])
             if batch.size != len(ids):
                 raise PayloadError(f"the batch has {batch.size} messages and {len(ids)} ids")
-            columns, payloads = engine.workload.parse_columns(batch)
+            columns, payloads = engine.workload.wire.parse_columns(batch)
         except PayloadError as exc:
             raise BadRequest(422, exc.code, str(exc)) from exc
         except DataFormatError as exc:
@@ -764,7 +764,7 @@ class Server:
         message, so every refusal still gets its exact reason."""
         assert self.engine is not None
         engine = self.engine
-        if self.round is not None or self.seeds is not None:
+        if self.cohort is not None or self.seeds is not None:
             return None
         if not all(type(m) is dict for m in messages):
             return None
@@ -806,7 +806,7 @@ class Server:
         ):
             return None
         try:
-            columns = engine.workload.parse_batch(updates) if updates else MessageBatch(0)
+            columns = engine.workload.wire.parse_batch(updates) if updates else MessageBatch(0)
         except PayloadError:
             return None
         return Messages(
@@ -908,7 +908,7 @@ class Server:
     async def checkin(self, request: Request) -> Response:
         assert self.engine is not None
         try:
-            if self.round is None:
+            if self.cohort is None:
                 raise BadRequest(404, "no_rounds", "this server does not select clients per round")
             if self.engine.snapshot().budget_spent:
                 raise BadRequest(403, "privacy_budget_spent", self.engine.privacy.refusal())
@@ -929,11 +929,11 @@ class Server:
         if sa is not None and client not in sa.ids and (sa.stage > 0 or sa.finished):
             answer: dict[str, Any] = {
                 "selected": False,
-                "round": self.round.number,
+                "round": self.cohort.number,
                 "retry_after_seconds": sa.stage_seconds,
             }
         else:
-            answer = self.round.checkin(client, now, version)
+            answer = self.cohort.checkin(client, now, version)
             if sa is not None and answer["selected"]:
                 answer["secagg"] = sa.join(client, now)
         self.requests[("checkin", 200)] += 1
@@ -1029,7 +1029,7 @@ class Server:
                 "close_failures_total": self.close_failures_total,
                 "last_close_error": self.last_close_error,
                 "paused": snap.paused,
-                "policy": e.policy.name if self.round is None else "rounds",
+                "policy": e.policy.name if self.cohort is None else "rounds",
                 "privacy": e.privacy.status(snap.iteration),
                 "secagg": None if self.secagg is None else self.secagg.summary(),
             }

@@ -5,7 +5,7 @@ the section and the key).
 A complete example (every key optional; these are the defaults)::
 
     [server]
-    workload = "frecency"        # frecency | foltr-es | fedavg
+    workload = "frecency"        # frecency | foltr-es | fedavg | fpdgd (the registry's systems)
     store = "fedrank-store"      # directory: SQLite database, Parquet audit log
     host = "127.0.0.1"
     port = 8000
@@ -25,7 +25,7 @@ A complete example (every key optional; these are the defaults)::
     stable_ticks = 0             # adaptive policy: aggregate sign unchanged for this many ticks
     tick_seconds = 0.5           # how often the scheduler looks
 
-    [frecency]                   # Mozilla paper, Sections 5-6 (fedrank.strategies.frecency)
+    [frecency]                   # Mozilla paper, Sections 5-6 (fedrank.systems.frecency)
     model = "classic"            # classic (22 weights) | modern (Firefox 128+)
     setting = "paper"            # paper | mozilla-deployed (the study's Scala server)
     message = "full"             # full (float gradients) | sign (2 bits per weight)
@@ -70,7 +70,20 @@ A complete example (every key optional; these are the defaults)::
     # norm_quantile = 0.5        # adaptive bound (see [frecency])
     max_rows = 100000
 
-    [rounds]                     # server-selected rounds (foltr-es and fedavg only)
+    [fpdgd]                      # FPDGD (Wang et al. 2021): FedAvg of PDGD deltas
+    ranker = "linear"            # linear | two-layer
+    n_features = 46
+    batch = 4                    # B: a client's interactions (PDGD steps) per round
+    learning_rate = 0.1          # the clients' local step
+    server_learning_rate = 1.0
+    laplace = "none"             # none | local | distributed: the clients' Laplace noise
+    laplace_epsilon = 4.5
+    laplace_clip = 1.0           # L1 radius of every delta before the noise
+    laplace_shares = 1           # distributed: K, the clients whose shares add up
+    aggregator = "mean"          # as [fedavg]
+    seed = 0                     # the first model's seed (a two-layer ranker's weights)
+
+    [rounds]                     # server-selected rounds (every workload but frecency)
     enabled = false
     clients_per_round = 100      # K
     t_max_seconds = 60.0         # reporting deadline after selection
@@ -108,7 +121,7 @@ A complete example (every key optional; these are the defaults)::
 
     [metrics]                    # the metrics clients may report: name = [low, high]
     loss = [0.0, 1e9]            # (given, the table replaces the workload's defaults,
-    chars_typed = [0.0, 2048.0]  #  METRIC_DEFAULTS; these are frecency's)
+    chars_typed = [0.0, 2048.0]  #  system's metrics; these are frecency's)
     evaluation = [0.0, 1.0]
     searches = [0.0, 1e6]
     selected_rank = [0.0, 1000.0]
@@ -133,8 +146,10 @@ A complete example (every key optional; these are the defaults)::
     served = "defaults"
     decay = false
 
-Without ``[[branches]]`` the frecency workload uses the three branches above and the other
-workloads a single ``treatment`` branch with share 1.
+Without ``[[branches]]`` a workload runs its system's default branches
+(:attr:`fedrank.systems.system.System.branches`): frecency the three branches above, the
+other workloads a single ``treatment`` branch with share 1. Without ``[metrics]`` its
+clients may report its system's metrics (:attr:`~fedrank.systems.system.System.metrics`).
 """
 
 from __future__ import annotations
@@ -147,35 +162,9 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from fedrank.errors import ConfigError
-from fedrank.strategies.fedavg import FedAvgConfig
-from fedrank.strategies.foltr_es import FoltrEsConfig
-from fedrank.strategies.frecency import FrecencyConfig
+from fedrank.federation.registry import SYSTEMS, system
+from fedrank.systems.system import StudyBranch, System
 
-WORKLOADS: tuple[str, ...] = ("frecency", "foltr-es", "fedavg")
-
-#: The metrics each workload's clients report by default, with the range a value must lie
-#: in (``[metrics]`` replaces them): frecency's add-on reports the SVM loss, the characters
-#: typed and the selected rank (Mozilla Sec. 6.3), ``fedrank client`` also the searches it
-#: replayed, and 1 in ``evaluation`` marks the pings of an evaluation phase (``fedrank
-#: demo``); FOLtR-ES clients their users' MaxRR,
-#: nDCG and clicks; FedPS clients their local training loss (only when the user turns
-#: metrics on). A name outside the schema, or a value outside its range, is refused.
-METRIC_DEFAULTS: dict[str, tuple[tuple[str, float, float], ...]] = {
-    "frecency": (
-        ("chars_typed", 0.0, 2048.0),
-        ("evaluation", 0.0, 1.0),
-        ("loss", 0.0, 1e9),
-        ("searches", 0.0, 1e6),
-        ("selected_rank", 0.0, 1000.0),
-    ),
-    "foltr-es": (("clicks", 0.0, 1e4), ("maxrr", 0.0, 1.0), ("ndcg", 0.0, 1.0)),
-    "fedavg": (("loss", 0.0, 1e9), ("ndcg", 0.0, 1.0), ("train_loss", 0.0, 1e9)),
-}
-#: The largest ``n`` (a message's weight) each workload accepts when ``[server] max_n`` is
-#: 0: a frecency client reports the searches it replays (100 is already one every 18 s of
-#: the paper's 30-minute iterations), a FedPS client its training queries. A client cannot
-#: outweigh everyone else by claiming a billion searches.
-DEFAULT_MAX_N: dict[str, int] = {"frecency": 100, "fedavg": 100_000, "foltr-es": 1}
 #: Largest metric bound: a summary adds up to ``10**12`` values of at most this size, far
 #: from float64's range, so summaries stay finite.
 METRIC_LIMIT = 1e12
@@ -269,12 +258,8 @@ class PrivacySection:
         return self.epsilon > 0
 
 
-@dataclass(frozen=True)
-class Branch:
-    name: str
-    share: float
-    served: str = "trained"
-    decay: bool = False
+#: A study branch: its name, share, what it is served and whether its clients decay.
+Branch = StudyBranch
 
 
 @dataclass(frozen=True)
@@ -294,11 +279,9 @@ class Proxy:
 #: Shortest accepted secret (admin and proxy tokens).
 MIN_TOKEN_LENGTH = 16
 
-_FRECENCY_BRANCHES = (
-    Branch("treatment", 0.6, "trained"),
-    Branch("control", 0.2, "defaults", decay=True),
-    Branch("control-no-decay", 0.2, "defaults", decay=False),
-)
+def _system_sections() -> dict[str, Any]:
+    """Every system's section with its defaults, by TOML table name."""
+    return {s.section: s.config() for s in SYSTEMS.values()}
 
 
 @dataclass(frozen=True)
@@ -307,59 +290,68 @@ class ServerConfig:
 
     server: ServerSection = field(default_factory=ServerSection)
     iteration: IterationSection = field(default_factory=IterationSection)
-    frecency: FrecencyConfig = field(default_factory=FrecencyConfig)
-    foltr_es: FoltrEsConfig = field(default_factory=FoltrEsConfig)
-    fedavg: FedAvgConfig = field(default_factory=FedAvgConfig)
     rounds: RoundsSection = field(default_factory=RoundsSection)
     privacy: PrivacySection = field(default_factory=PrivacySection)
     secagg: SecAggSection = field(default_factory=SecAggSection)
+    #: Every system's section (``[frecency]``, ``[foltr_es]``, ...), by table name; the
+    #: workload's is :attr:`system_config`.
+    sections: dict[str, Any] = field(default_factory=_system_sections)
     branches: tuple[Branch, ...] = ()
     #: ``(name, low, high)`` per metric clients may report, sorted by name (``[metrics]``,
-    #: or the workload's :data:`METRIC_DEFAULTS`).
+    #: or the system's :attr:`~fedrank.systems.system.System.metrics`).
     metrics: tuple[tuple[str, float, float], ...] = ()
     #: The proxies that may send merged aggregates (``[[proxies]]``; none: refused).
     proxies: tuple[Proxy, ...] = ()
-    #: ``[foltr_es] server_seeds``: the server issues FOLtR-ES seeds at check-in and
-    #: verifies their tokens (:mod:`fedrank.server.seeds`). A setting of the service, not of
-    #: the algorithm, so it is kept here rather than in :class:`FoltrEsConfig`.
-    foltr_es_server_seeds: bool = False
 
     @property
     def workload(self) -> str:
         return self.server.workload
 
     @property
+    def system(self) -> System:
+        """The registry's record of the workload."""
+        return system(self.workload)
+
+    @property
+    def system_config(self) -> Any:
+        """The workload's section (its system's config)."""
+        return self.sections[self.system.section]
+
+    @property
+    def server_seeds(self) -> bool:
+        """Whether the server issues the clients' seeds at check-in (a section's
+        ``server_seeds``, :mod:`fedrank.server.seeds`)."""
+        return bool(getattr(self.system_config, "server_seeds", False))
+
+    @property
     def max_n(self) -> int:
-        """``[server] max_n``, or the workload's :data:`DEFAULT_MAX_N` when it is 0."""
-        return self.server.max_n or DEFAULT_MAX_N[self.workload]
+        """``[server] max_n``, or the system's default when it is 0."""
+        return self.server.max_n or self.system.max_n
 
     def client_view(self) -> dict[str, Any]:
         """What clients need to know (served with the model): the workload's section and
         the rounds, never the admin token or paths."""
-        section = {
-            "frecency": self.frecency,
-            "foltr-es": self.foltr_es,
-            "fedavg": self.fedavg,
-        }[self.workload]
+        section = self.system_config
         view = {k: getattr(section, k) for k in (f.name for f in fields(section))}
         view["rounds"] = {f.name: getattr(self.rounds, f.name) for f in fields(self.rounds)}
         view["max_staleness"] = self.server.max_staleness
         view["max_n"] = self.max_n  # a client caps its weight n here
         view["metrics"] = {name: [low, high] for name, low, high in self.metrics}
-        if self.workload == "foltr-es":
-            view["server_seeds"] = self.foltr_es_server_seeds  # check in for the seed
         return view
 
 
-_SECTIONS: dict[str, type] = {
+#: The service's own sections.
+_SERVICE_SECTIONS: dict[str, type] = {
     "server": ServerSection,
     "iteration": IterationSection,
-    "frecency": FrecencyConfig,
-    "foltr_es": FoltrEsConfig,
-    "fedavg": FedAvgConfig,
     "rounds": RoundsSection,
     "privacy": PrivacySection,
     "secagg": SecAggSection,
+}
+#: Every section of the file: the service's and every system's.
+_SECTIONS: dict[str, type] = {
+    **_SERVICE_SECTIONS,
+    **{s.section: s.config for s in SYSTEMS.values()},
 }
 
 
@@ -384,16 +376,15 @@ def _typed(section: str, key: str, value: Any, kind: type) -> Any:
     return value
 
 
-def _section(name: str, cls: type, data: Any, also: tuple[str, ...] = ()) -> Any:
-    """``[name]`` as ``cls``; ``also``: further keys of the table, read by the caller."""
+def _section(name: str, cls: type, data: Any) -> Any:
+    """``[name]`` as ``cls``."""
     if not isinstance(data, dict):
         raise ConfigError(f"[{name}] must be a table, got {data!r}")
     known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(data) - set(known) - set(also))
+    unknown = sorted(set(data) - set(known))
     if unknown:
         raise ConfigError(
-            f"unknown key(s) {', '.join(unknown)} in [{name}]; known keys: "
-            f"{', '.join([*known, *also])}"
+            f"unknown key(s) {', '.join(unknown)} in [{name}]; known keys: {', '.join(known)}"
         )
     data = {k: v for k, v in data.items() if k in known}
     kinds = {k: _kind(hint) for k, hint in get_type_hints(cls).items() if k in known}
@@ -501,11 +492,16 @@ def _metrics(data: Any) -> tuple[tuple[str, float, float], ...]:
 def _check(config: ServerConfig) -> None:
     """Every cross-field and range rule."""
     s, it, ro = config.server, config.iteration, config.rounds
+    _require(
+        [
+            (
+                s.workload in SYSTEMS,
+                f"[server] workload must be one of {tuple(SYSTEMS)}, got {s.workload!r}",
+            )
+        ]
+    )
+    with_rounds = [name for name, sys in SYSTEMS.items() if sys.rounds]
     rules: list[tuple[bool, str]] = [
-        (
-            s.workload in WORKLOADS,
-            f"[server] workload must be one of {WORKLOADS}, got {s.workload!r}",
-        ),
         (bool(s.store), "[server] store must name a directory"),
         (
             not s.admin_token
@@ -530,21 +526,23 @@ def _check(config: ServerConfig) -> None:
         (ro.clients_per_round >= 1, "[rounds] clients_per_round must be >= 1"),
         (ro.t_max_seconds > 0, "[rounds] t_max_seconds must be > 0"),
         (
-            not ro.enabled or s.workload != "frecency",
-            "[rounds] apply to foltr-es and fedavg; frecency clients report whenever they search",
+            not ro.enabled or config.system.rounds,
+            f"[rounds] apply to {', '.join(with_rounds)}; {s.workload} clients report "
+            "whenever they search",
         ),
         (
-            not (config.foltr_es_server_seeds and s.workload == "foltr-es" and not ro.enabled),
-            "[foltr_es] server_seeds = true needs [rounds] enabled = true: seeds are issued at "
-            "check-in, and only the round's capacity (clients_per_round) bounds how many seeds "
-            "one client can collect under many ids; enable [rounds] or set server_seeds = false",
+            not (config.server_seeds and not ro.enabled),
+            f"[{config.system.section}] server_seeds = true needs [rounds] enabled = true: "
+            "seeds are issued at check-in, and only the round's capacity "
+            "(clients_per_round) bounds how many seeds one client can collect under many "
+            "ids; enable [rounds] or set server_seeds = false",
         ),
         (
-            not (config.foltr_es_server_seeds and s.workload == "foltr-es" and config.proxies),
-            "[foltr_es] server_seeds = true cannot take [[proxies]]: a merged aggregate hides "
-            "its messages' seed tokens, so the server could not verify them; remove "
-            "[[proxies]] (proxies may forward binary batches, which carry each token) or set "
-            "server_seeds = false",
+            not (config.server_seeds and config.proxies),
+            f"[{config.system.section}] server_seeds = true cannot take [[proxies]]: a merged "
+            "aggregate hides its messages' seed tokens, so the server could not verify them; "
+            "remove [[proxies]] (proxies may forward binary batches, which carry each token) "
+            "or set server_seeds = false",
         ),
     ]
     _require(rules)
@@ -580,10 +578,11 @@ def _require(rules: list[tuple[bool, str]]) -> None:
 def _check_privacy(config: ServerConfig) -> None:
     """The rules of ``[privacy]`` with ``epsilon > 0`` (docs/privacy.md, "In the server")."""
     p, workload = config.privacy, config.workload
+    vectors = [name for name, sys in SYSTEMS.items() if sys.central_dp]
     rules: list[tuple[bool, str]] = [
         (
-            workload in ("frecency", "fedavg"),
-            f"[privacy] central DP averages vector updates (frecency, fedavg); {workload} "
+            config.system.central_dp,
+            f"[privacy] central DP averages vector updates ({', '.join(vectors)}); {workload} "
             "clients privatize on the device with randomized response ([foltr_es] p)",
         ),
         (0 < p.delta < 1, f"[privacy] delta must be in (0, 1), got {p.delta:g}"),
@@ -645,11 +644,14 @@ def _check_privacy(config: ServerConfig) -> None:
 
 def _check_secagg(config: ServerConfig) -> None:
     """The rules of ``[secagg] enabled = true`` (docs/secagg.md, "In the service")."""
-    sa, k, fa = config.secagg, config.rounds.clients_per_round, config.fedavg
+    sa, k, fa = config.secagg, config.rounds.clients_per_round, config.system_config
+    summed = [name for name, sys in SYSTEMS.items() if sys.secure_aggregation]
+    section = config.system.section
     rules: list[tuple[bool, str]] = [
         (
-            config.workload == "fedavg",
-            "[secagg] sums FedAvg deltas: it needs [server] workload = 'fedavg'",
+            config.system.secure_aggregation,
+            f"[secagg] sums model deltas: it needs [server] workload = "
+            f"{' or '.join(repr(n) for n in summed)}",
         ),
         (config.rounds.enabled, "[secagg] needs [rounds] enabled = true: a round's cohort"),
         (2 <= k <= 1000, "[secagg] needs [rounds] clients_per_round in 2..1000"),
@@ -665,8 +667,8 @@ def _check_secagg(config: ServerConfig) -> None:
         (0 < sa.stage_seconds <= 3600, "[secagg] stage_seconds must be in (0, 3600]"),
         (
             fa.aggregator == "mean" and not fa.norm_bound and fa.norm_quantile is None,
-            "[secagg] the server sees only the sum: [fedavg] aggregator must be 'mean' with no "
-            "norm_bound or norm_quantile (clients clip to [secagg] l2_bound)",
+            f"[secagg] the server sees only the sum: [{section}] aggregator must be 'mean' with "
+            "no norm_bound or norm_quantile (clients clip to [secagg] l2_bound)",
         ),
         (
             not config.privacy.enabled or config.privacy.distributed,
@@ -730,13 +732,7 @@ def load_config(path: Path | None = None, **overrides: Any) -> ServerConfig:
             "or [fedavg] norm_bound = ...): one norm bound, applied by the aggregator, "
             "optionally adaptive (norm_quantile); see docs/service.md, Robust aggregation"
         )
-    also = {"foltr_es": ("server_seeds",)}
-    sections = {
-        name: _section(name, cls, data.get(name, {}), also.get(name, ()))
-        for name, cls in _SECTIONS.items()
-    }
-    foltr_table = data.get("foltr_es", {})  # a table: _section checked it
-    server_seeds = _typed("foltr_es", "server_seeds", foltr_table.get("server_seeds", False), bool)
+    sections = {name: _section(name, cls, data.get(name, {})) for name, cls in _SECTIONS.items()}
     for key, value in overrides.items():
         if value is None:
             continue
@@ -745,21 +741,31 @@ def load_config(path: Path | None = None, **overrides: Any) -> ServerConfig:
             raise ConfigError(f"unknown setting {key!r}")
         kind = type(getattr(_SECTIONS[target](), key))
         sections[target] = replace(sections[target], **{key: _typed(target, key, value, kind)})
+    service = {name: sections.pop(name) for name in _SERVICE_SECTIONS}
+    workload = service["server"].workload
+    chosen = SYSTEMS.get(workload)
     if "branches" in data:
         branches = _branches(data["branches"])
-    elif sections["server"].workload == "frecency":
-        branches = _FRECENCY_BRANCHES
     else:
-        branches = (Branch("treatment", 1.0, "trained"),)
-    workload = sections["server"].workload
-    metrics = _metrics(data["metrics"]) if "metrics" in data else METRIC_DEFAULTS.get(workload, ())
+        branches = chosen.branches if chosen is not None else ()
+    if "metrics" in data:
+        metrics = _metrics(data["metrics"])
+    else:
+        metrics = chosen.metrics if chosen is not None else ()
     proxies = _proxies(data["proxies"]) if "proxies" in data else ()
     config = ServerConfig(
+        sections={name: _resolved(section) for name, section in sections.items()},
         branches=branches,
         metrics=metrics,
         proxies=proxies,
-        foltr_es_server_seeds=server_seeds,
-        **sections,
+        **service,
     )
     _check(config)
-    return replace(config, frecency=config.frecency.resolved())
+    return config
+
+
+def _resolved(section: Any) -> Any:
+    """A system's section with its defaults filled in, where it has some to fill
+    (frecency's model-dependent margin and Rprop factors: ``resolved()``)."""
+    resolve = getattr(section, "resolved", None)
+    return section if resolve is None else resolve()

@@ -8,12 +8,12 @@ either committed and aggregated before a close or counted in the next iteration:
 acknowledged and lost, never counted twice. Readers (the model endpoint, status) read
 immutable snapshots the writer publishes.
 
-Data flow of one iteration (ARCHITECTURE.md, Section 1)::
+Data flow of one iteration (docs/architecture.md)::
 
-    message -> workload.parse -> queue -> store (durable) -> aggregator.accumulate_batch
-    close: aggregator.finalize -> optimizer.update -> constraints.project -> store -> publish
-           -> strategy.next_zero (the next iteration's empty aggregate: an adaptive norm
-              bound moves here; a restart recomputes it from the stored final aggregate)
+    message -> wire.parse -> queue -> store (durable) -> Round.fold
+    close: Round.close (the strategy's server step) -> store -> the next round's empty
+           aggregate (an adaptive norm bound moves here; a restart recomputes it from the
+           stored final aggregate) -> publish
 """
 
 from __future__ import annotations
@@ -47,13 +47,15 @@ from fedrank.core.iteration_policy import (
 )
 from fedrank.core.message import MessageBatch
 from fedrank.errors import ConfigError, FedrankError
+from fedrank.federation.round import Closed, Round
 from fedrank.server.config import ServerConfig
 from fedrank.server.histogram import Histogram
 from fedrank.server.log_limit import RateLimit
 from fedrank.server.privacy import PrivacyLedger
 from fedrank.server.recent_ids import RecentIds
 from fedrank.server.store import Row, Store
-from fedrank.server.workloads import EMPTY, Parsed, Workload, make_workload
+from fedrank.server.workloads import Workload, make_workload
+from fedrank.systems.wire import EMPTY, Parsed
 
 log = logging.getLogger("fedrank.server")
 log.addFilter(RateLimit())  # a failure that repeats per request logs once per 10 s
@@ -141,7 +143,7 @@ class Messages:
             payloads=[i.payload for i in items],
             metrics=[i.metrics for i in items],
             counts=np.array([i.count for i in items], dtype=np.int64),
-            columns=workload.columns(updates) if updates else MessageBatch(0),
+            columns=workload.wire.columns(updates) if updates else MessageBatch(0),
             aggregates={k: i.aggregate for k, i in enumerate(items) if i.kind == "aggregate"},
         )
 
@@ -308,17 +310,20 @@ class Engine:
             raise ConfigError(
                 f"the store's open iteration serves version {version}, not the latest"
             )
-        self.params = model.params
-        self.opt_state = self.optimizer.state_from_json(model.optimizer_state)
         self.iteration = iteration
-        self.version = version
         self.opened_at = opened_at
         window = self.config.server.max_staleness + 1
         self.ids = RecentIds(window, self.store.message_ids(iteration - window + 1))
         self.ids.open(iteration)
         self.accepted_total = self.counted_total = 0  # set from the store after the replay
-        self.state = self._iteration_zero(iteration)
-        self.privacy.track(self.state)
+        self.round = Round.resume(
+            self.strategy,
+            model.params,
+            self.optimizer.state_from_json(model.optimizer_state),
+            version,
+            self._closed_aggregate(iteration - 1),
+        )
+        self.privacy.track(self.round.aggregate)
         self.branch_stats: dict[str, dict[str, Any]] = {}
         self.updates_in_iteration = 0
         replayed = 0
@@ -369,7 +374,7 @@ class Engine:
         payload = json.loads(row.payload)
         metrics = json.loads(row.metrics)
         if row.kind == "update":
-            parsed = self.workload.parse(payload)
+            parsed = self.workload.wire.parse(payload)
             return Incoming(
                 row.message_id,
                 row.model_version,
@@ -427,7 +432,7 @@ class Engine:
 
     def aggregate_sign(self) -> np.ndarray:
         """Sign of the current aggregate (for the adaptive policy)."""
-        return np.sign(self.aggregator.finalize(self.state))
+        return np.sign(self.round.running_update())
 
     def served(self, branch: str) -> str:
         """``trained`` or ``defaults``: what ``branch`` is served."""
@@ -446,7 +451,7 @@ class Engine:
             reader.close()
         current = {
             "iteration": self.iteration,
-            "model_version": self.version,
+            "model_version": self.round.version,
             "opened_at": self.opened_at,
             "closed_at": None,
             "n_updates": self.updates_in_iteration,
@@ -580,7 +585,7 @@ class Engine:
                 else:
                     seen.add(mid)
         self.duplicates_total += int(np.count_nonzero(status == 200))
-        oldest = self.version - self.config.server.max_staleness
+        oldest = self.round.version - self.config.server.max_staleness
         # A ping is stale like an update: its metrics describe an older model, and counted
         # in this iteration's summary they would be credited to the new one.
         stale = (status == 202) & (msgs.versions < oldest)
@@ -662,7 +667,7 @@ class Engine:
         overflow or a zero weight (a state valid on its own can still do that)."""
         try:
             with np.errstate(all="ignore"):
-                merged = self.aggregator.merge(self.state, aggregate)
+                merged = self.aggregator.merge(self.round.aggregate, aggregate)
                 finite = bool(np.all(np.isfinite(self.aggregator.finalize(merged))))
         except FedrankError as exc:
             return f"it does not merge with this iteration's aggregate: {exc}"
@@ -675,7 +680,7 @@ class Engine:
         aggregate has no room for: a median or trimmed mean keeps every update, up to its
         ``max_rows`` (an update takes one row, a proxy's aggregate its ``count``, a ping
         none). Refused before they are stored, so the aggregate never overflows."""
-        room = self.strategy.capacity(self.state)
+        room = self.round.capacity()
         if room is None:
             return np.zeros(0, dtype=np.int64)
         candidates = np.flatnonzero(status == 202)
@@ -690,39 +695,39 @@ class Engine:
         )
         return {"error": "iteration_full", "detail": detail, "iteration": self.iteration}
 
-    def _iteration_zero(self, iteration: int) -> Any:
-        """The empty aggregate of ``iteration``. An aggregator that carries something from
-        one iteration to the next (an adaptive norm bound:
-        :class:`~fedrank.aggregators.norm_bounded.NormBounded`) continues from the final
-        aggregate the store kept when ``iteration - 1`` closed, so a restarted server uses
-        the bound it had; otherwise, and for the first iteration, the strategy's zero. A
-        stored aggregate of another configuration (the aggregator was changed between
-        runs) starts from the configured zero."""
+    def _closed_aggregate(self, iteration: int) -> Any:
+        """The final aggregate the store kept when ``iteration`` closed, where the next
+        round carries something over from it (an adaptive norm bound:
+        :class:`~fedrank.aggregators.norm_bounded.NormBounded`), so that a restarted server
+        goes on with the bound it had; ``None`` otherwise: the round starts from the
+        strategy's zero. A stored aggregate of another configuration (the aggregator was
+        changed between runs) is set aside."""
         if not self.strategy.carries_over:
-            return self.strategy.zero()
-        stored = self.store.closed_aggregate(iteration - 1)
+            return None
+        stored = self.store.closed_aggregate(iteration)
         if stored is None:
-            return self.strategy.zero()
+            return None
         try:
             previous = self.aggregator.state_from_json(stored)
         except FedrankError as exc:
             log.warning(
                 "iteration %d starts from the configured aggregate: the one stored at the close "
                 "of iteration %d is of another configuration (%s)",
+                iteration + 1,
                 iteration,
-                iteration - 1,
                 exc,
             )
-            return self.strategy.zero()
-        self.privacy.before_close(iteration - 1)  # that close's count noise, not a new draw
-        return self.strategy.next_zero(previous)
+            return None
+        self.privacy.before_close(iteration)  # that close's count noise, not a new draw
+        return previous
 
     def _stale(self, version: int, oldest: int) -> Outcome:
         detail = (
             f"computed on model version {version}; the server accepts versions >= {oldest} "
-            f"(current {self.version}); fetch the model and compute the report again"
+            f"(current {self.round.version}); fetch the model and compute the report again"
         )
-        return Outcome(409, {"error": "stale", "detail": detail, "current_version": self.version})
+        current = self.round.version
+        return Outcome(409, {"error": "stale", "detail": detail, "current_version": current})
 
     def _apply(self, msgs: Messages, accepted: np.ndarray) -> None:
         """Fold the stored messages at positions ``accepted`` into the in-memory state
@@ -735,10 +740,10 @@ class Engine:
         keep = taken[msgs.kind_codes == UPDATE]  # the accepted rows of the payload columns
         if keep.any():
             cols = msgs.columns if keep.all() else msgs.columns.take(np.flatnonzero(keep))
-            self.state = self.workload.strategy.accumulate(self.state, cols)
+            self.round.fold(cols)
         for k, aggregate in msgs.aggregates.items():
             if taken[k]:
-                self.state = self.aggregator.merge(self.state, aggregate)
+                self.round.merge(aggregate)
         counts = msgs.counts[accepted]
         not_ping = msgs.kind_codes[accepted] != PING
         self.updates_in_iteration += int(counts[not_ping].sum())
@@ -779,13 +784,13 @@ class Engine:
 
     def _publish(self) -> None:
         self._snapshot = Snapshot(
-            self.version,
+            self.round.version,
             self.iteration,
-            self.strategy.publish(self.params),
+            self.round.model(),
             self.opened_at,
             self.updates_in_iteration,
             self.paused,
-            getattr(self.state, "bound", None),
+            getattr(self.round.aggregate, "bound", None),
             self.privacy.spent(self.iteration),
         )
 
@@ -839,26 +844,25 @@ class Engine:
                 },
             )
         self.privacy.before_close(self.iteration)  # this close's noise
-        step = self.strategy.server_step(self.state, self.params, self.opt_state)
-        new_params, opt_state = step.params, step.opt_state
         closed = self.iteration
-        self.store.close_iteration(
-            closed,
-            n,
-            self.aggregator.state_to_json(self.state),
-            self._branch_summary(),
-            reason,
-            self.version + 1,
-            new_params,
-            self.optimizer.state_to_json(opt_state),
-        )
-        self.params, self.opt_state = new_params, opt_state
-        self.version += 1
+
+        def store(close: Closed) -> None:
+            self.store.close_iteration(
+                closed,
+                n,
+                self.aggregator.state_to_json(close.aggregate),
+                self._branch_summary(),
+                reason,
+                close.version,
+                close.step.params,
+                self.optimizer.state_to_json(close.step.opt_state),
+            )
+
+        self.round.close(store)
         self.iteration += 1
         self.opened_at = time.time()
         self.ids.open(self.iteration)
-        self.state = self.strategy.next_zero(self.state)  # e.g. the adaptive norm bound
-        self.privacy.track(self.state)
+        self.privacy.track(self.round.aggregate)  # e.g. the adaptive clip's next bound
         with self._stats_lock:
             self.branch_stats = {}
         self.updates_in_iteration = 0
@@ -878,8 +882,7 @@ class Engine:
             closed,
             reason,
             n,
-            self.version,
+            self.round.version,
         )
-        return Outcome(
-            200, {"closed_iteration": closed, "model_version": self.version, "updates": n}
-        )
+        version = self.round.version
+        return Outcome(200, {"closed_iteration": closed, "model_version": version, "updates": n})

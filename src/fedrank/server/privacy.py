@@ -42,24 +42,22 @@ nothing is released twice with different noise, which would average it away.
 from __future__ import annotations
 
 import functools
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fedrank.errors import ConfigError
+from fedrank.federation.privacy import PrivacyConfig, private
 from fedrank.privacy.report import (
     SystemPrivacy,
     budget_noise_multiplier,
     central_dp_block,
-    foltr_es_privacy,
-    frecency_privacy,
     gaussian_privacy,
-    no_privacy,
     run_privacy,
     skellam_privacy,
 )
-from fedrank.privacy.skellam import SkellamPlan, plan
-from fedrank.strategies.frecency import FrecencyStrategy
+from fedrank.privacy.skellam import SkellamPlan
 
 if TYPE_CHECKING:
     from fedrank.server.config import PrivacySection, ServerConfig
@@ -75,11 +73,25 @@ def noise_multiplier(section: PrivacySection) -> float:
     )
 
 
+def budget(section: PrivacySection) -> PrivacyConfig:
+    """``[privacy]`` as the privacy factory's config (:mod:`fedrank.federation.privacy`)."""
+    s = section
+    return PrivacyConfig(
+        epsilon=s.epsilon,
+        delta=s.delta,
+        clip=s.clip,
+        accountant=s.accountant,
+        clip_quantile=s.clip_quantile if s.adaptive else None,
+        count_noise=s.count_noise if s.adaptive else None,
+        clip_eta=s.clip_eta,
+        denominator=s.denominator or None,
+        mode=s.mode,
+    )
+
+
 @functools.cache
-def _plan(
-    epsilon: float, delta: float, rounds: int, clip: float, dim: int, clients: int, t: int
-) -> SkellamPlan:
-    return plan(epsilon, delta, rounds, clip, dim, clients, t)
+def _plan(privacy: PrivacyConfig, rounds: int, dim: int, clients: int, t: int) -> SkellamPlan:
+    return privacy.skellam_plan(rounds, dim, clients, t)
 
 
 def distributed_plan(config: ServerConfig) -> SkellamPlan | None:
@@ -88,9 +100,10 @@ def distributed_plan(config: ServerConfig) -> SkellamPlan | None:
     ``[privacy] rounds`` secure rounds of ``[rounds] clients_per_round`` clients."""
     if not config.privacy.distributed:
         return None
-    p, k = config.privacy, config.rounds.clients_per_round
+    k = config.rounds.clients_per_round
+    dim = config.system.strategy(config.system_config).dim
     t = config.secagg.threshold_for(k)
-    return _plan(p.epsilon, p.delta, p.rounds, p.clip, config.fedavg.dim, k, t)
+    return _plan(budget(config.privacy), config.privacy.rounds, dim, k, t)
 
 
 class PrivacyLedger:
@@ -117,20 +130,19 @@ class PrivacyLedger:
         ``clip_quantile`` is set)."""
         if not self.enabled or self.plan is not None:
             return strategy
-        from fedrank.privacy.adaptive_clip import AdaptiveClip
         from fedrank.strategies.dp import DPStrategy
 
         s = self.section
-        adaptive = AdaptiveClip(s.clip_quantile, s.count_noise, s.clip_eta) if s.adaptive else None
-        self._dp = DPStrategy(
+        dp = private(
             strategy,
-            noise_multiplier(s),
-            s.clip,
-            np.random.default_rng(),
-            adaptive,
-            s.denominator or None,
+            budget(s),
+            rounds=s.rounds,
+            rng=np.random.default_rng(),
+            noise_multiplier=noise_multiplier(s),
         )
-        return self._dp
+        assert isinstance(dp, DPStrategy)
+        self._dp = dp
+        return dp
 
     def attach(self, store: Store) -> None:
         """Read (or draw, on a new store) the store's noise secret, unless ``noise_seed``
@@ -257,7 +269,7 @@ def report_config(config: ServerConfig, rounds: int | None) -> list[SystemPrivac
             )
         distributed = distributed_plan(config)
         if distributed is not None:
-            out = skellam_privacy(distributed, ps.rounds if rounds is None else rounds)
+            out = skellam_privacy(distributed, ps.rounds if rounds is None else rounds, workload)
         else:
             block = central_dp_block(
                 ps.epsilon,
@@ -285,21 +297,10 @@ def report_config(config: ServerConfig, rounds: int | None) -> list[SystemPrivac
             f"(epsilon {ps.epsilon:g} at delta {ps.delta:g})"
         )
         return [out]
-    notes = ["no [privacy] section: central DP is off"]
-    if workload == "foltr-es":
-        out = foltr_es_privacy(config.foltr_es.p, config.foltr_es.batch, rounds)
-        notes = []
-    elif workload == "frecency":
-        fc = config.frecency
-        dim = len(FrecencyStrategy(fc).parameter_names())
-        out = frecency_privacy(
-            {"message": fc.message, "sign_epsilon": fc.sign_epsilon}, None, dim, rounds
-        )
-        if fc.norm_bound:
-            notes.append(f"norm_bound {fc.norm_bound:g} clips updates; clipping alone is not DP")
-    else:
-        out = no_privacy(
-            "fedavg", {"dim": config.fedavg.dim}, "none: the model delta is sent as computed"
-        )
+    notes = ["no [privacy] section: central DP is off"] if config.system.central_dp else []
+    section = config.system_config
+    out = config.system.device_privacy(asdict(section), rounds)
+    if getattr(section, "norm_bound", 0):
+        notes.append(f"norm_bound {section.norm_bound:g} clips updates; clipping alone is not DP")
     out.notes.extend(notes)
     return [out]

@@ -85,7 +85,7 @@ def recover_store(config: ServerConfig) -> dict[str, Any]:
             "store": str(directory),
             "iterations": len(partitions),
             "messages": messages,
-            "model_version": engine.version,
+            "model_version": engine.round.version,
         }
     finally:
         engine.stop()

@@ -7,7 +7,7 @@ and its metric ``f``; the server rebuilds the noise ``v_s`` from the seed and ad
 one whose noise points where it wants the model to go, report a high metric, and steer
 the model ("seed shopping"). Here the server issues the seed instead:
 
-* At check-in (:class:`~fedrank.server.rounds.Round`) a selected client receives ``seed``
+* At check-in (:class:`~fedrank.server.cohort.Cohort`) a selected client receives ``seed``
   and ``seed_token``. The seed is derived from the store's secret and a random 64-bit nonce,
   ``HMAC-SHA256(secret, "seed" | version | nonce)[:4]``: a client cannot predict it.
 * The token is :data:`TOKEN_BYTES` bytes (hex on JSON): ``model_version`` u64 | ``nonce``

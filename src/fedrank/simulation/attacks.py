@@ -91,7 +91,7 @@ was refused.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -99,6 +99,8 @@ import numpy as np
 from fedrank.core.message import Message, MessageBatch
 from fedrank.core.seeded_noise import SEED_BITS, gaussian_noise
 from fedrank.errors import ConfigError
+from fedrank.systems import fedavg, frecency
+from fedrank.systems.system import System
 
 if TYPE_CHECKING:
     from fedrank.simulation.frecency_world import ClientReports
@@ -107,15 +109,9 @@ if TYPE_CHECKING:
 VECTOR_ATTACKS: tuple[str, ...] = ("sign-flip", "scale", "random")
 #: Attacks on FOLtR-ES reports.
 ES_ATTACKS: tuple[str, ...] = ("sign-flip", "scale", "random", "targeted-seed")
-#: Every attack kind.
+#: Every attack kind (each system's :attr:`~fedrank.systems.system.System.attacks` says
+#: which it takes).
 ATTACKS: tuple[str, ...] = (*ES_ATTACKS, "model-replacement")
-#: The attacks each simulated system takes.
-SYSTEM_ATTACKS: dict[str, tuple[str, ...]] = {
-    "frecency": VECTOR_ATTACKS,
-    "foltr-es": ES_ATTACKS,
-    "fpdgd": VECTOR_ATTACKS,
-    "fedps": (*VECTOR_ATTACKS, "model-replacement"),
-}
 #: ``scale``'s default factor.
 DEFAULT_FACTOR = 100.0
 #: ``targeted-seed``'s default number of candidate seeds per attacker.
@@ -172,15 +168,16 @@ class Attack:
         """Whether any client is malicious."""
         return self.fraction > 0
 
-    def check_system(self, system: str) -> None:
-        """Raise :class:`~fedrank.errors.ConfigError` unless ``system`` (a key of
-        :data:`SYSTEM_ATTACKS`) can run this attack and its defense."""
-        allowed = SYSTEM_ATTACKS[system]
+    def check_system(self, system: System) -> None:
+        """Raise :class:`~fedrank.errors.ConfigError` unless ``system`` can run this attack
+        (:attr:`~fedrank.systems.system.System.attacks`) and its defense."""
+        allowed = system.attacks
         if self.kind not in allowed:
             raise ConfigError(
-                f"the {self.kind} attack does not apply to {system}; it takes {', '.join(allowed)}"
+                f"the {self.kind} attack does not apply to {system.name}; it takes "
+                f"{', '.join(allowed)}"
             )
-        if self.server_seeds and system != "foltr-es":
+        if self.server_seeds and "server_seeds" not in {f.name for f in fields(system.config)}:
             raise ConfigError(
                 "server-issued seeds are a FOLtR-ES defense (only its messages carry seeds)"
             )
@@ -440,13 +437,11 @@ class FrecencyAttacker:
         sign_messages: bool = False,
         max_n: int | None = None,
     ) -> None:
-        from fedrank.server.config import DEFAULT_MAX_N
-
-        attack.check_system("frecency")
+        attack.check_system(frecency.SYSTEM)
         users = np.sort(np.asarray(treatment_users, dtype=np.int64))
         self.attack, self.seed = attack, int(seed)
         self.sign_messages = bool(sign_messages)
-        self.max_n = DEFAULT_MAX_N["frecency"] if max_n is None else int(max_n)
+        self.max_n = frecency.SYSTEM.max_n if max_n is None else int(max_n)
         picked = choose_malicious(attack.fraction, users.size, attack_rng(seed, _SELECT))
         self.users = users[picked]
         self.log = AttackLog(attack, extra={"malicious_users": int(self.users.size),
@@ -483,7 +478,7 @@ class FedPSAttacker:
     def __init__(
         self, attack: Attack, n_users: int, seed: int, server_learning_rate: float = 1.0
     ) -> None:
-        attack.check_system("fedps")
+        attack.check_system(fedavg.SYSTEM)
         self.attack, self.seed, self.eta = attack, int(seed), float(server_learning_rate)
         self.users = choose_malicious(attack.fraction, int(n_users), attack_rng(seed, _SELECT))
         self.target: np.ndarray | None = None
@@ -527,12 +522,12 @@ class FoltrAttacker:
         attack: the attack.
         n_clients: clients per iteration, ``N``.
         seed: the run's seed (keys the attack's streams).
-        algorithm: ``es`` (FOLtR-ES: :data:`ES_ATTACKS`) or ``fpdgd``
+        system: the system trained: FOLtR-ES (:data:`ES_ATTACKS`) or FPDGD
             (:data:`VECTOR_ATTACKS`).
     """
 
-    def __init__(self, attack: Attack, n_clients: int, seed: int, algorithm: str = "es") -> None:
-        attack.check_system("foltr-es" if algorithm == "es" else "fpdgd")
+    def __init__(self, attack: Attack, n_clients: int, seed: int, system: System) -> None:
+        attack.check_system(system)
         self.attack, self.n_clients, self.seed = attack, int(n_clients), int(seed)
         self.log = AttackLog(attack)
 
@@ -583,7 +578,6 @@ class FoltrAttacker:
 __all__ = [
     "ATTACKS",
     "ES_ATTACKS",
-    "SYSTEM_ATTACKS",
     "VECTOR_ATTACKS",
     "Attack",
     "AttackLog",

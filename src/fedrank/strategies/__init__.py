@@ -1,6 +1,6 @@
-"""One strategy per system (ARCHITECTURE.md, Section 2): the chain of each system -- the
-server half (aggregator, optimizer chain, constraints: :meth:`~fedrank.strategies.base.
-Strategy.server_step`) and the client-side pieces -- built once from its config section and
-called by the HTTP server, every simulation runner and every experiment:
-:mod:`~fedrank.strategies.frecency`, :mod:`~fedrank.strategies.foltr_es`,
-:mod:`~fedrank.strategies.fedavg`."""
+"""What every system's server half shares: the :class:`~fedrank.strategies.base.Strategy`
+base (aggregator, optimizer chain, constraints, ``server_step``) and the wrappers that
+change a strategy's aggregation the same way for every system of vector updates -- central
+DP (:mod:`~fedrank.strategies.dp`) and distributed DP emulated in one process
+(:mod:`~fedrank.strategies.distributed_dp`). Each system's own strategy lives in its
+folder, ``fedrank/systems/<name>/strategy.py``."""

@@ -49,7 +49,6 @@ state holds the exact sum, for the trusted server's eyes: stored, never served).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -63,10 +62,8 @@ from fedrank.core.message import MessageBatch
 from fedrank.errors import ConfigError
 from fedrank.optim.serialization import check_hyperparameter
 from fedrank.privacy.accounting import (
-    ACCOUNTANTS,
     PrivacyGuarantee,
     gaussian_epsilon,
-    gaussian_noise_multiplier,
 )
 from fedrank.privacy.adaptive_clip import AdaptiveClip
 from fedrank.privacy.gaussian import GaussianSumMechanism
@@ -76,96 +73,7 @@ from fedrank.strategies.base import ServerStep, Strategy, WrappedStrategy
 _MEANS = (WeightedMean, GatedMean, SignVote)
 
 
-@dataclass(frozen=True)
-class DPConfig:
-    """A privacy budget for a training run of central DP.
-
-    Attributes:
-        epsilon: the per-user budget over the whole run (> 0).
-        delta: its failure probability, in (0, 1); well below one over the number of users
-            (e.g. 1e-6 for 10,000 users).
-        clip: ``C``, the L2 bound of every update (> 0); near the typical update norm.
-            With ``clip_quantile``, the first round's clip.
-        accountant: ``pld`` (tight, the default) or ``rdp`` (a looser bound, Mironov 2017).
-        clip_quantile: ``gamma``: the clip follows this quantile of the update norms,
-            estimated privately (:class:`~fedrank.privacy.adaptive_clip.AdaptiveClip`);
-            ``None`` (default): a fixed clip.
-        count_noise: ``sigma_b`` of the adaptive clip; ``None``: Andrew et al.'s choice,
-            the expected number of updates per round over 20 (the runner knows it).
-        clip_eta: the adaptive clip's learning rate (Andrew et al.: 0.2).
-        denominator: ``W``: divide each round's noised sum by this fixed number (about the
-            expected updates per round) instead of the round's count (module docstring);
-            ``None`` (default): the count.
-        mode: ``central`` (this module) or ``distributed``: the clients add Skellam noise
-            under secure aggregation (:mod:`fedrank.strategies.distributed_dp`; Renyi DP,
-            no adaptive clip, no denominator).
-        threshold: ``distributed``: the share of the reporting users whose noise shares a
-            round's sum must hold (the secure-aggregation threshold ``t``), in (0, 1].
-    """
-
-    epsilon: float
-    delta: float
-    clip: float
-    accountant: str = "pld"
-    clip_quantile: float | None = None
-    count_noise: float | None = None
-    clip_eta: float = 0.2
-    denominator: float | None = None
-    mode: str = "central"
-    threshold: float = 0.5
-
-    def __post_init__(self) -> None:
-        check_hyperparameter("epsilon (the per-user privacy budget)", self.epsilon)
-        check_hyperparameter(
-            "delta (the budget's failure probability; well below 1 / users)",
-            self.delta,
-            high=1.0,
-            high_inclusive=False,
-        )
-        check_hyperparameter("clip (the L2 bound C of every update)", self.clip)
-        if self.accountant not in ACCOUNTANTS:
-            raise ConfigError(
-                f"accountant must be one of {', '.join(ACCOUNTANTS)}, got {self.accountant!r}"
-            )
-        if self.clip_quantile is None and self.count_noise is not None:
-            raise ConfigError("count_noise belongs to the adaptive clip: give clip_quantile too")
-        self.adaptive(1)  # validates the adaptive clip's settings
-        if self.denominator is not None:
-            _check_denominator(self.denominator)
-        if self.mode not in ("central", "distributed"):
-            raise ConfigError(f"mode must be central or distributed, got {self.mode!r}")
-        if not 0 < self.threshold <= 1:
-            raise ConfigError(f"threshold must be in (0, 1], got {self.threshold}")
-        if self.mode == "distributed" and (
-            self.clip_quantile is not None or self.denominator is not None
-        ):
-            raise ConfigError(
-                "distributed DP clips to a fixed bound and divides the decoded sum by its "
-                "contributors: drop clip_quantile and denominator (central DP's)"
-            )
-
-    def adaptive(self, expected_updates: int) -> AdaptiveClip | None:
-        """The adaptive clip (``None``: a fixed one); its count noise ``count_noise``, or
-        ``expected_updates / 20`` when that is ``None``."""
-        if self.clip_quantile is None:
-            return None
-        if self.count_noise is None and expected_updates < 1:
-            raise ConfigError(
-                f"the adaptive clip's default count noise is the expected number of updates "
-                f"per round over 20; got {expected_updates} expected updates: give count_noise"
-            )
-        sigma = expected_updates / 20.0 if self.count_noise is None else self.count_noise
-        return AdaptiveClip(self.clip_quantile, sigma, self.clip_eta)
-
-    def noise_multiplier(self, rounds: int, sampling_rate: float = 1.0) -> float:
-        """The smallest noise multiplier that keeps ``rounds`` rounds within the budget
-        (:func:`~fedrank.privacy.accounting.gaussian_noise_multiplier`)."""
-        return gaussian_noise_multiplier(
-            self.epsilon, self.delta, rounds, sampling_rate, self.accountant
-        )
-
-
-def _check_denominator(value: float) -> float:
+def check_denominator(value: float) -> float:
     """``W`` stands for a number of updates: a finite number >= 1."""
     return check_hyperparameter(
         "denominator (W: the fixed number each round's noised sum is divided by, about the "
@@ -236,7 +144,7 @@ class DPStrategy(WrappedStrategy):
         denominator: float | None = None,
     ) -> None:
         self.adaptive = adaptive
-        self.denominator = None if denominator is None else _check_denominator(denominator)
+        self.denominator = None if denominator is None else check_denominator(denominator)
         self.budget_multiplier = check_hyperparameter("noise_multiplier", noise_multiplier)
         update = (
             noise_multiplier
@@ -262,28 +170,6 @@ class DPStrategy(WrappedStrategy):
         self.constraints = inner.constraints
         self.rng_ = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
         self.count_rng_: np.random.Generator | None = None
-
-    @classmethod
-    def for_budget(
-        cls,
-        inner: Strategy,
-        config: DPConfig,
-        rounds: int,
-        rng: np.random.Generator | np.random.SeedSequence | int,
-        sampling_rate: float = 1.0,
-        expected_updates: int = 0,
-    ) -> DPStrategy:
-        """The wrapper whose noise keeps ``rounds`` rounds within ``config``'s budget
-        (:meth:`DPConfig.noise_multiplier`); ``expected_updates`` per round sets an
-        adaptive clip's default count noise (:meth:`DPConfig.adaptive`)."""
-        return cls(
-            inner,
-            config.noise_multiplier(rounds, sampling_rate),
-            config.clip,
-            rng,
-            config.adaptive(expected_updates),
-            config.denominator,
-        )
 
     def __repr__(self) -> str:
         adaptive = "" if self.adaptive is None else f", adaptive={self.adaptive}"
@@ -393,24 +279,29 @@ class DPStrategy(WrappedStrategy):
         )
 
     def run_privacy(
-        self, config: DPConfig, rounds: int, counts: list[int] | None = None
+        self,
+        target_epsilon: float,
+        delta: float,
+        accountant: str,
+        rounds: int,
+        counts: list[int] | None = None,
     ) -> dict[str, Any]:
         """What a run's JSON records under ``privacy``: the per-user guarantee over
         ``rounds`` rounds (:class:`~fedrank.privacy.accounting.PrivacyGuarantee` keys, by
-        ``config.accountant``), the budget asked for, the other accountant's epsilon, the
-        replace-one epsilon, and -- given each round's number of updates ``counts`` -- the
-        noise's standard deviation on each round's mean."""
-        g = self.guarantee(config.delta, rounds, 1.0, config.accountant)
-        other = "rdp" if config.accountant == "pld" else "pld"
-        z, delta = self.noise_multiplier, config.delta
+        ``accountant``), the budget asked for (``target_epsilon`` at ``delta``), the other
+        accountant's epsilon, the replace-one epsilon, and -- given each round's number of
+        updates ``counts`` -- the noise's standard deviation on each round's mean."""
+        g = self.guarantee(delta, rounds, 1.0, accountant)
+        other = "rdp" if accountant == "pld" else "pld"
+        z = self.noise_multiplier
         out: dict[str, Any] = {
             **g.to_json(),
-            "target_epsilon": config.epsilon,
-            "accountant": config.accountant,
+            "target_epsilon": target_epsilon,
+            "accountant": accountant,
             f"epsilon_{other}": gaussian_epsilon(z, delta, rounds, 1.0, other),
             "adjacency": "add-or-remove one user (one clipped update per user and round)",
             "epsilon_replace_one": gaussian_epsilon(
-                z, delta, rounds, 1.0, config.accountant, adjacency="replace-one"
+                z, delta, rounds, 1.0, accountant, adjacency="replace-one"
             ),
             "aggregate": "unweighted mean of updates clipped to L2 norm clip, plus "
             "N(0, (noise_multiplier * clip / m)^2) per coordinate",

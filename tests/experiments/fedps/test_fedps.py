@@ -17,7 +17,7 @@ import torch
 from click.testing import CliRunner
 
 from fedrank.cli import main
-from fedrank.core.message import Message
+from fedrank.core.message import Message, MessageBatch
 from fedrank.errors import ConfigError
 from fedrank.estimators.local_sgd import FedPSClient, UploadPolicy, UserWorkspace
 from fedrank.experiments.fedps import run as fedps_module
@@ -224,10 +224,9 @@ def test_the_server_cannot_reach_client_data(small: FedPSData) -> None:
         for i, u in enumerate(small.users)
     ]
     for i, c in enumerate(clients[:3]):
-        state = server.aggregator.accumulate(
-            server.aggregator.zero(), c.local_update(model, server.broadcast(), _training(), i)
-        )
-        server.apply(state)
+        message = c.local_update(model, server.broadcast(), _training(), i)
+        server.fold(MessageBatch.of_vectors(message.update[None, :], np.array([message.n])))
+        server.apply()
     private = (FedPSClient, UserWorkspace, UserData, RankingSamples, PersonalEmbeddings)
     assert not [o for o in _reachable(server) if isinstance(o, private)]
     assert server.version == 3 and server.updates_applied == 3

@@ -14,16 +14,17 @@ import pytest
 from click.testing import CliRunner
 
 from fedrank.cli import main
-from fedrank.core.message import Message
+from fedrank.core.message import MessageBatch
 from fedrank.errors import ConfigError
 from fedrank.experiments.fedps import run as fedps_module
 from fedrank.experiments.fedps.data import FedPSData
 from fedrank.experiments.fedps.run import FedPSResult, run_fedps
-from fedrank.experiments.fedps.server import DistributedDP, FedPSServer
+from fedrank.experiments.fedps.server import FedPSServer
 from fedrank.experiments.fedps.settings import FedPSSettings
+from fedrank.federation.privacy import PrivacyConfig
 from fedrank.privacy import skellam
 from fedrank.privacy.accounting import gaussian_epsilon, gaussian_noise_multiplier
-from fedrank.privacy.report import fedps_dp_block, fedps_skellam_plan, report_run
+from fedrank.privacy.report import fedps_dp_block, report_run
 from fedrank.privacy.skellam import skellam_epsilon, skellam_noise
 from tests.untimed import untimed
 
@@ -157,7 +158,9 @@ def test_a_distributed_dp_run_reports_its_plan_and_is_reproducible(small: FedPSD
     clean = run_fedps(small, FedPSSettings(mode="flat", **FAST))  # type: ignore[arg-type]
     privacy = private.to_json()["privacy"]
     dim = fedps_module._new_model(small, True, 0, settings).get_flat_parameters().size
-    plan = fedps_skellam_plan(asdict(settings), dim)
+    privacy_config = settings.privacy()
+    assert privacy_config is not None
+    plan = privacy_config.skellam_plan(settings.rounds, dim, settings.clients_per_step)
     assert privacy["mode"] == "distributed" and privacy["dim"] == dim
     assert plan.clients == 4 and plan.threshold == 2
     assert privacy["epsilon"] == pytest.approx(
@@ -185,13 +188,13 @@ def test_the_distributed_step_is_the_decoded_noisy_mean_or_nothing() -> None:
     dim, clip = 50, 1.0
     plan = skellam.plan(4.0, 1e-6, 2, clip, dim, 4, 3)
     start = np.zeros(dim, dtype=np.float32)
-    server = FedPSServer(start, dp=DistributedDP(plan, seed=7))
+    budget = PrivacyConfig(4.0, 1e-6, clip, mode="distributed", threshold=0.75)
+    server = FedPSServer(start, privacy=budget, seed=7, rounds=2, clients=4)
+    assert server.strategy.plan == plan  # type: ignore[attr-defined]
     rng = np.random.default_rng(0)
     updates = rng.normal(size=(3, dim)) * np.array([[0.1], [0.5], [3.0]])  # the last clipped
-    state = server.aggregator.zero()
-    for u in updates:
-        state = server.aggregator.accumulate(state, server.prepare(Message(u, n=9)))
-    server.apply(state)
+    server.fold(MessageBatch.of_vectors(updates, np.full(3, 9.0)))
+    server.apply()
     norms = np.linalg.norm(updates, axis=1, keepdims=True)
     clipped = updates * np.minimum(1.0, clip / norms)
     encoded = np.rint(clipped * plan.scale).sum(axis=0)
@@ -200,10 +203,8 @@ def test_the_distributed_step_is_the_decoded_noisy_mean_or_nothing() -> None:
     np.testing.assert_allclose(server.broadcast(), expected.astype(np.float32), rtol=1e-6)
     assert np.abs(server.broadcast() - clipped.mean(axis=0)).max() < 20 * plan.noise_std
     before = server.broadcast()
-    two = server.aggregator.zero()
-    for u in updates[:2]:
-        two = server.aggregator.accumulate(two, Message(u))
-    server.apply(two)  # 2 < t = 3: aborted
+    server.fold(MessageBatch.of_vectors(updates[:2], np.ones(2)))
+    server.apply()  # 2 < t = 3: aborted
     assert np.array_equal(server.broadcast(), before) and server.version == 2
 
 

@@ -15,7 +15,7 @@ from fedrank.experiments.frecency.study import (
     iteration_searches,
 )
 from fedrank.simulation.frecency_world import TREATMENT, ClientReports, ClientSearches
-from fedrank.strategies.frecency import FrecencyStrategy
+from fedrank.systems.frecency.strategy import FrecencyStrategy
 
 
 @pytest.fixture(scope="module", params=("classic", "modern"))

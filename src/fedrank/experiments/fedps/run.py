@@ -24,8 +24,8 @@ Trained models:
 * ``proxy``: FedPSProxy (Sec. 3.4): clients sampled as ``K / 10`` proxies x 10 clients; each
   proxy merges its clients' updates with the same aggregator, the group servers merge their
   proxies' states, the central server those
-  (:class:`fedrank.aggregators.hierarchy.ProxyRound`); late clients offload their training
-  to their proxy, so no update is lost.
+  (:func:`fedrank.aggregators.hierarchy.hierarchical_aggregate`); late clients offload their
+  training to their proxy, so no update is lost.
 * ``coverquery``: CoverQuery [1, 4]: the server logs each user's queries with ``m`` cover
   queries and trains the personalized model centrally on that log.
 * ``groupuser``: GroupUser [52]: users share one identity per group of ``group_size``; the
@@ -57,9 +57,9 @@ import numpy as np
 import torch
 from scipy import sparse
 
-from fedrank.aggregators.hierarchy import ProxyRound, Topology
+from fedrank.aggregators.hierarchy import Topology, hierarchical_aggregate
 from fedrank.baselines.list_rankers import GBDTRanker, rule_scores
-from fedrank.core.message import Message
+from fedrank.core.message import Message, MessageBatch
 from fedrank.core.provenance import code_version
 from fedrank.data.aol import BACKGROUND, TRAIN, AolCorpus, UserLog
 from fedrank.errors import ConfigError
@@ -88,23 +88,24 @@ from fedrank.experiments.fedps.clients import (
 )
 from fedrank.experiments.fedps.communication import flat_round_time, proxy_round_time
 from fedrank.experiments.fedps.data import FedPSData
-from fedrank.experiments.fedps.server import CentralDP, DistributedDP, FedPSServer
+from fedrank.experiments.fedps.server import FedPSServer
 from fedrank.experiments.fedps.settings import (
     FEDERATED_MODES,
     RULE_MODES,
     FedPSSettings,
     dp_block,
+    dp_steps,
 )
 from fedrank.experiments.fedps.stragglers import ResponseTimes
+from fedrank.federation.privacy import run_record
 from fedrank.metrics.relevance import per_query_table
 from fedrank.models.peps import PEPSRanker
 from fedrank.privacy import kl_settings
 from fedrank.privacy import profile_kl as kl
 from fedrank.privacy.cover_queries import CoverQueryGenerator
-from fedrank.privacy.report import fedps_privacy, fedps_skellam_plan, run_privacy
+from fedrank.privacy.report import fedps_privacy, run_privacy
 from fedrank.retrieval.candidates import UserData, build_users
 from fedrank.simulation.attacks import Attack, FedPSAttacker
-from fedrank.strategies.distributed_dp import DistributedDPStrategy
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -426,14 +427,14 @@ def train_federated(
     seeds = _seeds(settings.seed)
     model_kwargs = _model_kwargs(data, True, seeds["model"], settings)
     initial = new_model(data.word_vectors, **model_kwargs).get_flat_parameters()
-    dp: CentralDP | DistributedDP | None = None
-    if settings.dp_epsilon and settings.dp_mode == "distributed":
-        dp = DistributedDP(fedps_skellam_plan(asdict(settings), initial.size), seeds["dp"])
-    elif (block := dp_block(settings, len(users))) is not None:
-        dp = CentralDP(
-            block["noise_multiplier"], settings.dp_clip, seeds["dp"], settings.dp_denominator
-        )
-    server = FedPSServer(initial, settings.server_learning_rate, dp)
+    server = FedPSServer(
+        initial,
+        settings.server_learning_rate,
+        settings.privacy(),
+        seed=seeds["dp"],
+        clients=settings.clients_per_step,
+        **dp_steps(settings, len(users)),
+    )
     training = LocalTraining(
         settings.local_epochs,
         settings.batch_size,
@@ -474,33 +475,37 @@ def train_federated(
                 late = federation.response.late(sampled, late_rng)
                 run.late[-1].append(late)
                 parameters = server.broadcast()
-                hierarchy = ProxyRound(server.aggregator, federation.topology) if proxy else None
-                state = server.aggregator.zero()
                 messages = clients.local_updates(parameters, sampled.tolist(), server.version)
                 if attacker is not None:
                     messages = attacker.apply(run.steps, sampled, messages, parameters)
-                messages = [server.prepare(m) for m in messages]
-                for c, is_late, message in zip(
-                    sampled.tolist(), late.tolist(), messages, strict=True
-                ):
+                for c, message in zip(sampled.tolist(), messages, strict=True):
                     if observer is not None:
                         observer(c, message)
                     if "train_loss" in message.metrics:
                         losses.append(message.metrics["train_loss"])
-                    if hierarchy is not None:
-                        hierarchy.accumulate(c, message)  # a late client offloads to its proxy
-                        run.received[c] = True
-                    elif not is_late:
-                        state = server.aggregator.accumulate(state, message)
-                        run.received[c] = True
-                    # else: arrived after T_max, dropped
+                batch = MessageBatch.of_vectors(
+                    np.stack([m.update for m in messages]), np.array([m.n for m in messages])
+                )
+                if proxy:  # a late client offloads its training to its proxy: none is lost
+                    run.received[sampled] = True
+                    merged = hierarchical_aggregate(
+                        server.strategy.aggregator,
+                        federation.topology,
+                        sampled,
+                        batch,
+                        empty=server.empty(),
+                        fold=server.strategy.accumulate,
+                    )
+                    server.merge(merged.state)
+                else:  # an update later than T_max is dropped
+                    on_time = np.flatnonzero(~late)
+                    run.received[sampled[on_time]] = True
+                    server.fold(batch.take(on_time))
                 run.updates_late += int(late.sum())
                 run.weight_total += float(n_train[sampled].sum())
                 run.weight_late += float(n_train[sampled[late]].sum())
-                if hierarchy is not None:
-                    state = hierarchy.forward().state
-                run.updates_received += state.count
-                server.apply(state)
+                run.updates_received += server.round.aggregate.count
+                server.apply()
                 run.steps += 1
                 report_progress(progress, f"{stage}{r}/{n}", done, len(schedule))
                 if done in checkpoints:
@@ -531,8 +536,9 @@ def train_federated(
 def _recorded(run: FederatedRun, server: FedPSServer, settings: FedPSSettings) -> FederatedRun:
     """``run`` with its distributed-DP record (planned rounds: an early stop releases less
     than the guarantee covers)."""
-    if isinstance(server.strategy, DistributedDPStrategy):
-        run.distributed_dp = server.strategy.run_privacy(settings.rounds, "fedps")
+    privacy = settings.privacy()
+    if privacy is not None and privacy.mode == "distributed":
+        run.distributed_dp = run_record(server.strategy, privacy, settings.rounds, system="fedps")
     return run
 
 

@@ -11,8 +11,9 @@ from typing import Any
 
 from fedrank.baselines.list_rankers import RULES
 from fedrank.errors import ConfigError
+from fedrank.federation.privacy import PrivacyConfig
 from fedrank.privacy.accounting import check_budget
-from fedrank.privacy.report import fedps_dp_block
+from fedrank.privacy.report import fedps_dp_block, fedps_steps
 from fedrank.retrieval.candidates import FEATURE_EDGES
 
 RULE_MODES: tuple[str, ...] = RULES
@@ -256,6 +257,20 @@ class FedPSSettings:
                 f"of clients_per_proxy_step, got K = {self.clients_per_step}"
             )
 
+    def privacy(self) -> PrivacyConfig | None:
+        """The run's budget for the privacy factory (:mod:`fedrank.federation.privacy`);
+        ``None`` without DP."""
+        if not self.dp_epsilon:
+            return None
+        return PrivacyConfig(
+            epsilon=self.dp_epsilon,
+            delta=self.dp_delta,
+            clip=self.dp_clip,
+            denominator=self.dp_denominator,
+            mode=self.dp_mode,
+            threshold=self.dp_threshold,
+        )
+
     @property
     def warmup(self) -> int:
         """Rounds (epochs) of the click-feature warm-up: ``warmup_rounds``, or by default
@@ -269,3 +284,11 @@ def dp_block(settings: FedPSSettings, n_users: int | None = None) -> dict[str, A
     """The central-DP block of a run of ``n_users`` clients
     (:func:`fedrank.privacy.report.fedps_dp_block`)."""
     return fedps_dp_block(asdict(settings), n_users)
+
+
+def dp_steps(settings: FedPSSettings, n_users: int) -> dict[str, Any]:
+    """The steps a user of a run of ``n_users`` clients can take part in and its
+    probability in each (:func:`fedrank.privacy.report.fedps_steps`), as the privacy
+    factory's ``rounds`` and ``sampling_rate``."""
+    steps, rate = fedps_steps(asdict(settings), n_users)
+    return {"rounds": steps, "sampling_rate": rate}

@@ -20,17 +20,15 @@ on a real 2-worker cluster).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from fedrank.core.client_random import ClientRandom, Stream
+from fedrank.core.client_random import ClientRandom
 from fedrank.data.query_bank import QueryBank
 from fedrank.estimators.evolution_strategies import ESEstimator, ESReports
-from fedrank.estimators.pdgd import PDGDClients
 from fedrank.experiments.executors import DaskBlocks, blocks
-from fedrank.privacy.laplace import DistributedLaplace, LocalLaplace
+from fedrank.systems.fpdgd.client import FPDGDReports, FPDGDUpdate
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -87,37 +85,6 @@ class DaskESClients:
     def interact(self, theta: np.ndarray, random: ClientRandom) -> ESReports:
         parts = client_blocks(random, self.blocks.n_workers)
         return concat_reports(self.blocks.run(_interact, theta, parts))
-
-
-@dataclass(frozen=True)
-class FPDGDReports:
-    """What FPDGD's clients of one iteration send and what their users saw."""
-
-    deltas: np.ndarray  # (C, dim) privatized local change of the parameters
-    maxrr: np.ndarray  # (C, B) MaxRR of each displayed list
-
-
-@dataclass(frozen=True)
-class FPDGDUpdate:
-    """An FPDGD client's round (Wang et al. 2021): ``batch`` PDGD interactions from the
-    global model, each followed by a step of ``learning_rate``, then the change of its
-    parameters, clipped and noised by ``privatizer`` (from the client's own
-    :attr:`~fedrank.core.client_random.Stream.NOISE` numbers) when there is one."""
-
-    pdgd: PDGDClients
-    batch: int
-    learning_rate: float
-    privatizer: LocalLaplace | DistributedLaplace | None = None
-
-    def run(self, theta: np.ndarray, bank: QueryBank, random: ClientRandom) -> FPDGDReports:
-        local, maxrr = self.pdgd.train(theta, bank, random, self.batch, self.learning_rate)
-        deltas = local - theta
-        if self.privatizer is not None:
-            shape = self.privatizer.uniform_shape(deltas.shape)
-            slots = np.arange(shape[1] * shape[2]).reshape(1, shape[1], shape[2])
-            u = random.uniform(np.arange(random.size)[:, None, None], Stream.NOISE, slots)
-            deltas = self.privatizer.privatize_uniforms(deltas, u)
-        return FPDGDReports(deltas, maxrr)
 
 
 def _fpdgd(

@@ -36,40 +36,40 @@ from fedrank.core.provenance import code_version
 from fedrank.data.letor import LetorFold
 from fedrank.data.query_bank import QueryBank
 from fedrank.errors import ConfigError
-from fedrank.estimators.evolution_strategies import ESEstimator
-from fedrank.estimators.pdgd import PDGDClients
 from fedrank.experiments.foltr.clients import (
     DaskESClients,
     DaskFPDGDClients,
     ESClients,
-    FPDGDUpdate,
     LocalESClients,
     LocalFPDGDClients,
 )
 from fedrank.experiments.foltr.differences import ReportDifferences
+from fedrank.federation import registry
+from fedrank.federation.privacy import PrivacyConfig, private
+from fedrank.federation.round import Round
 from fedrank.metrics.evaluate import evaluate
 from fedrank.metrics.maxrr import maxrr_values
 from fedrank.models.click_models import CLICK_MODEL_NAMES, click_model, grades_of
 from fedrank.models.rankers import RANKER_NAMES, Ranker, make_ranker
-from fedrank.privacy.laplace import DistributedLaplace, LocalLaplace
-from fedrank.privacy.randomized_response import RandomizedResponse
 from fedrank.simulation.attacks import Attack, FoltrAttacker
-from fedrank.strategies.base import Strategy
-from fedrank.strategies.dp import DPStrategy
-from fedrank.strategies.fedavg import FedAvgConfig, FedAvgStrategy
-from fedrank.strategies.foltr_es import FoltrEsConfig, FoltrEsStrategy
+from fedrank.systems.foltr_es.client import FoltrEsClient
+from fedrank.systems.foltr_es.config import FoltrEsConfig
+from fedrank.systems.foltr_es.strategy import FoltrEsStrategy
+from fedrank.systems.fpdgd.client import FpdgdClient
+from fedrank.systems.fpdgd.config import FpdgdConfig
+from fedrank.systems.fpdgd.strategy import FpdgdStrategy
+from fedrank.systems.system import System
 
 if TYPE_CHECKING:
     from distributed import Client
 
 Algorithm = Literal["es", "fpdgd"]
-ALGORITHMS: tuple[str, ...] = ("es", "fpdgd")
+#: The system each ``algorithm`` trains (:data:`fedrank.federation.registry.SYSTEMS`).
+SYSTEM_OF: dict[str, str] = {"es": "foltr-es", "fpdgd": "fpdgd"}
+ALGORITHMS: tuple[str, ...] = tuple(SYSTEM_OF)
 DPMode = Literal["none", "local", "distributed", "central"]
 DP_MODES: tuple[str, ...] = ("none", "local", "distributed", "central")
 
-#: Default learning rates: the server's Adam for ES (the paper's PyTorch default), the
-#: clients' local PDGD steps for FPDGD (the FPDGD paper's 0.1).
-DEFAULT_LEARNING_RATE = {"es": 1e-3, "fpdgd": 0.1}
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,8 @@ class FoltrConfig:
         sigma: ES perturbation scale (0.01).
         antithetic: ES antithetic variates (on).
         learning_rate: server Adam learning rate for ES; FPDGD's local learning rate;
-            ``None``: :data:`DEFAULT_LEARNING_RATE` of the algorithm.
+            ``None``: the system's default (ES: the server's Adam, the paper's PyTorch
+            default 1e-3; FPDGD: the clients' local step, the FPDGD paper's 0.1).
         interactions: total interaction budget (2,000,000).
         seed: seed of every random choice.
         dp: FPDGD's optional differential privacy of the model deltas: ``none``,
@@ -146,7 +147,7 @@ class FoltrConfig:
             raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
         if self.dp not in DP_MODES:
             raise ConfigError(f"dp must be one of {DP_MODES}, got {self.dp!r}")
-        if self.dp != "none" and self.algorithm != "fpdgd":
+        if self.dp != "none" and self.algorithm == "es":
             raise ConfigError(
                 "dp applies to FPDGD's model deltas; FOLtR-ES privatizes its metric with p"
             )
@@ -161,6 +162,11 @@ class FoltrConfig:
             )
 
     @property
+    def system(self) -> System:
+        """The system the run trains."""
+        return registry.system(SYSTEM_OF[self.algorithm])
+
+    @property
     def iterations(self) -> int:
         return self.interactions // (self.clients * self.batch)
 
@@ -170,6 +176,28 @@ class FoltrConfig:
         from fedrank.privacy.report import budget_noise_multiplier
 
         return budget_noise_multiplier(self.dp_epsilon, self.dp_delta, self.iterations, "pld")
+
+    def privacy(self) -> PrivacyConfig | None:
+        """Central DP's budget (``dp = "central"``), for the privacy factory; else
+        ``None``."""
+        if self.dp != "central":
+            return None
+        return PrivacyConfig(epsilon=self.dp_epsilon, delta=self.dp_delta, clip=self.dp_clip)
+
+    def fpdgd_config(self, n_features: int) -> FpdgdConfig:
+        """The FPDGD system's section for this run (what a server would be given)."""
+        laplace = self.dp if self.dp in ("local", "distributed") else "none"
+        return FpdgdConfig(
+            ranker=self.ranker,
+            n_features=n_features,
+            batch=self.batch,
+            learning_rate=self.lr,
+            laplace=laplace,
+            laplace_epsilon=self.dp_epsilon,
+            laplace_clip=self.dp_clip,
+            laplace_shares=self.clients,
+            seed=self.seed,
+        )
 
     def strategy_config(self, n_features: int) -> FoltrEsConfig:
         """The FOLtR-ES strategy's section for this run (what a server would be given)."""
@@ -188,7 +216,7 @@ class FoltrConfig:
     def lr(self) -> float:
         """The learning rate in effect."""
         if self.learning_rate is None:
-            return DEFAULT_LEARNING_RATE[self.algorithm]
+            return (FoltrEsConfig if self.algorithm == "es" else FpdgdConfig)().learning_rate
         return float(self.learning_rate)
 
 
@@ -239,9 +267,9 @@ class FoltrResult:
         from fedrank.privacy.report import foltr_es_privacy, fpdgd_privacy, run_privacy
 
         rounds = len(self.batch_maxrr)
-        if self.config.algorithm == "fpdgd":
-            return run_privacy(fpdgd_privacy(asdict(self.config), rounds))
-        return run_privacy(foltr_es_privacy(self.config.p, self.config.batch, rounds))
+        if self.config.algorithm == "es":
+            return run_privacy(foltr_es_privacy(self.config.p, self.config.batch, rounds))
+        return run_privacy(fpdgd_privacy(asdict(self.config), rounds))
 
     def privacy_report(self) -> dict[str, Any]:
         """FOLtR-ES's guarantees of this run at three levels: per interaction (Eq. 10), per
@@ -264,12 +292,6 @@ class FoltrResult:
         }
 
 
-def _privatizer(config: FoltrConfig, depth: int) -> RandomizedResponse | None:
-    if config.p is None:
-        return None
-    return RandomizedResponse(maxrr_values(depth), config.p)
-
-
 def train_es(
     config: FoltrConfig,
     ranker: Ranker,
@@ -285,21 +307,17 @@ def train_es(
     ``attacker``: some clients' reports are poisoned, and the server refuses reports out
     of MaxRR's range (:mod:`fedrank.simulation.attacks`). ``differences`` counts the
     antithetic differences of the reports the server folds."""
-    model = click_model(config.click_model, grades_of(bank.split.labels))
-    privatizer = _privatizer(config, model.depth)
-    estimator = ESEstimator(
-        ranker, model, config.sigma, config.batch, config.antithetic, privatizer
-    )
+    section = config.strategy_config(ranker.n_features)
+    client = FoltrEsClient(section)
+    estimator = client.estimator(click_model(config.click_model, grades_of(bank.split.labels)))
     clients: ESClients = (
         LocalESClients(estimator, bank) if dask is None else DaskESClients(dask, estimator, bank)
     )
-    strategy = FoltrEsStrategy(config.strategy_config(ranker.n_features))
-    aggregator = strategy.aggregator
-    theta = strategy.initial_params()
-    state = strategy.init(theta)
+    round_ = Round(FoltrEsStrategy(section))
     curve: list[float] = []
     ids = np.arange(config.clients)
     for iteration in range(config.iterations):
+        theta = round_.params
         reports = clients.interact(theta, ClientRandom(config.seed, iteration, ids))
         curve.append(float(reports.maxrr.mean()))
         batch = MessageBatch.of_es(reports.seeds, reports.metric, reports.antithetic_metric)
@@ -307,12 +325,12 @@ def train_es(
             batch = attacker.es(iteration, theta, batch)
         if differences is not None:
             differences.add(batch)
-        agg = strategy.accumulate(aggregator.zero(), batch)
-        step = strategy.server_step(agg, theta, state)
-        theta, state = step.params, step.opt_state
+        round_.fold(batch)
+        round_.close()
         if progress is not None:
             progress(iteration + 1, config.iterations)
-    return theta, curve, None if privatizer is None else privatizer.epsilon()
+    privatizer = estimator.privatizer
+    return round_.params, curve, None if privatizer is None else privatizer.epsilon()
 
 
 def train_fpdgd(
@@ -328,39 +346,30 @@ def train_fpdgd(
     iteration ``t`` draws its queries, rankings, clicks and noise from ``ClientRandom(
     config.seed, t, c)``; with ``dask`` the clients run on the cluster's workers, with the
     same result. ``attacker``: some clients' deltas are poisoned
-    (:mod:`fedrank.simulation.attacks`)."""
-    rng = np.random.default_rng(np.random.SeedSequence(config.seed))
-    model = click_model(config.click_model, grades_of(bank.split.labels))
-    privatizer: LocalLaplace | DistributedLaplace | None = None
-    if config.dp == "local":
-        privatizer = LocalLaplace(config.dp_clip, config.dp_epsilon)
-    elif config.dp == "distributed":
-        privatizer = DistributedLaplace(config.dp_clip, config.dp_epsilon, config.clients)
-    update = FPDGDUpdate(PDGDClients(ranker, model), config.batch, config.lr, privatizer)
+    (:mod:`fedrank.simulation.attacks`). Central DP (``dp = "central"``) wraps the system's
+    strategy by the privacy factory, its noise from the run seed's second stream."""
+    section = config.fpdgd_config(ranker.n_features)
+    client = FpdgdClient(section)
+    update = client.estimator(click_model(config.click_model, grades_of(bank.split.labels)))
     clients = (
         LocalFPDGDClients(update, bank) if dask is None else DaskFPDGDClients(dask, update, bank)
     )
-    theta = ranker.init_params(rng)
-    strategy: Strategy = FedAvgStrategy(FedAvgConfig(dim=ranker.dim), initial=theta)
-    if config.dp == "central":
-        noise = np.random.default_rng(np.random.SeedSequence(config.seed).spawn(2)[1])
-        strategy = DPStrategy(strategy, config.noise_multiplier(), config.dp_clip, noise)
-    aggregator = strategy.aggregator
-    server_state = strategy.init(theta)
-    n = np.full(config.clients, config.batch)
+    noise = np.random.SeedSequence(config.seed).spawn(2)[1]
+    strategy = private(
+        FpdgdStrategy(section), config.privacy(), rounds=config.iterations, rng=noise
+    )
+    round_ = Round(strategy)
     ids = np.arange(config.clients)
     curve: list[float] = []
     for iteration in range(config.iterations):
-        reports = clients.train(theta, ClientRandom(config.seed, iteration, ids))
-        deltas = reports.deltas
+        reports = clients.train(round_.params, ClientRandom(config.seed, iteration, ids))
+        messages = reports.messages(config.batch)
         if attacker is not None:
-            deltas = attacker.vectors(iteration, deltas)
-        step = strategy.server_step(
-            strategy.accumulate(aggregator.zero(), MessageBatch.of_vectors(deltas, n)),
-            theta,
-            server_state,
-        )
-        theta, server_state = step.params, step.opt_state
+            messages = MessageBatch.of_vectors(
+                attacker.vectors(iteration, reports.deltas), messages.weight
+            )
+        round_.fold(messages)
+        round_.close()
         curve.append(float(reports.maxrr.mean()))
         if progress is not None:
             progress(iteration + 1, config.iterations)
@@ -368,8 +377,9 @@ def train_fpdgd(
         from fedrank.privacy.report import fpdgd_privacy
 
         row = fpdgd_privacy(asdict(config), config.iterations)
-        return theta, curve, float(row.per_user["epsilon"])  # type: ignore[index]
-    return theta, curve, None if privatizer is None else privatizer.epsilon()
+        return round_.params, curve, float(row.per_user["epsilon"])  # type: ignore[index]
+    privatizer = client.privatizer
+    return round_.params, curve, None if privatizer is None else privatizer.epsilon()
 
 
 def run_foltr(
@@ -388,7 +398,7 @@ def run_foltr(
     ranker = make_ranker(config.ranker, fold.train.n_features)
     attacker = None
     if attack is not None and attack.active:
-        attacker = FoltrAttacker(attack, config.clients, config.seed, config.algorithm)
+        attacker = FoltrAttacker(attack, config.clients, config.seed, config.system)
     start = time.perf_counter()
     differences = ReportDifferences()
     if config.algorithm == "es":

@@ -25,7 +25,7 @@ import numpy as np
 
 from fedrank.experiments.executors import DaskBlocks, blocks
 from fedrank.simulation.frecency_world import ClientReports, ClientSearches
-from fedrank.strategies.frecency import FrecencyStrategy
+from fedrank.systems.frecency.client import FrecencyClient
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -36,43 +36,43 @@ class FrecencyClients(Protocol):
 
     def messages(self, searches: ClientSearches, theta: np.ndarray) -> ClientReports:
         """Every client's report against the published model ``theta``, its update
-        privatized as the strategy says (signs for sign messages), in client order."""
+        privatized by the client half (signs for sign messages), in client order."""
         ...
 
 
 def _messages(
-    strategy: FrecencyStrategy, theta: np.ndarray, searches: ClientSearches
+    client: FrecencyClient, theta: np.ndarray, searches: ClientSearches
 ) -> ClientReports:
-    reports = searches.reports(theta, strategy.estimator)
-    # The frecency strategy's privatizer (signs with zeros kept) draws no random number;
-    # the generator only fills the privatizer's signature.
-    updates = strategy.privatize(reports.updates, np.random.default_rng(0))
+    reports = searches.reports(theta, client.estimator)
+    # The plain sign privatizer (signs with zeros kept) draws no random number; randomized
+    # signs draw from a generator of seed 0 in every block (docs/frecency.md).
+    updates = client.privatize(reports.updates, np.random.default_rng(0))
     return ClientReports(reports.users, updates, reports.n, reports.loss)
 
 
 class LocalFrecencyClients:
     """All clients in this process, one vectorized call per iteration."""
 
-    def __init__(self, strategy: FrecencyStrategy) -> None:
-        self.strategy = strategy
+    def __init__(self, client: FrecencyClient) -> None:
+        self.client = client
 
     def messages(self, searches: ClientSearches, theta: np.ndarray) -> ClientReports:
-        return _messages(self.strategy, theta, searches)
+        return _messages(self.client, theta, searches)
 
 
 class DaskFrecencyClients:
     """The clients spread over the workers of a Dask cluster, one contiguous block each,
-    balanced by their numbers of searches (module docstring). The strategy reaches each
+    balanced by their numbers of searches (module docstring). The client half reaches each
     worker once."""
 
-    def __init__(self, client: Client, strategy: FrecencyStrategy) -> None:
-        self.strategy = strategy
-        self.blocks = DaskBlocks(client, strategy)
+    def __init__(self, dask: Client, client: FrecencyClient) -> None:
+        self.client = client
+        self.blocks = DaskBlocks(dask, client)
 
     def messages(self, searches: ClientSearches, theta: np.ndarray) -> ClientReports:
         parts = [
             searches.block(b.start, b.stop) for b in blocks(searches.work(), self.blocks.n_workers)
         ]
         if not parts:
-            return _messages(self.strategy, theta, searches)  # no client searched
+            return _messages(self.client, theta, searches)  # no client searched
         return ClientReports.concat(self.blocks.run(_messages, theta, parts))

@@ -35,14 +35,17 @@ from fedrank.core.message import MessageBatch
 from fedrank.data.synthetic_history import generate_world
 from fedrank.errors import ConfigError
 from fedrank.experiments.frecency.presets import hidden_weights
+from fedrank.federation.round import Round
 from fedrank.simulation.frecency_world import TREATMENT, FrecencyWorld
-from fedrank.strategies.frecency import FrecencyConfig, FrecencyStrategy
+from fedrank.systems.frecency.client import FrecencyClient
+from fedrank.systems.frecency.config import FrecencyConfig
+from fedrank.systems.frecency.strategy import FrecencyStrategy
 
 
 @dataclass(frozen=True)
 class StreamConfig(FrecencyConfig):
     """The simulated report stream, and the learning settings
-    (:class:`~fedrank.strategies.frecency.FrecencyConfig`: classic frecency, the paper's
+    (:class:`~fedrank.systems.frecency.config.FrecencyConfig`: classic frecency, the paper's
     Rprop, gate and safeguards by default).
 
     Attributes:
@@ -79,6 +82,7 @@ def run_policy(policy: IterationPolicy, config: StreamConfig, seed: int) -> dict
         raise ConfigError(f"target_fraction must lie in (0, 1), got {config.target_fraction}")
     rng = np.random.default_rng(seed)
     strategy = FrecencyStrategy(config)
+    client = FrecencyClient(config)
     world = FrecencyWorld(
         generate_world(config.n_users, rng),
         hidden_weights(config.preset, config.model),
@@ -88,18 +92,17 @@ def run_policy(policy: IterationPolicy, config: StreamConfig, seed: int) -> dict
         score_scale=strategy.config.score_scale,
         model=config.model,
     )
-    aggregator = strategy.aggregator
-    theta = strategy.initial_params()
-    opt_state = strategy.init(theta)
+    round_ = Round(strategy)
     val_users = rng.integers(0, world.n_users, size=config.validation_searches)
     val_seed = int(rng.integers(2**31))
-    initial = _validation_loss(world, val_users, val_seed, theta)
+    initial = _validation_loss(world, val_users, val_seed, round_.params)
     target = config.target_fraction * initial
 
-    state, minutes, total_minutes, n_open = aggregator.zero(), 0.0, 0.0, 0
+    minutes, total_minutes, n_open = 0.0, 0.0, 0
     stable, last_sign = 0, None
-    reports_used, iterations, reached, loss = 0, 0, False, initial
+    reports_used, reached, loss = 0, False, initial
     while reports_used < config.max_reports:
+        theta = round_.params
         hours = total_minutes / 60.0
         rate = config.reports_per_hour * (
             1 + config.daily_amplitude * np.sin(2 * np.pi * hours / 24)
@@ -110,21 +113,18 @@ def run_policy(policy: IterationPolicy, config: StreamConfig, seed: int) -> dict
         if arrivals:
             users = rng.integers(0, world.n_users, size=arrivals)
             batch = world.search(world.draw_searches(users, rng, state_for=theta), theta, rng)
-            reports = world.client_reports(batch, theta, strategy.estimator, TREATMENT)
+            reports = world.client_reports(batch, theta, client.estimator, TREATMENT)
             keep = reports.n > 0
-            batch = MessageBatch.of_vectors(reports.updates[keep], reports.n[keep])
-            state = strategy.accumulate(state, batch)
+            round_.fold(MessageBatch.of_vectors(reports.updates[keep], reports.n[keep]))
             n_open += int(keep.sum())
             reports_used += int(keep.sum())
-            sign = np.sign(aggregator.finalize(state))
+            sign = np.sign(round_.running_update())
             stable = stable + 1 if last_sign is not None and np.array_equal(sign, last_sign) else 0
             last_sign = sign
         if policy.should_close(OpenIteration(minutes, n_open, stable)):
-            step = strategy.server_step(state, theta, opt_state)
-            theta, opt_state = step.params, step.opt_state
-            iterations += 1
-            state, minutes, n_open, stable, last_sign = aggregator.zero(), 0.0, 0, 0, None
-            loss = _validation_loss(world, val_users, val_seed, theta)
+            round_.close()
+            minutes, n_open, stable, last_sign = 0.0, 0, 0, None
+            loss = _validation_loss(world, val_users, val_seed, round_.params)
             if loss <= target:
                 reached = True
                 break
@@ -132,7 +132,7 @@ def run_policy(policy: IterationPolicy, config: StreamConfig, seed: int) -> dict
         "policy": policy.name,
         "reached": reached,
         "reports": reports_used,
-        "iterations": iterations,
+        "iterations": round_.version,
         "hours": total_minutes / 60.0,
         "initial_loss": initial,
         "target_loss": target,

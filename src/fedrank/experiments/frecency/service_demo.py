@@ -35,6 +35,7 @@ import numpy as np
 import orjson
 
 from fedrank.client.sdk import Client, SendResult, ServedModel
+from fedrank.core.message import MessageBatch
 from fedrank.errors import FedrankError
 from fedrank.experiments.frecency.presets import hidden_weights
 from fedrank.experiments.frecency.study import (
@@ -48,7 +49,10 @@ from fedrank.experiments.stats import compare_branches
 from fedrank.server.process import ServerProcess
 from fedrank.simulation.frecency_world import BRANCHES, ClientReports, FrecencyWorld
 from fedrank.simulation.urlbar import SearchBatch
-from fedrank.strategies.frecency import FrecencyConfig, FrecencyStrategy
+from fedrank.systems.frecency import SYSTEM as FRECENCY
+from fedrank.systems.frecency.client import FrecencyClient
+from fedrank.systems.frecency.config import FrecencyConfig
+from fedrank.systems.frecency.wire import FrecencyWire
 
 METRICS = ("loss", "chars_typed", "selected_rank")
 
@@ -125,14 +129,14 @@ class ServiceServer:
         clients: list[Client],
         pool: ThreadPoolExecutor,
         http: httpx.Client,
-        strategy: FrecencyStrategy,
+        wire: FrecencyWire,
         token: str,
     ) -> None:
         self.url = url
         self.clients = clients
         self.pool = pool
         self.http = http
-        self.strategy = strategy
+        self.wire = wire
         self.admin = {"Authorization": f"Bearer {token}"}
         self.models: list[ServedModel] = []
         self.requests = 0
@@ -157,8 +161,11 @@ class ServiceServer:
         reports: ClientReports,
     ) -> None:
         n_users = len(self.clients)
-        payload = {int(u): (reports.updates[i], int(reports.n[i]))
-                   for i, u in enumerate(reports.users) if reports.n[i] > 0}  # fmt: skip
+        sent = np.flatnonzero(reports.n > 0)
+        encoded = self.wire.encode(
+            MessageBatch.of_vectors(reports.updates[sent], reports.n[sent].astype(np.int64))
+        )
+        payload = {int(reports.users[i]): body for i, body in zip(sent, encoded, strict=True)}
         metric = {
             "loss": _per_user(losses, batch.user, n_users),
             "chars_typed": _per_user(
@@ -173,10 +180,7 @@ class ServiceServer:
         version = self.models[0].version
         messages = []
         for u in np.unique(batch.user):
-            body: dict[str, Any] = {}
-            if int(u) in payload:
-                update, n = payload[int(u)]
-                body = self.strategy.encode(update, n)
+            body: dict[str, Any] = payload.get(int(u), {})
             values = {k: float(v[u]) for k, v in metric.items() if np.isfinite(v[u])}
             messages.append((self.clients[u], body, values))
         results = list(self.pool.map(lambda m: m[0].send(m[1], version, m[2]), messages))
@@ -213,7 +217,8 @@ def run_service_demo(
     token = ids.bytes(16).hex()
     toml = _server_toml(out_dir / "server.toml", token, c)
     world = build_world(c, np.random.default_rng(world_seed))
-    strategy = FrecencyStrategy(c)  # the client half: the server's chain is the same
+    client = FrecencyClient(c)  # the client half; the server runs the same chain
+    wire = FrecencyWire(c, FRECENCY.max_n)
     total_steps = config.iterations + 2
     with (
         ServerProcess(store, config=toml, log=out_dir / "server.log") as server,
@@ -224,14 +229,14 @@ def run_service_demo(
             Client(server.url, rng=np.random.default_rng(ids.integers(2**63)), http=http)
             for _ in range(config.users)
         ]
-        service = ServiceServer(server.url, clients, pool, http, strategy, token)
+        service = ServiceServer(server.url, clients, pool, http, wire, token)
         index = {name: i for i, name in enumerate(BRANCHES)}
         world.set_branches(np.array([index[m.branch] for m in service.fetch()]))  # the server's
         if progress:
             progress(1, total_steps)
         result = StudyResult(config=study)
         optimization_phase(
-            world, c, strategy, service, np.random.default_rng(train_seed), result,
+            world, c, client, service, np.random.default_rng(train_seed), result,
             progress=None if progress is None else lambda i, n: progress(i + 1, total_steps),
         )  # fmt: skip
 

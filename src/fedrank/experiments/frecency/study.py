@@ -48,6 +48,8 @@ from fedrank.experiments.frecency.clients import (
 from fedrank.experiments.frecency.presets import hidden_weights
 from fedrank.experiments.frecency.stability import subsample_l1_distances
 from fedrank.experiments.stats import compare_branches_by_user, intra_user_correlation
+from fedrank.federation.privacy import PrivacyConfig, private, run_record
+from fedrank.federation.round import Round
 from fedrank.models.frecency.scorer import page_scorer
 from fedrank.simulation.attacks import Attack, FrecencyAttacker
 from fedrank.simulation.frecency_world import (
@@ -59,14 +61,12 @@ from fedrank.simulation.frecency_world import (
     Searches,
 )
 from fedrank.simulation.urlbar import SearchBatch, TypingModel, UrlbarConfig
-from fedrank.strategies.base import Strategy
-from fedrank.strategies.frecency import FrecencyConfig, FrecencyStrategy
+from fedrank.systems.frecency.client import FrecencyClient
+from fedrank.systems.frecency.config import FrecencyConfig
+from fedrank.systems.frecency.strategy import FrecencyStrategy
 
 if TYPE_CHECKING:
     from distributed import Client
-
-    from fedrank.strategies.distributed_dp import DistributedDPStrategy
-    from fedrank.strategies.dp import DPConfig, DPStrategy
 
 WORLDS: tuple[str, ...] = ("synthetic", "aol")
 
@@ -100,7 +100,7 @@ MAX_USERS = 100_000
 @dataclass(frozen=True)
 class FrecencyStudyConfig(FrecencyConfig):
     """Every knob of the study, with the paper's names and defaults where it has them: the
-    learning settings of :class:`~fedrank.strategies.frecency.FrecencyConfig` (model,
+    learning settings of :class:`~fedrank.systems.frecency.config.FrecencyConfig` (model,
     setting, message, optimizer, gate, Rprop, safeguard, finite differences, loss, decay;
     the same section the server reads) and the simulated world's.
 
@@ -381,21 +381,18 @@ class StudyServer(Protocol):
 
 
 class InProcessServer:
-    """The strategy's server half in this process: the messages of an iteration folded
-    into one state, then :meth:`FrecencyStrategy.server_step` (raises
+    """The strategy's server half in this process: the study's iterations as rounds of
+    :class:`~fedrank.federation.round.Round` (its close raises
     :class:`~fedrank.strategies.base.SafeguardError` when a safeguard fails)."""
 
-    def __init__(self, strategy: Strategy) -> None:
-        self.strategy = strategy
-        self.params = strategy.initial_params()  # Firefox's weights (Sec. 5.6)
-        self.opt_state = strategy.init(self.params)
-        self.state = strategy.zero()
+    def __init__(self, round_: Round) -> None:
+        self.round = round_
 
     def model(self) -> np.ndarray:
-        return self.strategy.publish(self.params)
+        return self.round.model()
 
     def weights(self) -> np.ndarray:
-        return self.params
+        return self.round.params
 
     def report(
         self,
@@ -404,13 +401,10 @@ class InProcessServer:
         losses: np.ndarray,
         reports: ClientReports,
     ) -> None:
-        batch_of = MessageBatch.of_vectors(reports.updates, reports.n)
-        self.state = self.strategy.accumulate(self.state, batch_of)
+        self.round.fold(MessageBatch.of_vectors(reports.updates, reports.n))
 
     def close(self) -> None:
-        step = self.strategy.server_step(self.state, self.params, self.opt_state)
-        self.params, self.opt_state = step.params, step.opt_state
-        self.state = self.strategy.next_zero(self.state)  # carries an adaptive norm bound
+        self.round.close()
 
 
 _P = ParamSpec("_P")
@@ -438,7 +432,7 @@ def one_blas_thread(phase: Callable[_P, _R]) -> Callable[_P, _R]:
 def optimization_phase(
     world: FrecencyWorld,
     config: FrecencyStudyConfig,
-    strategy: FrecencyStrategy,
+    client: FrecencyClient,
     server: StudyServer,
     rng: np.random.Generator,
     result: StudyResult,
@@ -447,14 +441,15 @@ def optimization_phase(
     attack: Attack | None = None,
 ) -> None:
     """The study's iterations (Sec. 6.2): every iteration the clients take the published
-    model, search, compute and privatize their finite-difference gradients (the client
-    half of ``strategy``, in this process or on Dask: ``clients``), deliver them to
+    model, search, compute and privatize their finite-difference gradients (``client``,
+    the client half, in this process or on Dask: ``clients``), deliver them to
     ``server`` and the server closes the iteration. Records the losses, weights and
     reports per iteration in ``result``. ``attack``: a fixed share of the treatment users
     sends poisoned updates (:class:`~fedrank.simulation.attacks.FrecencyAttacker`); the
     recorded losses stay the users' true ones, and ``result.attack`` gets the counts."""
     c = config
-    clients = LocalFrecencyClients(strategy) if clients is None else clients
+    clients = LocalFrecencyClients(client) if clients is None else clients
+    scorer = page_scorer(c.model)
     attacker = None
     if attack is not None and attack.active:
         treatment = np.flatnonzero(world.branch == TREATMENT)
@@ -501,7 +496,7 @@ def optimization_phase(
                     rng=rng,
                 )
             )
-        result.weights_per_iteration.append(strategy.scorer.to_dict(server.weights()))
+        result.weights_per_iteration.append(scorer.to_dict(server.weights()))
         result.loss_per_iteration.append(
             float(np.sum(reports.loss * reports.n) / max(reports.n.sum(), 1))
         )
@@ -560,39 +555,6 @@ def study_streams(seed: int) -> list[np.random.SeedSequence]:
     return np.random.SeedSequence(seed).spawn(4)
 
 
-def private_strategy(
-    strategy: FrecencyStrategy,
-    dp: DPConfig,
-    iterations: int,
-    noise_seed: np.random.SeedSequence,
-    treatment: int,
-) -> DPStrategy | DistributedDPStrategy:
-    """The study's private server strategy for the budget ``dp``: central DP
-    (:class:`~fedrank.strategies.dp.DPStrategy`), or distributed DP
-    (:class:`~fedrank.strategies.distributed_dp.DistributedDPStrategy`) whose Skellam plan
-    covers the ``treatment`` users who may report, with the threshold ``dp.threshold`` of
-    them."""
-    from fedrank.strategies.distributed_dp import DistributedDPStrategy
-    from fedrank.strategies.dp import DPStrategy
-
-    if dp.mode == "central":
-        return DPStrategy.for_budget(
-            strategy, dp, iterations, noise_seed, expected_updates=treatment
-        )
-    from fedrank.privacy import skellam
-
-    threshold = skellam.share_threshold(dp.threshold, treatment)
-    if treatment < threshold:
-        raise ConfigError(
-            f"distributed DP needs at least 2 reporting (treatment) users; the study has "
-            f"{treatment}"
-        )
-    plan = skellam.plan(
-        dp.epsilon, dp.delta, iterations, dp.clip, strategy.dim, treatment, threshold
-    )
-    return DistributedDPStrategy(strategy, plan, noise_seed)
-
-
 def run_study(
     config: FrecencyStudyConfig,
     progress: Callable[[int, int], None] | None = None,
@@ -600,7 +562,7 @@ def run_study(
     branches: np.ndarray | None = None,
     dask: Client | None = None,
     attack: Attack | None = None,
-    dp: DPConfig | None = None,
+    dp: PrivacyConfig | None = None,
 ) -> StudyResult:
     """Run the optimization and evaluation phases; ``progress(done, total)`` is called after
     every iteration. ``branches``: each user's branch index (default: an exact random split
@@ -617,25 +579,29 @@ def run_study(
     world = build_world(c, np.random.default_rng(world_seed))
     if branches is not None:
         world.set_branches(branches)
-    from fedrank.strategies.distributed_dp import DistributedDPStrategy
-    from fedrank.strategies.dp import DPStrategy
-
-    private: DPStrategy | DistributedDPStrategy | None = None
-    if dp is not None:  # DP; its noise from a fifth stream, apart from the four
-        noise_seed = np.random.SeedSequence(config.seed).spawn(5)[4]
-        treatment = int(np.count_nonzero(world.branch == TREATMENT))  # who reports
-        private = private_strategy(strategy, dp, c.iterations, noise_seed, treatment)
-    server = InProcessServer(strategy if private is None else private)
+    treatment = int(np.count_nonzero(world.branch == TREATMENT))  # who reports
+    # DP's noise from a fifth stream, apart from the four
+    noise_seed = np.random.SeedSequence(config.seed).spawn(5)[4]
+    server_strategy = private(
+        strategy,
+        dp,
+        rounds=c.iterations,
+        rng=noise_seed,
+        expected_updates=treatment,
+        clients=treatment,
+    )
+    round_ = Round(server_strategy)
+    server = InProcessServer(round_)
     result = StudyResult(config=config, world_stats=dict(world.browsing.stats))
-    clients = None if dask is None else DaskFrecencyClients(dask, strategy)
+    client = FrecencyClient(c)
+    clients = None if dask is None else DaskFrecencyClients(dask, client)
     rng = np.random.default_rng(train_seed)
-    optimization_phase(world, c, strategy, server, rng, result, progress, clients, attack)
-    if isinstance(private, DPStrategy) and dp is not None:
-        result.privacy = private.run_privacy(dp, c.iterations, result.reports_per_iteration)
-    elif isinstance(private, DistributedDPStrategy):
-        result.privacy = private.run_privacy(c.iterations)
-    result.final_weights = strategy.scorer.to_dict(server.params)
-    final = server.model()
+    optimization_phase(world, c, client, server, rng, result, progress, clients, attack)
+    if dp is not None:
+        counts = result.reports_per_iteration
+        result.privacy = run_record(server_strategy, dp, c.iterations, counts, "frecency")
+    result.final_weights = strategy.scorer.to_dict(round_.params)
+    final = round_.model()
     result.published_weights = strategy.scorer.to_dict(final)
     evaluate_phase(world, final, c, eval_seed, result)
     return result

@@ -1,20 +1,7 @@
-"""FOLtR-ES (Kharitonov, *Federated Online Learning to Rank with Evolution Strategies*, WSDM
-2019, Section 3): the chain of the system, built once from its config section.
-
-* A client perturbs the model with noise drawn from its own 32-bit seed (antithetic pairs,
-  Sec. 3.2), ranks ``B`` of its queries with it, and reports only the seed and its mean
-  MaxRR, privatized by randomized response (Sec. 3.3,
-  :class:`~fedrank.privacy.randomized_response.RandomizedResponse`).
-* The server rebuilds every client's noise from its seed and averages ``metric * noise``
-  (Eq. 6, :class:`~fedrank.aggregators.es_gradient.ESGradient`): an estimate of the
-  gradient of the metric, which is *maximized*. The optimizer chain is
-  ``Chain(Scale(-1), Adam)``: the ascent direction turned into the uphill update Adam
-  descends. No constraints.
-
-:class:`FoltrEsConfig` is the one validated section: the server's ``[foltr_es]`` table; the
-simulator builds the same strategy from its run settings
-(:func:`fedrank.experiments.foltr.run.train_es`).
-"""
+"""FOLtR-ES's settings (Kharitonov, *Federated Online Learning to Rank with Evolution
+Strategies*, WSDM 2019; the defaults of its Section 6.3): the server's ``[foltr_es]`` table;
+the simulator builds the same section from its run settings
+(:meth:`fedrank.experiments.foltr.run.FoltrConfig.strategy_config`)."""
 
 from __future__ import annotations
 
@@ -22,12 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedrank.aggregators.es_gradient import ESGradient
 from fedrank.errors import ConfigError
-from fedrank.models.rankers import RANKER_NAMES, Ranker, make_ranker
-from fedrank.optim.adam import Adam
-from fedrank.optim.chain import Chain, Scale
-from fedrank.strategies.base import Strategy
+from fedrank.models.rankers import RANKER_NAMES
 
 #: Values of MaxRR at depth 10: 0 and 1/1 .. 1/10 (randomized response over ``n = 11``).
 MAXRR_VALUES = 11
@@ -46,8 +29,11 @@ class FoltrEsConfig:
         p: randomized response's probability of the true value (0.9; 1: no privatization).
         learning_rate: the server's Adam step size (0.001).
         difference_bound: each report's antithetic difference is clipped to this bound
-            (:class:`~fedrank.aggregators.es_gradient.ESGradient`; against metric lies,
-            issue 15); 0 (default): as reported, the paper.
+            (:class:`~fedrank.aggregators.es_gradient.ESGradient`; against metric lies);
+            0 (default): as reported, the paper.
+        server_seeds: the server issues each selected client's seed at check-in and an
+            update carries the seed's token (:mod:`fedrank.server.seeds`; a setting of the
+            service, against seed shopping); off (the paper): clients draw their own.
     """
 
     ranker: str = "linear"
@@ -58,6 +44,7 @@ class FoltrEsConfig:
     p: float = 0.9
     learning_rate: float = 0.001
     difference_bound: float = 0.0
+    server_seeds: bool = False
 
     def __post_init__(self) -> None:
         rules = [
@@ -77,21 +64,3 @@ class FoltrEsConfig:
         for ok, message in rules:
             if not ok:
                 raise ConfigError(message)
-
-
-class FoltrEsStrategy(Strategy):
-    """The FOLtR-ES chain for one :class:`FoltrEsConfig` (module docstring)."""
-
-    name = "foltr-es"
-
-    def __init__(self, config: FoltrEsConfig) -> None:
-        self.config = config
-        self.ranker: Ranker = make_ranker(config.ranker, config.n_features)
-        self.dim = self.ranker.dim
-        self.aggregator = ESGradient(
-            self.dim, config.sigma, config.antithetic, config.difference_bound
-        )
-        self.optimizer = Chain(Scale(-1.0), Adam(learning_rate=config.learning_rate))
-
-    def initial_params(self) -> np.ndarray:
-        return self.ranker.init_params()

@@ -1,19 +1,7 @@
-"""Federated frecency (Hartmann et al., *Federated Learning for Ranking Browser History
-Suggestions*, Sections 4-5): the chain of the system, built once from its config section.
-
-* Clients estimate the gradient of the pointwise SVM loss by central finite differences
-  (Sec. 5.4, :class:`~fedrank.estimators.finite_difference.FiniteDifferenceEstimator`) and
-  send it in full or as its signs (Sec. 5.3, :class:`~fedrank.privacy.sign.SignCompressor`).
-* The server aggregates with the gated weighted mean
-  (:class:`~fedrank.aggregators.gated_mean.GatedMean`) or the sign vote
-  (:class:`~fedrank.aggregators.sign_vote.SignVote`), steps Rprop (Sec. 5.3; SGD and Adam
-  as the paper's foils) on the aggregate -- the clients' gradients point uphill, as every
-  optimizer here expects -- and applies the safeguards (Sec. 5.6).
-* Against poisoning (beyond the paper): full gradients can instead be aggregated by the
-  coordinate-wise median or trimmed mean (Yin et al. 2018), and bounded in L2 norm, fixed
-  or adaptively (Andrew et al. 2021): ``aggregator``, ``trim``, ``norm_bound``,
-  ``norm_quantile`` (:func:`~fedrank.strategies.base.build_aggregator`). Sign messages
-  are votes already (one per client and weight) and keep the sign vote.
+"""Federated frecency's settings (Hartmann et al., *Federated Learning for Ranking Browser
+History Suggestions*, Sections 4-5), with the paper's names and defaults: the server's
+``[frecency]`` table and the learning part of a simulated study
+(:class:`~fedrank.experiments.frecency.study.FrecencyStudyConfig` extends it).
 
 Two settings: ``paper`` (the text: Rprop with Igel & Huesken's factors, the Sec. 5.6
 safeguards; and our significance gate of :data:`PAPER_SIGNIFICANCE_Z` = 1 standard error)
@@ -21,38 +9,20 @@ and ``mozilla-deployed`` (the study's Scala server: Rprop eta+ 2.0, eta- 0.6, st
 [1, 3] starting at 2, non-negativity by shifting, only the cutoffs ordered, the plain
 mean, integer weights published:
 :func:`~fedrank.models.frecency.safeguards.publish_integers`).
-
-:class:`FrecencyConfig` is the one validated section: the server's ``[frecency]`` table and
-the learning part of a simulated study (:class:`~fedrank.experiments.frecency.study.
-FrecencyStudyConfig` extends it).
 """
 
 from __future__ import annotations
 
-import base64
 import numbers
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
 
-from fedrank.aggregators.gated_mean import GatedMean
-from fedrank.aggregators.sign_vote import SignVote
-from fedrank.core.codec import pack_signs
 from fedrank.errors import ConfigError
-from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
-from fedrank.models.frecency.safeguards import deployed_frecency_safeguards, publish_integers
-from fedrank.models.frecency.scorer import MODELS, PageScorer, page_scorer
-from fedrank.optim.adam import Adam
-from fedrank.optim.rprop import Rprop
-from fedrank.optim.sgd import SGD
-from fedrank.privacy.sign import RandomizedSigns, SignCompressor
-from fedrank.strategies.base import (
-    ROBUST_AGGREGATORS,
-    Strategy,
-    build_aggregator,
-    check_aggregation,
-)
+from fedrank.models.frecency.scorer import MODELS, page_scorer
+from fedrank.privacy.sign import RandomizedSigns
+from fedrank.strategies.base import ROBUST_AGGREGATORS, check_aggregation
 
 SETTINGS: tuple[str, ...] = ("paper", "mozilla-deployed")
 MESSAGES: tuple[str, ...] = ("full", "sign")
@@ -66,8 +36,7 @@ AGGREGATORS: tuple[str, ...] = ("gated-mean", *ROBUST_AGGREGATORS)
 #: sign-flipping clients shrinks every weight's mean by ``1 - 2f`` and leaves its spread,
 #: so a gate of ``z`` acts like ``z / (1 - 2f)`` on the honest signal: 2 became 3.3 at 20%
 #: and stopped most steps (0.43 of the clean held-out gain kept, six seeds); at 1 the
-#: study keeps 0.87, and the clean runs learn no less (docs/service.md, Poisoning). The
-#: gate was 2 until 2026-11-27.
+#: study keeps 0.87, and the clean runs learn no less (docs/service.md, Poisoning).
 PAPER_SIGNIFICANCE_Z = 1.0
 
 #: Rprop hyperparameters of each setting: the paper's text (Sec. 5.3, Igel & Huesken's
@@ -202,13 +171,6 @@ class FrecencyConfig:
                 "message = full"
             )
 
-    @classmethod
-    def from_view(cls, view: dict[str, Any]) -> FrecencyConfig:
-        """The section a server serves its clients (``config`` of ``GET /v1/model``): its
-        keys of this class, other keys (rounds, branch) ignored."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in view.items() if k in names})
-
     def resolved(self) -> Any:
         """This configuration (of its own class) with every ``None`` learning default
         filled in: the model's loss scale and margin, the setting's Rprop hyperparameters
@@ -222,90 +184,3 @@ class FrecencyConfig:
         if z is None:
             z = PAPER_SIGNIFICANCE_Z if self.setting == "paper" else 0.0
         return replace(self, score_scale=scale, delta=delta, significance_z=z, **rprop)
-
-
-class FrecencyStrategy(Strategy):
-    """The federated frecency chain for one :class:`FrecencyConfig` (module docstring)."""
-
-    name = "frecency"
-
-    def __init__(self, config: FrecencyConfig) -> None:
-        c = config.resolved()
-        self.config = c
-        self.scorer: type[PageScorer] = page_scorer(c.model)
-        self.dim = len(self.scorer.names)
-        z = float(c.significance_z)
-        if c.message == "full":
-            self.aggregator = build_aggregator(
-                GatedMean(self.dim, z=z), c.aggregator, self.dim, c.trim, c.norm_bound,
-                c.norm_quantile, c.max_rows,
-            )  # fmt: skip
-        else:
-            self.aggregator = SignVote(self.dim, z=z)
-        if c.optimizer == "rprop":
-            self.optimizer = Rprop(c.eta_plus, c.eta_minus, c.step_init, c.step_min, c.step_max)
-        elif c.optimizer == "sgd":
-            self.optimizer = SGD(learning_rate=c.learning_rate)
-        else:
-            self.optimizer = Adam(learning_rate=c.learning_rate)
-        if c.setting == "mozilla-deployed":
-            self.constraints = deployed_frecency_safeguards()
-        else:
-            self.constraints = self.scorer.safeguards(max_change=c.max_change)
-        self.estimator = FiniteDifferenceEstimator(eps=c.eps, scheme=c.scheme)
-        self.privatizer: SignCompressor | RandomizedSigns | None = None
-        if c.message == "sign":
-            self.privatizer = (
-                SignCompressor(with_zero=True)
-                if c.sign_epsilon is None
-                else RandomizedSigns(c.sign_epsilon)
-            )
-
-    def message_epsilon(self) -> float | None:
-        """The local DP of one client message: ``sign_epsilon`` per weight, composed over
-        the message's weights (basic composition, as the privacy report counts it);
-        ``None`` without randomized signs."""
-        if self.config.sign_epsilon is None:
-            return None
-        return float(self.config.sign_epsilon) * self.dim
-
-    def initial_params(self) -> np.ndarray:
-        """Firefox's default weights (a safeguard of Sec. 5.6: start from what ships)."""
-        return self.scorer.defaults()
-
-    def parameter_names(self) -> list[str]:
-        return list(self.scorer.names)
-
-    def publish(self, params: np.ndarray) -> np.ndarray:
-        """Integer weights under ``mozilla-deployed`` (the Scala sink's rounding), the
-        server's own weights otherwise."""
-        return publish_integers(params) if self.config.setting == "mozilla-deployed" else params
-
-    # ------------------------------------------------------------------ client half
-
-    def privatize(self, updates: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """The clients' messages from their ``(m, d)`` gradients: unchanged, their signs, or
-        their randomized signs (``sign_epsilon``)."""
-        if self.privatizer is None:
-            return updates
-        return self.privatizer.privatize_batch(updates, rng)
-
-    def encode(self, update: np.ndarray, n: int) -> dict[str, Any]:
-        """One client's JSON payload for the server: ``{"gradient", "n"}`` or, for sign
-        messages, ``{"signs": base64 of 2 bits per weight, "n"}`` (the forms the server's
-        frecency workload parses)."""
-        vec = np.asarray(update, dtype=np.float64)
-        if vec.shape != (self.dim,):
-            raise ConfigError(
-                f"a {self.config.model} update has {self.dim} entries, got shape {vec.shape}"
-            )
-        if self.config.message == "sign":
-            return {"signs": base64.b64encode(pack_signs(vec)).decode(), "n": int(n)}
-        return {"gradient": vec.tolist(), "n": int(n)}
-
-    def client_payload(
-        self, gradient: np.ndarray, n: int, rng: np.random.Generator
-    ) -> dict[str, Any]:
-        """The client half after estimation: privatize one client's mean gradient (its
-        signs for sign messages), then encode it with its number of searches ``n``."""
-        return self.encode(self.privatize(np.asarray(gradient)[None, :], rng)[0], n)

@@ -29,7 +29,7 @@ from fedrank.server.seeds import IssuedSeed
 
 
 @dataclass
-class Round:
+class Cohort:
     """One round's selection: ``deadlines[client_id]`` and who has reported; with
     ``issue_seed`` (server-issued FOLtR-ES seeds: a model version to a fresh
     :class:`~fedrank.server.seeds.IssuedSeed`) also each selected client's seed."""

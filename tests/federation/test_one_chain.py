@@ -1,11 +1,12 @@
-"""One chain, three places: a fixed list of client messages applied (a) in process by each
-system's strategy, (b) through a real ``fedrank serve`` over HTTP (message by message, and
-as one columnar ``MessageBatch`` per iteration sent by the client SDK) and (c) folded in two
-blocks on the workers of a real 2-worker Dask cluster, the states merged by the driver,
-gives the same model after several iterations -- equal to 1e-12 relative: the server
-folds messages in as they arrive (one group commit may hold several) and the cluster
-merges per-block states, so floating-point sums may be ordered differently from the
-in-process fold; every step is otherwise the same code. And the
+"""One chain, three places, every system of the registry: a fixed list of client messages
+applied (a) in process by a :class:`~fedrank.federation.round.Round` of the system's
+strategy, (b) through a real ``fedrank serve`` over HTTP (message by message, and as one
+columnar ``MessageBatch`` per iteration sent by the client SDK) and (c) folded in two
+blocks on the workers of a real 2-worker Dask cluster into the round, gives the same model
+after several iterations -- equal to 1e-12 relative: the server folds messages in as they
+arrive (one group commit may hold several) and the cluster merges per-block states, so
+floating-point sums may be ordered differently from the in-process fold; every step is
+otherwise the same code. And the
 frecency model the server publishes moves the way the paper says (against the clients'
 gradients, within the safeguards), so a flipped update or a dropped safeguard in the
 server's chain fails here.
@@ -22,7 +23,9 @@ import pytest
 
 from fedrank.client.sdk import Client
 from fedrank.core.message import MessageBatch
-from fedrank.experiments.executors import accumulate_on_cluster, dask_client
+from fedrank.experiments.executors import dask_client, fold_on_cluster
+from fedrank.federation.registry import SYSTEMS
+from fedrank.federation.round import Round
 from fedrank.models.frecency.weights import classic_defaults
 from fedrank.server.workloads import make_workload
 from tests.server.serverkit import ADMIN_TOKEN, Live, admin, live_server
@@ -55,6 +58,16 @@ admin_token = "{ADMIN_TOKEN}"
 dim = 9
 server_learning_rate = 0.7
 """,
+    "fpdgd": f"""
+[server]
+workload = "fpdgd"
+admin_token = "{ADMIN_TOKEN}"
+[fpdgd]
+ranker = "two-layer"
+n_features = 5
+server_learning_rate = 0.9
+seed = 3
+""",
 }
 
 
@@ -65,7 +78,7 @@ def _payloads(workload: str, dim: int, rng: np.random.Generator) -> list[dict[st
             {"gradient": rng.normal(-0.3, 1.0, size=dim).tolist(), "n": int(rng.integers(1, 9))}
             for _ in range(MESSAGES)
         ]
-    if workload == "fedavg":
+    if workload in ("fedavg", "fpdgd"):
         return [
             {"delta": rng.normal(size=dim).tolist(), "n": int(rng.integers(1, 9))}
             for _ in range(MESSAGES)
@@ -82,31 +95,25 @@ def _payloads(workload: str, dim: int, rng: np.random.Generator) -> list[dict[st
 
 def _in_process(live: Live, iterations: list[list[dict[str, Any]]]) -> np.ndarray:
     workload = make_workload(live.config)
-    strategy = workload.strategy
-    params = strategy.initial_params()
-    opt_state = strategy.init(params)
+    round_ = Round(workload.strategy)
     for payloads in iterations:
-        state = strategy.aggregator.zero()
         for p in payloads:
-            state = strategy.accumulate(state, workload.columns([workload.parse(p)]))
-        step = strategy.server_step(state, params, opt_state)
-        params, opt_state = step.params, step.opt_state
-    return strategy.publish(params)
+            round_.fold(workload.wire.columns([workload.wire.parse(p)]))
+        round_.close()
+    return round_.model()
 
 
 def _on_dask(live: Live, iterations: list[list[dict[str, Any]]], client: Any) -> np.ndarray:
     workload = make_workload(live.config)
-    strategy = workload.strategy
-    params = strategy.initial_params()
-    opt_state = strategy.init(params)
+    round_ = Round(workload.strategy)
     for payloads in iterations:
-        batch = workload.columns([workload.parse(p) for p in payloads])
+        batch = workload.wire.columns([workload.wire.parse(p) for p in payloads])
         half = batch.size // 2
-        blocks = [batch.take(np.arange(half)), batch.take(np.arange(half, batch.size))]
-        state = accumulate_on_cluster(client, strategy, blocks)
-        step = strategy.server_step(state, params, opt_state)
-        params, opt_state = step.params, step.opt_state
-    return strategy.publish(params)
+        fold_on_cluster(
+            client, round_, [batch.take(np.arange(half)), batch.take(np.arange(half, batch.size))]
+        )
+        round_.close()
+    return round_.model()
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +157,11 @@ def _over_http(live: Live, iterations: list[list[dict[str, Any]]], tag: str) -> 
     return np.array(model["params"], dtype=np.float64)
 
 
-@pytest.mark.parametrize("workload", ["frecency", "foltr-es", "fedavg"])
+def test_the_chain_is_tested_for_every_system_of_the_registry() -> None:
+    assert set(TOML) == set(SYSTEMS)
+
+
+@pytest.mark.parametrize("workload", sorted(TOML))
 def test_the_same_messages_give_the_same_model_in_process_over_http_and_on_dask(
     tmp_path: Path, workload: str, cluster: Any
 ) -> None:

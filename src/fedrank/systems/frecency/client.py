@@ -1,0 +1,54 @@
+"""Federated frecency's client half (Hartmann et al., Sections 5.3-5.4): what a browser
+computes from its own history before anything leaves it.
+
+* The estimator: central (or forward) finite differences of the pointwise SVM loss of the
+  URL-bar searches the client made, over the served weights
+  (:class:`~fedrank.estimators.finite_difference.FiniteDifferenceEstimator`).
+* The privatizer: none (full gradients), the signs with zeros kept (2 bits per weight,
+  :class:`~fedrank.privacy.sign.SignCompressor`), or randomized response on every sign
+  (``sign_epsilon``-LDP per weight, :class:`~fedrank.privacy.sign.RandomizedSigns`).
+
+The real device (:mod:`fedrank.client.frecency_update`, a ``places.sqlite``) and the
+simulated clients of the study (:mod:`fedrank.experiments.frecency.clients`) both run it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
+from fedrank.models.frecency.scorer import page_scorer
+from fedrank.privacy.sign import RandomizedSigns, SignCompressor
+from fedrank.systems.frecency.config import FrecencyConfig
+
+
+class FrecencyClient:
+    """The client half for one :class:`FrecencyConfig` (module docstring)."""
+
+    def __init__(self, config: FrecencyConfig) -> None:
+        c = config.resolved()
+        self.config = c
+        self.dim = len(page_scorer(c.model).names)
+        self.estimator = FiniteDifferenceEstimator(eps=c.eps, scheme=c.scheme)
+        self.privatizer: SignCompressor | RandomizedSigns | None = None
+        if c.message == "sign":
+            self.privatizer = (
+                SignCompressor(with_zero=True)
+                if c.sign_epsilon is None
+                else RandomizedSigns(c.sign_epsilon)
+            )
+
+    def privatize(self, updates: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The clients' messages from their ``(m, d)`` gradients: unchanged, their signs, or
+        their randomized signs (``sign_epsilon``)."""
+        if self.privatizer is None:
+            return updates
+        return self.privatizer.privatize_batch(updates, rng)
+
+    def message_epsilon(self) -> float | None:
+        """The local DP of one client message: ``sign_epsilon`` per weight, composed over
+        the message's weights (basic composition, as the privacy report counts it);
+        ``None`` without randomized signs."""
+        if self.config.sign_epsilon is None:
+            return None
+        return float(self.config.sign_epsilon) * self.dim
