@@ -190,9 +190,9 @@ def test_baselines_writes_the_documented_shape(mq2008_dir: Path, tmp_path: Path)
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--p", "0.05"], "p must lie in (1/n, 1]"),
+        (["--p", "0.05"], "p must lie in (1/11, 1]"),
         (["--fold", "9"], "fold"),
-        (["--batch", "3"], "B must be even"),
+        (["--batch", "3"], "batch must be even with antithetic"),
         (["--clients", "0"], "clients and batch must be >= 1"),
         (["--dp", "local"], "dp applies to FPDGD"),
         (["--difference-bound", "-1"], "difference_bound must be >= 0"),

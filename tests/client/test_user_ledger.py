@@ -35,8 +35,9 @@ from fedrank.privacy.accounting import (
     gaussian_noise_multiplier,
 )
 from fedrank.privacy.skellam import sensitivities, skellam_epsilon
+from fedrank.systems.frecency.client import FrecencyClient
 from fedrank.systems.frecency.config import FrecencyConfig
-from fedrank.systems.frecency.strategy import FrecencyStrategy
+from fedrank.systems.frecency.wire import FrecencyWire
 from tests.cli.clirun import assert_clean_failure, ok, run
 from tests.server.serverkit import ADMIN_TOKEN, admin, live_server, status
 from tests.server.test_server_privacy import DELTA, EPSILON, ROUNDS, TOML
@@ -186,10 +187,12 @@ def test_the_sdk_accounts_randomized_signs_per_message(tmp_path: Path) -> None:
     whose budget covers one message sends one, and the second round is refused. A device
     that says what it applied (``local_epsilon``) is accounted by its own figure; a
     budgeted client does not forward batches."""
-    strategy = FrecencyStrategy(FrecencyConfig(message="sign", sign_epsilon=0.5))
-    assert strategy.message_epsilon() == pytest.approx(11.0)
+    config = FrecencyConfig(message="sign", sign_epsilon=0.5)
+    client_half = FrecencyClient(config)
+    assert client_half.message_epsilon() == pytest.approx(11.0)
     rng = np.random.default_rng(0)
-    payload = strategy.client_payload(rng.normal(size=22), 3, rng)
+    signs = client_half.privatize(rng.normal(size=(1, 22)), rng)
+    (payload,) = FrecencyWire(config, 100).encode(MessageBatch.of_vectors(signs, np.array([3])))
     with live_server(tmp_path, SIGN_TOML) as live:
         assert status(live.client)["privacy"]["per_message"]["epsilon"] == pytest.approx(11.0)
         with Client(live.process.url, privacy_budget=11.01, rng=rng) as client:

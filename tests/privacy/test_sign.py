@@ -126,14 +126,14 @@ def test_randomized_signs_keep_the_vote_and_are_reproducible() -> None:
 
 def test_sign_epsilon_needs_sign_messages_and_sets_the_privatizer() -> None:
     from fedrank.privacy.sign import RandomizedSigns
+    from fedrank.systems.frecency.client import FrecencyClient
     from fedrank.systems.frecency.config import FrecencyConfig
-    from fedrank.systems.frecency.strategy import FrecencyStrategy
 
     with pytest.raises(ConfigError, match="message = sign"):
         FrecencyConfig(sign_epsilon=1.0)
     with pytest.raises(ConfigError, match="epsilon"):
         FrecencyConfig(message="sign", sign_epsilon=0.0)
-    strategy = FrecencyStrategy(FrecencyConfig(message="sign", sign_epsilon=1.0))
-    assert isinstance(strategy.privatizer, RandomizedSigns)
-    plain = FrecencyStrategy(FrecencyConfig(message="sign"))
+    client = FrecencyClient(FrecencyConfig(message="sign", sign_epsilon=1.0))
+    assert isinstance(client.privatizer, RandomizedSigns)
+    plain = FrecencyClient(FrecencyConfig(message="sign"))
     assert isinstance(plain.privatizer, SignCompressor)

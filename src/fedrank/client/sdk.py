@@ -388,6 +388,28 @@ class Client:
         self.outbox.remove(done)
         return results
 
+    def send_update(
+        self,
+        model: ServedModel,
+        message: MessageBatch,
+        metrics: dict[str, float] | None = None,
+        client_id: str | None = None,
+        message_id: str | None = None,
+    ) -> SendResult:
+        """Send this device's update for ``model``: ``message`` is what the system's client
+        half computed (one message, :mod:`fedrank.systems`), encoded here by the system's
+        own wire format (``systems/<name>/wire.py``) and sent with :meth:`send`; the
+        client half's local epsilon goes to the user's ledger. Works for every system of
+        the registry, so an application needs no payload code of its own."""
+        if message.size != 1:
+            raise FedrankError(f"send_update sends one device's message, got {message.size}")
+        sys = system(model.workload)
+        config = sys.config_from_view(model.config)
+        max_n = int(model.config.get("max_n") or sys.max_n)
+        (payload,) = sys.wire(config, max_n).encode(message)
+        local = sys.client(config).message_epsilon()
+        return self.send(payload, model.version, metrics, client_id, message_id, local)
+
     def send_batch(
         self,
         batch: MessageBatch,

@@ -46,6 +46,7 @@ import numpy as np
 
 from fedrank.errors import ConfigError
 from fedrank.optim.serialization import check_hyperparameter
+from fedrank.privacy.fixed_point import MAX_ABS_SUM
 
 #: The integer Renyi orders the accountant takes the best of (the bound holds for integers).
 ORDERS: tuple[int, ...] = (
@@ -60,8 +61,6 @@ WRAP_PROBABILITY = 1e-12
 #: The largest share of ``Delta_2`` that rounding (``sqrt(d) / 2``) may take: beyond it the
 #: grid is too coarse for the clip, and the plan refuses.
 MAX_ROUNDING_SHARE = 0.01
-#: ``2**31 - 1``: the largest absolute sum that decodes without ambiguity.
-MAX_ABS_SUM = 2**31 - 1
 
 
 def skellam_noise(rng: np.random.Generator, variance: float, size: int) -> np.ndarray:

@@ -31,16 +31,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedrank.errors import ConfigError, DataFormatError
+from fedrank.privacy import fixed_point
+from fedrank.privacy.fixed_point import MAX_ABS_SUM, MODULUS, MODULUS_BITS
 
-#: ``q = 2**MODULUS_BITS``.
-MODULUS_BITS = 32
-#: The modulus ``q`` of the group ``Z_q`` in which vectors are masked and summed.
-MODULUS = 1 << MODULUS_BITS
 #: Bytes of one coordinate on the wire (little-endian ``uint32``).
 ELEMENT_BYTES = MODULUS_BITS // 8
-#: The largest ``|sum|`` of encoded integers that decodes exactly: the decoder maps
-#: ``[0, q)`` to ``[-q/2, q/2 - 1]``, so a sum must stay within ``+-(q/2 - 1)``.
-MAX_ABS_SUM = MODULUS // 2 - 1
 _MASK = np.uint64(MODULUS - 1)
 
 
@@ -213,23 +208,21 @@ class FixedPointEncoder:
 
     def clip(self, x: np.ndarray) -> np.ndarray:
         """``x`` clipped to the encoder's bounds (a float64 copy; non-finite values are
-        refused with :class:`~fedrank.errors.DataFormatError`)."""
-        arr = np.array(x, dtype=np.float64, ndmin=1)
-        if arr.ndim != 1:
+        refused with :class:`~fedrank.errors.DataFormatError`), so that ``|y_i| <= B``
+        holds exactly and the overflow check above is a proof
+        (:func:`fedrank.privacy.fixed_point.clip_coordinates`)."""
+        arr = np.asarray(x)
+        if arr.ndim > 1:
             raise DataFormatError(f"encode one vector at a time, got shape {arr.shape}")
-        if not np.all(np.isfinite(arr)):
-            raise DataFormatError("the vector to encode has NaN or infinite values")
-        if self.l2_bound is not None:
-            norm = float(np.linalg.norm(arr))
-            if norm > self.l2_bound:
-                arr *= self.l2_bound / norm
-        # After L2 scaling a coordinate can exceed l2_bound by a rounding error: clamp it,
-        # so that |y_i| <= B holds exactly and the overflow check above is a proof.
-        return np.clip(arr, -self.bound, self.bound, out=arr)
+        return fixed_point.clip_coordinates(arr, self.bound, self.l2_bound)
 
     def encode(self, x: np.ndarray) -> np.ndarray:
-        """``rint(scale * clip(x)) mod q`` as a ``uint64`` field vector."""
-        ints = np.rint(self.clip(x) * np.float64(self.scale)).astype(np.int64)
+        """``rint(scale * clip(x)) mod q`` as a ``uint64`` field vector
+        (:func:`fedrank.privacy.fixed_point.encode`)."""
+        arr = np.asarray(x)
+        if arr.ndim > 1:
+            raise DataFormatError(f"encode one vector at a time, got shape {arr.shape}")
+        ints = fixed_point.encode(arr, self.scale, self.bound, self.l2_bound)
         return ints.astype(np.uint64) & _MASK  # two's complement: -k becomes 2**64 - k
 
     def decode(self, total: np.ndarray, n_clients: int) -> np.ndarray:
@@ -246,8 +239,7 @@ class FixedPointEncoder:
         if arr.ndim != 1:
             raise DataFormatError(f"decode takes one summed vector, got shape {arr.shape}")
         t = check_vector(arr, arr.shape[0], "the summed vector")
-        signed = t.astype(np.int64) - np.where(t >= MODULUS // 2, MODULUS, 0)
-        return signed.astype(np.float64) / np.float64(self.scale)
+        return fixed_point.signed(t).astype(np.float64) / np.float64(self.scale)
 
     def error_bound(self, n_clients: int) -> float:
         """The largest ``|decode(sum) - sum of clipped inputs|`` per coordinate for a sum of

@@ -31,12 +31,10 @@ import numpy as np
 from fedrank.aggregators.mean import check_update, vector_columns
 from fedrank.core.message import Message, MessageBatch
 from fedrank.errors import ConfigError
+from fedrank.privacy import fixed_point
 from fedrank.privacy.report import run_privacy, skellam_privacy
 from fedrank.privacy.skellam import SkellamPlan, skellam_noise
 from fedrank.strategies.base import ServerStep, Strategy, WrappedStrategy
-
-#: Secure aggregation's field: sums are kept modulo ``2**32``.
-FIELD = 2**32
 
 
 class EncodedSumState(NamedTuple):
@@ -58,14 +56,9 @@ class EncodedSum:
 
     def encode(self, rows: np.ndarray) -> np.ndarray:
         """``(m, d)`` updates clipped to L2 norm ``clip`` (each coordinate then clamped to
-        ``[-clip, clip]``) and scaled to integers, ``int64``."""
-        mat = np.asarray(rows, dtype=np.float64)
-        if not np.all(np.isfinite(mat)):
-            raise ConfigError("an update has NaN or infinite values")
-        norms = np.linalg.norm(mat, axis=1, keepdims=True)
-        factor = np.where(norms > self.clip, self.clip / np.maximum(norms, 1e-300), 1.0)
-        clipped = np.clip(mat * factor, -self.clip, self.clip)
-        return np.rint(clipped * np.float64(self.scale)).astype(np.int64)
+        ``[-clip, clip]``) and scaled to integers, ``int64``
+        (:func:`fedrank.privacy.fixed_point.encode`)."""
+        return fixed_point.encode(rows, self.scale, self.clip, l2_bound=self.clip)
 
     def accumulate(self, state: EncodedSumState, message: Message) -> EncodedSumState:
         """Fold in one update (weight 1, whatever its ``n``)."""
@@ -124,8 +117,7 @@ class DistributedDPStrategy(WrappedStrategy):
         if m < self.plan.threshold:
             return None
         total = state.total + skellam_noise(self.rng_, self.plan.client_variance * m, self.dim)
-        wrapped = (total + FIELD // 2) % FIELD - FIELD // 2  # what the field's sum decodes to
-        return wrapped / self.plan.scale / m
+        return fixed_point.signed(total) / self.plan.scale / m  # what the field's sum decodes to
 
     def server_step(self, state: EncodedSumState, params: np.ndarray, opt_state: Any) -> ServerStep:
         """The inner optimizer chain on the noisy decoded mean; an aborted round leaves the

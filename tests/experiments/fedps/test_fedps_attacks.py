@@ -49,7 +49,7 @@ def test_attacks_need_a_federated_mode(small: FedPSData) -> None:
     with pytest.raises(ConfigError, match="federated run"):
         run_fedps(small, FedPSSettings(mode="central", **FAST),  # type: ignore[arg-type]
                   attack=Attack(0.2, "sign-flip"))  # fmt: skip
-    with pytest.raises(ConfigError, match="does not apply to fedps"):
+    with pytest.raises(ConfigError, match="does not apply to fedavg"):
         run_fedps(small, FedPSSettings(mode="flat", **FAST),  # type: ignore[arg-type]
                   attack=Attack(0.2, "targeted-seed"))  # fmt: skip
 

@@ -14,44 +14,48 @@ from fedrank.experiments.frecency.study import (
     build_world,
     iteration_searches,
 )
+from fedrank.models.frecency.scorer import page_scorer
 from fedrank.simulation.frecency_world import TREATMENT, ClientReports, ClientSearches
-from fedrank.systems.frecency.strategy import FrecencyStrategy
+from fedrank.systems.frecency.client import FrecencyClient
 
 
 @pytest.fixture(scope="module", params=("classic", "modern"))
-def searches(request: pytest.FixtureRequest) -> tuple[FrecencyStrategy, ClientSearches]:
+def searches(request: pytest.FixtureRequest) -> tuple[FrecencyClient, ClientSearches]:
     config = FrecencyStudyConfig(
         n_users=300, iterations=1, seed=3, history_days=14, model=request.param
     ).resolved()
     rng = np.random.default_rng(7)
     world = build_world(config, rng)
-    strategy = FrecencyStrategy(config)
-    batch = world.search(
-        iteration_searches(world, config, 2.0, 1.0, rng), strategy.initial_params(), rng
-    )
-    return strategy, world.client_searches(batch, TREATMENT)
+    client = FrecencyClient(config)
+    batch = world.search(iteration_searches(world, config, 2.0, 1.0, rng), _theta(client), rng)
+    return client, world.client_searches(batch, TREATMENT)
+
+
+def _theta(client: FrecencyClient) -> np.ndarray:
+    """Firefox's default weights of the client's model."""
+    return page_scorer(client.config.model).defaults()
 
 
 @pytest.mark.parametrize("n_blocks", [2, 3, 7])
 def test_blocks_of_clients_report_what_all_clients_report(
-    searches: tuple[FrecencyStrategy, ClientSearches], n_blocks: int
+    searches: tuple[FrecencyClient, ClientSearches], n_blocks: int
 ) -> None:
-    strategy, all_searches = searches
+    client, all_searches = searches
     assert all_searches.n_clients > 20
-    theta = strategy.initial_params()
-    whole = all_searches.reports(theta, strategy.estimator)
+    theta = _theta(client)
+    whole = all_searches.reports(theta, client.estimator)
     assert np.all(whole.n > 0) and np.any(whole.updates != 0)
     parts = blocks(all_searches.work(), n_blocks)
     assert len(parts) == n_blocks
     joined = ClientReports.concat(
-        [all_searches.block(p.start, p.stop).reports(theta, strategy.estimator) for p in parts]
+        [all_searches.block(p.start, p.stop).reports(theta, client.estimator) for p in parts]
     )
     for name in ("users", "updates", "n", "loss"):
         np.testing.assert_array_equal(getattr(joined, name), getattr(whole, name))
 
 
 def test_a_block_holds_exactly_its_clients_searches(
-    searches: tuple[FrecencyStrategy, ClientSearches],
+    searches: tuple[FrecencyClient, ClientSearches],
 ) -> None:
     _, all_searches = searches
     lo, hi = 5, 12
@@ -66,12 +70,12 @@ def test_a_block_holds_exactly_its_clients_searches(
 
 
 def test_sign_messages_are_the_signs_of_the_gradients(
-    searches: tuple[FrecencyStrategy, ClientSearches],
+    searches: tuple[FrecencyClient, ClientSearches],
 ) -> None:
-    strategy, all_searches = searches
-    sign = FrecencyStrategy(FrecencyStudyConfig(model=strategy.config.model, message="sign"))
-    theta = strategy.initial_params()
-    plain = LocalFrecencyClients(strategy).messages(all_searches, theta)
+    client, all_searches = searches
+    sign = FrecencyClient(FrecencyStudyConfig(model=client.config.model, message="sign"))
+    theta = _theta(client)
+    plain = LocalFrecencyClients(client).messages(all_searches, theta)
     signs = LocalFrecencyClients(sign).messages(all_searches, theta)
     np.testing.assert_array_equal(signs.updates, np.sign(plain.updates))
     np.testing.assert_array_equal(signs.n, plain.n)

@@ -185,8 +185,10 @@ def test_clients_report_on_their_searches_as_they_were_when_they_searched() -> N
 
     from fedrank.experiments.frecency.clients import LocalFrecencyClients
     from fedrank.experiments.frecency.study import (
+        FrecencyClient,
         FrecencyStrategy,
         InProcessServer,
+        Round,
         StudyResult,
         build_world,
         optimization_phase,
@@ -209,9 +211,10 @@ def test_clients_report_on_their_searches_as_they_were_when_they_searched() -> N
             return super().messages(searches, theta)
 
     world.search = search_then_take  # type: ignore[method-assign]
+    client = FrecencyClient(config)
     optimization_phase(
-        world, config, strategy, InProcessServer(strategy), np.random.default_rng(2),
-        StudyResult(config=config), clients=Spy(strategy),
+        world, config, client, InProcessServer(Round(strategy)), np.random.default_rng(2),
+        StudyResult(config=config), clients=Spy(client),
     )  # fmt: skip
     assert len(held) == len(expected) == 3
     for got, want in zip(held, expected, strict=True):

@@ -135,7 +135,7 @@ def _table_runs(config: ReproduceConfig) -> list[tuple[int, str, FoltrConfig]]:
     for fold in config.folds:
         for model in CLICK_MODELS:
             for (algorithm, ranker), row in TRAINED_ROWS.items():
-                if algorithm == "fpdgd" and not config.fpdgd:
+                if algorithm != "es" and not config.fpdgd:
                     continue
                 runs.append(
                     (

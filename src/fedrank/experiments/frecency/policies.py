@@ -100,6 +100,7 @@ def run_policy(policy: IterationPolicy, config: StreamConfig, seed: int) -> dict
 
     minutes, total_minutes, n_open = 0.0, 0.0, 0
     stable, last_sign = 0, None
+    bounds: list[float] = []  # each iteration's norm bound (norm_bound), in order
     reports_used, reached, loss = 0, False, initial
     while reports_used < config.max_reports:
         theta = round_.params
@@ -122,6 +123,8 @@ def run_policy(policy: IterationPolicy, config: StreamConfig, seed: int) -> dict
             stable = stable + 1 if last_sign is not None and np.array_equal(sign, last_sign) else 0
             last_sign = sign
         if policy.should_close(OpenIteration(minutes, n_open, stable)):
+            if config.norm_bound:
+                bounds.append(float(round_.aggregate.bound))
             round_.close()
             minutes, n_open, stable, last_sign = 0.0, 0, 0, None
             loss = _validation_loss(world, val_users, val_seed, round_.params)
@@ -137,6 +140,7 @@ def run_policy(policy: IterationPolicy, config: StreamConfig, seed: int) -> dict
         "initial_loss": initial,
         "target_loss": target,
         "final_loss": loss,
+        **({"norm_bound_per_iteration": bounds} if config.norm_bound else {}),
     }
 
 

@@ -600,8 +600,8 @@ def run_study(
     if dp is not None:
         counts = result.reports_per_iteration
         result.privacy = run_record(server_strategy, dp, c.iterations, counts, "frecency")
-    result.final_weights = strategy.scorer.to_dict(round_.params)
-    final = round_.model()
+    result.final_weights = strategy.scorer.to_dict(server.weights())
+    final = server.model()
     result.published_weights = strategy.scorer.to_dict(final)
     evaluate_phase(world, final, c, eval_seed, result)
     return result
