@@ -82,3 +82,18 @@ def test_modern_update_in_signs(firefox_dir: Path) -> None:
     assert set(np.unique(signs)) <= {-1.0, 0.0, 1.0} and metrics["searches"] > 0
     with pytest.raises(ConfigError, match="5 weights|has 22"):
         frecency_update(searches, classic_defaults())
+
+
+def test_randomized_signs_draw_fresh_coins_on_the_device(firefox_dir: Path) -> None:
+    """A device's randomized-response coins come from the operating system's entropy unless
+    the caller seeds them: two updates of the same profile differ, two with the same seed
+    agree (coins a server could guess, e.g. a fixed seed, would undo the randomization)."""
+    searches = ProfileSearches(firefox_dir / "places.sqlite")
+    config = FrecencyConfig(message="sign", sign_epsilon=0.05)
+    fresh = [frecency_update(searches, classic_defaults(), config)[0] for _ in range(2)]
+    assert fresh[0]["signs"] != fresh[1]["signs"]
+    seeded = [
+        frecency_update(searches, classic_defaults(), config, rng=np.random.default_rng(3))[0]
+        for _ in range(2)
+    ]
+    assert seeded[0] == seeded[1]

@@ -174,7 +174,9 @@ def frecency_update(
     its ``eps``, margin, loss scale and message form; default: the defaults of
     ``searches.model``), with ``n`` = the number of searches, at most ``max_n`` (the
     server's bound on a message's weight); ``({}, metrics)`` when there is nothing to learn
-    from. ``rng`` seeds the privatizer (none of today's is random)."""
+    from. ``rng``: the randomized signs' coins (``sign_epsilon``); default: fresh from the
+    operating system's entropy, as a device's coins must be (coins a server could guess
+    would undo the randomization)."""
     client = FrecencyClient(config or FrecencyConfig(model=searches.model))
     if client.config.model != searches.model:
         raise ConfigError(
@@ -212,7 +214,7 @@ def frecency_update(
         "searches": float(len(replayed)),
     }
     n = len(replayed) if max_n is None else min(len(replayed), int(max_n))
-    sent = client.privatize(gradient[None, :], rng or np.random.default_rng(0))
+    sent = client.privatize(gradient[None, :], rng or np.random.default_rng())
     wire = FrecencyWire(client.config, max_n=max(n, 1))
     (payload,) = wire.encode(MessageBatch.of_vectors(sent, np.array([n])))
     return payload, metrics
