@@ -1,6 +1,6 @@
-"""The package layout's rules (ARCHITECTURE.md, Section 3): the pieces a deployment runs
-never import the simulators or the experiments, the client never imports the server, and
-no two packages import each other."""
+"""The package layout's rules (docs/architecture.md, Package rules): the pieces a deployment
+runs never import the simulators or the experiments, the client never imports the server,
+the systems never import the federation layer, and no two packages import each other."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "fedrank"
 #: Packages that must not import ``simulation`` or ``experiments``.
 DEPLOYED = (
     "server", "client", "core", "models", "aggregators", "optim", "estimators", "privacy",
-    "strategies", "data", "losses", "metrics", "retrieval",
+    "strategies", "systems", "federation", "data", "losses", "metrics", "retrieval",
 )  # fmt: skip
 
 
@@ -48,6 +48,13 @@ def test_deployed_packages_never_import_the_simulators_or_experiments() -> None:
 def test_the_client_never_imports_the_server() -> None:
     bad = sorted(where for target, where in _imports()["client"] if target == "server")
     assert not bad, f"the client imports the server in {bad}"
+
+
+def test_the_systems_never_import_the_federation_layer() -> None:
+    """The registry lists the systems; a system knows nothing of the registry or the loop
+    that drives it (docs/architecture.md, Package rules)."""
+    bad = sorted(where for target, where in _imports()["systems"] if target == "federation")
+    assert not bad, f"systems import the federation layer in {bad}"
 
 
 def test_no_package_cycles() -> None:
