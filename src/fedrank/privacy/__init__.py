@@ -1,7 +1,8 @@
-"""Transformations applied on the device before a message is sent (ARCHITECTURE.md, Sec. 2).
-
-* :class:`SignCompressor`: 1- or 2-bit sign compression (paper Section 5.3).
-"""
+"""What protects a user's data (docs/privacy.md): the privatizers a device applies before a
+message leaves it (sign compression, randomized response, randomized signs, Laplace noise),
+the central and distributed noise mechanisms, their accounting, and the KL disclosure
+measure of FedPS. :mod:`fedrank.federation.privacy` assembles them into a private
+strategy."""
 
 from fedrank.privacy.sign import SignCompressor
 
