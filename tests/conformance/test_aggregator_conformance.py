@@ -443,7 +443,7 @@ def _forged(case: str) -> tuple[Any, Any]:
         agg = NormBounded(WeightedMean(dim), bound=1.0)
         return agg, NormBoundedState(WeightedMeanState(one, -5.0, 2), 1.0, 2, 2)
     assert case == "MetricMean"
-    return MetricMean(), MetricMeanState((("loss", 1.0, -2.0),), 1)
+    return MetricMean(), MetricMeanState({"loss": 1.0}, {"loss": -2.0}, 1)
 
 
 @pytest.mark.parametrize(
