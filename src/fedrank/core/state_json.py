@@ -13,8 +13,9 @@ field's type from the record's annotations, bit for bit:
 
 * floats are JSON numbers. Python writes the shortest ``repr`` that reads back to the same
   double, so ``json.dumps`` then ``json.loads`` is exact (``-0.0`` and subnormals included).
-  JSON has no NaN or infinity: they are the strings ``"nan"``, ``"inf"`` and ``"-inf"``, so
-  the output also passes ``json.dumps(..., allow_nan=False)``;
+  JSON has no NaN or infinity: they are the strings ``"nan"``, ``"inf"`` and ``"-inf"``
+  (every NaN reads back as the standard quiet NaN), so the output also passes
+  ``json.dumps(..., allow_nan=False)``;
 * arrays are ``{"dtype": "float64", "shape": [3], "data": [0.5, 1.0, -2.0]}`` (numeric or
   boolean dtypes; float32 values widen to float64 exactly and narrow back exactly). A field
   annotated ``npt.NDArray[np.float64]`` must hold exactly that dtype, on saving and loading;
@@ -46,7 +47,7 @@ import numpy as np
 from fedrank.core.protocols import StateCodec
 from fedrank.errors import ConfigError, DataFormatError
 
-R = TypeVar("R")
+Record = TypeVar("Record")
 
 _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
@@ -185,12 +186,12 @@ def encode_state(
 
 def decode_state(
     data: Any,
-    state_type: type[R],
+    state_type: type[Record],
     tag: str,
     *,
     settings: Mapping[str, Any] | None = None,
     nested: Mapping[str, Nested] | None = None,
-) -> R:
+) -> Record:
     """The ``state_type`` record that :func:`encode_state` wrote as ``data``, with the same
     ``tag``, ``settings`` and ``nested`` codecs.
 
@@ -322,7 +323,7 @@ def _encode(value: Any, hint: Any, where: str) -> Any:
     if hint is np.ndarray or origin is np.ndarray:
         dtype = _dtype_of(hint)
         if not isinstance(value, np.ndarray) or (dtype is not None and value.dtype != dtype):
-            _unfit(where, f"an array of {dtype or 'numbers'}", value)
+            _unfit(where, f"an array of {'numbers' if dtype is None else dtype}", value)
         return array_to_json(value)
     plain = value.item() if isinstance(value, np.generic) else value
     if hint is float:
