@@ -12,9 +12,9 @@ and with antithetic variates, each client reporting ``f_s+`` for ``phi + sigma v
     g = 1 / (2 N sigma) * sum_s (f_s+ - f_s-) v_s.
 
 ``g`` points *uphill* of the metric (MaxRR is maximized). As a monoid (docs/architecture.md)
-the state is ``sum_s c_s v_s`` (``c_s`` the metric or the antithetic difference)
-and the number of messages, so proxies can pre-aggregate and merge. The noise is
-regenerated from the seed (:func:`fedrank.core.seeded_noise.gaussian_noise`), never sent.
+the state is ``sum_s c_s v_s`` (``c_s`` the metric or the antithetic difference) and the
+number of messages, so proxies can pre-aggregate and merge. The noise is regenerated from
+the seed (:func:`fedrank.core.seeded_noise.gaussian_noise`), never sent.
 
 **A bound on a report's weight** (``difference_bound = b > 0``, antithetic only): each
 report's difference ``f_s+ - f_s-`` is clipped to ``[-b, b]`` before it is folded in, so
