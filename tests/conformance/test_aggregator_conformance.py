@@ -1,6 +1,8 @@
 """Conformance checks run on every aggregator (in the spirit of scikit-learn's
 ``parametrize_with_checks``): monoid laws, order independence, batch == sequential, empty
-input, dtype/shape, exact JSON state round trips, no mutation of inputs.
+input, dtype/shape, exact JSON state round trips (odd values too: -0.0, subnormals, huge
+and infinite sums, float32 updates), refusal of malformed saved states, no mutation of
+inputs.
 
 Integer-count aggregators (SignVote) must agree exactly, and so must the robust statistics
 (TrimmedMean, CoordinateMedian, also behind a NormBounded clip): their state is each
@@ -40,6 +42,7 @@ from fedrank.aggregators.robust import SortedColumnsState
 from fedrank.aggregators.sign_vote import SignVoteState
 from fedrank.core.message import ESMessage, Message, MessageBatch
 from fedrank.errors import ConfigError, DataFormatError
+from tests.conformance.statekit import as_text, assert_identical, malformed
 
 METRIC_NAMES = ("loss", "chars_typed", "selected_rank")
 
@@ -303,15 +306,71 @@ def test_state_json_round_trip_is_exact_and_resumable(
     state = fold(agg, messages[:half])
     text = json.dumps(agg.state_to_json(state), allow_nan=False)
     restored = agg.state_from_json(json.loads(text))
-    assert agg.state_to_json(restored) == agg.state_to_json(state)
-    for field_a, field_b in zip(restored, state, strict=True):
-        if isinstance(field_a, np.ndarray):
-            assert field_a.dtype == field_b.dtype
-            assert field_a.tobytes() == field_b.tobytes()
+    assert as_text(agg.state_to_json(restored)) == as_text(json.loads(text))
+    assert_identical(restored, state)
     # Continue from the restored state: bit-identical to never having stopped.
-    assert agg.state_to_json(fold(agg, messages[half:], restored)) == agg.state_to_json(
-        fold(agg, messages[half:], state)
+    assert as_text(agg.state_to_json(fold(agg, messages[half:], restored))) == as_text(
+        agg.state_to_json(fold(agg, messages[half:], state))
     )
+
+
+#: Updates with the values a saved state must keep exactly: -0.0, subnormals, sums that
+#: overflow (GatedMean's squares of 1e200 are infinite), float32 rows.
+ODD_UPDATES = (
+    np.array([-0.0, 1e-308, 2.5, -3.0]),
+    np.array([0.5, -0.0, 5e-324, 1e200]),
+    np.array([1.5, -2.25, 0.0, 7.0], dtype=np.float32),
+    np.array([-1e-300, 3.0, -4.0, 0.1]),
+    np.array([-0.0, -0.0, -0.0, -0.0], dtype=np.float32),
+)
+
+
+def _odd_messages(case: AggCase) -> list[Any]:
+    metrics = ({"loss": 1e-308, "rank": -0.0}, {"loss": 1e200}, {}, {"rank": 5e-324}, {})
+    return case.messages(
+        [
+            Message(update=u, n=n, metrics=m)
+            for u, n, m in zip(ODD_UPDATES, (3, 1, 2, 0, 4), metrics, strict=True)
+        ]
+    )
+
+
+@parametrize_cases
+@pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning")
+def test_state_json_round_trip_keeps_odd_values_bit_for_bit(case: AggCase) -> None:
+    agg = case.build(4)
+    messages = _odd_messages(case)
+    for state in (fold(agg, messages), fold_batch(case, agg, messages, 4)):
+        text = json.dumps(agg.state_to_json(state), allow_nan=False)
+        restored = agg.state_from_json(json.loads(text))
+        assert_identical(restored, state)
+        assert as_text(agg.state_to_json(restored)) == as_text(json.loads(text))
+        assert as_text(agg.state_to_json(fold(agg, messages, restored))) == as_text(
+            agg.state_to_json(fold(agg, messages, state))
+        )
+
+
+def _loads(agg: Any, data: Any) -> bool:
+    """Whether ``agg`` loads ``data``; a refusal must be a clear error (a config or format
+    error naming the fault), nothing else."""
+    try:
+        agg.state_from_json(data)
+    except (ConfigError, DataFormatError):
+        return False
+    return True
+
+
+@parametrize_cases
+@pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning")
+def test_malformed_saved_states_are_refused(case: AggCase) -> None:
+    """Missing keys, values of a wrong type, arrays of a wrong dtype or shape, in the state
+    and in the states nested in it: each is refused with a ConfigError or DataFormatError
+    (what a server answers a proxy's malformed state with)."""
+    agg = case.build(4)
+    saved = json.loads(json.dumps(agg.state_to_json(fold(agg, _odd_messages(case)))))
+    accepted = [fault for fault, data in malformed(saved) if _loads(agg, data)]
+    assert not accepted
+    assert _loads(agg, saved)
 
 
 @parametrize_cases
@@ -399,7 +458,7 @@ def _forged(case: str) -> tuple[Any, Any]:
         return WeightedMean(dim), WeightedMeanState(one, -5.0, 2)
     if case == "WeightedMean-weight-without-messages":
         return WeightedMean(dim), WeightedMeanState(one, 3.0, 0)
-    if case == "GatedMean-zero-square-weight":  # gave a ZeroDivisionError (500) on close
+    if case == "GatedMean-zero-square-weight":  # would divide by zero on close
         return GatedMean(dim), GatedMeanState(one, one, 4.0, 0.0, 2)
     if case == "GatedMean-negative-weight":
         return GatedMean(dim), GatedMeanState(one, one, -1.0, 1.0, 1)
@@ -443,7 +502,7 @@ def _forged(case: str) -> tuple[Any, Any]:
         agg = NormBounded(WeightedMean(dim), bound=1.0)
         return agg, NormBoundedState(WeightedMeanState(one, -5.0, 2), 1.0, 2, 2)
     assert case == "MetricMean"
-    return MetricMean(), MetricMeanState((("loss", 1.0, -2.0),), 1)
+    return MetricMean(), MetricMeanState({"loss": 1.0}, {"loss": -2.0}, 1)
 
 
 @pytest.mark.parametrize(

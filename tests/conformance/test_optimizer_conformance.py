@@ -1,6 +1,7 @@
 """Conformance checks run on every optimizer: Optax-style purity, shape/dtype, descent
-direction, exact JSON checkpoints (restore mid-run and continue -> identical trajectory),
-seed reproducibility, input validation."""
+direction, exact JSON checkpoints (restore mid-run and continue -> identical trajectory; odd
+values too: -0.0, subnormals, infinite moments, float32 parameters), refusal of malformed
+checkpoints, seed reproducibility, input validation."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.optim import SGD, Adam, Rprop
 from fedrank.optim.chain import Chain, Scale
+from tests.conformance.statekit import as_text, assert_identical, malformed
 
 
 @dataclass(frozen=True)
@@ -65,18 +67,6 @@ CASES += [
     OptCase("Chain(Scale(2), Adam)", lambda: Chain(Scale(2.0), Adam(learning_rate=0.1)), (), Chain),
 ]
 parametrize_cases = pytest.mark.parametrize("case", CASES, ids=str)
-
-
-def _same_state(a: Any, b: Any) -> None:
-    """Exactly the same state, arrays compared by dtype and bytes, nested states too."""
-    if isinstance(a, np.ndarray):
-        assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
-    elif isinstance(a, tuple):
-        assert type(a) is type(b) and len(a) == len(b)
-        for x, y in zip(a, b, strict=True):
-            _same_state(x, y)
-    else:
-        assert a == b
 
 
 SETTINGS = settings(max_examples=30, deadline=None)
@@ -172,12 +162,63 @@ def test_json_checkpoint_restores_exactly_and_resumes_identically(
     mid_params, mid_state, first_steps = run(opt, params, grads[:cut])
     saved = json.loads(json.dumps(opt.state_to_json(mid_state), allow_nan=False))
     restored = case.build().state_from_json(saved)
-    _same_state(restored, mid_state)
+    assert_identical(restored, mid_state)
     end_params, end_state, rest_steps = run(opt, mid_params, grads[cut:], restored)
     assert end_params.tobytes() == full_params.tobytes()
     assert state_bytes(opt, end_state) == state_bytes(opt, full_state)
     for a, b in zip(first_steps + rest_steps, full_steps, strict=True):
         assert a.tobytes() == b.tobytes()
+
+
+#: Gradients with the values a checkpoint must keep exactly: -0.0, subnormals, and 1e200,
+#: whose square makes Adam's second moment infinite.
+ODD_GRADIENTS = (
+    np.array([-0.0, 1e-308, 2.5, -3.0]),
+    np.array([0.5, 0.0, 1e200, -1e-300]),
+    np.array([1.5, -2.25, -0.0, 5e-324]),
+    np.array([-0.0, 3.0, -4.0, 0.1]),
+)
+
+
+@parametrize_cases
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning")
+def test_json_checkpoint_keeps_odd_values_bit_for_bit(case: OptCase, dtype: type) -> None:
+    opt = case.build()
+    params = np.array([1.0, -0.0, 1e-30, 3.0], dtype=dtype)
+    _, state, _ = run(opt, params, list(ODD_GRADIENTS[:3]))
+    text = json.dumps(opt.state_to_json(state), allow_nan=False)
+    restored = case.build().state_from_json(json.loads(text))
+    assert_identical(restored, state)
+    assert as_text(opt.state_to_json(restored)) == as_text(json.loads(text))
+    step_a, after_a = opt.update(ODD_GRADIENTS[3], restored, params)
+    step_b, after_b = opt.update(ODD_GRADIENTS[3], state, params)
+    assert step_a.dtype == dtype and step_a.tobytes() == step_b.tobytes()
+    assert_identical(after_a, after_b)
+
+
+def _loads(opt: Any, data: Any) -> bool:
+    """Whether ``opt`` loads ``data``; a refusal must be a clear error (a config or format
+    error naming the fault), nothing else."""
+    try:
+        opt.state_from_json(data)
+    except (ConfigError, DataFormatError):
+        return False
+    return True
+
+
+@parametrize_cases
+@pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning")
+def test_malformed_checkpoints_are_refused(case: OptCase) -> None:
+    """Missing keys, values of a wrong type, arrays of a wrong dtype or of shapes that do
+    not agree, in the state and in the states nested in it (a Chain's): each is refused
+    with a ConfigError or DataFormatError."""
+    opt = case.build()
+    _, state, _ = run(opt, np.zeros(4), list(ODD_GRADIENTS))
+    saved = json.loads(json.dumps(opt.state_to_json(state), allow_nan=False))
+    accepted = [fault for fault, data in malformed(saved) if _loads(opt, data)]
+    assert not accepted
+    assert _loads(opt, saved)
 
 
 @parametrize_cases

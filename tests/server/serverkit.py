@@ -291,7 +291,7 @@ def recompute_state(config: ServerConfig, rows: list[dict[str, Any]]) -> Any:
 
 def stored_model(store: Path, version: int) -> tuple[np.ndarray, dict[str, Any]]:
     """``(params, optimizer state JSON)`` of a stored model version."""
-    from fedrank.optim.serialization import array_from_json
+    from fedrank.core.state_json import array_from_json
 
     rows = store_query(
         store, "SELECT params, optimizer_state FROM models WHERE version = ?", (version,)

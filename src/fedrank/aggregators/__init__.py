@@ -1,4 +1,4 @@
-"""Mergeable aggregators: commutative monoids over client messages (ARCHITECTURE.md, Sec. 2).
+"""Mergeable aggregators: commutative monoids over client messages (docs/architecture.md).
 
 * :class:`WeightedMean`: FedAvg weighted mean (paper Section 3.1).
 * :class:`GatedMean`: weighted mean that zeroes coordinates not significantly non-zero.

@@ -11,10 +11,10 @@ and with antithetic variates, each client reporting ``f_s+`` for ``phi + sigma v
 
     g = 1 / (2 N sigma) * sum_s (f_s+ - f_s-) v_s.
 
-``g`` points *uphill* of the metric (MaxRR is maximized). As a monoid (ARCHITECTURE.md,
-Sec. 2) the state is ``sum_s c_s v_s`` (``c_s`` the metric or the antithetic difference)
-and the number of messages, so proxies can pre-aggregate and merge. The noise is
-regenerated from the seed (:func:`fedrank.core.seeded_noise.gaussian_noise`), never sent.
+``g`` points *uphill* of the metric (MaxRR is maximized). As a monoid (docs/architecture.md)
+the state is ``sum_s c_s v_s`` (``c_s`` the metric or the antithetic difference) and the
+number of messages, so proxies can pre-aggregate and merge. The noise is regenerated from
+the seed (:func:`fedrank.core.seeded_noise.gaussian_noise`), never sent.
 
 **A bound on a report's weight** (``difference_bound = b > 0``, antithetic only): each
 report's difference ``f_s+ - f_s-`` is clipped to ``[-b, b]`` before it is folded in, so
@@ -33,18 +33,14 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from fedrank.aggregators.mean import check_dim
 from fedrank.core.message import ESMessage, MessageBatch
 from fedrank.core.seeded_noise import check_seeds, gaussian_noise
+from fedrank.core.state_json import decode_state, encode_state
 from fedrank.errors import ConfigError, DataFormatError
-from fedrank.optim.serialization import (
-    array_from_json,
-    array_to_json,
-    check_hyperparameter,
-    check_state_type,
-    require_keys,
-)
+from fedrank.optim.serialization import check_hyperparameter
 
 
 class ESGradientState(NamedTuple):
@@ -55,7 +51,7 @@ class ESGradientState(NamedTuple):
         count: messages folded in (``N``).
     """
 
-    weighted_noise: np.ndarray
+    weighted_noise: npt.NDArray[np.float64]
     count: int
 
 
@@ -175,21 +171,12 @@ class ESGradient:
         return state.weighted_noise / scale
 
     def state_to_json(self, state: ESGradientState) -> dict[str, Any]:
+        """A JSON-compatible dict that :meth:`state_from_json` restores exactly."""
         self._check_state(state)
-        return {
-            "type": "ESGradient",
-            "dim": self.dim,
-            "weighted_noise": array_to_json(state.weighted_noise),
-            "count": int(state.count),
-        }
+        return encode_state(state, "ESGradient", settings={"dim": self.dim})
 
     def state_from_json(self, data: dict[str, Any]) -> ESGradientState:
-        check_state_type(data, "ESGradient")
-        require_keys(data, ("dim", "weighted_noise", "count"), "ESGradient")
-        if data["dim"] != self.dim:
-            raise ConfigError(f"saved state has dimension {data['dim']}, expected {self.dim}")
-        state = ESGradientState(
-            array_from_json(data["weighted_noise"]).astype(np.float64), int(data["count"])
-        )
+        """Inverse of :meth:`state_to_json`."""
+        state = decode_state(data, ESGradientState, "ESGradient", settings={"dim": self.dim})
         self._check_state(state)
         return state

@@ -26,26 +26,20 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from fedrank.aggregators.mean import check_dim, check_update, check_weight, vector_columns
 from fedrank.core.message import Message, MessageBatch
+from fedrank.core.state_json import decode_state, encode_state
 from fedrank.errors import ConfigError, DataFormatError
-from fedrank.optim.serialization import (
-    array_from_json,
-    array_to_json,
-    check_state_type,
-    float_from_json,
-    float_to_json,
-    require_keys,
-)
 
 
 class GatedMeanState(NamedTuple):
     """Partial aggregate of :class:`GatedMean`: float64 ``(dim,)`` sums ``sum n_i H_i`` and
     ``sum n_i H_i^2``, the weight sums ``sum n_i`` and ``sum n_i^2``, and the message count."""
 
-    weighted_sum: np.ndarray
-    weighted_sq_sum: np.ndarray
+    weighted_sum: npt.NDArray[np.float64]
+    weighted_sq_sum: npt.NDArray[np.float64]
     total_weight: float
     total_sq_weight: float
     count: int
@@ -173,29 +167,10 @@ class GatedMean:
     def state_to_json(self, state: GatedMeanState) -> dict[str, Any]:
         """A JSON-compatible dict that :meth:`state_from_json` restores exactly."""
         self._check_state(state)
-        return {
-            "type": "GatedMean",
-            "dim": self.dim,
-            "weighted_sum": array_to_json(state.weighted_sum),
-            "weighted_sq_sum": array_to_json(state.weighted_sq_sum),
-            "total_weight": float_to_json(state.total_weight),
-            "total_sq_weight": float_to_json(state.total_sq_weight),
-            "count": int(state.count),
-        }
+        return encode_state(state, "GatedMean", settings={"dim": self.dim})
 
     def state_from_json(self, data: dict[str, Any]) -> GatedMeanState:
         """Inverse of :meth:`state_to_json`."""
-        check_state_type(data, "GatedMean")
-        keys = ("dim", "weighted_sum", "weighted_sq_sum", "total_weight", "total_sq_weight")
-        require_keys(data, (*keys, "count"), "GatedMean")
-        if data["dim"] != self.dim:
-            raise ConfigError(f"saved state has dimension {data['dim']}, expected {self.dim}")
-        state = GatedMeanState(
-            array_from_json(data["weighted_sum"]).astype(np.float64),
-            array_from_json(data["weighted_sq_sum"]).astype(np.float64),
-            float_from_json(data["total_weight"]),
-            float_from_json(data["total_sq_weight"]),
-            int(data["count"]),
-        )
+        state = decode_state(data, GatedMeanState, "GatedMean", settings={"dim": self.dim})
         self._check_state(state)
         return state

@@ -5,7 +5,7 @@ number of data points ``n_i``::
 
     H = sum_i n_i H_i / sum_i n_i
 
-As a monoid (ARCHITECTURE.md, Section 2) the state is the running weighted sum, the total
+As a monoid (docs/architecture.md) the state is the running weighted sum, the total
 weight and the number of messages; ``merge`` adds states, so partial sums from proxies or
 cluster partitions combine into the same mean. Floating-point addition is not associative,
 so different orders agree to rounding (relative error around 1e-15), not bit for bit.
@@ -18,17 +18,11 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from fedrank.core.message import Message, MessageBatch
+from fedrank.core.state_json import decode_state, encode_state
 from fedrank.errors import ConfigError, DataFormatError
-from fedrank.optim.serialization import (
-    array_from_json,
-    array_to_json,
-    check_state_type,
-    float_from_json,
-    float_to_json,
-    require_keys,
-)
 
 
 def check_dim(dim: int) -> int:
@@ -110,7 +104,7 @@ class WeightedMeanState(NamedTuple):
         count: number of messages folded in.
     """
 
-    weighted_sum: np.ndarray
+    weighted_sum: npt.NDArray[np.float64]
     total_weight: float
     count: int
 
@@ -193,23 +187,10 @@ class WeightedMean:
     def state_to_json(self, state: WeightedMeanState) -> dict[str, Any]:
         """A JSON-compatible dict that :meth:`state_from_json` restores exactly."""
         self._check_state(state)
-        return {
-            "type": "WeightedMean",
-            "dim": self.dim,
-            "weighted_sum": array_to_json(state.weighted_sum),
-            "total_weight": float_to_json(state.total_weight),
-            "count": int(state.count),
-        }
+        return encode_state(state, "WeightedMean", settings={"dim": self.dim})
 
     def state_from_json(self, data: dict[str, Any]) -> WeightedMeanState:
         """Inverse of :meth:`state_to_json`."""
-        check_state_type(data, "WeightedMean")
-        require_keys(data, ("dim", "weighted_sum", "total_weight", "count"), "WeightedMean")
-        if data["dim"] != self.dim:
-            raise ConfigError(f"saved state has dimension {data['dim']}, expected {self.dim}")
-        weighted_sum = array_from_json(data["weighted_sum"]).astype(np.float64)
-        state = WeightedMeanState(
-            weighted_sum, float_from_json(data["total_weight"]), int(data["count"])
-        )
+        state = decode_state(data, WeightedMeanState, "WeightedMean", settings={"dim": self.dim})
         self._check_state(state)
         return state

@@ -1,8 +1,8 @@
 """Weighted mean of the metrics that travel with client messages.
 
-Messages carry scalar metrics (loss, characters typed, selected rank, ...; ARCHITECTURE.md,
-Section 1). The server reports each metric's mean over the clients that sent it, weighted by
-the clients' ``n_i`` like the FedAvg mean of paper Section 3.1::
+Messages carry scalar metrics (loss, characters typed, selected rank, ...;
+docs/architecture.md). The server reports each metric's mean over the clients that sent it,
+weighted by the clients' ``n_i`` like the FedAvg mean of paper Section 3.1::
 
     m = sum_i n_i m_i / sum_i n_i      (sums over the messages that report m)
 
@@ -22,36 +22,42 @@ import numpy as np
 
 from fedrank.aggregators.mean import check_weight
 from fedrank.core.message import Message
+from fedrank.core.state_json import decode_state, encode_state
 from fedrank.errors import ConfigError, DataFormatError
-from fedrank.optim.serialization import (
-    check_state_type,
-    float_from_json,
-    float_to_json,
-    require_keys,
-)
 
 
 class MetricMeanState(NamedTuple):
     """Partial aggregate of :class:`MetricMean`.
 
     Attributes:
-        entries: ``(name, sum_i n_i m_i, sum_i n_i)`` per metric, sorted by name (an immutable
-            tuple, so states can be shared safely).
+        sums: ``sum_i n_i m_i`` per metric name, in name order.
+        weights: ``sum_i n_i`` per metric name, the same names in the same order.
         count: number of messages folded in.
+
+    The mappings are never modified in place (every operation returns new ones), so states
+    can be shared safely.
     """
 
-    entries: tuple[tuple[str, float, float], ...]
+    sums: Mapping[str, float]
+    weights: Mapping[str, float]
     count: int
 
 
 def _combine(
-    entries: tuple[tuple[str, float, float], ...], sums: Mapping[str, tuple[float, float]]
-) -> tuple[tuple[str, float, float], ...]:
-    out = {name: (s, w) for name, s, w in entries}
+    state: MetricMeanState, sums: Mapping[str, tuple[float, float]], count: int
+) -> MetricMeanState:
+    """``state`` with the ``(sum, weight)`` of each metric in ``sums`` added, and ``count``
+    more messages."""
+    out = {name: (s, state.weights[name]) for name, s in state.sums.items()}
     for name, (s, w) in sums.items():
         s0, w0 = out.get(name, (0.0, 0.0))
         out[name] = (s0 + s, w0 + w)
-    return tuple((name, s, w) for name, (s, w) in sorted(out.items()))
+    names = sorted(out)
+    return MetricMeanState(
+        {name: out[name][0] for name in names},
+        {name: out[name][1] for name in names},
+        state.count + count,
+    )
 
 
 def _check_name(name: Any) -> str:
@@ -72,14 +78,16 @@ class MetricMean:
 
     def zero(self) -> MetricMeanState:
         """The empty aggregate."""
-        return MetricMeanState((), 0)
+        return MetricMeanState({}, {}, 0)
 
     def check_consistent(self, state: MetricMeanState) -> None:
         """Refuse a state no sequence of messages can produce: non-finite sums, negative
         weights or count. Raises :class:`~fedrank.errors.DataFormatError`."""
+        self._check_state(state)
         if state.count < 0:
             raise DataFormatError("the count must be >= 0")
-        for name, s, w in state.entries:
+        for name, s in state.sums.items():
+            w = state.weights[name]
             if not (math.isfinite(s) and math.isfinite(w)) or w < 0:
                 raise DataFormatError(f"metric {name!r}: sums must be finite, weights >= 0")
 
@@ -94,7 +102,7 @@ class MetricMean:
             if math.isinf(v):
                 raise DataFormatError(f"metric {name!r} is infinite; report a finite value")
             sums[_check_name(name)] = (w * v, w)
-        return MetricMeanState(_combine(state.entries, sums), state.count + 1)
+        return _combine(state, sums, 1)
 
     def accumulate_batch(
         self, state: MetricMeanState, metrics: Mapping[str, np.ndarray], n: np.ndarray
@@ -124,36 +132,36 @@ class MetricMean:
                 float(w[reported] @ values[reported]),
                 float(w[reported].sum()),
             )
-        return MetricMeanState(_combine(state.entries, sums), state.count + int(w.size))
+        return _combine(state, sums, int(w.size))
 
     def merge(self, a: MetricMeanState, b: MetricMeanState) -> MetricMeanState:
         """Combine two partial aggregates."""
-        return MetricMeanState(
-            _combine(a.entries, {name: (s, w) for name, s, w in b.entries}), a.count + b.count
-        )
+        return _combine(a, {name: (s, b.weights[name]) for name, s in b.sums.items()}, b.count)
 
     def finalize(self, state: MetricMeanState) -> dict[str, float]:
         """``{name: weighted mean}`` for every metric with positive total weight."""
-        return {name: s / w for name, s, w in state.entries if w > 0}
+        return {
+            name: s / state.weights[name]
+            for name, s in state.sums.items()
+            if state.weights[name] > 0
+        }
+
+    def _check_state(self, state: MetricMeanState) -> None:
+        names = list(state.sums)
+        if names != list(state.weights) or names != sorted(names) or not all(names):
+            raise DataFormatError(
+                "a MetricMean state holds a sum and a weight for the same metrics, named by "
+                f"non-empty strings in order; got sums of {names} and weights of "
+                f"{list(state.weights)}"
+            )
 
     def state_to_json(self, state: MetricMeanState) -> dict[str, Any]:
         """A JSON-compatible dict that :meth:`state_from_json` restores exactly."""
-        return {
-            "type": "MetricMean",
-            "sums": {name: float_to_json(s) for name, s, _ in state.entries},
-            "weights": {name: float_to_json(w) for name, _, w in state.entries},
-            "count": int(state.count),
-        }
+        self._check_state(state)
+        return encode_state(state, "MetricMean")
 
     def state_from_json(self, data: dict[str, Any]) -> MetricMeanState:
         """Inverse of :meth:`state_to_json`."""
-        check_state_type(data, "MetricMean")
-        require_keys(data, ("sums", "weights", "count"), "MetricMean")
-        sums, weights = data["sums"], data["weights"]
-        if set(sums) != set(weights):
-            raise DataFormatError("saved MetricMean state has different names in sums and weights")
-        entries = tuple(
-            (name, float_from_json(sums[name]), float_from_json(weights[name]))
-            for name in sorted(sums)
-        )
-        return MetricMeanState(entries, int(data["count"]))
+        state = decode_state(data, MetricMeanState, "MetricMean")
+        self._check_state(state)
+        return state

@@ -43,14 +43,9 @@ import numpy as np
 from fedrank.aggregators.mean import check_update, vector_columns
 from fedrank.core.message import Message, MessageBatch
 from fedrank.core.protocols import Aggregator
+from fedrank.core.state_json import decode_state, encode_state
 from fedrank.errors import ConfigError, DataFormatError
-from fedrank.optim.serialization import (
-    check_hyperparameter,
-    check_state_type,
-    float_from_json,
-    float_to_json,
-    require_keys,
-)
+from fedrank.optim.serialization import check_hyperparameter
 from fedrank.privacy.clipping import clip_l2, geometric_bound
 
 
@@ -255,29 +250,20 @@ class NormBounded:
         return self.inner.finalize(state.inner)
 
     def state_to_json(self, state: NormBoundedState) -> dict[str, Any]:
-        """A JSON-compatible dict that :meth:`state_from_json` restores exactly."""
+        """A JSON-compatible dict that :meth:`state_from_json` restores exactly (the inner
+        state as the inner aggregator writes it)."""
         self._check_state(state)
-        return {
-            "type": "NormBounded",
-            "dim": self.dim,
-            "bound": float_to_json(state.bound),
-            "within": int(state.within),
-            "count": int(state.count),
-            "inner": self.inner.state_to_json(state.inner),
-        }
+        return encode_state(
+            state, "NormBounded", settings={"dim": self.dim}, nested={"inner": self.inner}
+        )
 
     def state_from_json(self, data: dict[str, Any]) -> NormBoundedState:
-        """Inverse of :meth:`state_to_json`."""
-        check_state_type(data, "NormBounded")
-        require_keys(data, ("dim", "bound", "within", "count", "inner"), "NormBounded")
-        if data["dim"] != self.dim:
-            raise ConfigError(f"saved state has dimension {data['dim']}, expected {self.dim}")
-        for key in ("within", "count"):
-            if isinstance(data[key], bool) or not isinstance(data[key], int):
-                raise DataFormatError(f"saved NormBounded {key} must be an integer")
-        return NormBoundedState(
-            self.inner.state_from_json(data["inner"]),
-            float_from_json(data["bound"]),
-            int(data["within"]),
-            int(data["count"]),
+        """Inverse of :meth:`state_to_json` (the inner state checked by the inner
+        aggregator)."""
+        return decode_state(
+            data,
+            NormBoundedState,
+            "NormBounded",
+            settings={"dim": self.dim},
+            nested={"inner": self.inner},
         )

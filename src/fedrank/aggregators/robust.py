@@ -50,16 +50,12 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from fedrank.aggregators.mean import check_dim, check_update, check_weight, vector_columns
 from fedrank.core.message import Message, MessageBatch
+from fedrank.core.state_json import decode_state, encode_state
 from fedrank.errors import ConfigError, DataFormatError
-from fedrank.optim.serialization import (
-    array_from_json,
-    array_to_json,
-    check_state_type,
-    require_keys,
-)
 
 #: Default bound on the rows a state may hold (see the module docstring).
 DEFAULT_MAX_ROWS = 100_000
@@ -74,7 +70,7 @@ class SortedColumnsState(NamedTuple):
         count: number of messages folded in (the rows of ``values``).
     """
 
-    values: np.ndarray
+    values: npt.NDArray[np.float64]
     count: int
 
 
@@ -202,23 +198,14 @@ class _CoordinateOrderStatistic(ABC):
     def state_to_json(self, state: SortedColumnsState) -> dict[str, Any]:
         """A JSON-compatible dict that :meth:`state_from_json` restores exactly."""
         self._check_state(state)
-        return {
-            "type": self.type_name,
-            "dim": self.dim,
-            "values": array_to_json(state.values),
-            "count": int(state.count),
-        }
+        return encode_state(state, self.type_name, settings={"dim": self.dim})
 
     def state_from_json(self, data: dict[str, Any]) -> SortedColumnsState:
-        """Inverse of :meth:`state_to_json`."""
-        check_state_type(data, self.type_name)
-        require_keys(data, ("dim", "values", "count"), self.type_name)
-        if data["dim"] != self.dim:
-            raise ConfigError(f"saved state has dimension {data['dim']}, expected {self.dim}")
-        values = np.asfortranarray(array_from_json(data["values"]).astype(np.float64))
-        state = SortedColumnsState(values, int(data["count"]))
+        """Inverse of :meth:`state_to_json` (the values in Fortran order again, as
+        accumulate and merge keep them)."""
+        state = decode_state(data, SortedColumnsState, self.type_name, settings={"dim": self.dim})
         self._check_state(state)
-        return state
+        return state._replace(values=np.asfortranarray(state.values))
 
 
 class TrimmedMean(_CoordinateOrderStatistic):

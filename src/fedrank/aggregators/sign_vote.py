@@ -19,25 +19,21 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from fedrank.aggregators.mean import check_dim, check_update, check_weight, vector_columns
 from fedrank.core.message import Message, MessageBatch
+from fedrank.core.state_json import decode_state, encode_state
 from fedrank.errors import ConfigError, DataFormatError
-from fedrank.optim.serialization import (
-    array_from_json,
-    array_to_json,
-    check_state_type,
-    require_keys,
-)
 
 
 class SignVoteState(NamedTuple):
     """Partial aggregate of :class:`SignVote`: int64 vote counts of shape ``(dim,)`` and the
     number of messages."""
 
-    pos: np.ndarray
-    neg: np.ndarray
-    zero: np.ndarray
+    pos: npt.NDArray[np.int64]
+    neg: npt.NDArray[np.int64]
+    zero: npt.NDArray[np.int64]
     count: int
 
 
@@ -164,32 +160,13 @@ class SignVote:
     def state_to_json(self, state: SignVoteState) -> dict[str, Any]:
         """A JSON-compatible dict that :meth:`state_from_json` restores exactly."""
         self._check_state(state)
-        return {
-            "type": "SignVote",
-            "dim": self.dim,
-            "weighted": self.weighted,
-            "pos": array_to_json(state.pos),
-            "neg": array_to_json(state.neg),
-            "zero": array_to_json(state.zero),
-            "count": int(state.count),
-        }
+        settings = {"dim": self.dim, "weighted": self.weighted}
+        return encode_state(state, "SignVote", settings=settings)
 
     def state_from_json(self, data: dict[str, Any]) -> SignVoteState:
-        """Inverse of :meth:`state_to_json`."""
-        check_state_type(data, "SignVote")
-        require_keys(data, ("dim", "weighted", "pos", "neg", "zero", "count"), "SignVote")
-        if data["dim"] != self.dim:
-            raise ConfigError(f"saved state has dimension {data['dim']}, expected {self.dim}")
-        if bool(data["weighted"]) != self.weighted:
-            raise ConfigError(
-                f"saved state was built with weighted={data['weighted']}, this aggregator has "
-                f"weighted={self.weighted}"
-            )
-        state = SignVoteState(
-            array_from_json(data["pos"]).astype(np.int64),
-            array_from_json(data["neg"]).astype(np.int64),
-            array_from_json(data["zero"]).astype(np.int64),
-            int(data["count"]),
-        )
+        """Inverse of :meth:`state_to_json`; refuses the votes of another ``dim`` or
+        ``weighted``."""
+        settings = {"dim": self.dim, "weighted": self.weighted}
+        state = decode_state(data, SignVoteState, "SignVote", settings=settings)
         self._check_state(state)
         return state

@@ -1,6 +1,6 @@
 """The pieces of the federated data flow, as structural protocols.
 
-One loop serves all three systems (ARCHITECTURE.md, Section 1)::
+One loop serves all three systems (docs/architecture.md)::
 
     Estimator -> Privatizer -> Message -> Aggregator -> Optimizer -> Constraint -> Registry
 
@@ -12,6 +12,8 @@ One loop serves all three systems (ARCHITECTURE.md, Section 1)::
   on a cluster.
 * An :class:`Optimizer` is an Optax-style pure pair ``init`` / ``update`` with explicit,
   JSON-serialisable state.
+* Both save and restore their states as JSON (:class:`StateCodec`, built on
+  :mod:`fedrank.core.state_json`).
 * A :class:`Constraint` projects parameters back onto the feasible set after a step.
 """
 
@@ -47,7 +49,22 @@ class Privatizer(Protocol):
         ...
 
 
-class Aggregator(Protocol, Generic[State]):
+class StateCodec(Protocol, Generic[State]):
+    """What saves its states as JSON and restores them exactly: the checkpoints the server
+    stores and the merged states proxies send (:mod:`fedrank.core.state_json`)."""
+
+    def state_to_json(self, state: State) -> dict[str, Any]:
+        """A JSON-compatible dict that :meth:`state_from_json` restores exactly."""
+        ...
+
+    def state_from_json(self, data: dict[str, Any]) -> State:
+        """Inverse of :meth:`state_to_json`; refuses (with
+        :class:`~fedrank.errors.DataFormatError` or, for a state of other settings,
+        :class:`~fedrank.errors.ConfigError`) what does not fit this component."""
+        ...
+
+
+class Aggregator(StateCodec[State], Protocol):
     """A commutative monoid over messages.
 
     Laws (checked by ``tests/conformance``): ``merge`` is associative and commutative,
@@ -82,16 +99,8 @@ class Aggregator(Protocol, Generic[State]):
         non-finite values): what a server checks on a merged state a proxy sends."""
         ...
 
-    def state_to_json(self, state: State) -> dict[str, Any]:
-        """A JSON-compatible dict that :meth:`state_from_json` restores exactly."""
-        ...
 
-    def state_from_json(self, data: dict[str, Any]) -> State:
-        """Inverse of :meth:`state_to_json`."""
-        ...
-
-
-class Optimizer(Protocol, Generic[State]):
+class Optimizer(StateCodec[State], Protocol):
     """Optax-style optimizer: pure functions over an explicit state record.
 
     ``update`` receives the aggregated update (a gradient estimate, pointing uphill) and
@@ -106,14 +115,6 @@ class Optimizer(Protocol, Generic[State]):
         self, update: np.ndarray, state: State, params: np.ndarray
     ) -> tuple[np.ndarray, State]:
         """Return ``(step, new_state)``."""
-        ...
-
-    def state_to_json(self, state: State) -> dict[str, Any]:
-        """A JSON-compatible dict that :meth:`state_from_json` restores exactly."""
-        ...
-
-    def state_from_json(self, data: dict[str, Any]) -> State:
-        """Inverse of :meth:`state_to_json`."""
         ...
 
 

@@ -1,5 +1,5 @@
 """Server-side optimizers (Optax-style ``init`` / ``update`` pairs) and the safeguards applied
-after each step (ARCHITECTURE.md, Section 2; paper Sections 5.3 and 5.6).
+after each step (docs/architecture.md; paper Sections 5.3 and 5.6).
 
 * :class:`Rprop`: sign-based per-weight step sizes (paper Eq. (1)-(2)).
 * :class:`SGD`, :class:`Adam`: baselines (PyTorch defaults for Adam).

@@ -14,17 +14,11 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
+from fedrank.core.state_json import decode_state, encode_state
 from fedrank.errors import DataFormatError
-from fedrank.optim.serialization import (
-    array_from_json,
-    array_to_json,
-    check_hyperparameter,
-    check_state_type,
-    check_step_inputs,
-    require_keys,
-    step_dtype,
-)
+from fedrank.optim.serialization import check_hyperparameter, check_step_inputs, step_dtype
 
 
 class AdamState(NamedTuple):
@@ -37,8 +31,8 @@ class AdamState(NamedTuple):
     """
 
     count: int
-    mu: np.ndarray
-    nu: np.ndarray
+    mu: npt.NDArray[np.float64]
+    nu: npt.NDArray[np.float64]
 
 
 class Adam:
@@ -100,21 +94,14 @@ class Adam:
 
     def state_to_json(self, state: AdamState) -> dict[str, Any]:
         """A JSON-compatible dict that :meth:`state_from_json` restores exactly."""
-        return {
-            "type": "Adam",
-            "count": int(state.count),
-            "mu": array_to_json(state.mu),
-            "nu": array_to_json(state.nu),
-        }
+        return encode_state(state, "Adam")
 
     def state_from_json(self, data: dict[str, Any]) -> AdamState:
-        """Inverse of :meth:`state_to_json`."""
-        check_state_type(data, "Adam")
-        require_keys(data, ("count", "mu", "nu"), "Adam")
-        mu = array_from_json(data["mu"]).astype(np.float64, copy=False)
-        nu = array_from_json(data["nu"]).astype(np.float64, copy=False)
-        if mu.shape != nu.shape:
+        """Inverse of :meth:`state_to_json`; the moments must be of one shape."""
+        state = decode_state(data, AdamState, "Adam")
+        if state.mu.shape != state.nu.shape:
             raise DataFormatError(
-                f"saved Adam state has mu of shape {mu.shape} but nu of shape {nu.shape}"
+                f"saved Adam state has mu of shape {state.mu.shape} but nu of shape "
+                f"{state.nu.shape}"
             )
-        return AdamState(int(data["count"]), mu, nu)
+        return state

@@ -9,7 +9,7 @@ goes through :class:`Scale` ``(-1)`` first, written where the chain is built
 (``Chain(Scale(-1.0), SGD(1.0))``), instead of a flag that hides the direction.
 
 Both are pure ``init`` / ``update`` pairs with explicit, JSON-checkpointable state, like
-every optimizer (ARCHITECTURE.md, Section 2), and pass the optimizer conformance suite.
+every optimizer (docs/architecture.md), and pass the optimizer conformance suite.
 
 >>> import numpy as np
 >>> from fedrank.optim.sgd import SGD
@@ -26,13 +26,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fedrank.core.protocols import Optimizer
-from fedrank.errors import ConfigError, DataFormatError
-from fedrank.optim.serialization import (
-    check_state_type,
-    check_step_inputs,
-    require_keys,
-    step_dtype,
-)
+from fedrank.core.state_json import decode_state, encode_state
+from fedrank.errors import ConfigError
+from fedrank.optim.serialization import check_step_inputs, step_dtype
 
 
 class ScaleState(NamedTuple):
@@ -70,12 +66,10 @@ class Scale:
         return self.factor * g, state  # float64: the chain casts its last output
 
     def state_to_json(self, state: ScaleState) -> dict[str, Any]:
-        return {"type": "Scale", "shape": list(state.shape)}
+        return encode_state(state, "Scale")
 
     def state_from_json(self, data: dict[str, Any]) -> ScaleState:
-        check_state_type(data, "Scale")
-        require_keys(data, ("shape",), "Scale")
-        return ScaleState(tuple(int(s) for s in data["shape"]))
+        return decode_state(data, ScaleState, "Scale")
 
 
 class ChainState(NamedTuple):
@@ -120,21 +114,9 @@ class Chain:
         return step, ChainState(tuple(states))
 
     def state_to_json(self, state: ChainState) -> dict[str, Any]:
-        return {
-            "type": "Chain",
-            "states": [
-                t.state_to_json(s) for t, s in zip(self.transforms, state.states, strict=True)
-            ],
-        }
+        """Each transformation's state as that transformation writes it."""
+        return encode_state(state, "Chain", nested={"states": self.transforms})
 
     def state_from_json(self, data: dict[str, Any]) -> ChainState:
-        check_state_type(data, "Chain")
-        require_keys(data, ("states",), "Chain")
-        saved = data["states"]
-        if not isinstance(saved, list) or len(saved) != len(self.transforms):
-            raise DataFormatError(
-                f"saved Chain state must list {len(self.transforms)} states, got {saved!r:.100}"
-            )
-        return ChainState(
-            tuple(t.state_from_json(s) for t, s in zip(self.transforms, saved, strict=True))
-        )
+        """Inverse of :meth:`state_to_json` (each state checked by its transformation)."""
+        return decode_state(data, ChainState, "Chain", nested={"states": self.transforms})

@@ -38,17 +38,11 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
+from fedrank.core.state_json import decode_state, encode_state
 from fedrank.errors import ConfigError, DataFormatError
-from fedrank.optim.serialization import (
-    array_from_json,
-    array_to_json,
-    check_hyperparameter,
-    check_state_type,
-    check_step_inputs,
-    require_keys,
-    step_dtype,
-)
+from fedrank.optim.serialization import check_hyperparameter, check_step_inputs, step_dtype
 
 
 class RpropState(NamedTuple):
@@ -61,8 +55,8 @@ class RpropState(NamedTuple):
         count: number of updates applied.
     """
 
-    step_size: np.ndarray
-    prev_sign: np.ndarray
+    step_size: npt.NDArray[np.float64]
+    prev_sign: npt.NDArray[np.int8]
     count: int
 
 
@@ -155,22 +149,14 @@ class Rprop:
 
     def state_to_json(self, state: RpropState) -> dict[str, Any]:
         """A JSON-compatible dict that :meth:`state_from_json` restores exactly."""
-        return {
-            "type": "Rprop",
-            "step_size": array_to_json(state.step_size),
-            "prev_sign": array_to_json(state.prev_sign),
-            "count": int(state.count),
-        }
+        return encode_state(state, "Rprop")
 
     def state_from_json(self, data: dict[str, Any]) -> RpropState:
-        """Inverse of :meth:`state_to_json`."""
-        check_state_type(data, "Rprop")
-        require_keys(data, ("step_size", "prev_sign", "count"), "Rprop")
-        step_size = array_from_json(data["step_size"]).astype(np.float64, copy=False)
-        prev_sign = array_from_json(data["prev_sign"]).astype(np.int8, copy=False)
-        if step_size.shape != prev_sign.shape:
+        """Inverse of :meth:`state_to_json`; the step sizes and signs must be of one shape."""
+        state = decode_state(data, RpropState, "Rprop")
+        if state.step_size.shape != state.prev_sign.shape:
             raise DataFormatError(
-                f"saved Rprop state has step_size of shape {step_size.shape} but prev_sign of "
-                f"shape {prev_sign.shape}"
+                f"saved Rprop state has step_size of shape {state.step_size.shape} but "
+                f"prev_sign of shape {state.prev_sign.shape}"
             )
-        return RpropState(step_size, prev_sign, int(data["count"]))
+        return state

@@ -3,7 +3,7 @@
 This is the baseline paper Section 5.3 argues against: with no data collected beforehand the
 gradient magnitudes are unknown, so the learning rate cannot be tuned before federated training
 starts. With ``learning_rate = 1`` it also applies an averaged FedAvg delta (FedPS,
-ARCHITECTURE.md Section 1) when the clients report ``update = -delta`` (uphill convention).
+docs/architecture.md) when the clients report ``update = -delta`` (uphill convention).
 """
 
 from __future__ import annotations
@@ -12,13 +12,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fedrank.optim.serialization import (
-    check_hyperparameter,
-    check_state_type,
-    check_step_inputs,
-    require_keys,
-    step_dtype,
-)
+from fedrank.core.state_json import decode_state, encode_state
+from fedrank.optim.serialization import check_hyperparameter, check_step_inputs, step_dtype
 
 
 class SGDState(NamedTuple):
@@ -62,10 +57,8 @@ class SGD:
 
     def state_to_json(self, state: SGDState) -> dict[str, Any]:
         """A JSON-compatible dict that :meth:`state_from_json` restores exactly."""
-        return {"type": "SGD", "count": int(state.count), "shape": list(state.shape)}
+        return encode_state(state, "SGD")
 
     def state_from_json(self, data: dict[str, Any]) -> SGDState:
         """Inverse of :meth:`state_to_json`."""
-        check_state_type(data, "SGD")
-        require_keys(data, ("count", "shape"), "SGD")
-        return SGDState(int(data["count"]), tuple(int(s) for s in data["shape"]))
+        return decode_state(data, SGDState, "SGD")

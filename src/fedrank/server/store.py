@@ -14,7 +14,7 @@ What is stored, and why it is enough to resume exactly after ``kill -9``:
   transaction holding it has committed, and SQLite's WAL with ``synchronous=FULL`` makes a
   commit durable (fsync) before it returns.
 * ``models``: every published version: parameters and optimizer state as exact JSON
-  (:mod:`fedrank.optim.serialization`), and the iteration that produced it.
+  (:mod:`fedrank.core.state_json`), and the iteration that produced it.
 * ``iterations``: when each opened and closed, the model it served, and on close the final
   aggregate and the per-branch metric summary.
 
@@ -50,8 +50,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from fedrank.core.state_json import array_from_json, array_to_json
 from fedrank.errors import ConfigError
-from fedrank.optim.serialization import array_from_json, array_to_json
 from fedrank.server.log_limit import RateLimit
 
 log = logging.getLogger(__name__)
