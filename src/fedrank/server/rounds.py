@@ -22,9 +22,6 @@ from fedrank.server.seeds import IssuedSeed
 if TYPE_CHECKING:
     from fedrank.privacy.skellam import SkellamPlan
 
-#: A message and the ``client_id`` it was sent with.
-Report = tuple[Incoming, str | None]
-
 
 class Rounds:
     """The open round (module docstring).
@@ -87,19 +84,17 @@ class Rounds:
             answer["secagg"] = sa.join(client, now)
         return answer
 
-    def check_reports(self, items: list[Report], known: Container[str]) -> None:
-        """Refuse reports from clients not selected, late or already reported (409); reserve
-        the others (one report per client, even when two arrive at once). A message already
-        stored (its id in ``known``) is a retry: the writer answers it 200 duplicate."""
-        now = time.time()
-        for item, client in items:
-            if item.kind == "update" and item.message_id not in known:
-                refused = self.cohort.refusal(client, now)
-                if refused is not None:
-                    raise BadRequest(409, *refused)
+    def check_report(self, item: Incoming, client: str | None, known: Container[str]) -> None:
+        """Refuse a report from a client not selected, late or already reported (409);
+        reserve the client otherwise (one report per client, even when two arrive at once).
+        A message already stored (its id in ``known``) is a retry: the writer answers it
+        200 duplicate."""
+        if item.kind == "update" and item.message_id not in known:
+            refused = self.cohort.refusal(client, time.time())
+            if refused is not None:
+                raise BadRequest(409, *refused)
 
-    def reported(self, items: list[Report], outcomes: list[Outcome]) -> None:
-        """The writer answered the reserved reports: settle each client's report."""
-        for (item, client), outcome in zip(items, outcomes, strict=True):
-            if item.kind == "update" and client and client in self.cohort.pending:
-                self.cohort.settle(client, accepted=outcome.status == 202)
+    def reported(self, item: Incoming, client: str | None, outcome: Outcome) -> None:
+        """The writer answered a reserved report: settle the client's report."""
+        if item.kind == "update" and client and client in self.cohort.pending:
+            self.cohort.settle(client, accepted=outcome.status == 202)

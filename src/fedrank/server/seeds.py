@@ -260,14 +260,11 @@ def _stored_claims(db: sqlite3.Connection, oldest_version: int) -> list[tuple[Cl
     return out
 
 
-def reports(items: Iterable[Incoming]) -> list[Report | None]:
-    """What each message reports of its seed (``None`` for a ping or an aggregate)."""
-    return [
-        (i.message_id, i.model_version, i.parsed.seed, i.parsed.seed_token)
-        if i.kind == "update"
-        else None
-        for i in items
-    ]
+def report_of(item: Incoming) -> Report | None:
+    """What a message reports of its seed (``None`` for a ping or an aggregate)."""
+    if item.kind != "update":
+        return None
+    return item.message_id, item.model_version, item.parsed.seed, item.parsed.seed_token
 
 
 def batch_reports(msgs: Messages) -> list[Report | None]:

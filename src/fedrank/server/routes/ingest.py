@@ -36,7 +36,7 @@ from fedrank.server.envelope import (
 )
 from fedrank.server.messages import Outcome
 from fedrank.server.parse import Sent, UpdateParser
-from fedrank.server.seeds import Claim, batch_reports, reports
+from fedrank.server.seeds import Claim, batch_reports, report_of
 
 if TYPE_CHECKING:
     from fedrank.server.service import Service
@@ -71,17 +71,18 @@ class Ingest:
         client's report is reserved in its round too)."""
         service = self.service
         engine = service.engine
+        (item, client), known = sent, engine.current.ids
         oldest = engine.snapshot().version - service.config.server.max_staleness
-        claims = service.seeds.check(reports([sent[0]]), engine.current.ids, oldest)
+        claims = service.seeds.check([report_of(item)], known, oldest)
         if service.rounds is not None:
-            service.rounds.check_reports([sent], engine.current.ids)
+            service.rounds.check_report(item, client, known)
         service.seeds.claim(claims)
         return claims
 
     def _settle(self, sent: Sent, claims: list[Claim], outcome: Outcome) -> None:
         """The writer answered one message: settle its round report and its seed claims."""
         if self.service.rounds is not None:
-            self.service.rounds.reported([sent], [outcome])
+            self.service.rounds.reported(*sent, outcome)
         self.service.seeds.settle(claims, [outcome.status])
 
     # -- POST /v1/updates ---------------------------------------------------------------
@@ -202,7 +203,7 @@ class Ingest:
                 sent = self.parse.json_message(m, current)
                 claims = self._check(sent)
             except BadRequest as err:
-                service.counts.updates_refused[err.code] += 1
+                service.counts.refuse_message(err)
                 statuses[i] = err.status
                 errors[i] = {"error": err.code, "detail": err.detail}
                 continue
@@ -211,9 +212,8 @@ class Ingest:
             claimed.append(claims)
         if valid:
             outcomes = await service.engine.writer.submit([v[0] for v in valid])
-            for sent, claims, outcome in zip(valid, claimed, outcomes, strict=True):
+            for i, sent, claims, outcome in zip(where, valid, claimed, outcomes, strict=True):
                 self._settle(sent, claims, outcome)
-            for i, outcome in zip(where, outcomes, strict=True):
                 statuses[i] = outcome.status
                 if outcome.status >= 400:
                     errors[i] = outcome.body

@@ -48,10 +48,14 @@ class RequestCounts:
         """Count a refusal: as a refused *update* only on the endpoints that carry updates;
         a refused model fetch, check-in or admin call is a refused request, not an update."""
         if endpoint in UPDATE_ENDPOINTS:
-            self.updates_refused[err.code] += 1
+            self.refuse_message(err)
         else:
             self.refused[(endpoint, err.code)] += 1
         self.requests[(endpoint, err.status)] += 1
+
+    def refuse_message(self, err: BadRequest) -> None:
+        """Count a refused update message by its reason (alone, or one of a batch)."""
+        self.updates_refused[err.code] += 1
 
     def reject(self, endpoint: str, err: BadRequest) -> Response:
         """Count the refusal and answer it."""
