@@ -88,8 +88,8 @@ from fedrank.aggregators.es_gradient import ESGradient
 from fedrank.core.codec import BATCH_MAGIC
 from fedrank.core.json_io import write_json
 from fedrank.core.message import MessageBatch
+from fedrank.server.branches import branch_of
 from fedrank.server.config import load_config
-from fedrank.server.engine import branch_of
 from fedrank.server.process import ServerProcess
 from fedrank.server.workloads import make_workload
 

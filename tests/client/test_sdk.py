@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fedrank.client import Client, ClientError
-from fedrank.server.engine import branch_of
+from fedrank.server.branches import branch_of
 from fedrank.server.process import ServerProcess
 
 SHARES = [("treatment", 0.6), ("control", 0.2), ("control-no-decay", 0.2)]

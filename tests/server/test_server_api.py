@@ -24,7 +24,7 @@ from fedrank.aggregators.gated_mean import GatedMean
 from fedrank.aggregators.mean import WeightedMean
 from fedrank.core.message import MessageBatch
 from fedrank.models.frecency.weights import CLASSIC_WEIGHT_NAMES
-from fedrank.server.engine import branch_of
+from fedrank.server.branches import branch_of
 from fedrank.server.workloads import make_workload
 from tests.server.serverkit import (
     ADMIN_TOKEN,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fedrank.server.engine import branch_of
+from fedrank.server.branches import branch_of
 from tests.cli.clirun import ok
 from tests.server.serverkit import (
     ADMIN_TOKEN,

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from fedrank.server.engine import Engine, Incoming, Messages
+from fedrank.server.engine import Engine
+from fedrank.server.messages import Incoming, Messages
 from tests.server.serverkit import offline_config
 
 TOML = '[server]\nworkload = "foltr-es"\n'
@@ -33,29 +34,29 @@ def test_a_failed_writer_step_answers_500_and_the_state_is_rebuilt(tmp_path: Pat
     async def scenario() -> dict[str, Any]:
         engine = Engine(config, asyncio.get_running_loop())
         try:
-            ok = (await engine.submit([_message(engine, "before", 1)]))[0]
-            real_apply, calls = engine._apply, []
+            ok = (await engine.writer.submit([_message(engine, "before", 1)]))[0]
+            real_fold, calls = engine._fold, []
 
-            def failing_apply(msgs: Messages, accepted: np.ndarray) -> None:
+            def failing_fold(msgs: Messages, accepted: np.ndarray) -> None:
                 # New messages fail after their commit; the rebuild from the store (the
-                # writer's _replay) works. Deciding by caller, not by timing: the writer
-                # answers the failed requests before it rebuilds, so restoring _apply when
-                # the answers arrive raced with the rebuild.
+                # engine's _replay) works. Deciding by caller, not by timing: the writer
+                # answers the failed requests before it rebuilds, so restoring _fold when
+                # the answers arrive would race with the rebuild.
                 if sys._getframe(1).f_code.co_name == "_replay":
-                    return real_apply(msgs, accepted)
+                    return real_fold(msgs, accepted)
                 calls.append(len(msgs))
                 raise RuntimeError("injected failure after the commit")
 
-            engine._apply = failing_apply  # type: ignore[method-assign]
-            single = engine.submit([_message(engine, "lost-answer", 2)])
+            engine._fold = failing_fold  # type: ignore[method-assign]
+            single = engine.writer.submit([_message(engine, "lost-answer", 2)])
             columns = Messages.of(
                 [_message(engine, f"batch-{k}", 10 + k) for k in range(3)], engine.workload
             )
-            batch = engine.submit_columns(columns)
+            batch = engine.writer.submit_columns(columns)
             single_answer, batch_answer = await single, await batch
-            engine._apply = real_apply  # type: ignore[method-assign]
-            retried = await engine.submit([_message(engine, "lost-answer", 2)])
-            fresh = await engine.submit([_message(engine, "after", 3)])
+            engine._fold = real_fold  # type: ignore[method-assign]
+            retried = await engine.writer.submit([_message(engine, "lost-answer", 2)])
+            fresh = await engine.writer.submit([_message(engine, "after", 3)])
             return {
                 "ok": ok,
                 "calls": calls,
@@ -90,13 +91,13 @@ def test_pause_is_a_barrier_for_messages_already_past_the_front_door(tmp_path: P
     async def scenario() -> tuple[Any, ...]:
         engine = Engine(config, asyncio.get_running_loop())
         try:
-            before = (await engine.submit([_message(engine, "before", 1)]))[0]
-            paused = await engine.command("pause")
-            single = (await engine.submit([_message(engine, "in-flight", 2)]))[0]
+            before = (await engine.writer.submit([_message(engine, "before", 1)]))[0]
+            paused = await engine.writer.command("pause")
+            single = (await engine.writer.submit([_message(engine, "in-flight", 2)]))[0]
             columns = Messages.of([_message(engine, "batch-0", 3)], engine.workload)
-            batch = await engine.submit_columns(columns)
-            await engine.command("resume")
-            retried = (await engine.submit([_message(engine, "in-flight", 2)]))[0]
+            batch = await engine.writer.submit_columns(columns)
+            await engine.writer.command("resume")
+            retried = (await engine.writer.submit([_message(engine, "in-flight", 2)]))[0]
             return before, paused, single, batch, retried, engine.snapshot()
         finally:
             engine.stop()
@@ -119,11 +120,11 @@ def test_a_scheduled_close_queued_before_a_pause_does_not_close(tmp_path: Path) 
     async def scenario() -> tuple[Any, ...]:
         engine = Engine(config, asyncio.get_running_loop())
         try:
-            await engine.submit([_message(engine, "m", 1)])
-            await engine.command("pause")
-            scheduled = await engine.command("close", reason="policy", scheduled=True)
+            await engine.writer.submit([_message(engine, "m", 1)])
+            await engine.writer.command("pause")
+            scheduled = await engine.writer.command("close", reason="policy", scheduled=True)
             after_scheduled = engine.snapshot().version
-            operator = await engine.command("close", reason="admin", force=True)
+            operator = await engine.writer.command("close", reason="admin", force=True)
             return scheduled, after_scheduled, operator, engine.snapshot().version
         finally:
             engine.stop()
@@ -152,21 +153,21 @@ def test_ids_are_remembered_for_the_staleness_window_only(tmp_path: Path) -> Non
         engine = Engine(config, asyncio.get_running_loop())
         try:
             out: dict[str, Any] = {}
-            out["a"] = (await engine.submit([_versioned(engine, "a", 0)]))[0].status
-            await engine.command("close", reason="test", force=True)  # version 1
-            out["a_again"] = (await engine.submit([_versioned(engine, "a", 0)]))[0].status
-            out["b"] = (await engine.submit([_versioned(engine, "b", 1)]))[0].status
-            await engine.command("close", reason="test", force=True)  # version 2
-            out["remembered"] = len(engine.ids)  # "a"'s iteration fell out of the window
-            out["a_late"] = (await engine.submit([_versioned(engine, "a", 0)]))[0].status
-            out["b_again"] = (await engine.submit([_versioned(engine, "b", 1)]))[0].status
+            out["a"] = (await engine.writer.submit([_versioned(engine, "a", 0)]))[0].status
+            await engine.writer.command("close", reason="test", force=True)  # version 1
+            out["a_again"] = (await engine.writer.submit([_versioned(engine, "a", 0)]))[0].status
+            out["b"] = (await engine.writer.submit([_versioned(engine, "b", 1)]))[0].status
+            await engine.writer.command("close", reason="test", force=True)  # version 2
+            out["remembered"] = len(engine.current.ids)  # "a"'s iteration fell out of the window
+            out["a_late"] = (await engine.writer.submit([_versioned(engine, "a", 0)]))[0].status
+            out["b_again"] = (await engine.writer.submit([_versioned(engine, "b", 1)]))[0].status
             out["counted"] = engine.snapshot().updates_in_iteration
         finally:
             engine.stop()
         restarted = Engine(config, asyncio.get_running_loop())
         try:
-            out["after_restart"] = len(restarted.ids)
-            out["b_restart"] = (await restarted.submit([_versioned(restarted, "b", 1)]))[0]
+            out["after_restart"] = len(restarted.current.ids)
+            out["b_restart"] = (await restarted.writer.submit([_versioned(restarted, "b", 1)]))[0]
         finally:
             restarted.stop()
         return out

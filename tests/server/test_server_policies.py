@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from fedrank.core.iteration_policy import AllOf, FixedTime, MinUpdates, OpenIteration, SignStable
+from fedrank.server.branches import branch_of
 from fedrank.server.config import load_config
-from fedrank.server.engine import branch_of, make_policy
+from fedrank.server.scheduler import make_policy
 from tests.server.serverkit import (
     Live,
     closed_iteration,

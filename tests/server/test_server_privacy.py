@@ -26,7 +26,8 @@ from fedrank.privacy.accounting import (
     randomized_response_message_epsilon,
 )
 from fedrank.privacy.adaptive_clip import AdaptiveClip
-from fedrank.server.engine import Engine, Incoming
+from fedrank.server.engine import Engine
+from fedrank.server.messages import Incoming
 from fedrank.server.privacy import PrivacyLedger, report_config
 from fedrank.server.store import Store
 from fedrank.server.workloads import make_workload
@@ -172,8 +173,10 @@ def test_the_budget_survives_a_restart_and_binds_the_store(tmp_path: Path) -> No
         try:
             for _ in range(ROUNDS + 1):
                 if not engine.snapshot().budget_spent:  # the app refuses updates after it
-                    await engine.submit([_incoming(engine, f"m{engine.iteration}")])
-                statuses.append((await engine.command("close", reason="t", force=True)).status)
+                    await engine.writer.submit([_incoming(engine, f"m{engine.current.number}")])
+                statuses.append(
+                    (await engine.writer.command("close", reason="t", force=True)).status
+                )
         finally:
             engine.stop()
         restarted = Engine(config, asyncio.get_running_loop())
@@ -214,11 +217,11 @@ def test_the_adaptive_clip_follows_the_norms_privately_and_survives_a_restart(
         try:
             for k, rows in enumerate(updates):
                 batch = [_incoming(engine, f"m{k}-{i}", row) for i, row in enumerate(rows)]
-                await engine.submit(batch)
-                assert (await engine.command("close", reason="t", force=True)).status == 200
+                await engine.writer.submit(batch)
+                assert (await engine.writer.command("close", reason="t", force=True)).status == 200
                 clips.append(engine.privacy.current_clip)
                 params.append(engine.round.params)
-            status = engine.privacy.status(engine.iteration)
+            status = engine.privacy.status(engine.current.number)
         finally:
             engine.stop()
         restarted = Engine(config, asyncio.get_running_loop())

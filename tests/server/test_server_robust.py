@@ -17,7 +17,8 @@ import orjson
 
 from fedrank.aggregators import CoordinateMedian, NormBounded
 from fedrank.core.message import MessageBatch
-from fedrank.server.engine import Engine, Incoming, Messages
+from fedrank.server.engine import Engine
+from fedrank.server.messages import Incoming, Messages
 from fedrank.systems.frecency.strategy import FrecencyStrategy
 from tests.server.serverkit import offline_config
 
@@ -65,9 +66,9 @@ def test_a_median_server_with_an_adaptive_bound_closes_and_keeps_the_bound(
             assert isinstance(agg, NormBounded) and isinstance(agg.inner, CoordinateMedian)
             out["params0"] = engine.round.params.copy()
             items = [_update(engine, f"a{k}", g, 0) for k, g in enumerate(first)]
-            out["accepted"] = [o.status for o in await engine.submit(items)]
+            out["accepted"] = [o.status for o in await engine.writer.submit(items)]
             out["state0"] = engine.round.aggregate
-            out["close"] = await engine.command("close", reason="test", force=True)
+            out["close"] = await engine.writer.command("close", reason="test", force=True)
             out["params1"] = engine.round.params.copy()
             out["bound1"] = engine.round.aggregate.bound
             out["served_bound1"] = engine.snapshot().norm_bound  # GET /v1/model serves it
@@ -85,16 +86,16 @@ def test_a_median_server_with_an_adaptive_bound_closes_and_keeps_the_bound(
                          count=2)
                 for name, state in (("proxy-stale", stale), ("proxy-fresh", fresh))
             ]  # fmt: skip
-            out["proxy"] = await engine.submit(proxy)
+            out["proxy"] = await engine.writer.submit(proxy)
             items = [_update(engine, f"b{k}", g, 1) for k, g in enumerate(second[2:])]
-            await engine.submit(items)
+            await engine.writer.submit(items)
             out["before_restart"] = agg.state_to_json(engine.round.aggregate)
         finally:
             engine.stop()
         restarted = Engine(config, asyncio.get_running_loop())
         try:
             out["after_restart"] = restarted.aggregator.state_to_json(restarted.round.aggregate)
-            out["close2"] = await restarted.command("close", reason="test", force=True)
+            out["close2"] = await restarted.writer.command("close", reason="test", force=True)
             out["bound2"] = restarted.round.aggregate.bound
         finally:
             restarted.stop()
@@ -147,12 +148,12 @@ def test_updates_beyond_max_rows_wait_for_the_next_iteration(tmp_path: Path) -> 
         try:
             out: dict[str, Any] = {}
             items = [_update(engine, f"m{k}", g, 0) for k, g in enumerate(rows)]
-            out["batch"] = await engine.submit_columns(Messages.of(items, engine.workload))
+            out["batch"] = await engine.writer.submit_columns(Messages.of(items, engine.workload))
             out["count"] = engine.round.aggregate.count
             out["rejected"] = engine.rejected()["iteration_full"]
-            out["close"] = await engine.command("close", reason="test", force=True)
+            out["close"] = await engine.writer.command("close", reason="test", force=True)
             late = [_update(engine, f"m{k}", rows[k], 1) for k in (3, 4)]
-            out["retry"] = [o.status for o in await engine.submit(late)]
+            out["retry"] = [o.status for o in await engine.writer.submit(late)]
             return out
         finally:
             engine.stop()

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from starlette.applications import Starlette
 
-from fedrank.server.app import Server
+from fedrank.server.app import lifespan
+from fedrank.server.service import Service
 from fedrank.strategies.base import SafeguardError
 from tests.server.serverkit import offline_config
 from tests.server.test_server_engine import _message
@@ -35,14 +36,13 @@ def test_a_failing_close_backs_off_is_reported_and_clears(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     config = offline_config(TOML, tmp_path, store=str(tmp_path / "store"))
-    server = Server(config)
+    service = Service(config)
 
     async def scenario() -> dict[str, Any]:
-        async with server.lifespan(Starlette()):
-            engine = server.engine
-            assert engine is not None
-            server._scheduler.cancel()  # type: ignore[union-attr]  # ticks driven by hand
-            await engine.submit([_message(engine, "m", 1)])
+        async with lifespan(service, Starlette()):
+            engine, scheduler = service.engine, service.scheduler
+            await scheduler.stop()  # ticks driven by hand
+            await engine.writer.submit([_message(engine, "m", 1)])
             real_step = engine.strategy.server_step
 
             def refuse(*args: Any, **kwargs: Any) -> Any:
@@ -52,19 +52,19 @@ def test_a_failing_close_backs_off_is_reported_and_clears(
             memory: tuple[Any, ...] = (0, None, -1)
             started = time.monotonic()
             for _ in range(50):  # 0.5 s of ticks: without a back-off, 50 failed closes
-                memory = await server._tick(*memory)
+                memory = await scheduler.tick(*memory)
                 await asyncio.sleep(0.01)
             failed = {
-                "total": server.close_failures_total,
-                "error": server.last_close_error,
+                "total": scheduler.close_failures_total,
+                "error": scheduler.last_close_error,
                 "version": engine.snapshot().version,
                 "elapsed": time.monotonic() - started,
             }
             engine.strategy.server_step = real_step  # type: ignore[method-assign]
-            server._close_retry_at = 0.0  # the back-off is over
-            await server._tick(*memory)
+            scheduler._close_retry_at = 0.0  # the back-off is over
+            await scheduler.tick(*memory)
             return {"failed": failed, "version": engine.snapshot().version,
-                    "error": server.last_close_error}  # fmt: skip
+                    "error": scheduler.last_close_error}  # fmt: skip
 
     with caplog.at_level(logging.ERROR, logger="fedrank.server"):
         r = asyncio.run(scenario())

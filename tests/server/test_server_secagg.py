@@ -204,14 +204,14 @@ def test_a_failed_close_after_a_secure_round_is_retried_without_a_second_aggrega
     toml = TOML.replace(f"clients_per_round = {K}", f"clients_per_round = {k}")
     config = offline_config(toml, tmp_path, store=str(tmp_path / "store"))
     app = create_app(config)
-    server = app.server  # type: ignore[attr-defined]
+    service = app.service  # type: ignore[attr-defined]
     web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=web.run, daemon=True)
     thread.start()
     try:
         wait_until(lambda: web.started, timeout=30, what="the in-process server")
         url = f"http://127.0.0.1:{web.servers[0].sockets[0].getsockname()[1]}"
-        strategy = server.engine.strategy
+        strategy = service.engine.strategy
         real_step = strategy.server_step
 
         def refuse(*args: object, **kwargs: object) -> object:

@@ -1,6 +1,6 @@
 """When to close an iteration (Mozilla paper, Section 6.4, future work), shared by the
 simulated policy comparison (:mod:`fedrank.experiments.frecency.policies`) and the server
-(:mod:`fedrank.server.engine`).
+(:mod:`fedrank.server.scheduler`).
 
 The deployed system closed an iteration every 30 minutes, whatever number of reports had
 arrived; the paper proposes closing iterations by report count, or once the update estimate

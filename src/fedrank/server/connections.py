@@ -2,11 +2,11 @@
 
 uvicorn closes an idle keep-alive connection after ``timeout_keep_alive``, but a connection
 that never completes its request headers is never timed out, so slow or silent clients
-could hold every file descriptor (issue 15, F4: two such clients filled 20,000 and new
-clients got empty replies). :class:`GuardedProtocol` adds a *header* deadline: from the
-moment a connection opens, or a new request on it begins, its headers must be complete
-within ``header_timeout`` seconds, or the connection is closed. The *body* deadline is
-enforced where the body is read (:meth:`fedrank.server.app.Server._read`: 408), the
+could hold every file descriptor, and new clients would get empty replies.
+:class:`GuardedProtocol` adds a *header* deadline: from the moment a connection opens, or a
+new request on it begins, its headers must be complete within ``header_timeout`` seconds,
+or the connection is closed. The *body* deadline is
+enforced where the body is read (:func:`fedrank.server.envelope.read_body`: 408), the
 keep-alive timeout is uvicorn's, and ``max_connections`` is uvicorn's
 ``limit_concurrency`` (503 beyond it). All four are ``[server]`` keys.
 """

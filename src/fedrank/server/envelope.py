@@ -1,21 +1,30 @@
 """What the service accepts from a client, checked before anything reaches the writer:
-identifiers, model versions, metrics and the envelope of an update, each refused with a
-:class:`BadRequest` that says what is wrong (status, machine code, human detail).
+request bodies, identifiers, model versions, metrics and the envelope of an update, each
+refused with a :class:`BadRequest` that says what is wrong (status, machine code, human
+detail).
 
-Every size an attacker controls is bounded here: ids of 1-128 characters from a fixed
-alphabet, metrics only from the server's schema (:class:`MetricSchema`: known names,
-values in their ranges), at most :data:`MAX_BATCH` messages per batch.
+Every size an attacker controls is bounded here: bodies of at most ``[server]
+max_body_bytes`` that arrive within ``body_timeout`` (:func:`read_body`), ids of 1-128
+characters from a fixed alphabet, metrics only from the server's schema
+(:class:`MetricSchema`: known names, values in their ranges), at most :data:`MAX_BATCH`
+messages per batch.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import orjson
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
+from starlette.types import Receive
+
+from fedrank.server.config import ServerSection
 
 JSON = "application/json"
 BINARY = "application/vnd.fedrank.update"
@@ -41,6 +50,63 @@ class BadRequest(Exception):
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     """``body`` as a JSON response."""
     return Response(orjson.dumps(body), status_code=status, media_type=JSON, headers=headers)
+
+
+async def read_body(headers: Mapping[str, str], receive: Receive, server: ServerSection) -> bytes:
+    """The body from the ASGI ``receive`` callable, refusing it (413) as soon as it
+    exceeds ``server.max_body_bytes`` and (408) when it is not complete within
+    ``server.body_timeout`` (a slow body cannot hold the connection). A client that
+    disconnects mid-body raises ``ClientDisconnect``: a partial body is never read as a
+    whole one."""
+    limit, seconds = server.max_body_bytes, server.body_timeout
+    declared = headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BadRequest(413, "too_large", f"the body exceeds {limit} bytes")
+    parts, size = [], 0
+    # the deadline as one timer that cancels this task (asyncio.timeout's mechanism, with
+    # less work: this runs for every request)
+    task = asyncio.current_task()
+    assert task is not None
+    expired: list[bool] = []
+
+    def expire() -> None:
+        expired.append(True)
+        task.cancel()
+
+    handle = asyncio.get_running_loop().call_later(seconds, expire)
+    try:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientDisconnect()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise BadRequest(413, "too_large", f"the body exceeds {limit} bytes")
+            parts.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(parts)
+    except asyncio.CancelledError:
+        if expired and task.uncancel() == 0:  # our deadline, not a shutdown
+            raise BadRequest(
+                408, "body_timeout", f"the body did not arrive within {seconds:g} s"
+            ) from None
+        raise
+    finally:
+        handle.cancel()
+
+
+def json_body(body: bytes) -> Any:
+    """``body`` parsed as JSON; :class:`BadRequest` (400) when it is not JSON."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(400, "bad_json", f"the body is not valid JSON: {exc}") from exc
+
+
+def media_type(headers: Mapping[str, str]) -> str:
+    """The request's ``Content-Type`` without its parameters, lowercased."""
+    return headers.get("content-type", "").split(";")[0].strip().lower()
 
 
 def identifier(value: Any, name: str, required: bool = True) -> str | None:

@@ -1,8 +1,8 @@
-"""Rate-limited error logs (issue 15, F11).
+"""Rate-limited error logs.
 
 A failure that repeats with every request -- a full disk, a close the safeguards refuse --
-logged a traceback per request: 2,566 tracebacks in 15 s on a full disk, which buries the
-first (useful) one and fills the disk further. :class:`RateLimit` is a :mod:`logging` filter
+would log a traceback per request, which buries the first (useful) one and fills the disk
+further. :class:`RateLimit` is a :mod:`logging` filter
 that lets the first record of each kind through, then at most one per ``interval`` seconds,
 and tells in that one how many like it were held back. A kind is the logger, the message
 template and the exception type, so different failures are never hidden behind each other.

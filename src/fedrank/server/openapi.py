@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from starlette.requests import Request
+from starlette.responses import Response
+
+from fedrank.server.envelope import json_response
+
 _ID = {"type": "string", "pattern": "^[A-Za-z0-9._:\\-]{1,128}$"}
 _ERROR = {
     "type": "object",
@@ -46,7 +51,7 @@ def _errors(*codes: int) -> dict[str, Any]:
 
 
 def openapi_document() -> dict[str, Any]:
-    """The API description (see :mod:`fedrank.server.app`)."""
+    """The API description (the endpoints: :mod:`fedrank.server.routes`)."""
     return {
         "openapi": "3.1.0",
         "info": {"title": "fedrank federation server", "version": "1"},
@@ -312,3 +317,8 @@ def openapi_document() -> dict[str, Any]:
             },
         },
     }
+
+
+async def openapi(request: Request) -> Response:
+    """``GET /openapi.json``."""
+    return json_response(openapi_document())

@@ -211,7 +211,8 @@ class PrivacyLedger:
         """``/v1/status``'s ``privacy``: each user's guarantee over the ``closed``
         iterations (``{mechanism, epsilon, delta, rounds, sampling_rate, noise_multiplier,
         clip}``; epsilon ``None``: no mechanism), the per-message guarantee, the budget and
-        whether it is spent. Computed once per ``closed`` (the accountant takes ~0.1 s)."""
+        whether it is spent. Computed once per ``closed``: the accountant is too slow to
+        run in every request."""
         cache = self._status
         value = cache.get(closed)
         if value is None:

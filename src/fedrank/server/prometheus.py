@@ -10,13 +10,14 @@ from fedrank.server.engine import Engine
 
 def prometheus_text(
     engine: Engine,
+    rejected: Mapping[str, int],
     requests: Mapping[tuple[str, int], int],
     server_refused: Mapping[tuple[str, str], int],
 ) -> str:
-    """Every metric of ``engine`` (messages accepted, refused by reason, duplicates, group
-    commits and their duration histogram, model version, open iteration), the HTTP
-    ``requests`` counted by endpoint and status, and the refused requests that are not
-    updates (``server_refused``, by endpoint and reason)."""
+    """Every metric of ``engine`` (messages accepted, duplicates, group commits and their
+    duration histogram, model version, open iteration), the messages ``rejected`` by
+    reason, the HTTP ``requests`` counted by endpoint and status, and the refused requests
+    that are not updates (``server_refused``, by endpoint and reason)."""
     e, snap = engine, engine.snapshot()
     lines: list[str] = []
 
@@ -30,7 +31,7 @@ def prometheus_text(
         "updates_rejected_total",
         "counter",
         "Messages refused, by reason.",
-        [(f'{{reason="{k}"}}', v) for k, v in sorted(e.rejected().items())],
+        [(f'{{reason="{k}"}}', v) for k, v in sorted(rejected.items())],
     )
     metric(
         "requests_refused_total",

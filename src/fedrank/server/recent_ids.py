@@ -1,11 +1,11 @@
 """The message ids the writer must remember to answer duplicates: those of the last
-``max_staleness + 1`` iterations only (issue 15, F11).
+``max_staleness + 1`` iterations only.
 
 Every message carries a client-chosen id; a resent message (a client that lost the answer)
-must be acknowledged, not counted twice. Remembering every id ever stored costs about 300
-bytes each, forever. It is also unnecessary: a message computed on model version ``v`` is
-accepted only while the open iteration serves a version ``<= v + max_staleness``, and the
-served version grows by one with every close. So a message stored more than
+must be acknowledged, not counted twice. Remembering every id ever stored would grow the
+server's memory with every message, forever. It is also unnecessary: a message computed on
+model version ``v`` is accepted only while the open iteration serves a version ``<= v +
+max_staleness``, and the served version grows by one with every close. So a message stored more than
 ``max_staleness`` closes ago carries a version the server now refuses as stale (409): it can
 never be counted again, whether or not its id is remembered. The window of iterations kept
 here is exactly the set in which a resend could still be accepted; older ids stay in the

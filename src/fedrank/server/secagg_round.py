@@ -279,7 +279,7 @@ class SecAggRound:
     def advance(self, now: float) -> None:
         """Close the open stage when everyone expected has sent, or at its deadline. The
         last stage only becomes :attr:`ready`: :meth:`finish` (Shamir reconstruction and
-        mask expansion, seconds at K = 1,000) runs off the event loop."""
+        mask expansion, the costly part of a round) runs off the event loop."""
         if self.finished or self.ready or self.deadline is None:
             return
         everyone = self._expected if self.stage > 0 else frozenset(self.ids.values())

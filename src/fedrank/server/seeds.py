@@ -24,6 +24,9 @@ table (key :data:`SECRET_KEY`), beside the store's identity and pause flag, so t
 valid across restarts and a new store (or a database rebuilt by ``fedrank store
 recover``) has a secret of its own. The claims are rebuilt at start from the stored
 updates of the versions the server still accepts.
+
+The front door checks every update's seed (:class:`SeedChecks`) before it goes to the
+writer, in every form an update arrives in.
 """
 
 from __future__ import annotations
@@ -34,13 +37,16 @@ import re
 import secrets
 import sqlite3
 import struct
-from collections.abc import Iterable
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 
 from fedrank.errors import ConfigError
+from fedrank.server.envelope import BadRequest
+from fedrank.server.messages import Incoming, Messages
 from fedrank.server.store import DATABASE
 
 #: Key of the secret in the store's ``meta`` table.
@@ -62,6 +68,11 @@ _HEX_TOKEN = re.compile(rf"[0-9a-f]{{{TOKEN_HEX}}}")
 Refusal = tuple[int, str, str]
 #: What a claim is keyed by: the token's model version and nonce (one issued seed).
 ClaimKey = tuple[int, bytes]
+#: What an update reports of its seed: message id, model version, seed, raw token or None.
+Report = tuple[str, int, int, bytes | None]
+#: A claim to make once every other check has passed: the message's index in its request,
+#: the claim's key and the message id.
+Claim = tuple[int, ClaimKey, str]
 
 
 def token_from_hex(value: object) -> bytes | None:
@@ -247,3 +258,100 @@ def _stored_claims(db: sqlite3.Connection, oldest_version: int) -> list[tuple[Cl
             )
         out.append((SeedIssuer.claim_key(token), str(message_id)))
     return out
+
+
+def report_of(item: Incoming) -> Report | None:
+    """What a message reports of its seed (``None`` for a ping or an aggregate)."""
+    if item.kind != "update":
+        return None
+    return item.message_id, item.model_version, item.parsed.seed, item.parsed.seed_token
+
+
+def batch_reports(msgs: Messages) -> list[Report | None]:
+    """What each update of a binary batch reports of its seed (its payloads are the parsed
+    records, which end in their seed tokens when the server issues the seeds)."""
+    payloads: list[Any] = msgs.payloads
+    return [
+        (mid, version, p["seed"], bytes.fromhex(p["seed_token"]))
+        for mid, version, p in zip(msgs.ids, msgs.versions.tolist(), payloads, strict=True)
+    ]
+
+
+class SeedChecks:
+    """The seeds reported by updates, checked before the updates go to the writer (module
+    docstring): with ``issuer`` and ``claims`` (``[foltr_es] server_seeds``) every update
+    must carry a token issued for its seed, its version and no other message; without them
+    (clients draw their own seeds) a token is refused."""
+
+    def __init__(self, issuer: SeedIssuer | None = None, claims: SeedClaims | None = None):
+        self.issuer = issuer
+        self.claims = claims
+
+    def check(
+        self,
+        reported: Sequence[Report | None],
+        known: Container[str],
+        oldest: int,
+        numbered: bool = False,
+    ) -> list[Claim]:
+        """Refuse an update whose ``seed_token`` is missing or was not issued for its seed
+        (422 ``bad_seed_token``), was issued for another model version than the message
+        names (409 ``stale``), or whose seed was already reported under another
+        ``message_id`` (409 ``duplicate_seed``). Returns the claims to make with
+        :meth:`claim` once every other check has passed (nothing is reserved here). A
+        server that does not issue seeds refuses a token. A message already stored (its id
+        in ``known``) is a retry, answered 200 duplicate by the writer: not checked. The
+        claims of versions below ``oldest`` are forgotten first. ``numbered``: refusals
+        name the message's index (a batch refused whole)."""
+        if self.issuer is None or self.claims is None:
+            for k, report in enumerate(reported):
+                if report is not None and report[3] is not None and report[0] not in known:
+                    where = f"message {k}: " if numbered else ""
+                    raise BadRequest(
+                        422,
+                        "invalid_payload",
+                        f"{where}this server does not issue seeds ([foltr_es] server_seeds = "
+                        "false): drop seed_token and report the seed you drew",
+                    )
+            return []
+        self.claims.forget_before(oldest)
+        out: list[Claim] = []
+        here: dict[ClaimKey, tuple[int, str]] = {}  # seeds reported earlier in this request
+        for k, report in enumerate(reported):
+            if report is None or report[0] in known:
+                continue
+            message_id, version, seed, token = report
+            where = f"message {k}: " if numbered else ""
+            if token is None:
+                raise BadRequest(
+                    422,
+                    "bad_seed_token",
+                    f"{where}this server issues the seeds ([foltr_es] server_seeds): check in "
+                    "(POST /v1/checkin) and send the seed and seed_token it returned",
+                )
+            refused = self.issuer.refusal(token, seed, version)
+            key = SeedIssuer.claim_key(token)
+            if refused is None:
+                refused = self.claims.refusal(key, message_id)
+            if refused is None and here.get(key, (k, message_id))[1] != message_id:
+                first = here[key][0]
+                detail = f"message {first} reports the same issued seed; each counts once"
+                refused = (409, "duplicate_seed", detail)
+            if refused is not None:
+                status, code, detail = refused
+                raise BadRequest(status, code, where + detail)
+            here[key] = (k, message_id)
+            out.append((k, key, message_id))
+        return out
+
+    def claim(self, claims: list[Claim]) -> None:
+        """Claim the seeds :meth:`check` passed (their updates go to the writer)."""
+        if self.claims is not None:
+            for _, key, message_id in claims:
+                self.claims.claim(key, message_id)
+
+    def settle(self, claims: list[Claim], statuses: Sequence[int]) -> None:
+        """The writer answered: keep the claims of stored updates, release the others."""
+        if self.claims is not None:
+            for k, key, message_id in claims:
+                self.claims.settle(key, message_id, int(statuses[k]))

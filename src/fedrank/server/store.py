@@ -6,11 +6,12 @@ What is stored, and why it is enough to resume exactly after ``kill -9``:
 * ``groups``: every accepted message, with the iteration it was counted in. Each group
   commit of the writer (the messages of many requests, decided together) is *one* row
   holding its messages as a JSON array ``[message_id, model_version, branch, kind, payload,
-  metrics, count]``: one small write per group instead of one indexed row per message, so
-  the store keeps up with hundreds of thousands of updates per second. The view
-  ``updates`` shows one row per message (what readers, audits and the Parquet export use).
-  ``message_id`` is unique because the single writer decides every message against the set
-  of stored ids (rebuilt from the store at start). An update is acknowledged only after the
+  metrics, count]``: one small write per group instead of one indexed row per message. The
+  view ``updates`` shows one row per message (what readers, audits and the Parquet export
+  use). ``message_id`` is unique because the single writer decides every message against
+  the ids stored in the iterations whose model versions it still accepts (rebuilt from the
+  store at start, :mod:`fedrank.server.recent_ids`); an older message is refused as stale.
+  An update is acknowledged only after the
   transaction holding it has committed, and SQLite's WAL with ``synchronous=FULL`` makes a
   commit durable (fsync) before it returns.
 * ``models``: every published version: parameters and optimizer state as exact JSON
@@ -20,7 +21,7 @@ What is stored, and why it is enough to resume exactly after ``kill -9``:
 
 The running aggregate of the open iteration is a pure function of the open iteration's
 stored updates (aggregators are order-independent monoids, tested), so a restart replays
-them (:meth:`Store.open_iteration_updates`) and reaches the state the server had,
+them (:meth:`Store.iteration_rows`) and reaches the state the server had,
 counting every acknowledged update exactly once. Closing an iteration (new model, closed
 iteration, next iteration opened) is one transaction: a crash leaves either the old or the
 new state, never half.
@@ -117,7 +118,7 @@ def check_directory(directory: Path) -> None:
     """Refuse to start on a store whose database is gone (deleted, or truncated to
     nothing) while its identity file or Parquet audit log remain: starting anyway would
     begin again at version 0, accept acknowledged message ids a second time and overwrite
-    the audit log (issue 15, F2). Raises :class:`~fedrank.errors.ConfigError` saying how to
+    the audit log. Raises :class:`~fedrank.errors.ConfigError` saying how to
     recover."""
     directory = Path(directory)
     database = directory / DATABASE
@@ -511,10 +512,11 @@ class _Checkpointer:
     """Checkpoints the WAL every ``interval`` seconds from its own connection and thread.
 
     SQLite's automatic checkpoint runs inside the commit that crosses 1,000 WAL pages, so
-    that commit (and every client waiting on it) also waits for the database file's fsync;
-    on a disk with occasional slow fsyncs this put 50-700 ms outliers into p99 latency
-    (benchmarks/bench_service.py). A PASSIVE checkpoint never blocks the writer, and an
-    acknowledged update is durable in the WAL whether or not it has been checkpointed.
+    that commit (and every client waiting on it) also waits for the database file's fsync,
+    and on a disk with occasional slow fsyncs every such commit is an outlier of the
+    acknowledgement latency (benchmarks/bench_service.py measures it). A PASSIVE checkpoint
+    never blocks the writer, and an acknowledged update is durable in the WAL whether or not
+    it has been checkpointed.
     """
 
     def __init__(self, path: Path, interval: float = 0.5) -> None:

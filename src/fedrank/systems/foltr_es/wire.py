@@ -98,8 +98,9 @@ class FoltrEsWire(Wire):
     :mod:`fedrank.server.seeds`): its format is checked here, whether the server issues
     seeds or not, so that updates stored under either setting are read back alike after a
     restart; whether a token is required, and whether it vouches for the seed, is decided by
-    the front door (:mod:`fedrank.server.app`). The binary forms carry the token only when
-    the server issues seeds: the 8 / 12-byte ES message, then its :data:`TOKEN_BYTES` bytes.
+    the front door (:class:`fedrank.server.seeds.SeedChecks`). The binary forms carry the
+    token only when the server issues seeds: the 8 / 12-byte ES message, then its
+    :data:`TOKEN_BYTES` bytes.
     """
 
     name = "foltr-es"
