@@ -26,7 +26,8 @@ from fedrank.experiments.fedps.data import FedPSData
 from fedrank.experiments.fedps.run import FedPSResult, run_fedps, run_seeds
 from fedrank.experiments.fedps.server import FedPSServer
 from fedrank.experiments.fedps.settings import MODES, RULE_MODES, FedPSSettings
-from fedrank.models.peps import GLOBAL_EMBEDDING, PEPSRanker, PersonalEmbeddings
+from fedrank.models.peps.layers import PersonalEmbeddings
+from fedrank.models.peps.ranker import GLOBAL_EMBEDDING, PEPSRanker
 from fedrank.privacy import kl_settings
 from fedrank.retrieval.candidates import RankingSamples, UserData
 

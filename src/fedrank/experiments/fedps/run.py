@@ -99,7 +99,7 @@ from fedrank.experiments.fedps.settings import (
 from fedrank.experiments.fedps.stragglers import ResponseTimes
 from fedrank.federation.privacy import run_record
 from fedrank.metrics.relevance import per_query_table
-from fedrank.models.peps import PEPSRanker
+from fedrank.models.peps.ranker import PEPSRanker
 from fedrank.privacy import kl_settings
 from fedrank.privacy import profile_kl as kl
 from fedrank.privacy.cover_queries import CoverQueryGenerator
