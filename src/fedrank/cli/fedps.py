@@ -215,8 +215,9 @@ def run(
             stack.enter_context(threadpool_limits(limits=1))
         # the settings above are checked with light modules only (fedps.settings): a bad
         # command line fails at once and starts no cluster
+        from fedrank.experiments.fedps.covers import start_covers
         from fedrank.experiments.fedps.data import prepare_aol
-        from fedrank.experiments.fedps.run import run_seeds, start_covers
+        from fedrank.experiments.fedps.run import run_seeds
 
         covers: list[Future[list[np.ndarray]]] = []
 
