@@ -405,8 +405,8 @@ def reproduce(
     """Tables 2-6, the hierarchy comparison and Figure 4 of the FedPS paper: writes
     tables.md, results.json, figure4.png and one JSON per run (finished runs are reused when
     rerun)."""
-    from fedrank.experiments.fedps.reproduce import ReproduceConfig
     from fedrank.experiments.fedps.reproduce import reproduce as run_reproduce
+    from fedrank.experiments.fedps.reproduce_grid import ReproduceConfig
 
     try:
         rates = tuple(float(x) for x in lrs.split(",") if x.strip())

@@ -364,7 +364,7 @@ def test_cli_reports_a_missing_log(tmp_path: Path) -> None:
 
 def test_hierarchy_runs_on_the_first_hierarchy_seeds(tmp_path: Path) -> None:
     from fedrank.errors import ConfigError
-    from fedrank.experiments.fedps.reproduce import ReproduceConfig, planned_jobs
+    from fedrank.experiments.fedps.reproduce_grid import ReproduceConfig, planned_jobs
 
     def hierarchy(n: int) -> list[str]:
         config = ReproduceConfig(
@@ -382,7 +382,7 @@ def test_hierarchy_runs_on_the_first_hierarchy_seeds(tmp_path: Path) -> None:
 
 def test_hierarchy_runs_at_the_late_shares_asked_for(tmp_path: Path) -> None:
     from fedrank.errors import ConfigError
-    from fedrank.experiments.fedps.reproduce import ReproduceConfig, command_line, planned_jobs
+    from fedrank.experiments.fedps.reproduce_grid import ReproduceConfig, command_line, planned_jobs
 
     config = ReproduceConfig(
         log=tmp_path / "log.tsv", out_dir=tmp_path, seeds=(1, 2, 3), hierarchy_seeds=3,
