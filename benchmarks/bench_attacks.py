@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from fedrank.core.json_io import write_json
-from fedrank.data.letor import load_fold
+from fedrank.data.letor.folds import load_fold
 from fedrank.experiments.foltr.run import FoltrConfig, run_foltr
 from fedrank.experiments.frecency import study as S
 from fedrank.simulation.attacks import Attack

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from fedrank.core.json_io import write_json
-from fedrank.data.letor import load_fold
+from fedrank.data.letor.folds import load_fold
 from fedrank.experiments.foltr.run import FoltrConfig, run_foltr
 from fedrank.models.click_models import click_model
 from fedrank.models.rankers import make_ranker

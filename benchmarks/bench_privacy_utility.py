@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from fedrank.core.json_io import write_json
-from fedrank.data.letor import load_folds
+from fedrank.data.letor.folds import load_folds
 from fedrank.experiments.foltr.run import FoltrConfig, run_foltr
 from fedrank.privacy.report import fpdgd_privacy
 

@@ -186,7 +186,7 @@ def mq2008_dir(data_dir: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def mq2008_fold1(mq2008_dir: Path, letor_cache: Path):  # noqa: ANN201 (LetorFold)
-    from fedrank.data.letor import load_fold
+    from fedrank.data.letor.folds import load_fold
 
     return load_fold(mq2008_dir, 1, cache_dir=letor_cache)
 
@@ -200,7 +200,7 @@ def synthetic_split(
 ):  # noqa: ANN201 (LetorSplit)
     """A random LETOR split: labels 0-2 that depend on the first feature, so there is
     something to learn."""
-    from fedrank.data.letor import LetorSplit
+    from fedrank.data.letor.split import LetorSplit
 
     sizes = rng.integers(1, max_docs + 1, size=n_queries)
     n = int(sizes.sum())

@@ -9,7 +9,8 @@ import pytest
 from sklearn.exceptions import NotFittedError
 
 from fedrank.baselines import LambdaMART, MSERanker
-from fedrank.data.letor import LetorFold, LetorSplit, load_fold
+from fedrank.data.letor.folds import load_fold
+from fedrank.data.letor.split import LetorFold, LetorSplit
 from fedrank.data.query_bank import QueryBank
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.metrics.evaluate import evaluate

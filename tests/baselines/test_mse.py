@@ -10,7 +10,8 @@ from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import LinearRegression, Ridge
 
 from fedrank.baselines import MSERanker
-from fedrank.data.letor import LetorFold, LetorSplit, load_fold
+from fedrank.data.letor.folds import load_fold
+from fedrank.data.letor.split import LetorFold, LetorSplit
 from fedrank.data.query_bank import QueryBank
 from fedrank.errors import DataFormatError
 from fedrank.metrics.evaluate import evaluate

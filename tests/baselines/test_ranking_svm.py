@@ -12,7 +12,8 @@ from scipy.optimize import minimize
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
 from fedrank.baselines import RankingSVM, ranking_pairs
-from fedrank.data.letor import LetorFold, LetorSplit, load_fold
+from fedrank.data.letor.folds import load_fold
+from fedrank.data.letor.split import LetorFold, LetorSplit
 from fedrank.data.query_bank import QueryBank
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.metrics.evaluate import evaluate

@@ -18,18 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fedrank.data import letor
-from fedrank.data.letor import (
-    LetorCacheWarning,
-    LetorFold,
-    LetorSplit,
-    dataset_layout,
-    default_cache_dir,
-    load_fold,
-    load_folds,
-    read_lightgbm,
-    read_svmlight,
-)
+from fedrank.data.letor import formats
+from fedrank.data.letor.cache import LetorCacheWarning, default_cache_dir
+from fedrank.data.letor.folds import dataset_layout, load_fold, load_folds
+from fedrank.data.letor.formats import read_lightgbm, read_svmlight
+from fedrank.data.letor.split import LetorFold, LetorSplit
 from fedrank.errors import ConfigError, DataFormatError
 
 # shared/data/README.md, section 1: rows, queries, label 0/1/2 counts per part.
@@ -237,7 +230,7 @@ def test_warm_load_does_not_parse(
     def boom(*args: object) -> None:
         raise AssertionError("parsed although the cache holds the file")
 
-    monkeypatch.setattr(letor, "_parse_svmlight", boom)
+    monkeypatch.setattr(formats, "_parse_svmlight", boom)
     warm = load_fold(mq2008, 2, cache_dir=shared_cache)
     for a, b in ((cold.train, warm.train), (cold.vali, warm.vali), (cold.test, warm.test)):
         for field in ("features", "labels", "query_offsets", "query_ids"):

@@ -16,7 +16,7 @@ from fedrank.estimators.local_sgd import (
     shuffled_batches,
 )
 from fedrank.experiments.fedps.data import FedPSData, prepare_aol
-from fedrank.models.peps import PEPSConfig, PEPSRanker
+from fedrank.models.peps.ranker import PEPSConfig, PEPSRanker
 from fedrank.retrieval.candidates import FEATURE_NAMES
 
 

@@ -12,7 +12,8 @@ import pytest
 
 from fedrank.errors import ConfigError
 from fedrank.experiments.executors import check_executor_options, cluster_workers, job_executor
-from fedrank.experiments.fedps.reproduce import Job, ReproduceConfig, run_jobs
+from fedrank.experiments.fedps.reproduce import run_jobs
+from fedrank.experiments.fedps.reproduce_grid import Job, ReproduceConfig
 from fedrank.experiments.fedps.settings import FedPSSettings
 from tests.untimed import untimed
 

@@ -12,18 +12,15 @@ import torch
 
 from fedrank.losses.lambdarank import lambdarank_loss
 from fedrank.metrics.relevance import map_mrr_p1
-from fedrank.models.peps import (
-    GLOBAL_EMBEDDING,
+from fedrank.models.peps.batch import _unique_rows
+from fedrank.models.peps.layers import (
     KERNEL_MUS,
     KERNEL_SIGMAS,
-    MASKED_SCORE,
     KernelPooling,
-    PEPSConfig,
-    PEPSRanker,
     PersonalEmbeddings,
     PiecewiseLinearEncoding,
-    _unique_rows,
 )
+from fedrank.models.peps.ranker import GLOBAL_EMBEDDING, MASKED_SCORE, PEPSConfig, PEPSRanker
 
 V, DIM, N_FEATURES = 60, 8, 3
 

@@ -356,7 +356,7 @@ def test_targeted_seed_hurts_foltr_es_and_server_seeds_limit_the_damage(
 ) -> None:
     """A small FOLtR-ES run (200 clients x 4, 80,000 interactions): 10% attackers with
     chosen seeds cost expected MaxRR; with server-issued seeds they cost less."""
-    from fedrank.data.letor import load_fold
+    from fedrank.data.letor.folds import load_fold
     from fedrank.experiments.foltr.run import FoltrConfig, run_foltr
 
     fold = load_fold(mq2008_dir, 1)

@@ -3,7 +3,7 @@
 (svm_rank's objective) and, beyond the paper, LambdaMART (LightGBM lambdarank).
 
 Each is a small scikit-learn-style class: the constructor stores parameters,
-``fit(split, vali=None)`` learns from a :class:`~fedrank.data.letor.LetorSplit` and sets
+``fit(split, vali=None)`` learns from a :class:`~fedrank.data.letor.split.LetorSplit` and sets
 attributes ending in ``_``, and ``score(features)`` maps documents ``(..., n_features)`` to
 scores ``(...)``, so ``model.score`` is a scorer for :func:`fedrank.metrics.evaluate.evaluate`.
 

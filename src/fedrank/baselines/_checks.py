@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.exceptions import NotFittedError
 
-from fedrank.data.letor import LetorSplit
+from fedrank.data.letor.split import LetorSplit
 from fedrank.errors import DataFormatError
 from fedrank.models.linear import LinearRanker
 
@@ -20,8 +20,8 @@ def check_training_splits(split: LetorSplit, vali: LetorSplit | None, model: str
     for role, value in (("split", split), ("vali", vali)):
         if value is not None and not isinstance(value, LetorSplit):
             raise DataFormatError(
-                f"{model}.fit: {role} must be a LetorSplit (see fedrank.data.letor.load_fold), "
-                f"got {type(value).__name__}"
+                f"{model}.fit: {role} must be a LetorSplit (see "
+                f"fedrank.data.letor.folds.load_fold), got {type(value).__name__}"
             )
     if split.n_docs == 0:
         raise DataFormatError(

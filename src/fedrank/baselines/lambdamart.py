@@ -29,7 +29,7 @@ import lightgbm
 import numpy as np
 
 from fedrank.baselines._checks import check_score_features, check_training_splits
-from fedrank.data.letor import LetorSplit
+from fedrank.data.letor.split import LetorSplit
 from fedrank.errors import ConfigError
 
 __all__ = ["LambdaMART"]

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedrank.baselines._checks import LinearScoring, check_training_splits
-from fedrank.data.letor import LetorSplit
+from fedrank.data.letor.split import LetorSplit
 
 __all__ = ["MSERanker"]
 

@@ -47,7 +47,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import LinearSVC
 
 from fedrank.baselines._checks import LinearScoring, check_training_splits
-from fedrank.data.letor import LetorSplit
+from fedrank.data.letor.split import LetorSplit
 from fedrank.errors import ConfigError
 
 __all__ = ["RankingSVM", "ranking_pairs"]

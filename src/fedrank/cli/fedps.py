@@ -215,8 +215,9 @@ def run(
             stack.enter_context(threadpool_limits(limits=1))
         # the settings above are checked with light modules only (fedps.settings): a bad
         # command line fails at once and starts no cluster
+        from fedrank.experiments.fedps.covers import start_covers
         from fedrank.experiments.fedps.data import prepare_aol
-        from fedrank.experiments.fedps.run import run_seeds, start_covers
+        from fedrank.experiments.fedps.run import run_seeds
 
         covers: list[Future[list[np.ndarray]]] = []
 
@@ -404,8 +405,8 @@ def reproduce(
     """Tables 2-6, the hierarchy comparison and Figure 4 of the FedPS paper: writes
     tables.md, results.json, figure4.png and one JSON per run (finished runs are reused when
     rerun)."""
-    from fedrank.experiments.fedps.reproduce import ReproduceConfig
     from fedrank.experiments.fedps.reproduce import reproduce as run_reproduce
+    from fedrank.experiments.fedps.reproduce_grid import ReproduceConfig
 
     try:
         rates = tuple(float(x) for x in lrs.split(",") if x.strip())

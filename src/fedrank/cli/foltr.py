@@ -129,7 +129,7 @@ def foltr_train(
     --malicious and --attack, while a share of the clients poisons its messages)."""
     import contextlib
 
-    from fedrank.data.letor import load_fold
+    from fedrank.data.letor.folds import load_fold
     from fedrank.experiments.executors import check_executor_options, dask_client
     from fedrank.experiments.foltr.plots import plot_curves
     from fedrank.experiments.foltr.run import SYSTEM_OF, FoltrConfig, run_foltr
@@ -228,7 +228,7 @@ def foltr_baselines(
 ) -> None:
     """Baselines trained on relevance labels: MSE, RankingSVM (C = 1000) and LambdaMART,
     scored by expected MaxRR per click model and nDCG@10 on train and test."""
-    from fedrank.data.letor import load_fold
+    from fedrank.data.letor.folds import load_fold
     from fedrank.experiments.foltr.baselines import run_baselines
 
     data = load_fold(data_dir, fold)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedrank.data.letor import LetorSplit
+from fedrank.data.letor.split import LetorSplit
 from fedrank.errors import ConfigError
 
 

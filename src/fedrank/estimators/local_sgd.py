@@ -41,7 +41,8 @@ from fedrank.core.message import Message
 from fedrank.errors import ConfigError
 from fedrank.losses.lambdarank import lambdarank_loss
 from fedrank.metrics.relevance import per_query_table
-from fedrank.models.peps import PEPSRanker, PersonalEmbeddings
+from fedrank.models.peps.layers import PersonalEmbeddings
+from fedrank.models.peps.ranker import PEPSRanker
 from fedrank.retrieval.candidates import RankingSamples, UserData
 
 UploadCase = Literal["all", "frequent", "frozen"]

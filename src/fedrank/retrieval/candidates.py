@@ -92,10 +92,11 @@ FEATURE_NAMES: tuple[str, ...] = (
 _COUNT_BINS = (0, 1, 2, 3, 4, 6, 10, 20, 40, 100, 250, 650, 1800)
 _LOG_COUNT_EDGES = tuple(float(x) for x in np.log1p(_COUNT_BINS))
 #: Fixed bin edges of each feature (in :data:`FEATURE_NAMES` order) for the model's
-#: piecewise-linear feature encoding (:class:`fedrank.models.peps.PiecewiseLinearEncoding`):
-#: whole counts up to 4, then roughly doubling; BM25 scores in steps of about one over
-#: their usual range (3 to 25 on the AOL engine). Constants of the model, the same for
-#: every client, not fitted on anyone's data.
+#: piecewise-linear feature encoding
+#: (:class:`fedrank.models.peps.layers.PiecewiseLinearEncoding`): whole counts up to 4,
+#: then roughly doubling; BM25 scores in steps of about one over their usual range (3 to
+#: 25 on the AOL engine). Constants of the model, the same for every client, not fitted on
+#: anyone's data.
 FEATURE_EDGES: tuple[tuple[float, ...], ...] = (
     _LOG_COUNT_EDGES,
     _LOG_COUNT_EDGES,

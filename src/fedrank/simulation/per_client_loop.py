@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedrank.core.seeded_noise import gaussian_noise
-from fedrank.data.letor import LetorSplit
+from fedrank.data.letor.split import LetorSplit
 from fedrank.metrics.maxrr import maxrr_values
 from fedrank.models.click_models import CascadeClickModel
 from fedrank.models.rankers import Ranker

@@ -27,11 +27,12 @@ from fedrank.errors import ConfigError
 from fedrank.estimators.local_sgd import LocalTraining
 from fedrank.experiments.executors import blocks, dask_client
 from fedrank.experiments.fedps import data as fedps_data
-from fedrank.experiments.fedps import run as fedps_run
 from fedrank.experiments.fedps.clients import DaskClients, LocalClients, evaluation_work
+from fedrank.experiments.fedps.covers import start_covers
 from fedrank.experiments.fedps.data import FedPSData
-from fedrank.experiments.fedps.run import FedPSResult, run_fedps, run_seeds, start_covers
+from fedrank.experiments.fedps.run import FedPSResult, run_fedps, run_seeds
 from fedrank.experiments.fedps.settings import FedPSSettings
+from fedrank.experiments.fedps.training import model_arguments
 from tests.untimed import untimed
 
 SETTINGS = FedPSSettings(
@@ -54,7 +55,7 @@ def test_blocks_balance_the_work() -> None:
 
 
 def _local(data: FedPSData, first: int, n: int) -> LocalClients:
-    kwargs = fedps_run._model_kwargs(data, True, 5, SETTINGS)
+    kwargs = model_arguments(data, True, 5, SETTINGS)
     return LocalClients(
         data.users[first : first + n], data.doc_tokens, data.word_vectors, LocalTraining(),
         kwargs, client_seed=100, first=first,
@@ -123,7 +124,7 @@ def test_blocks_are_balanced_by_what_each_evaluation_scores(small: FedPSData, cl
     part in every evaluation), not by their training queries; a run on the cluster uses
     them."""
     cluster.wait_for_workers(2, timeout=120)
-    kwargs = fedps_run._model_kwargs(small, True, 5, SETTINGS)
+    kwargs = model_arguments(small, True, 5, SETTINGS)
     spread = DaskClients(
         cluster, small.users, small.doc_tokens, small.word_vectors, LocalTraining(), kwargs, 100
     )

@@ -20,13 +20,16 @@ from fedrank.cli import main
 from fedrank.core.message import Message, MessageBatch
 from fedrank.errors import ConfigError
 from fedrank.estimators.local_sgd import FedPSClient, UploadPolicy, UserWorkspace
+from fedrank.experiments.fedps import central
 from fedrank.experiments.fedps import run as fedps_module
 from fedrank.experiments.fedps import server as fedps_server
 from fedrank.experiments.fedps.data import FedPSData
 from fedrank.experiments.fedps.run import FedPSResult, run_fedps, run_seeds
 from fedrank.experiments.fedps.server import FedPSServer
 from fedrank.experiments.fedps.settings import MODES, RULE_MODES, FedPSSettings
-from fedrank.models.peps import GLOBAL_EMBEDDING, PEPSRanker, PersonalEmbeddings
+from fedrank.experiments.fedps.training import Evaluator, stream_seeds
+from fedrank.models.peps.layers import PersonalEmbeddings
+from fedrank.models.peps.ranker import GLOBAL_EMBEDDING, PEPSRanker
 from fedrank.privacy import kl_settings
 from fedrank.retrieval.candidates import RankingSamples, UserData
 
@@ -122,7 +125,7 @@ def test_every_outgoing_message_holds_only_the_shared_update(small: FedPSData) -
     run_fedps(small, settings, observer=lambda c, m: messages.append((c, m)))
     assert sorted(c for c, _ in messages) == list(range(len(small.users)))
 
-    model = fedps_module._new_model(small, True, 0, _settings("flat"))
+    model = central._new_model(small, True, 0, _settings("flat"))
     emb = model.global_embedding_slice()
     dim = model.config.dim
     for c, message in messages:
@@ -156,7 +159,7 @@ def test_upload_cases_restrict_the_global_embedding_rows(small: FedPSData, case:
     settings = _settings("flat", rounds=1, cover_queries=0, upload=case, frequent_words=30)
     messages: list[Message] = []
     run_fedps(small, settings, observer=lambda c, m: messages.append(m))
-    model = fedps_module._new_model(small, True, 0, _settings("flat"))
+    model = central._new_model(small, True, 0, _settings("flat"))
     dim = model.config.dim
     allowed = (
         UploadPolicy.most_frequent(
@@ -180,17 +183,17 @@ def test_central_frozen_keeps_the_word2vec_embeddings(
     """Upload case 3's model trained on the server: the global embeddings stay at word2vec,
     the rest of the model learns; ``all`` trains them."""
     made: list[PEPSRanker] = []
-    new_model = fedps_module._new_model
+    new_model = central._new_model
 
     def spy(*args: object) -> PEPSRanker:
         made.append(new_model(*args))  # type: ignore[arg-type]
         return made[-1]
 
-    monkeypatch.setattr(fedps_module, "_new_model", spy)
+    monkeypatch.setattr(central, "_new_model", spy)
     settings = _settings("central", rounds=1, upload=upload)
-    fedps_module.train_central(small, small.users, settings, personalized=True)
+    central.train_central(small, small.users, settings, personalized=True)
     (model,) = made
-    initial = new_model(small, True, fedps_module._seeds(settings.seed)["model"], settings)
+    initial = new_model(small, True, stream_seeds(settings.seed)["model"], settings)
     kept = torch.equal(model.global_embedding.weight, initial.global_embedding.weight)
     assert kept == (upload == "frozen")
     assert not torch.equal(model.feature_mlp[-1].weight, initial.feature_mlp[-1].weight)
@@ -217,7 +220,7 @@ def _reachable(root: object) -> list[object]:
 
 
 def test_the_server_cannot_reach_client_data(small: FedPSData) -> None:
-    model = fedps_module._new_model(small, True, 0, _settings("flat"))
+    model = central._new_model(small, True, 0, _settings("flat"))
     server = FedPSServer(model.get_flat_parameters())
     clients = [
         FedPSClient(u, small.doc_tokens, small.word_vectors, seed=i)
@@ -361,7 +364,7 @@ def test_cli_reports_a_missing_log(tmp_path: Path) -> None:
 
 def test_hierarchy_runs_on_the_first_hierarchy_seeds(tmp_path: Path) -> None:
     from fedrank.errors import ConfigError
-    from fedrank.experiments.fedps.reproduce import ReproduceConfig, planned_jobs
+    from fedrank.experiments.fedps.reproduce_grid import ReproduceConfig, planned_jobs
 
     def hierarchy(n: int) -> list[str]:
         config = ReproduceConfig(
@@ -379,7 +382,7 @@ def test_hierarchy_runs_on_the_first_hierarchy_seeds(tmp_path: Path) -> None:
 
 def test_hierarchy_runs_at_the_late_shares_asked_for(tmp_path: Path) -> None:
     from fedrank.errors import ConfigError
-    from fedrank.experiments.fedps.reproduce import ReproduceConfig, command_line, planned_jobs
+    from fedrank.experiments.fedps.reproduce_grid import ReproduceConfig, command_line, planned_jobs
 
     config = ReproduceConfig(
         log=tmp_path / "log.tsv", out_dir=tmp_path, seeds=(1, 2, 3), hierarchy_seeds=3,
@@ -437,7 +440,7 @@ def test_flat_warmup_trains_the_click_features_first(
     best = events[at][1]
     assert any(np.array_equal(p, best) for _, p in events[:at])
     np.testing.assert_array_equal(events[at + 1][1], best)
-    model = fedps_module._new_model(small, True, 0, settings)
+    model = central._new_model(small, True, 0, settings)
     for m in messages[:n]:
         changed = _changed_layers(model, m.update)
         assert changed and all(c.startswith(("feature_mlp.", "combine.")) for c in changed)
@@ -461,7 +464,7 @@ def test_central_warmup_starts_the_full_model_from_its_best(
     evaluators: list[object] = []
     loaded: list[np.ndarray] = []
 
-    class Recorded(fedps_module._Evaluator):  # type: ignore[name-defined]
+    class Recorded(Evaluator):
         def __init__(self, *args: object, **kwargs: object) -> None:
             super().__init__(*args, **kwargs)  # type: ignore[arg-type]
             evaluators.append(self)
@@ -472,7 +475,7 @@ def test_central_warmup_starts_the_full_model_from_its_best(
         loaded.append(np.array(parameters))
         load(self, parameters)
 
-    monkeypatch.setattr(fedps_module, "_Evaluator", Recorded)
+    monkeypatch.setattr(central, "Evaluator", Recorded)
     monkeypatch.setattr(PEPSRanker, "set_flat_parameters", record_load)
     warm = run_fedps(small, _settings("central", warmup_rounds=2, **kw))
     best = evaluators[0].best_parameters  # type: ignore[attr-defined]

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from fedrank.cli import main
 from fedrank.core.message import MessageBatch
 from fedrank.errors import ConfigError
-from fedrank.experiments.fedps import run as fedps_module
+from fedrank.experiments.fedps import central
 from fedrank.experiments.fedps.data import FedPSData
 from fedrank.experiments.fedps.run import FedPSResult, run_fedps
 from fedrank.experiments.fedps.server import FedPSServer
@@ -157,7 +157,7 @@ def test_a_distributed_dp_run_reports_its_plan_and_is_reproducible(small: FedPSD
     again = run_fedps(small, settings)
     clean = run_fedps(small, FedPSSettings(mode="flat", **FAST))  # type: ignore[arg-type]
     privacy = private.to_json()["privacy"]
-    dim = fedps_module._new_model(small, True, 0, settings).get_flat_parameters().size
+    dim = central._new_model(small, True, 0, settings).get_flat_parameters().size
     privacy_config = settings.privacy()
     assert privacy_config is not None
     plan = privacy_config.skellam_plan(settings.rounds, dim, settings.clients_per_step)

@@ -86,7 +86,8 @@ def test_cli_reproduce_writes_tables_and_resumes(aol_log: Path, tmp_path: Path) 
 
 def test_a_figure4_run_from_other_settings_is_not_reused(tmp_path: Path) -> None:
     from fedrank.errors import ConfigError
-    from fedrank.experiments.fedps.reproduce import ReproduceConfig, _continuous
+    from fedrank.experiments.fedps.reproduce import _continuous
+    from fedrank.experiments.fedps.reproduce_grid import ReproduceConfig
 
     config = ReproduceConfig(log=tmp_path / "log.tsv", out_dir=tmp_path, tables=("fig4",))
     recorded = {"stages": [], "base_settings": {"mode": "central", "warmup_rounds": 0}}

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedrank.data.letor import LetorFold, load_folds
+from fedrank.data.letor.folds import load_folds
+from fedrank.data.letor.split import LetorFold
 from fedrank.experiments.foltr.baselines import run_baselines
 from fedrank.experiments.foltr.run import FoltrConfig, run_foltr
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from fedrank.baselines import LambdaMART, MSERanker, RankingSVM
-from fedrank.data.letor import LetorFold, LetorSplit, load_fold
+from fedrank.data.letor.folds import load_fold
+from fedrank.data.letor.split import LetorFold, LetorSplit
 from fedrank.data.query_bank import QueryBank
 from fedrank.errors import ConfigError
 from fedrank.experiments.foltr.baselines import BASELINES, make_baseline, run_baselines

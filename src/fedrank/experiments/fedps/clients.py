@@ -31,7 +31,7 @@ from fedrank.errors import ConfigError
 from fedrank.estimators.local_sgd import FedPSClient, LocalTraining
 from fedrank.experiments.executors import blocks, cluster_workers
 from fedrank.experiments.fedps.settings import MODEL_VARIANTS
-from fedrank.models.peps import PEPSConfig, PEPSRanker
+from fedrank.models.peps.ranker import PEPSConfig, PEPSRanker
 from fedrank.retrieval.candidates import FEATURE_NAMES, UserData
 
 if TYPE_CHECKING:

@@ -47,8 +47,9 @@ from fedrank.data.aol import (
 )
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.experiments.fedps.data import FedPSData, prepare_split
-from fedrank.experiments.fedps.run import FedPSResult, Progress, report_progress, run_fedps
+from fedrank.experiments.fedps.run import FedPSResult, run_fedps
 from fedrank.experiments.fedps.settings import FedPSSettings
+from fedrank.experiments.fedps.training import Progress, report_progress
 
 __all__ = [
     "BASELINE_MODE",

@@ -29,7 +29,7 @@ MODES: tuple[str, ...] = (*RULE_MODES, "gbdt", *TRAINED_MODES)
 #: Modes whose outcome depends on a training seed.
 SEEDED_MODES: tuple[str, ...] = ("gbdt", *TRAINED_MODES)
 
-#: The personalized model's variants (:class:`fedrank.models.peps.PEPSConfig` fields).
+#: The personalized model's variants (:class:`fedrank.models.peps.ranker.PEPSConfig` fields).
 #: ``compact``: the first model, a tanh MLP of 16 units on the raw click features and a
 #: final tanh MLP over the six scores. ``encoded``: the click features in fixed bins
 #: (:data:`~fedrank.retrieval.candidates.FEATURE_EDGES`) through two ReLU layers of 64, and
@@ -86,12 +86,13 @@ class FedPSSettings:
         model: the personalized model's variant (:data:`MODEL_VARIANTS`): ``"encoded"``
             (default) or ``"compact"`` (the first model: a tanh MLP on the raw features).
         text_dropout: the personalized model's text dropout in training
-            (:class:`fedrank.models.peps.PEPSConfig`).
+            (:class:`fedrank.models.peps.ranker.PEPSConfig`).
         warmup_rounds: rounds (epochs, in central training) of the click-feature warm-up
-            before the full model (:meth:`fedrank.models.peps.PEPSRanker.set_features_only`;
-            trained the same way as the full model, FedAvg in federated modes; validated
-            every ``1 / evals_per_round`` round, stopped after ``patience`` evaluations
-            without gain, and the best warm-up model is where the full training starts).
+            before the full model
+            (:meth:`fedrank.models.peps.ranker.PEPSRanker.set_features_only`; trained the
+            same way as the full model, FedAvg in federated modes; validated every ``1 /
+            evals_per_round`` round, stopped after ``patience`` evaluations without gain,
+            and the best warm-up model is where the full training starts).
             ``None``: :data:`DEFAULT_WARMUP_ROUNDS`, or 0 with DP (its rounds are not in
             the accounting). Models without a feature tower (K-NRM) skip it.
         dp_epsilon: each user's DP budget over the training (flat and proxy only; 0:

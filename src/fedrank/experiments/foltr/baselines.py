@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fedrank.baselines import LambdaMART, MSERanker, RankingSVM
-from fedrank.data.letor import LetorFold, LetorSplit
+from fedrank.data.letor.split import LetorFold, LetorSplit
 from fedrank.data.query_bank import QueryBank
 from fedrank.errors import ConfigError
 from fedrank.metrics.evaluate import evaluate

@@ -30,7 +30,8 @@ import numpy as np
 from scipy import stats
 
 from fedrank.core.json_io import write_json
-from fedrank.data.letor import LetorFold, load_folds
+from fedrank.data.letor.folds import load_folds
+from fedrank.data.letor.split import LetorFold
 from fedrank.errors import ConfigError
 from fedrank.experiments.executors import check_executor_options, job_executor
 from fedrank.experiments.foltr.baselines import run_baselines

@@ -33,7 +33,7 @@ import numpy as np
 from fedrank.core.client_random import ClientRandom
 from fedrank.core.message import MessageBatch
 from fedrank.core.provenance import code_version
-from fedrank.data.letor import LetorFold
+from fedrank.data.letor.split import LetorFold
 from fedrank.data.query_bank import QueryBank
 from fedrank.errors import ConfigError
 from fedrank.experiments.foltr.clients import (

@@ -1,39 +1,5 @@
-"""The FedPS personalized search model: a compact PEPS ranker (FedPS Sec. 3.3.1, Eq. 1;
-PEPS, Yao et al. 2020 [47]) and its K-NRM baseline (Xiong et al. 2017 [46]).
-
-Scoring a candidate document ``d`` for a query ``q`` of one user (FedPS Eq. 1):
-
-    F(q, d) = MLP(F^PW, F^PCW, F^GW, F^GCW, F^PQ, F^r)
-
-* **Word embedding layer.** A *global* embedding matrix ``(V, dim)`` (row 0 = padding, kept
-  at zero), initialized from word2vec vectors trained on the document collection and shared
-  by all users; and a *personal* matrix per user (:class:`PersonalEmbeddings`) that holds
-  rows only for the words that user has used, initialized from the global vectors of those
-  words and trained on that user's log only.
-* **Representations.** Personal word vectors ``PW`` and global word vectors ``GW`` of the
-  query and document words; contextual vectors ``PCW`` / ``GCW`` from one multi-head
-  self-attention layer (shared by the personal and the global channel, and by queries and
-  documents) with a residual connection, ``x + MHA(x)``, over the words of the query and,
-  separately, of each document.
-* **Matching.** K-NRM on each of the four representations (``F^PW``, ``F^PCW``, ``F^GW``,
-  ``F^GCW``), each with its own linear layer from the 11 kernel features to a score.
-  ``F^PQ`` is the cosine between a personalized query vector (attention-pooled personal
-  query word vectors through a linear layer) and the mean global word vector of the
-  document. ``F^r`` is a small MLP on the click-history features. A final MLP (one tanh
-  hidden layer) combines the six scores.
-
-K-NRM (Xiong et al. 2017): ``M_ij = cos(q_i, d_j)``; ``K_k(M_i) = sum_j exp(-(M_ij -
-mu_k)^2 / (2 sigma_k^2))`` over the non-padding document words; ``phi_k = sum_i
-log(1 + K_k(M_i))`` over the non-padding query words; kernels ``mu = 1, 0.9, 0.7, ..., -0.9``
-with ``sigma = 0.1`` and the exact-match kernel ``mu = 1, sigma = 1e-3``. The soft-TF is
-pooled with ``log1p`` rather than the paper's ``log`` (as MatchZoo's K-NRM does): a kernel
-without any match then contributes 0 instead of ``log(1e-10)`` and the gradient of the
-sharp exact-match kernel stays bounded. Kernel values below ``exp(-30)`` are set to 0
-(:data:`KERNEL_FLOOR`).
-
-The **K-NRM baseline** (FedPS Table 3, "KNRM") is ``PEPSConfig(..., personalized=False)``:
-global embeddings and one K-NRM on the global word vectors only; the score is its linear
-layer's output; no attention, no features, no personal module.
+"""The PEPS ranker (:mod:`fedrank.models.peps`; FedPS Sec. 3.3.1, Eq. 1), its
+hyper-parameters and its shared state as one flat parameter vector.
 
 **Shared versus personal parameters** (FedPS Sec. 3.3.2). The :class:`PEPSRanker` module
 holds only shared parameters: personal embeddings are passed to ``forward`` and are never a
@@ -72,22 +38,19 @@ and lose on queries whose document the user clicked before (docs/fedps.md).
 channels are not computed and score 0 (as when text dropout drops them), so only the
 click-feature MLP and the final MLP take part. The full model overfits its text channels
 within one or two epochs, long before the feature tower has learnt what a GBDT on the same
-six features knows (the feature tower alone keeps improving for about six epochs); training
-it first in this cheap mode, then the full model from there, gives the text channels a
-well-trained click history to add to (docs/fedps.md, "Model").
+six features knows; training it first in this cheap mode, then the full model from there,
+gives the text channels a well-trained click history to add to (docs/fedps.md, "Model").
 
 Masked candidates score ``-inf`` (:data:`MASKED_SCORE`); every computation is per
 (query, candidate), so padded candidates and padded words never change the scores of the
 valid ones.
 
-**Speed.** Everything runs on a :class:`PackedBatch`: only real words are embedded,
-attended and matched (no work on padding), each distinct candidate text is encoded once,
-and there is no Python loop over queries or documents. The model uses whatever
-``torch.get_num_threads()`` the caller has set; the per-batch work is small, so a
-simulation running several clients (or other jobs) on one machine does better with one
-thread per process (OpenMP threads that compete for cores slow down by an order of
-magnitude). With a 60k x 64 global embedding, ``torch.optim.Adam(..., fused=True)`` steps
-about 7x faster than the default implementation on CPU.
+**Threads.** Everything runs on a :class:`~fedrank.models.peps.batch.PackedBatch`. The
+model uses whatever ``torch.get_num_threads()`` the caller has set; the per-batch work is
+small, so a simulation running several clients (or other jobs) on one machine does better
+with one thread per process (OpenMP threads that compete for cores slow each other down).
+With a large global embedding, ``torch.optim.Adam(..., fused=True)`` steps much faster than
+the default implementation on CPU.
 """
 
 from __future__ import annotations
@@ -102,376 +65,31 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedrank.errors import ConfigError, DataFormatError
+from fedrank.models.peps.batch import PAD_ID, PackedBatch, shape_of
+from fedrank.models.peps.layers import (
+    KernelPooling,
+    PersonalEmbeddings,
+    PiecewiseLinearEncoding,
+    SelfAttention,
+    segment_softmax,
+)
 
-KERNEL_MUS: tuple[float, ...] = (1.0, 0.9, 0.7, 0.5, 0.3, 0.1, -0.1, -0.3, -0.5, -0.7, -0.9)
-"""K-NRM kernel centres: exact match, then 10 soft-match kernels (Xiong et al. 2017)."""
-KERNEL_SIGMAS: tuple[float, ...] = (1e-3,) + (0.1,) * 10
-"""K-NRM kernel widths: 1e-3 for the exact-match kernel, 0.1 for the others."""
-KERNEL_FLOOR: float = -30.0
-"""Kernel values below ``exp(KERNEL_FLOOR)`` (~1e-13) are 0: each kernel is computed as
-``exp(max(x, -30)) - exp(-30)``, continuous, within 1e-13 of the exact value, and free of
-subnormal floats (which make CPU arithmetic, and the optimizer state they leak into, many
-times slower)."""
+__all__ = [
+    "GLOBAL_EMBEDDING",
+    "MASKED_SCORE",
+    "SCORE_NAMES",
+    "LayoutEntry",
+    "PEPSConfig",
+    "PEPSRanker",
+    "ParameterLayout",
+]
+
 MASKED_SCORE: float = float("-inf")
 """Score of padded candidates."""
 GLOBAL_EMBEDDING: str = "global_embedding.weight"
 """Name of the global word-embedding matrix in the shared state and the flat layout."""
 SCORE_NAMES: tuple[str, ...] = ("PW", "PCW", "GW", "GCW", "PQ", "r")
 """The six inputs of the final MLP (FedPS Eq. 1), in order."""
-PAD_ID: int = 0
-
-
-def _shape(t: torch.Tensor | np.ndarray) -> tuple[int, ...]:
-    return tuple(int(n) for n in t.shape)
-
-
-def _segment_softmax(logits: torch.Tensor, segment: torch.Tensor, n_segments: int) -> torch.Tensor:
-    """Softmax of ``logits`` ``(P, ...)`` within each group of entries sharing a
-    ``segment`` id ``(P,)`` in ``[0, n_segments)``."""
-    index = segment.reshape(-1, *([1] * (logits.dim() - 1))).expand_as(logits)
-    peak = logits.new_zeros(n_segments, *logits.shape[1:]).scatter_reduce(
-        0, index, logits.detach(), reduce="amax", include_self=False
-    )
-    exp = torch.exp(logits - peak.index_select(0, segment))
-    total = exp.new_zeros(n_segments, *logits.shape[1:]).index_add(0, segment, exp)
-    return exp / total.index_select(0, segment)
-
-
-def _unique_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(unique, inverse)`` of the rows of an integer matrix ``(N, L)``: the distinct rows
-    in lexicographic order and, for every row, its index among them
-    (``unique[inverse] == rows``). A stable sort per column, last column first (LSD radix
-    order); ``torch.unique(dim=0)`` is several times slower on short rows."""
-    n_rows, length = rows.shape
-    order = torch.arange(n_rows, device=rows.device)
-    for column in range(length - 1, -1, -1):
-        order = order[torch.sort(rows[order, column], stable=True).indices]
-    ordered = rows[order]
-    starts = torch.ones(n_rows, dtype=torch.bool, device=rows.device)
-    if n_rows > 1:
-        starts[1:] = (ordered[1:] != ordered[:-1]).any(dim=1)
-    inverse = torch.empty_like(order)
-    inverse[order] = torch.cumsum(starts, dim=0) - 1
-    return ordered[starts], inverse
-
-
-@dataclass(frozen=True)
-class PackedBatch:
-    """Index structure of a batch in *packed* form: only real (non-padding) words become
-    tokens, so every per-word computation costs what the real text lengths cost (AOL
-    queries and URL titles average ~3 words, padded to 12). Candidate texts are
-    deduplicated first: each distinct document is encoded once.
-
-    Tokens are numbered queries first (``0 .. n_query_tokens - 1``, row-major over
-    ``(Q, Lq)``), then the words of the distinct documents (row-major over ``(U, Ld)``).
-
-    Attributes:
-        ids: ``(n_tokens,)`` word id of every token.
-        n_query_tokens: how many of the tokens are query words.
-        query_of_token: ``(n_query_tokens,)`` query of each query token.
-        unique_docs: ``(U, Ld)`` the distinct candidate texts.
-        doc_index: ``(Q, C)`` row of ``unique_docs`` holding candidate ``(q, c)``.
-        doc_of_token: ``(n_tokens - n_query_tokens,)`` distinct document of each document
-            token.
-        attending, attended: ``(A,)`` token pairs of the same text (self-attention edges,
-            each token with itself included): ``attending`` attends to ``attended``.
-        pair_query, pair_doc: ``(P,)`` the K-NRM pairs: a query token and a document
-            token of one of the query's candidates (token numbers).
-        pair_slot: ``(P,)`` the pair's (query word, candidate) slot, ``t * C + c`` for
-            query token ``t`` and candidate ``c`` of its query.
-        slot_cell: ``(n_query_tokens * C,)`` the (query, candidate) cell ``q * C + c`` of
-            every slot.
-        shape: ``(Q, C)``.
-    """
-
-    ids: torch.Tensor
-    n_query_tokens: int
-    query_of_token: torch.Tensor
-    unique_docs: torch.Tensor
-    doc_index: torch.Tensor
-    doc_of_token: torch.Tensor
-    attending: torch.Tensor
-    attended: torch.Tensor
-    pair_query: torch.Tensor
-    pair_doc: torch.Tensor
-    pair_slot: torch.Tensor
-    slot_cell: torch.Tensor
-    shape: tuple[int, int]
-
-    @classmethod
-    def build(cls, query: torch.Tensor, docs: torch.Tensor) -> PackedBatch:
-        """Pack ``query`` ``(Q, Lq)`` and ``docs`` ``(Q, C, Ld)`` (int64 ids, 0 = padding)."""
-        n_queries, query_len = query.shape
-        _, width, doc_len = docs.shape
-        unique_docs, doc_index = _unique_rows(docs.reshape(n_queries * width, doc_len))
-        doc_index = doc_index.reshape(n_queries, width)
-        query_words = query != PAD_ID
-        doc_words = unique_docs != PAD_ID
-        query_pos = query_words.reshape(-1).nonzero().squeeze(1)
-        doc_pos = doc_words.reshape(-1).nonzero().squeeze(1)
-        n_query_tokens = int(query_pos.shape[0])
-        ids = torch.cat([query.reshape(-1)[query_pos], unique_docs.reshape(-1)[doc_pos]])
-        query_token = torch.zeros(query.numel(), dtype=torch.int64, device=query.device)
-        query_token[query_pos] = torch.arange(n_query_tokens, device=query.device)
-        doc_token = torch.zeros(unique_docs.numel(), dtype=torch.int64, device=query.device)
-        doc_token[doc_pos] = torch.arange(
-            n_query_tokens, n_query_tokens + doc_pos.shape[0], device=query.device
-        )
-
-        def text_pairs(words: torch.Tensor, token: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            edge = (words[:, :, None] & words[:, None, :]).nonzero()  # (A, 3): text, i, j
-            row = edge[:, 0] * words.shape[1]
-            return token[row + edge[:, 1]], token[row + edge[:, 2]]
-
-        q_from, q_to = text_pairs(query_words, query_token)
-        d_from, d_to = text_pairs(doc_words, doc_token)
-        candidate_words = doc_words.index_select(0, doc_index.reshape(-1))
-        pairs = (
-            query_words[:, None, :, None] & candidate_words.reshape(n_queries, width, 1, doc_len)
-        ).nonzero()  # (P, 4): q, c, i, j
-        cell = pairs[:, 0] * width + pairs[:, 1]
-        pair_query = query_token[pairs[:, 0] * query_len + pairs[:, 2]]
-        query_of_token = torch.div(query_pos, query_len, rounding_mode="floor")
-        candidates = torch.arange(width, device=query.device)
-        return cls(
-            ids=ids,
-            n_query_tokens=n_query_tokens,
-            query_of_token=query_of_token,
-            unique_docs=unique_docs,
-            doc_index=doc_index,
-            doc_of_token=torch.div(doc_pos, doc_len, rounding_mode="floor"),
-            attending=torch.cat([q_from, d_from]),
-            attended=torch.cat([q_to, d_to]),
-            pair_query=pair_query,
-            pair_doc=doc_token[doc_index.reshape(-1)[cell] * doc_len + pairs[:, 3]],
-            pair_slot=pair_query * width + pairs[:, 1],
-            slot_cell=(query_of_token[:, None] * width + candidates).reshape(-1),
-            shape=(n_queries, width),
-        )
-
-
-class PersonalEmbeddings(nn.Module):
-    """One user's personal word embeddings (PEPS; FedPS Sec. 3.3.1, "Word embedding
-    layer"): rows only for the words the user has used, so a client stores
-    ``n_words x dim`` floats, not ``V x dim``.
-
-    Attributes:
-        word_ids: ``(n_words,)`` int64 buffer, sorted unique global word ids (no padding
-            id 0).
-        weight: ``(n_words, dim)`` parameter, row ``k`` is the vector of ``word_ids[k]``.
-
-    :meth:`lookup` maps global ids to local rows with ``torch.searchsorted`` (no Python
-    dict); ids without a row take the (detached) global vector. A user costs ``n_words *
-    (4 * dim + 8)`` bytes (:meth:`nbytes`; an Adam state adds ``8 * dim`` per word). The
-    module's ``state_dict`` (``word_ids``, ``weight``) is the client's whole personal state:
-    ``PersonalEmbeddings(state["word_ids"].numpy(), state["weight"])`` restores it.
-    """
-
-    def __init__(self, word_ids: np.ndarray, vectors: np.ndarray | torch.Tensor) -> None:
-        super().__init__()
-        ids = np.asarray(word_ids)
-        if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
-            raise DataFormatError(
-                f"word_ids must be a 1-d integer array, got {ids.dtype} of shape {ids.shape}"
-            )
-        if ids.size and (ids[0] <= PAD_ID or np.any(np.diff(ids) <= 0)):
-            raise DataFormatError(
-                "word_ids must be sorted, unique and > 0 (0 is the padding id, which has no "
-                "personal vector)"
-            )
-        vec = torch.as_tensor(np.asarray(vectors, dtype=np.float32))
-        if vec.dim() != 2 or vec.shape[0] != ids.size:
-            raise DataFormatError(f"expected vectors of shape ({ids.size}, dim), got {_shape(vec)}")
-        self.register_buffer("word_ids", torch.as_tensor(ids.astype(np.int64)))
-        self.weight = nn.Parameter(vec.clone())
-
-    @classmethod
-    def from_global(
-        cls, word_ids: np.ndarray, global_vectors: np.ndarray | torch.Tensor
-    ) -> PersonalEmbeddings:
-        """Personal embeddings of the words ``word_ids`` initialized from their rows of the
-        global matrix ``(V, dim)`` (FedPS: "we use the global word2vec model ... for
-        initialization")."""
-        ids = np.asarray(word_ids)
-        if isinstance(global_vectors, torch.Tensor):
-            table = global_vectors.detach().to("cpu", torch.float32).numpy()
-        else:
-            table = np.asarray(global_vectors, dtype=np.float32)
-        if table.ndim != 2:
-            raise DataFormatError(f"expected global vectors (V, dim), got {table.shape}")
-        if ids.size and (ids.min() < 1 or ids.max() >= table.shape[0]):
-            raise DataFormatError(
-                f"word ids must lie in [1, {table.shape[0]}), got {ids.min()}..{ids.max()}"
-            )
-        return cls(ids, table[ids.astype(np.int64)])
-
-    @property
-    def n_words(self) -> int:
-        return int(self.word_ids.shape[0])
-
-    @property
-    def dim(self) -> int:
-        return int(self.weight.shape[1])
-
-    def nbytes(self) -> int:
-        """Bytes of the user's state (vectors and ids; optimizer state not included)."""
-        return self.weight.numel() * self.weight.element_size() + self.word_ids.numel() * 8
-
-    def rows(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(row, has_row)`` of global ids ``ids`` (any shape): ``has_row`` is True where
-        the user has a personal vector, and then ``weight[row]`` is it."""
-        if self.n_words == 0:
-            zeros = torch.zeros_like(ids, dtype=torch.int64)
-            return zeros, torch.zeros_like(ids, dtype=torch.bool)
-        row = torch.searchsorted(self.word_ids, ids.to(torch.int64)).clamp_max(self.n_words - 1)
-        return row, self.word_ids[row] == ids
-
-    def lookup(self, ids: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
-        """``(*ids.shape, dim)`` personal vectors of ``ids``; ids without a personal row take
-        their row of ``fallback`` (the global matrix ``(V, dim)``), detached."""
-        if fallback.dim() != 2 or fallback.shape[1] != self.dim:
-            raise DataFormatError(
-                f"expected fallback vectors (V, {self.dim}), got {_shape(fallback)}"
-            )
-        shared = F.embedding(ids, fallback.detach())
-        if self.n_words == 0:
-            return shared
-        row, has_row = self.rows(ids)
-        return torch.where(has_row[..., None], F.embedding(row, self.weight), shared)
-
-
-class KernelPooling(nn.Module):
-    """K-NRM kernel pooling (Xiong et al. 2017) over packed (query word, document word)
-    cosines; see the module docstring for the kernels and the ``log1p``."""
-
-    def __init__(
-        self, mus: tuple[float, ...] = KERNEL_MUS, sigmas: tuple[float, ...] = KERNEL_SIGMAS
-    ) -> None:
-        super().__init__()
-        if len(mus) != len(sigmas) or not mus or min(sigmas) <= 0:
-            raise ConfigError(
-                f"need as many kernel sigmas (> 0) as mus, got {len(sigmas)} and {len(mus)}"
-            )
-        self.register_buffer("mus", torch.tensor(mus, dtype=torch.float32), persistent=False)
-        inv_two_var = 1.0 / (2.0 * torch.tensor(sigmas, dtype=torch.float64) ** 2)
-        self.register_buffer("inv_two_var", inv_two_var.float(), persistent=False)
-
-    @property
-    def n_kernels(self) -> int:
-        return int(self.mus.shape[0])
-
-    def forward(
-        self, cosine: torch.Tensor, slot: torch.Tensor, slot_cell: torch.Tensor, n_cells: int
-    ) -> torch.Tensor:
-        """``(R, n_cells, K)`` kernel features ``phi`` of every (query, candidate) cell.
-
-        Args:
-            cosine: ``(R, P)`` cosine of each (query word, document word) pair under ``R``
-                representations; only pairs of two real words are listed.
-            slot: ``(P,)`` the pair's (query word, candidate) slot: pairs sharing a slot
-                are summed into one soft-TF.
-            slot_cell: ``(S,)`` the (query, candidate) cell of every slot, in
-                ``[0, n_cells)``: the log soft-TFs of a cell's slots are summed.
-            n_cells: number of (query, candidate) cells.
-        """
-        if cosine.dim() != 2 or slot.shape != cosine.shape[1:]:
-            raise DataFormatError(
-                f"expected cosine (R, P) and slot (P,), got {_shape(cosine)} and {_shape(slot)}"
-            )
-        n_reps = cosine.shape[0]
-        exponent = -((cosine[..., None] - self.mus) ** 2) * self.inv_two_var
-        kernels = torch.exp(exponent.clamp_min(KERNEL_FLOOR)) - math.exp(KERNEL_FLOOR)
-        soft_tf = kernels.new_zeros(n_reps, slot_cell.shape[0], self.n_kernels)
-        soft_tf = soft_tf.index_add(1, slot, kernels)  # sum over document words
-        # A slot without pairs (e.g. a query word and an empty candidate) has soft-TF 0 and
-        # log1p(0) = 0, so it adds nothing.
-        phi = kernels.new_zeros(n_reps, n_cells, self.n_kernels)
-        return phi.index_add(1, slot_cell, torch.log1p(soft_tf))  # sum over query words
-
-
-class PiecewiseLinearEncoding(nn.Module):
-    """A fixed (not learned) encoding of numeric features for an MLP: for each feature
-    ``x`` with bin edges ``e_0 < e_1 < ... < e_m``, the raw value, the indicator ``x >
-    e_0`` and the piecewise-linear code ``clamp((x - e_k) / (e_{k+1} - e_k), 0, 1)`` of every
-    bin (Gorishniy et al., "On Embeddings for Numerical Features in Tabular Deep Learning",
-    NeurIPS 2022, Sec. 3.2). Sharp thresholds (a count going from 0 to 1) and
-    non-linear shapes over wide ranges are then one linear layer away, which a plain MLP
-    on the raw values learns slowly. The edges are constants of the model (public, the same
-    for every client), not statistics of anyone's data.
-
-    Args:
-        edges: per feature, its strictly increasing bin edges (at least two).
-    """
-
-    def __init__(self, edges: tuple[tuple[float, ...], ...]) -> None:
-        super().__init__()
-        if not edges:
-            raise ConfigError("need bin edges for at least one feature")
-        lows: list[float] = []
-        widths: list[float] = []
-        owner: list[int] = []
-        for j, e in enumerate(edges):
-            e_arr = np.asarray(e, dtype=np.float64)
-            if e_arr.ndim != 1 or e_arr.size < 2 or not np.all(np.diff(e_arr) > 0):
-                raise ConfigError(
-                    f"feature {j}: bin edges must be at least two strictly increasing "
-                    f"numbers, got {tuple(e)}"
-                )
-            lows += e_arr[:-1].tolist()
-            widths += np.diff(e_arr).tolist()
-            owner += [j] * (e_arr.size - 1)
-        self.n_features = len(edges)
-        first = [float(e[0]) for e in edges]
-        self.register_buffer("first", torch.tensor(first), persistent=False)
-        self.register_buffer("lows", torch.tensor(lows), persistent=False)
-        self.register_buffer("widths", torch.tensor(widths), persistent=False)
-        self.register_buffer("owner", torch.tensor(owner, dtype=torch.int64), persistent=False)
-
-    @property
-    def out_features(self) -> int:
-        return 2 * self.n_features + int(self.lows.shape[0])
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        """``(..., F)`` -> ``(..., 2 F + bins)``: raw values, indicators, bin codes."""
-        if features.shape[-1] != self.n_features:
-            raise DataFormatError(
-                f"expected {self.n_features} features in the last axis, got {_shape(features)}"
-            )
-        above = (features > self.first).to(features.dtype)
-        codes = ((features[..., self.owner] - self.lows) / self.widths).clamp(0.0, 1.0)
-        return torch.cat([features, above, codes], dim=-1)
-
-
-class SelfAttention(nn.Module):
-    """One multi-head self-attention layer with a residual connection, ``x + MHA(x)``
-    (PEPS' contextual representations ``PCW`` / ``GCW``; FedPS Sec. 3.3.1), over packed
-    tokens: attention runs along explicit (attending, attended) edges between the words of
-    one text, the softmax over each word's edges."""
-
-    def __init__(self, dim: int, n_heads: int) -> None:
-        super().__init__()
-        if n_heads < 1 or dim % n_heads:
-            raise ConfigError(f"n_heads={n_heads} must be >= 1 and divide dim={dim}")
-        self.n_heads = n_heads
-        self.in_proj = nn.Linear(dim, 3 * dim)
-        self.out_proj = nn.Linear(dim, dim)
-
-    def forward(
-        self, tokens: torch.Tensor, attending: torch.Tensor, attended: torch.Tensor
-    ) -> torch.Tensor:
-        """``(n, dim)`` contextual vectors of the token vectors ``tokens`` ``(n, dim)``;
-        token ``attending[e]`` attends to token ``attended[e]`` (every token must have at
-        least one edge, e.g. to itself)."""
-        n_tokens, dim = tokens.shape
-        heads = self.n_heads
-        head_dim = dim // heads
-        q, k, v = self.in_proj(tokens).reshape(n_tokens, 3, heads, head_dim).unbind(1)
-        logits = (q.index_select(0, attending) * k.index_select(0, attended)).sum(-1)
-        weights = _segment_softmax(logits * head_dim**-0.5, attending, n_tokens)  # (A, H)
-        mixed = v.new_zeros(n_tokens, heads, head_dim).index_add(
-            0, attending, weights[..., None] * v.index_select(0, attended)
-        )
-        return tokens + self.out_proj(mixed.reshape(n_tokens, dim))
 
 
 @dataclass(frozen=True)
@@ -596,7 +214,8 @@ def _feature_mlp(config: PEPSConfig) -> nn.Sequential:
 
 class PEPSRanker(nn.Module):
     """Compact PEPS personalized ranker (FedPS Sec. 3.3.1, Eq. 1), or the K-NRM baseline
-    with ``config.personalized = False``; see the module docstring.
+    with ``config.personalized = False``; see :mod:`fedrank.models.peps` and the module
+    docstring.
 
     Args:
         config: the hyper-parameters.
@@ -673,17 +292,17 @@ class PEPSRanker(nn.Module):
     ) -> torch.Tensor | None:
         """Validate the batch; the features (the personalized model needs them)."""
         if query.dim() != 2:
-            raise DataFormatError(f"expected query of shape (Q, Lq), got {_shape(query)}")
+            raise DataFormatError(f"expected query of shape (Q, Lq), got {shape_of(query)}")
         n_queries = query.shape[0]
         if docs.dim() != 3 or docs.shape[0] != n_queries:
             raise DataFormatError(
-                f"expected docs of shape ({n_queries}, C, Ld), got {_shape(docs)}"
+                f"expected docs of shape ({n_queries}, C, Ld), got {shape_of(docs)}"
             )
         width = docs.shape[1]
         if mask.shape != (n_queries, width) or mask.dtype != torch.bool:
             raise DataFormatError(
                 f"expected a bool mask of shape ({n_queries}, {width}), got {mask.dtype} "
-                f"{_shape(mask)}"
+                f"{shape_of(mask)}"
             )
         for name, ids in (("query", query), ("docs", docs)):
             if ids.dtype != torch.int64:
@@ -696,7 +315,7 @@ class PEPSRanker(nn.Module):
         if self.config.personalized:
             expected = (n_queries, width, self.config.n_features)
             if features is None or features.shape != expected:
-                got = None if features is None else _shape(features)
+                got = None if features is None else shape_of(features)
                 raise DataFormatError(f"expected features of shape {expected}, got {got}")
             return features
         return None
@@ -763,7 +382,7 @@ class PEPSRanker(nn.Module):
 
         # F^PQ: attention-pooled personal query word vectors vs mean global doc vector.
         query_tokens = personal_vectors[:split]
-        pool = _segment_softmax(query_tokens @ self.query_pool, batch.query_of_token, n_queries)
+        pool = segment_softmax(query_tokens @ self.query_pool, batch.query_of_token, n_queries)
         pooled = query_tokens.new_zeros(n_queries, cfg.dim).index_add(
             0, batch.query_of_token, pool[:, None] * query_tokens
         )
@@ -840,7 +459,7 @@ class PEPSRanker(nn.Module):
         if features is None or features.shape[:2] != mask.shape:
             raise DataFormatError(
                 f"the features-only mode needs features of shape (Q, C, F) for a mask of "
-                f"shape {_shape(mask)}, got {None if features is None else _shape(features)}"
+                f"shape {shape_of(mask)}, got {None if features is None else shape_of(features)}"
             )
         f_r = self.feature_mlp(features.to(torch.float32))
         text = f_r.new_zeros(*f_r.shape[:-1], len(SCORE_NAMES) - 1)
@@ -888,7 +507,7 @@ class PEPSRanker(nn.Module):
                 value = torch.as_tensor(state[name])
                 if value.shape != param.shape:
                     raise DataFormatError(
-                        f"{name}: expected shape {_shape(param)}, got {_shape(value)}"
+                        f"{name}: expected shape {shape_of(param)}, got {shape_of(value)}"
                     )
                 param.copy_(value)
 
@@ -897,7 +516,7 @@ class PEPSRanker(nn.Module):
         start = 0
         for name, param in self.named_parameters():
             stop = start + param.numel()
-            entries.append(LayoutEntry(name, start, stop, _shape(param)))
+            entries.append(LayoutEntry(name, start, stop, shape_of(param)))
             start = stop
         return ParameterLayout(tuple(entries))
 
