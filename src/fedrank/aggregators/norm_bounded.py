@@ -5,8 +5,8 @@ Algorithm 1 and Section 2).
 :class:`NormBounded` wraps any vector aggregator: every update is scaled down to L2 norm at
 most the current bound ``C`` (:func:`fedrank.privacy.clipping.clip_l2`) before the inner
 aggregator folds it in, so one client moves a weighted mean by at most ``n_i C / sum n``
-however large its update (issue 15, F5: one gradient of norm 4.7e6 among 100 honest ones
-decided all 22 frecency weights).
+however large its update (without it, one frecency gradient of norm 4.7e6 among 100 honest
+ones decides all 22 weights: docs/service.md, Poisoning).
 
 The right ``C`` depends on the model, the loss and the stage of training. With
 ``quantile = gamma`` the bound follows the ``gamma``-quantile of the clients' update norms,

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from fedrank.data.aol import AolCorpus
 
 #: What the workers of a flat or proxy run on Dask import as they start: the clients' code,
-#: and the module torch imports when a client builds its first optimizer (~1 s).
+#: and the module torch imports when a client builds its first optimizer.
 WORKER_PRELOAD = ("fedrank.experiments.fedps.clients", "torch._dynamo")
 
 _LOG_HELP = "AOL click log (.tsv or .tsv.gz); default: the shared 1,000-user sample"
@@ -372,8 +372,7 @@ def lists(log: Path | None, users: int | None, seed: int, split: str, out: Path)
     "--warmup-rounds",
     type=int,
     default=None,
-    help="the click-feature warm-up of every trained job (default 8; 0: none, the setting "
-    "of the tables recorded before 2026-11-28)",
+    help="the click-feature warm-up of every trained job (default 8; 0: none)",
 )
 @click.option(
     "--out",

@@ -210,8 +210,7 @@ def _study_options(func: Any) -> Any:
             "--significance-z",
             type=float,
             default=None,
-            show_default="1 under --setting paper (2 until 2026-11-27), 0 (the plain mean) under "
-            "mozilla-deployed",
+            show_default="1 under --setting paper, 0 (the plain mean) under mozilla-deployed",
             help="Per-weight significance gate of the aggregate, in standard errors.",
         ),
         click.option(

@@ -3,8 +3,7 @@
 The synthetic world sorts millions of clicks by user, then time; the users are already in
 order, so only each user's few hundred clicks need sorting. :func:`group_key_order` gives
 the very permutation ``np.lexsort`` gives (both sorts are stable) by sorting each group on
-its own in compiled code (the 10,000-user world's page views, users in order: 1.26 s with
-``np.lexsort``, 0.14 s; line profiler, 2026-11-29).
+its own in compiled code, which costs a fraction of one global sort of the pairs.
 """
 
 from __future__ import annotations

@@ -19,10 +19,9 @@ run's clients over the workers (:mod:`fedrank.experiments.fedps.clients`).
 
 **OpenMP waits passively in the workers** (``OMP_WAIT_POLICY=PASSIVE`` unless the
 environment sets it). LightGBM's OpenMP threads spin while they wait for work by default;
-two worker processes that train LightGBM at once on 2 cores then spin against each
-other: two 8-user GBDT runs side by side took 44 s each instead of 7.6 s (measured with
-``fedrank fedps run --mode gbdt``; alone a run takes 7.5 s either way, and a 100-user one
-10-20% longer with passive waiting, so the main process keeps OpenMP's default).
+two worker processes that train LightGBM at once on a small machine then spin against each
+other and each run takes several times as long. A single run is a little faster with
+spinning threads, so the main process keeps OpenMP's default.
 """
 
 from __future__ import annotations
@@ -130,10 +129,10 @@ def dask_client(
         else:
             # Dask sets MALLOC_TRIM_THRESHOLD_ in its workers by default; any value turns off
             # glibc's dynamic mmap threshold, and torch's many mid-sized tensors then cost
-            # ~2x the CPU (measured on the FedPS clients). None unsets it. OpenMP waits
-            # passively, as in a process pool (module docstring). And the workers do not
-            # sample their own stacks every 10 ms (Dask's statistical profiler, shown only on
-            # a dashboard, which a local cluster here does not have).
+            # far more CPU in the FedPS clients. None unsets it. OpenMP waits passively, as
+            # in a process pool (module docstring). And the workers do not sample their own
+            # stacks (Dask's statistical profiler, shown only on a dashboard, which a local
+            # cluster here does not have).
             if preload and "forkserver" in get_all_start_methods():
                 _preload_forkserver(preload)
                 stack.enter_context(

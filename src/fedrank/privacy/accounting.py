@@ -73,8 +73,8 @@ MAX_CALIBRATED_ROUNDS = 100_000
 
 
 def _dp() -> ModuleType:
-    """``dp_accounting``, imported on first use: it imports ``scipy.stats`` and costs about
-    1.3 s, which every server start and CLI call without a Gaussian mechanism would pay."""
+    """``dp_accounting``, imported on first use: it imports ``scipy.stats``, a slow import
+    that every server start and CLI call without a Gaussian mechanism would pay."""
     import dp_accounting
     import dp_accounting.mechanism_calibration
     import dp_accounting.pld

@@ -1,7 +1,8 @@
 """Bounding the L2 norm of client updates.
 
-A server that averages updates lets one client with a huge update steer the model: a probe's
-single frecency gradient among 100 honest ones flipped 15 of 22 weights (issue 15, F5).
+A server that averages updates lets one client with a huge update steer the model: a single
+huge frecency gradient among 100 honest ones flips 15 of 22 weights (docs/service.md,
+Poisoning).
 Scaling every update down to L2 norm at most ``bound`` before aggregation caps what one
 message can move (the same clipping that differential privacy needs before it adds noise:
 McMahan et al. 2018, "Learning Differentially Private Recurrent Language Models").
