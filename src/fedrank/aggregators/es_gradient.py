@@ -24,7 +24,8 @@ metrics (it picks the difference's sign from the noise it was given, to push the
 way: docs/service.md, Poisoning) reports the largest difference, 1; honest differences
 under randomized response are mostly smaller (MQ2008, p = 0.9, B = 4: median 0.26, 90th
 percentile 0.65; a run's ``report_differences``), so a bound below 1 takes more from the
-liar than from the honest. The clip is per report, before the sum: states still merge exactly (a proxy must clip with the same bound).
+liar than from the honest. The clip is per report, before the sum: states still merge
+exactly (a proxy must clip with the same bound).
 """
 
 from __future__ import annotations
