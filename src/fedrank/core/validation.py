@@ -73,8 +73,10 @@ class Options(Constraint):
 class Interval(Constraint):
     """An integer (``kind=Integral``) or a finite real number (``kind=Real``) between
     ``low`` and ``high`` (``None``: unbounded on that side); ``closed`` says which ends belong
-    to it. A bound may be a :class:`~fractions.Fraction`, written as one (``1/11``). Bools
-    are not numbers here, and a real interval never holds NaN or an infinity."""
+    to it. A bound may be a :class:`~fractions.Fraction`: written as one (``1/11``), and
+    compared as the float it rounds to, the bound the code using the value computes
+    (``1 / 11``). Bools are not numbers here, and a real interval never holds NaN or an
+    infinity."""
 
     def __init__(
         self,
@@ -104,11 +106,10 @@ class Interval(Constraint):
             return False
         if not isinstance(value, Integral) and not math.isfinite(value):
             return False
-        if self.low is not None and not (
-            value >= self.low if self._low_closed else value > self.low
-        ):
+        low, high = _bound(self.low), _bound(self.high)
+        if low is not None and not (value >= low if self._low_closed else value > low):
             return False
-        return self.high is None or (value <= self.high if self._high_closed else value < self.high)
+        return high is None or (value <= high if self._high_closed else value < high)
 
     def __str__(self) -> str:
         integer = self.kind is Integral
@@ -281,6 +282,10 @@ def _constraint(spec: Spec) -> Constraint:
     if isinstance(spec, type):
         return Instance(spec)
     raise TypeError(f"a table names constraints, types or None, not {spec!r}")
+
+
+def _bound(x: float | Fraction | None) -> float | None:
+    return float(x) if isinstance(x, Fraction) else x
 
 
 def _equal(value: Any, option: Any) -> bool:

@@ -432,6 +432,11 @@ def _served(config: ServerConfig) -> str | None:
 SERVED: tuple[str, ...] = ("trained", "defaults")
 
 
+def _default_system() -> System:
+    """The system of the default workload."""
+    return system(ServerSection().workload)
+
+
 def _system_sections() -> dict[str, Any]:
     """Every system's section with its defaults, by TOML table name."""
     return {s.section: s.config() for s in SYSTEMS.values()}
@@ -452,10 +457,13 @@ class ServerConfig(Validated):
     #: Every system's section (``[frecency]``, ``[foltr_es]``, ...), by table name; the
     #: workload's is :attr:`system_config`.
     sections: dict[str, Any] = field(default_factory=_system_sections)
-    branches: tuple[Branch, ...] = ()
+    #: The study's branches (``[[branches]]``, or the workload's system's).
+    branches: tuple[Branch, ...] = field(default_factory=lambda: _default_system().branches)
     #: ``(name, low, high)`` per metric clients may report, sorted by name (``[metrics]``,
     #: or the system's :attr:`~fedrank.systems.system.System.metrics`).
-    metrics: tuple[tuple[str, float, float], ...] = ()
+    metrics: tuple[tuple[str, float, float], ...] = field(
+        default_factory=lambda: _default_system().metrics
+    )
     #: The proxies that may send merged aggregates (``[[proxies]]``; none: refused).
     proxies: tuple[Proxy, ...] = ()
 
