@@ -696,7 +696,7 @@ def _section(name: str, cls: type, data: Any) -> Any:
     values = {k: _typed(name, k, v, kinds[k]) for k, v in data.items()}
     try:
         return cls(**values)
-    except ConfigError as exc:  # a section that validates itself (a strategy's config)
+    except ConfigError as exc:  # the section's own table and rules (core.validation)
         raise ConfigError(f"[{name}] {exc}") from exc
 
 
