@@ -80,7 +80,7 @@ from fedrank.errors import ConfigError
             Interval(Real, 1e-12, 1e9),
             [1e-12, 1e9],
             [1e-13, 1e10],
-            "in [1e-12, 1000000000] (a number)",
+            "in [1e-12, 1e9] (a number)",
         ),
         (Instance(bool), [True, False, np.bool_(True)], [1, 0, "true", None], "True or False"),
         (Instance(str), ["", "x"], [b"x", 1, None], "a string"),

@@ -298,10 +298,18 @@ def _equal(value: Any, option: Any) -> bool:
 
 
 def _number(x: float | Fraction) -> str:
-    """A bound as a message writes it: ``1/11``, ``3``, ``0.5``, ``1e-12``."""
-    if isinstance(x, Fraction | Integral):
+    """A bound as a message writes it: ``1/11``, ``3``, ``65535``, ``1e9``, ``0.5``,
+    ``1e-12`` (a whole number of a million or more with one significant digit in
+    scientific notation)."""
+    if isinstance(x, Fraction):
         return str(x)
-    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(float(x))
+    if isinstance(x, Integral) or (float(x).is_integer() and abs(x) < 1e15):
+        n = int(x)
+        digits = str(abs(n)).rstrip("0")
+        if abs(n) >= 10**6 and len(digits) == 1:
+            return f"{'-' if n < 0 else ''}{digits}e{len(str(abs(n))) - 1}"
+        return str(n)
+    return repr(float(x))
 
 
 def _text(value: Any) -> str:

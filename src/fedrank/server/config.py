@@ -213,7 +213,7 @@ class ServerSection(Validated):
         "admin_token": str,
         "max_body_bytes": Interval(Integral, 1024, None),
         "max_staleness": Interval(Integral, 0, None),
-        "max_n": Accepts(Interval(Integral, 0, 10**9), note="0: the workload's default"),
+        "max_n": Interval(Integral, 0, 10**9),
         "header_timeout": _POSITIVE,
         "body_timeout": _POSITIVE,
         "keep_alive_timeout": _POSITIVE,
