@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import fields
 from fractions import Fraction
 from numbers import Integral, Real
@@ -191,7 +191,7 @@ class Accepts:
     def message(self, name: str, value: Any) -> str:
         """The one form of a field's error: the field, what it accepts, what was given."""
         note = f" ({self.note})" if self.note else ""
-        return f"{name}{note} must be {self}, got {given(value)}"
+        return f"{name}{note} must be {self}, got {_given(value)}"
 
 
 #: A table's entry for one field.
@@ -219,7 +219,7 @@ class Rule:
 class Delegated:
     """A check another object makes of its own, run with the config's rules:
     ``check(config)`` raises that object's :class:`~fedrank.errors.ConfigError` (a privacy
-    budget calibrated before any work, an executor's options)."""
+    budget calibrated before any work)."""
 
     def __init__(self, check: Callable[[Any], object]) -> None:
         self._check = check
@@ -266,7 +266,7 @@ def validate(config: Any) -> None:
         rule.check(config)
 
 
-def given(value: Any) -> str:
+def _given(value: Any) -> str:
     """``value`` as a message shows what was given: its ``repr``, a numpy scalar as the
     Python number it holds."""
     if isinstance(value, np.generic):
@@ -328,7 +328,7 @@ class _Attributes(Mapping[str, Any]):
         except AttributeError:
             raise KeyError(name) from None
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[str]:
         return iter(f.name for f in fields(self._config))
 
     def __len__(self) -> int:
