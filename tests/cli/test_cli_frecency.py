@@ -311,18 +311,25 @@ def test_simulate_sign_messages_and_stability(tmp_path: Path) -> None:
     _assert_pngs(out_dir, (*STUDY_PLOTS, "stability.png"))
 
 
+#: What the study's n_users message says the field is.
+USERS_NOTE = "one per branch at least; memory grows with users, about 0.2 MB each"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--blind-chars", "-1"], "blind_chars must be >= 0"),
         (["--scan-continue", "2"], "scan_continue must be in [0, 1]"),
         (["--history-days", "0"], "history_days must be > 0"),
-        (["--users", "1"], "n_users must be >= 3"),
-        (["--users", "1000000000"], "n_users must be <= 100,000"),
+        (
+            ["--users", "1"],
+            f"n_users ({USERS_NOTE}) must be in 3..100000 (an integer) or None, got 1",
+        ),
+        (["--users", "1000000000"], f"n_users ({USERS_NOTE}) must be in 3..100000"),
         (["--iterations", "0"], "iterations must be >= 1"),
         (["--searches-per-iteration", "0"], "searches_per_iteration must be > 0"),
         (["--eval-searches", "0"], "eval_searches_per_user must be >= 1"),
-        (["--delta", "-1"], "delta (the SVM margin) must be a finite number >= 0"),
+        (["--delta", "-1"], "delta (the SVM margin) must be >= 0 (a finite number)"),
         (["--dask-workers", "2", "--dask-scheduler", "tcp://h:1"], "not both"),
         (["--dask-workers", "0"], "dask_workers must be in 1..256"),
     ],
@@ -446,7 +453,7 @@ def test_policies_writes_json(tmp_path: Path) -> None:
 
 def test_policies_rejects_a_target_fraction_outside_0_1() -> None:
     result = _run(["frecency", "policies", "--users", "200", "--target-fraction", "1.5"])
-    _assert_clean_failure(result, "target_fraction must lie in (0, 1)")
+    _assert_clean_failure(result, "target_fraction must be in (0, 1) (a number), got 1.5")
 
 
 def test_messages_writes_paired_json(tmp_path: Path) -> None:

@@ -81,8 +81,9 @@ def _python_files_outside(*allowed: str) -> list[Path]:
 #: page (``fedrank frecency score``).
 NOT_A_SWITCH = ("data/places.py",)
 #: Tables of names that are not switches: the FOLtR simulator's ``--algorithm`` choices,
-#: mapped to the systems they train.
-NAME_TABLES = {"SYSTEM_OF"}
+#: mapped to the systems they train, and the configs' tables of what each field accepts
+#: (keyed by field names, such as the FOLtR reproduction's ``fpdgd`` flag).
+NAME_TABLES = {"SYSTEM_OF", "ACCEPTS"}
 
 
 def test_nothing_outside_the_registry_decides_by_a_system_s_name() -> None:

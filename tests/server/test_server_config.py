@@ -115,24 +115,27 @@ served = "defaults"
         ("[iteration]\ntick_seconds = 0\n", "[iteration] tick_seconds must be > 0"),
         ('[frecency]\nmodel = "new"\n', "[frecency] model must be one of classic, modern"),
         ('[frecency]\nmessage = "bits"\n', "[frecency] message must be one of full, sign"),
-        ("[frecency]\nsignificance_z = -1\n", "[frecency] significance_z must be finite and >= 0"),
-        ("[frecency]\neps = 0\n", "[frecency] eps must be a finite number > 0"),
-        ("[frecency]\nmax_change = 0\n", "[frecency] max_change must be a finite number > 0"),
+        (
+            "[frecency]\nsignificance_z = -1\n",
+            "[frecency] significance_z must be >= 0 (a finite number)",
+        ),
+        ("[frecency]\neps = 0\n", "[frecency] eps must be > 0 (a finite number)"),
+        ("[frecency]\nmax_change = 0\n", "[frecency] max_change must be > 0 (a finite number)"),
         ("[frecency]\ndecay_rate = 1.5\n", "[frecency] decay_rate must be in (0, 1]"),
         ('[foltr_es]\nranker = "deep"\n', "[foltr_es] ranker must be one of linear, two-layer"),
         ("[foltr_es]\nn_features = 0\n", "[foltr_es] n_features must be >= 1"),
         ("[foltr_es]\nsigma = 0\n", "[foltr_es] sigma must be > 0"),
         ("[foltr_es]\nbatch = 0\n", "[foltr_es] batch must be >= 1"),
         ("[foltr_es]\nbatch = 3\n", "[foltr_es] batch must be even with antithetic"),
-        ("[foltr_es]\np = 0.05\n", "[foltr_es] p must lie in (1/11, 1]"),
-        ("[foltr_es]\np = 1.01\n", "[foltr_es] p must lie in (1/11, 1]"),
+        ("[foltr_es]\np = 0.05\n", "[foltr_es] p must be in (1/11, 1]"),
+        ("[foltr_es]\np = 1.01\n", "[foltr_es] p must be in (1/11, 1]"),
         ("[foltr_es]\ndifference_bound = -0.5\n", "[foltr_es] difference_bound must be >= 0"),
         (
             "[foltr_es]\nantithetic = false\nbatch = 3\ndifference_bound = 0.5\n",
             "[foltr_es] difference_bound clips the antithetic difference",
         ),
         ("[foltr_es]\nlearning_rate = 0\n", "[foltr_es] learning_rate must be > 0"),
-        ("[fedavg]\ndim = 0\n", "[fedavg] dim must be an integer >= 1"),
+        ("[fedavg]\ndim = 0\n", "[fedavg] dim must be >= 1 (an integer)"),
         ("[fedavg]\nserver_learning_rate = -1\n", "[fedavg] server_learning_rate must be > 0"),
         ('[frecency]\nsetting = "deployed"\n', "[frecency] setting must be one of paper"),
         ('[frecency]\nmodel = "modern"\nsetting = "mozilla-deployed"\n', "tuned classic"),
@@ -218,7 +221,7 @@ def test_serve_as_a_process_exits_non_zero(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode != 0
-    assert "[foltr_es] p must lie in (1/11, 1]" in done.stderr
+    assert "[foltr_es] p must be in (1/11, 1]" in done.stderr
     assert "Traceback" not in done.stderr
 
 

@@ -138,7 +138,7 @@ def test_the_report_of_a_distributed_configuration(tmp_path: Path) -> None:
         (('accountant = "rdp"\n', ""), "accountant = 'rdp'"),
         ((f"clip = {CLIP}\n", "clip = 0.5\n"), "must equal"),
         (("accountant", "noise_seed = 3\naccountant"), "noise_seed"),
-        (('mode = "distributed"', 'mode = "local"'), "central or distributed"),
+        (('mode = "distributed"', 'mode = "local"'), "mode must be one of central, distributed"),
     ],
 )
 def test_distributed_configurations_that_are_refused(

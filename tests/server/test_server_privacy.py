@@ -330,7 +330,10 @@ def _incoming(engine: Engine, message_id: str, delta: np.ndarray | None = None) 
         ("[privacy]\nepsilon = 1.0\nrounds = 10\n", "clip"),
         ("[privacy]\nepsilon = 1.0\nclip = 1.0\n", "rounds"),
         ("[privacy]\nepsilon = 1.0\nclip = 1.0\nrounds = 10\ndelta = 1.0\n", "delta"),
-        ("[privacy]\nepsilon = 1.0\nclip = 1.0\nrounds = 10\naccountant = 'x'\n", "pld or rdp"),
+        (
+            "[privacy]\nepsilon = 1.0\nclip = 1.0\nrounds = 10\naccountant = 'x'\n",
+            "accountant must be one of pld, rdp",
+        ),
         ("[privacy]\nepsilon = 1.0\nclip = 1.0\nrounds = 10\nnoise_seed = -2\n", "noise_seed"),
         (PROXIES_TOML, "proxies"),
         ("[iteration]\nstable_ticks = 3\n", "stable_ticks"),

@@ -63,11 +63,11 @@ def test_foltr_es_ascends_the_reported_metric() -> None:
 @pytest.mark.parametrize(
     ("build", "match"),
     [
-        (lambda: FedAvgConfig(dim=0), "dim must be an integer >= 1"),
+        (lambda: FedAvgConfig(dim=0), r"dim must be >= 1 \(an integer\)"),
         (lambda: FedAvgConfig(server_learning_rate=0.0), "server_learning_rate must be > 0"),
         (lambda: FoltrEsConfig(ranker="tree"), "ranker must be one of linear, two-layer"),
         (lambda: FoltrEsConfig(batch=3), "batch must be even with antithetic"),
-        (lambda: FoltrEsConfig(p=0.05), r"p must lie in \(1/11, 1\]"),
+        (lambda: FoltrEsConfig(p=0.05), r"p must be in \(1/11, 1\]"),
         (lambda: FoltrEsConfig(sigma=float("nan")), "sigma must be > 0"),
         (lambda: FedAvgStrategy(FedAvgConfig(dim=2), initial=np.zeros(3)), r"shape \(2,\)"),
     ],

@@ -2,11 +2,11 @@
 
 The paper's simulation had no real data: "how recently websites were visited" followed "a
 made-up distribution", visits per page "an exponential distribution with lambda = 7", and
-"recency, type, and frequency were assumed to be independent". fedrank's first generator
-did the same (about 7.5 visits per page); its users then found anything after one typed
-character. This generator instead draws a *click stream* whose shapes are calibrated to a
-real one, the AOL click log of ``../shared/data/AOL`` (:func:`fedrank.data.browsing.
-browsing_shapes` measures both; ``docs/frecency.md`` shows them side by side):
+"recency, type, and frequency were assumed to be independent"; with about 7.5 visits per
+page, the users of such a world find any page after one typed character. This generator
+instead draws a *click stream* whose shapes are calibrated to a real one, the AOL click log
+of ``../shared/data/AOL`` (:func:`fedrank.data.browsing.browsing_shapes` measures both;
+``docs/frecency.md`` shows them side by side):
 
 * **how much**: every user clicks at a rate drawn from a log-normal fitted to the AOL
   users' clicks per day (median 4.2, log-sd 0.46) over ``history_days``;
@@ -39,10 +39,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from numbers import Integral, Real
 
 import numpy as np
 
 from fedrank.core.group_sort import group_key_order
+from fedrank.core.validation import Interval, Rule, Validated
 from fedrank.data.browsing import (
     ENGLISH_LETTER_FREQUENCIES,
     BrowsingWorld,
@@ -59,8 +61,16 @@ __all__ = ["ENGLISH_LETTER_FREQUENCIES", "BrowsingConfig", "Vocabulary", "genera
 MINUTES_PER_DAY = 24.0 * 60.0
 
 
+#: A finite number > 0.
+_POSITIVE = Interval(Real, 0, None, closed="neither")
+#: A probability.
+_SHARE = Interval(Real, 0, 1)
+#: An integer >= 1.
+_AT_LEAST_ONE = Interval(Integral, 1, None)
+
+
 @dataclass(frozen=True)
-class BrowsingConfig:
+class BrowsingConfig(Validated):
     """Parameters of the synthetic world, with where each default comes from.
 
     Attributes:
@@ -136,42 +146,69 @@ class BrowsingConfig:
     max_path_words: int = 3
     site_in_title: float = 0.7
 
-    def __post_init__(self) -> None:
-        for name in (
-            "history_days", "rate_log_sd", "new_host_theta", "clicks_per_session",
-            "session_gap_minutes", "subpage_zipf", "view_gap_minutes",
-        ):  # fmt: skip
-            value = getattr(self, name)
-            if not (np.isfinite(value) and value > 0):
-                raise ConfigError(f"BrowsingConfig.{name} must be a positive number, got {value}")
-        if not 0.0 <= self.new_host_discount < 1.0:
-            raise ConfigError(
-                f"BrowsingConfig.new_host_discount must be in [0, 1), got {self.new_host_discount}"
-            )
-        shares = (
-            "recent_share", "root_share", "typed_share", "redirect_host_share",
-            "redirect_visit_share", "reload_share", "framed_share", "download_share",
-            "embed_share", "bookmark_share", "bookmark_visit_share", "site_in_title",
-        )  # fmt: skip
-        for name in shares:
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ConfigError(f"BrowsingConfig.{name} must be in [0, 1], got {value}")
-        rare = self.reload_share + self.framed_share + self.download_share + self.embed_share
-        if rare + self.typed_share > 1.0:
-            raise ConfigError("typed and rare transition shares must sum to at most 1")
-        if self.clicks_per_session < 1.0:
-            raise ConfigError("clicks_per_session must be >= 1")
-        for name in ("recent_window", "max_subpages", "n_words", "max_path_words"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"BrowsingConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if not 1 <= self.min_word_length <= self.max_word_length <= 100:
-            raise ConfigError("need 1 <= min_word_length <= max_word_length <= 100")
-        capacity = sum(26**n for n in range(self.min_word_length, self.max_word_length + 1))
-        if self.n_words > capacity // 4:
-            raise ConfigError(f"n_words = {self.n_words} is too many words of that length")
-        if self.imported_bookmarks < 0 or self.title_words_mean < 0 or self.extra_views < 0:
-            raise ConfigError("imported_bookmarks, title_words_mean, extra_views must be >= 0")
+    ACCEPTS = {
+        "history_days": _POSITIVE,
+        "future_days": Interval(Real, 0, None),
+        "rate_log_mean": Interval(Real, None, None),
+        "rate_log_sd": _POSITIVE,
+        "new_host_theta": _POSITIVE,
+        "new_host_discount": Interval(Real, 0, 1, closed="left"),
+        "recent_share": _SHARE,
+        "recent_window": _AT_LEAST_ONE,
+        "clicks_per_session": Interval(Real, 1, None),
+        "session_gap_minutes": _POSITIVE,
+        "extra_views": Interval(Real, 0, None),
+        "view_gap_minutes": _POSITIVE,
+        "root_share": _SHARE,
+        "max_subpages": _AT_LEAST_ONE,
+        "subpage_zipf": _POSITIVE,
+        "typed_share": _SHARE,
+        "redirect_host_share": _SHARE,
+        "redirect_visit_share": _SHARE,
+        "reload_share": _SHARE,
+        "framed_share": _SHARE,
+        "download_share": _SHARE,
+        "embed_share": _SHARE,
+        "bookmark_share": _SHARE,
+        "imported_bookmarks": Interval(Real, 0, None),
+        "bookmark_visit_share": _SHARE,
+        "n_words": _AT_LEAST_ONE,
+        "min_word_length": Interval(Integral, 1, 100),
+        "max_word_length": Interval(Integral, 1, 100),
+        "word_zipf_exponent": Interval(Real, 0, None),
+        "word_zipf_offset": Interval(Real, 0, None),
+        "title_words_mean": Interval(Real, 0, None),
+        "max_path_words": _AT_LEAST_ONE,
+        "site_in_title": _SHARE,
+    }
+    RULES = (
+        Rule(
+            lambda c: c.typed_share + _rare_share(c) <= 1,
+            lambda c: (
+                f"typed_share ({c.typed_share}) and the rare transition shares (reload, "
+                f"framed, download, embed: {_rare_share(c):g} together) must sum to at most 1"
+            ),
+        ),
+        Rule(
+            lambda c: c.min_word_length <= c.max_word_length,
+            "min_word_length must be <= max_word_length ({max_word_length}), got {min_word_length}",
+        ),
+        Rule(
+            lambda c: c.n_words <= _word_capacity(c) // 4,
+            "n_words = {n_words} is too many words of {min_word_length} to {max_word_length} "
+            "letters: at most a quarter of the distinct words of those lengths",
+        ),
+    )
+
+
+def _rare_share(config: BrowsingConfig) -> float:
+    """The share of the rare transitions: reloads, framed links, downloads, embeds."""
+    return config.reload_share + config.framed_share + config.download_share + config.embed_share
+
+
+def _word_capacity(config: BrowsingConfig) -> int:
+    """How many distinct words of ``min_word_length`` to ``max_word_length`` letters."""
+    return sum(26**n for n in range(config.min_word_length, config.max_word_length + 1))
 
 
 def generate_world(
@@ -482,9 +519,9 @@ def _page_words(
 #: Uniforms :func:`_page_words` draws at a time (bounds the temporaries; the same stream).
 _WORD_ROW_BLOCK = 1 << 16
 
-#: :class:`_InverseCdf` looks uniforms up in ``2 ** _CDF_BITS`` bins (two int32 tables of
-#: 256 kB that stay in the core's cache: 20 million draws 0.75 -> 0.11 s, alone, against
-#: 2 ** 20 bins; any number of bins draws the same words).
+#: :class:`_InverseCdf` looks uniforms up in ``2 ** _CDF_BITS`` bins: two int32 tables of
+#: 256 kB that stay in the core's cache, as the tables of ``2 ** 20`` bins do not (any
+#: number of bins draws the same words).
 _CDF_BITS = 16
 
 

@@ -18,22 +18,23 @@ record it with :func:`run_record`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Real
 from typing import Any
 
 import numpy as np
 
+from fedrank.core.validation import Accepts, Interval, Options, Rule, Validated
 from fedrank.errors import ConfigError
-from fedrank.optim.serialization import check_hyperparameter
 from fedrank.privacy.accounting import ACCOUNTANTS, gaussian_noise_multiplier
 from fedrank.privacy.adaptive_clip import AdaptiveClip
 from fedrank.privacy.skellam import SkellamPlan
 from fedrank.strategies.base import Strategy
 from fedrank.strategies.distributed_dp import DistributedDPStrategy
-from fedrank.strategies.dp import DPStrategy, check_denominator
+from fedrank.strategies.dp import DPStrategy
 
 
 @dataclass(frozen=True)
-class PrivacyConfig:
+class PrivacyConfig(Validated):
     """A privacy budget for a training run: central DP (:class:`~fedrank.strategies.dp.
     DPStrategy`) or distributed DP (:class:`~fedrank.strategies.distributed_dp.
     DistributedDPStrategy` in a simulation, the clients' Skellam shares under secure
@@ -73,35 +74,51 @@ class PrivacyConfig:
     mode: str = "central"
     threshold: float = 0.5
 
-    def __post_init__(self) -> None:
-        check_hyperparameter("epsilon (the per-user privacy budget)", self.epsilon)
-        check_hyperparameter(
-            "delta (the budget's failure probability; well below 1 / users)",
-            self.delta,
-            high=1.0,
-            high_inclusive=False,
-        )
-        check_hyperparameter("clip (the L2 bound C of every update)", self.clip)
-        if self.accountant not in ACCOUNTANTS:
-            raise ConfigError(
-                f"accountant must be one of {', '.join(ACCOUNTANTS)}, got {self.accountant!r}"
-            )
-        if self.clip_quantile is None and self.count_noise is not None:
-            raise ConfigError("count_noise belongs to the adaptive clip: give clip_quantile too")
-        self.adaptive(1)  # validates the adaptive clip's settings
-        if self.denominator is not None:
-            check_denominator(self.denominator)
-        if self.mode not in ("central", "distributed"):
-            raise ConfigError(f"mode must be central or distributed, got {self.mode!r}")
-        if not 0 < self.threshold <= 1:
-            raise ConfigError(f"threshold must be in (0, 1], got {self.threshold}")
-        if self.mode == "distributed" and (
-            self.clip_quantile is not None or self.denominator is not None
-        ):
-            raise ConfigError(
-                "distributed DP clips to a fixed bound and divides the decoded sum by its "
-                "contributors: drop clip_quantile and denominator (central DP's)"
-            )
+    ACCEPTS = {
+        "epsilon": Accepts(
+            Interval(Real, 0, None, closed="neither"), note="the per-user privacy budget"
+        ),
+        "delta": Accepts(
+            Interval(Real, 0, 1, closed="neither"),
+            note="the budget's failure probability; well below 1 / users",
+        ),
+        "clip": Accepts(
+            Interval(Real, 0, None, closed="neither"), note="the L2 bound C of every update"
+        ),
+        "accountant": Options(*ACCOUNTANTS),
+        "clip_quantile": Accepts(
+            Interval(Real, 0, 1, closed="neither"),
+            None,
+            note="gamma, the quantile of the update norms the clip follows",
+        ),
+        "count_noise": Accepts(
+            Interval(Real, 0, None, closed="neither"),
+            None,
+            note="sigma_b, the noise on the count of updates within the clip",
+        ),
+        "clip_eta": Accepts(
+            Interval(Real, 0, None, closed="neither"), note="the adaptive clip's learning rate"
+        ),
+        "denominator": Accepts(
+            Interval(Real, 1, None),
+            None,
+            note="W: the fixed number each round's noised sum is divided by, about the "
+            "expected updates per round",
+        ),
+        "mode": Options("central", "distributed"),
+        "threshold": Interval(Real, 0, 1, closed="right"),
+    }
+    RULES = (
+        Rule(
+            lambda c: c.count_noise is None or c.clip_quantile is not None,
+            "count_noise belongs to the adaptive clip: give clip_quantile too",
+        ),
+        Rule(
+            lambda c: c.mode == "central" or (c.clip_quantile is None and c.denominator is None),
+            "distributed DP clips to a fixed bound and divides the decoded sum by its "
+            "contributors: drop clip_quantile and denominator (central DP's)",
+        ),
+    )
 
     def adaptive(self, expected_updates: int) -> AdaptiveClip | None:
         """The adaptive clip (``None``: a fixed one); its count noise ``count_noise``, or

@@ -157,12 +157,15 @@ from __future__ import annotations
 import math
 import re
 import tomllib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
+from fedrank.core.validation import Accepts, Interval, Options, Rule, Validated
 from fedrank.errors import ConfigError
 from fedrank.federation.registry import SYSTEMS, system
+from fedrank.privacy.accounting import ACCOUNTANTS
 from fedrank.systems.system import StudyBranch, System
 
 #: Largest metric bound: a summary adds up to ``10**12`` values of at most this size, far
@@ -173,8 +176,22 @@ MAX_METRIC_NAMES = 32
 METRIC_NAME = re.compile(r"[A-Za-z0-9._:\-]{1,64}")
 
 
+#: Shortest accepted secret (admin and proxy tokens).
+MIN_TOKEN_LENGTH = 16
+#: How to make a token, for the messages that refuse one.
+_MAKE_TOKEN = "make one with: python -c 'import secrets; print(secrets.token_hex())'"
+#: A finite number > 0.
+_POSITIVE = Interval(Real, 0, None, closed="neither")
+
+
+def _strong_token(token: str) -> bool:
+    return len(token) >= MIN_TOKEN_LENGTH and token == token.strip()
+
+
 @dataclass(frozen=True)
-class ServerSection:
+class ServerSection(Validated):
+    """``[server]``: the workload, where the store is, and the HTTP server's limits."""
+
     workload: str = "frecency"
     store: str = "fedrank-store"
     host: str = "127.0.0.1"
@@ -188,24 +205,64 @@ class ServerSection:
     keep_alive_timeout: float = 5.0
     max_connections: int = 1000
 
+    ACCEPTS = {
+        "workload": Options(*SYSTEMS),
+        "store": str,
+        "host": str,
+        "port": Interval(Integral, 0, 65535),
+        "admin_token": str,
+        "max_body_bytes": Interval(Integral, 1024, None),
+        "max_staleness": Interval(Integral, 0, None),
+        "max_n": Interval(Integral, 0, 10**9),
+        "header_timeout": _POSITIVE,
+        "body_timeout": _POSITIVE,
+        "keep_alive_timeout": _POSITIVE,
+        "max_connections": Interval(Integral, 1, None),
+    }
+    RULES = (
+        Rule(lambda s: bool(s.store), "store must name a directory"),
+        Rule(
+            lambda s: not s.admin_token or _strong_token(s.admin_token),
+            f"admin_token must have at least {MIN_TOKEN_LENGTH} characters and no surrounding "
+            f"spaces (or be empty: admin disabled); {_MAKE_TOKEN}",
+        ),
+    )
+
 
 @dataclass(frozen=True)
-class IterationSection:
+class IterationSection(Validated):
+    """``[iteration]``: when an iteration closes (:mod:`fedrank.core.iteration_policy`)."""
+
     seconds: float = 1800.0
     min_updates: int = 1
     stable_ticks: int = 0
     tick_seconds: float = 0.5
 
+    ACCEPTS = {
+        "seconds": Interval(Real, 0, None),
+        "min_updates": Interval(Integral, 1, None),
+        "stable_ticks": Interval(Integral, 0, None),
+        "tick_seconds": _POSITIVE,
+    }
+
 
 @dataclass(frozen=True)
-class RoundsSection:
+class RoundsSection(Validated):
+    """``[rounds]``: server-selected rounds of ``clients_per_round`` clients."""
+
     enabled: bool = False
     clients_per_round: int = 100
     t_max_seconds: float = 60.0
 
+    ACCEPTS = {
+        "enabled": bool,
+        "clients_per_round": Interval(Integral, 1, None),
+        "t_max_seconds": _POSITIVE,
+    }
+
 
 @dataclass(frozen=True)
-class SecAggSection:
+class SecAggSection(Validated):
     """``[secagg]``: secure aggregation of every round (:mod:`fedrank.server.secagg_round`)."""
 
     enabled: bool = False
@@ -213,16 +270,33 @@ class SecAggSection:
     l2_bound: float = 0.0
     stage_seconds: float = 30.0
 
+    ACCEPTS = {
+        "enabled": bool,
+        "threshold": Accepts(
+            Options(0), Interval(Integral, 2, None), note="t; 0: a majority of the cohort"
+        ),
+        "l2_bound": Interval(Real, 0, None),
+        "stage_seconds": Interval(Real, 0, 3600, closed="right"),
+    }
+    RULES = (
+        Rule(
+            lambda s: not s.enabled or s.l2_bound > 0,
+            "l2_bound must be > 0: clients clip their delta to it, which keeps the masked sum "
+            "from wrapping",
+        ),
+    )
+
     def threshold_for(self, clients_per_round: int) -> int:
         """``t``: the configured one, or a majority of the cohort (``K // 2 + 1``)."""
         return self.threshold or clients_per_round // 2 + 1
 
 
 @dataclass(frozen=True)
-class PrivacySection:
-    """``[privacy]``: central differential privacy of the trained model
-    (:class:`~fedrank.strategies.dp.DPStrategy`, served by :mod:`fedrank.server.privacy`).
-    On when ``epsilon > 0``."""
+class PrivacySection(Validated):
+    """``[privacy]``: differential privacy of the trained model, central
+    (:class:`~fedrank.strategies.dp.DPStrategy`) or distributed (the clients' Skellam
+    shares under ``[secagg]``), served by :mod:`fedrank.server.privacy`. On when
+    ``epsilon > 0``; its rules between keys apply then (docs/privacy.md, "In the server")."""
 
     epsilon: float = 0.0
     delta: float = 1e-6
@@ -245,6 +319,57 @@ class PrivacySection:
     #: answer anyone while DP is on; by default only the admin token sees them.
     public_counts: bool = False
 
+    ACCEPTS = {
+        "epsilon": Accepts(Interval(Real, 0, None), note="each user's budget; 0: off"),
+        "delta": Interval(Real, 0, 1, closed="neither"),
+        "clip": Accepts(Interval(Real, 0, None), note="the L2 bound of every update"),
+        "rounds": Accepts(Interval(Integral, 0, 100_000), note="the iterations the budget covers"),
+        "accountant": Options(*ACCOUNTANTS),
+        "noise_seed": Accepts(Interval(Integral, -1, None), note="-1: the store's secret seed"),
+        "mode": Options("central", "distributed"),
+        "clip_quantile": Accepts(Interval(Real, 0, 1, closed="neither"), Options(0)),
+        "count_noise": Accepts(
+            Interval(Real, 0, None), note="sigma_b, the noise on the adaptive clip's count"
+        ),
+        "clip_eta": Accepts(_POSITIVE, note="the adaptive clip's learning rate"),
+        "denominator": Accepts(
+            Options(0),
+            Interval(Real, 1, 1e9),
+            note="W, about the expected updates per iteration; 0: the iteration's count",
+        ),
+        "public_counts": bool,
+    }
+    RULES = (
+        Rule(
+            lambda p: not p.enabled or p.clip > 0,
+            "clip (the L2 bound of every update) must be > 0 with epsilon > 0, got {clip}",
+        ),
+        Rule(
+            lambda p: not p.enabled or p.rounds >= 1,
+            "rounds (the iterations the budget covers) must be in 1..100000 with epsilon > 0, "
+            "got {rounds}",
+        ),
+        Rule(
+            lambda p: not p.enabled or p.adaptive or p.count_noise == 0,
+            "count_noise belongs to the adaptive clip: give clip_quantile too",
+        ),
+        Rule(
+            lambda p: not p.enabled or not p.adaptive or p.count_noise > 0,
+            "clip_quantile needs count_noise > 0 (sigma_b, the noise on the count of updates "
+            "within the clip; Andrew et al. take the expected updates per iteration / 20)",
+        ),
+        Rule(
+            lambda p: not p.enabled or p.denominator == 0 or p.mode == "central",
+            "denominator is central DP's: under mode = 'distributed' the decoded sum is "
+            "divided by the round's contributors",
+        ),
+        Rule(
+            lambda p: not p.enabled or not (p.adaptive and p.mode == "distributed"),
+            "clip_quantile is central DP's: under mode = 'distributed' the clients clip to "
+            "the fixed [secagg] l2_bound",
+        ),
+    )
+
     @property
     def adaptive(self) -> bool:
         return self.clip_quantile > 0
@@ -263,7 +388,7 @@ Branch = StudyBranch
 
 
 @dataclass(frozen=True)
-class Proxy:
+class Proxy(Validated):
     """A proxy allowed to send merged aggregates (``POST /v1/updates:batch`` with
     ``{"aggregate": ...}``), authenticated by its bearer ``token``; each aggregate stands
     for at most ``max_clients`` client messages."""
@@ -272,12 +397,45 @@ class Proxy:
     token: str
     max_clients: int = 100_000
 
+    ACCEPTS = {"name": str, "token": str, "max_clients": Interval(Integral, 1, 10**9)}
+    RULES = (
+        Rule(
+            lambda p: _strong_token(p.token),
+            f"the token must have at least {MIN_TOKEN_LENGTH} characters and no surrounding "
+            f"spaces ({_MAKE_TOKEN})",
+        ),
+    )
+
     def __repr__(self) -> str:  # never print a token
         return f"Proxy(name={self.name!r}, max_clients={self.max_clients})"
 
 
-#: Shortest accepted secret (admin and proxy tokens).
-MIN_TOKEN_LENGTH = 16
+def _names(systems: dict[str, System], has: str, joiner: str = ", ") -> str:
+    """The registry's systems whose record says ``has`` (``rounds``, ``central_dp``...)."""
+    return joiner.join(name for name, sys in systems.items() if getattr(sys, has))
+
+
+def _distinct(names: list[str]) -> bool:
+    return len(set(names)) == len(names) and all(names)
+
+
+def _one_sum(shares: list[float]) -> bool:
+    return all(x >= 0 for x in shares) and math.isclose(sum(shares), 1.0, abs_tol=1e-9)
+
+
+def _served(config: ServerConfig) -> str | None:
+    """The first branch served something unknown, or ``None``."""
+    return next((b.name for b in config.branches if b.served not in SERVED), None)
+
+
+#: What a branch may be served: the trained model or the defaults.
+SERVED: tuple[str, ...] = ("trained", "defaults")
+
+
+def _default_system() -> System:
+    """The system of the default workload."""
+    return system(ServerSection().workload)
+
 
 def _system_sections() -> dict[str, Any]:
     """Every system's section with its defaults, by TOML table name."""
@@ -285,8 +443,11 @@ def _system_sections() -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class ServerConfig:
-    """The whole configuration; build it with :func:`load_config`."""
+class ServerConfig(Validated):
+    """The whole configuration; build it with :func:`load_config`. Each section checks its
+    own keys; the rules here are those between sections, and between the entries of
+    ``[[proxies]]`` and of ``[[branches]]`` (docs/privacy.md, "In the server";
+    docs/secagg.md, "In the service")."""
 
     server: ServerSection = field(default_factory=ServerSection)
     iteration: IterationSection = field(default_factory=IterationSection)
@@ -296,12 +457,156 @@ class ServerConfig:
     #: Every system's section (``[frecency]``, ``[foltr_es]``, ...), by table name; the
     #: workload's is :attr:`system_config`.
     sections: dict[str, Any] = field(default_factory=_system_sections)
-    branches: tuple[Branch, ...] = ()
+    #: The study's branches (``[[branches]]``, or the workload's system's).
+    branches: tuple[Branch, ...] = field(default_factory=lambda: _default_system().branches)
     #: ``(name, low, high)`` per metric clients may report, sorted by name (``[metrics]``,
     #: or the system's :attr:`~fedrank.systems.system.System.metrics`).
-    metrics: tuple[tuple[str, float, float], ...] = ()
+    metrics: tuple[tuple[str, float, float], ...] = field(
+        default_factory=lambda: _default_system().metrics
+    )
     #: The proxies that may send merged aggregates (``[[proxies]]``; none: refused).
     proxies: tuple[Proxy, ...] = ()
+
+    ACCEPTS = {
+        "server": ServerSection,
+        "iteration": IterationSection,
+        "rounds": RoundsSection,
+        "privacy": PrivacySection,
+        "secagg": SecAggSection,
+        "sections": dict,
+        "branches": tuple,
+        "metrics": tuple,
+        "proxies": tuple,
+    }
+
+    RULES = (
+        Rule(
+            lambda c: not c.rounds.enabled or c.system.rounds,
+            f"[rounds] apply to {_names(SYSTEMS, 'rounds')}; {{workload}} clients report "
+            "whenever they search",
+        ),
+        Rule(
+            lambda c: not c.server_seeds or c.rounds.enabled,
+            "[{system.section}] server_seeds = true needs [rounds] enabled = true: seeds are "
+            "issued at check-in, and only the round's capacity (clients_per_round) bounds how "
+            "many seeds one client can collect under many ids; enable [rounds] or set "
+            "server_seeds = false",
+        ),
+        Rule(
+            lambda c: not (c.server_seeds and c.proxies),
+            "[{system.section}] server_seeds = true cannot take [[proxies]]: a merged aggregate "
+            "hides its messages' seed tokens, so the server could not verify them; remove "
+            "[[proxies]] (proxies may forward binary batches, which carry each token) or set "
+            "server_seeds = false",
+        ),
+        Rule(
+            lambda c: _distinct([p.name for p in c.proxies]),
+            lambda c: (
+                f"proxy names must be distinct and non-empty, got {[p.name for p in c.proxies]}"
+            ),
+        ),
+        Rule(
+            lambda c: len({p.token for p in c.proxies}) == len(c.proxies),
+            "every proxy needs its own token",
+        ),
+        # [privacy] with epsilon > 0
+        Rule(
+            lambda c: not c.privacy.enabled or c.system.central_dp,
+            f"[privacy] central DP averages vector updates ({_names(SYSTEMS, 'central_dp')}); "
+            "{workload} clients privatize on the device with randomized response ([foltr_es] p)",
+        ),
+        Rule(
+            lambda c: not c.privacy.enabled or not c.proxies or c.privacy.distributed,
+            "[privacy] mode = 'central' cannot take [[proxies]]: a merged aggregate hides its "
+            "clients' updates, so the server could not clip them one by one; remove [[proxies]] "
+            "(under mode = 'distributed' proxies sum masked inputs only)",
+        ),
+        Rule(
+            lambda c: not c.privacy.enabled or c.iteration.stable_ticks == 0,
+            "[privacy] needs [iteration] stable_ticks = 0: the adaptive policy closes when the "
+            "exact aggregate's sign settles, a decision the noise does not cover",
+        ),
+        # [privacy] mode = "distributed"
+        Rule(
+            lambda c: not c.privacy.distributed or c.secagg.enabled,
+            "[privacy] mode = 'distributed' needs [secagg] enabled = true: the clients add the "
+            "noise to updates the server only ever sees summed",
+        ),
+        Rule(
+            lambda c: not c.privacy.distributed or c.privacy.clip == c.secagg.l2_bound,
+            "[privacy] clip ({privacy.clip:g}) must equal [secagg] l2_bound "
+            "({secagg.l2_bound:g}): the clients clip to l2_bound, and the noise is calibrated "
+            "to clip",
+        ),
+        Rule(
+            lambda c: not c.privacy.distributed or c.privacy.accountant == "rdp",
+            "[privacy] mode = 'distributed' is accounted in Renyi DP (the Skellam bound): set "
+            "accountant = 'rdp'",
+        ),
+        Rule(
+            lambda c: not c.privacy.distributed or c.privacy.noise_seed == -1,
+            "[privacy] noise_seed is the server's noise; with mode = 'distributed' the clients "
+            "draw the noise: remove noise_seed",
+        ),
+        # [secagg] enabled = true
+        Rule(
+            lambda c: not c.secagg.enabled or c.system.secure_aggregation,
+            "[secagg] sums model deltas: it needs [server] workload = "
+            f"{_names(SYSTEMS, 'secure_aggregation', ' or ')}",
+        ),
+        Rule(
+            lambda c: not c.secagg.enabled or c.rounds.enabled,
+            "[secagg] needs [rounds] enabled = true: a round's cohort",
+        ),
+        Rule(
+            lambda c: not c.secagg.enabled or 2 <= c.rounds.clients_per_round <= 1000,
+            "[secagg] needs [rounds] clients_per_round in 2..1000, got {rounds.clients_per_round}",
+        ),
+        Rule(
+            lambda c: not c.secagg.enabled or c.secagg.threshold <= c.rounds.clients_per_round,
+            "[secagg] threshold must be 0 (a majority) or in 2..{rounds.clients_per_round} "
+            "(clients_per_round), got {secagg.threshold}",
+        ),
+        Rule(
+            lambda c: (
+                not c.secagg.enabled
+                or (
+                    c.system_config.aggregator == "mean"
+                    and not c.system_config.norm_bound
+                    and c.system_config.norm_quantile is None
+                )
+            ),
+            "[secagg] the server sees only the sum: [{system.section}] aggregator must be 'mean' "
+            "with no norm_bound or norm_quantile (clients clip to [secagg] l2_bound)",
+        ),
+        Rule(
+            lambda c: not c.secagg.enabled or not c.privacy.enabled or c.privacy.distributed,
+            "[secagg] with central [privacy]: the server clips each update and adds the noise, but "
+            "it sees only the sum here; set [privacy] mode = 'distributed' (the clients add the "
+            "noise, docs/privacy.md)",
+        ),
+        # [[branches]]
+        Rule(
+            lambda c: _distinct([b.name for b in c.branches]),
+            lambda c: (
+                f"branch names must be distinct and non-empty, got {[b.name for b in c.branches]}"
+            ),
+        ),
+        Rule(
+            lambda c: _one_sum([b.share for b in c.branches]),
+            lambda c: (
+                f"branch shares must be >= 0 and sum to 1, got {[b.share for b in c.branches]}"
+            ),
+        ),
+        Rule(
+            lambda c: _served(c) is None,
+            lambda c: f"branch {_served(c)!r}: served must be trained or defaults",
+        ),
+        Rule(
+            lambda c: any(b.served == "trained" for b in c.branches),
+            "one branch must be served the trained model (served = 'trained')",
+        ),
+    )
 
     @property
     def workload(self) -> str:
@@ -391,7 +696,7 @@ def _section(name: str, cls: type, data: Any) -> Any:
     values = {k: _typed(name, k, v, kinds[k]) for k, v in data.items()}
     try:
         return cls(**values)
-    except ConfigError as exc:  # a section that validates itself (a strategy's config)
+    except ConfigError as exc:  # the section's own table and rules (core.validation)
         raise ConfigError(f"[{name}] {exc}") from exc
 
 
@@ -445,22 +750,11 @@ def _proxies(data: Any) -> tuple[Proxy, ...]:
                         ("name", "token")):  # fmt: skip
         name = _typed("proxies", "name", item["name"], str)
         token = _typed("proxies", "token", item["token"], str)
-        if len(token.strip()) < MIN_TOKEN_LENGTH or token != token.strip():
-            raise ConfigError(
-                f"proxy {name!r}: the token must have at least {MIN_TOKEN_LENGTH} characters "
-                "and no surrounding spaces (make one with: python -c 'import secrets; "
-                "print(secrets.token_hex())')"
-            )
         limit = _typed("proxies", "max_clients", item.get("max_clients", 100_000), int)
-        if not 1 <= limit <= 10**9:
-            raise ConfigError(f"proxy {name!r}: max_clients must be in 1..1e9, got {limit}")
-        out.append(Proxy(name, token, limit))
-    names = [p.name for p in out]
-    tokens = [p.token for p in out]
-    if len(set(names)) != len(names) or not all(names):
-        raise ConfigError(f"proxy names must be distinct and non-empty, got {names}")
-    if len(set(tokens)) != len(tokens):
-        raise ConfigError("every proxy needs its own token")
+        try:
+            out.append(Proxy(name, token, limit))
+        except ConfigError as exc:
+            raise ConfigError(f"proxy {name!r}: {exc}") from exc
     return tuple(out)
 
 
@@ -489,225 +783,6 @@ def _metrics(data: Any) -> tuple[tuple[str, float, float], ...]:
     return tuple(out)
 
 
-def _check(config: ServerConfig) -> None:
-    """Every cross-field and range rule."""
-    s, it, ro = config.server, config.iteration, config.rounds
-    _require(
-        [
-            (
-                s.workload in SYSTEMS,
-                f"[server] workload must be one of {tuple(SYSTEMS)}, got {s.workload!r}",
-            )
-        ]
-    )
-    with_rounds = [name for name, sys in SYSTEMS.items() if sys.rounds]
-    rules: list[tuple[bool, str]] = [
-        (bool(s.store), "[server] store must name a directory"),
-        (
-            not s.admin_token
-            or (len(s.admin_token) >= MIN_TOKEN_LENGTH and s.admin_token == s.admin_token.strip()),
-            f"[server] admin_token must have at least {MIN_TOKEN_LENGTH} characters and no "
-            "surrounding spaces (or be empty: admin disabled); make one with: python -c "
-            "'import secrets; print(secrets.token_hex())'",
-        ),
-        (0 <= s.port <= 65535, f"[server] port must be in 0..65535, got {s.port}"),
-        (s.max_body_bytes >= 1024, "[server] max_body_bytes must be >= 1024"),
-        (s.max_staleness >= 0, "[server] max_staleness must be >= 0"),
-        (0 <= s.max_n <= 10**9, "[server] max_n must be in 0..1e9 (0: the workload's default)"),
-        (
-            min(s.header_timeout, s.body_timeout, s.keep_alive_timeout) > 0,
-            "[server] header_timeout, body_timeout and keep_alive_timeout must be > 0",
-        ),
-        (s.max_connections >= 1, "[server] max_connections must be >= 1"),
-        (it.seconds >= 0, "[iteration] seconds must be >= 0 (0: no fixed-time policy)"),
-        (it.min_updates >= 1, "[iteration] min_updates must be >= 1"),
-        (it.stable_ticks >= 0, "[iteration] stable_ticks must be >= 0"),
-        (it.tick_seconds > 0, "[iteration] tick_seconds must be > 0"),
-        (ro.clients_per_round >= 1, "[rounds] clients_per_round must be >= 1"),
-        (ro.t_max_seconds > 0, "[rounds] t_max_seconds must be > 0"),
-        (
-            not ro.enabled or config.system.rounds,
-            f"[rounds] apply to {', '.join(with_rounds)}; {s.workload} clients report "
-            "whenever they search",
-        ),
-        (
-            not (config.server_seeds and not ro.enabled),
-            f"[{config.system.section}] server_seeds = true needs [rounds] enabled = true: "
-            "seeds are issued at check-in, and only the round's capacity "
-            "(clients_per_round) bounds how many seeds one client can collect under many "
-            "ids; enable [rounds] or set server_seeds = false",
-        ),
-        (
-            not (config.server_seeds and config.proxies),
-            f"[{config.system.section}] server_seeds = true cannot take [[proxies]]: a merged "
-            "aggregate hides its messages' seed tokens, so the server could not verify them; "
-            "remove [[proxies]] (proxies may forward binary batches, which carry each token) "
-            "or set server_seeds = false",
-        ),
-    ]
-    _require(rules)
-    if config.privacy.enabled:
-        _check_privacy(config)
-    if config.privacy.distributed:
-        _check_distributed_privacy(config)
-    if config.secagg.enabled:
-        _check_secagg(config)
-    names = [b.name for b in config.branches]
-    if len(set(names)) != len(names) or not all(names):
-        raise ConfigError(f"branch names must be distinct and non-empty, got {names}")
-    if any(b.share < 0 for b in config.branches) or not math.isclose(
-        sum(b.share for b in config.branches), 1.0, abs_tol=1e-9
-    ):
-        raise ConfigError(
-            f"branch shares must be >= 0 and sum to 1, got {[b.share for b in config.branches]}"
-        )
-    for b in config.branches:
-        if b.served not in ("trained", "defaults"):
-            raise ConfigError(f"branch {b.name!r}: served must be trained or defaults")
-    if not any(b.served == "trained" for b in config.branches):
-        raise ConfigError("one branch must be served the trained model (served = 'trained')")
-
-
-def _require(rules: list[tuple[bool, str]]) -> None:
-    """Raise the message of the first rule that does not hold."""
-    for ok, message in rules:
-        if not ok:
-            raise ConfigError(message)
-
-
-def _check_privacy(config: ServerConfig) -> None:
-    """The rules of ``[privacy]`` with ``epsilon > 0`` (docs/privacy.md, "In the server")."""
-    p, workload = config.privacy, config.workload
-    vectors = [name for name, sys in SYSTEMS.items() if sys.central_dp]
-    rules: list[tuple[bool, str]] = [
-        (
-            config.system.central_dp,
-            f"[privacy] central DP averages vector updates ({', '.join(vectors)}); {workload} "
-            "clients privatize on the device with randomized response ([foltr_es] p)",
-        ),
-        (0 < p.delta < 1, f"[privacy] delta must be in (0, 1), got {p.delta:g}"),
-        (p.clip > 0, "[privacy] clip (the L2 bound of every update) must be > 0"),
-        (
-            1 <= p.rounds <= 100_000,
-            "[privacy] rounds (the iterations the budget covers) must be in 1..100000",
-        ),
-        (p.accountant in ("pld", "rdp"), "[privacy] accountant must be pld or rdp"),
-        (
-            p.noise_seed >= -1,
-            "[privacy] noise_seed must be -1 (the store's secret seed) or >= 0",
-        ),
-        (p.mode in ("central", "distributed"), "[privacy] mode must be central or distributed"),
-        (
-            0 <= p.clip_quantile < 1,
-            f"[privacy] clip_quantile must be in (0, 1) (or 0: a fixed clip), got "
-            f"{p.clip_quantile:g}",
-        ),
-        (
-            p.adaptive or p.count_noise == 0,
-            "[privacy] count_noise belongs to the adaptive clip: give clip_quantile too",
-        ),
-        (
-            not p.adaptive or p.count_noise > 0,
-            "[privacy] clip_quantile needs count_noise > 0 (sigma_b, the noise on the count "
-            "of updates within the clip; Andrew et al. take the expected updates per "
-            "iteration / 20)",
-        ),
-        (
-            math.isfinite(p.denominator) and (p.denominator == 0 or 1 <= p.denominator <= 1e9),
-            f"[privacy] denominator must be 0 (divide by the iteration's count) or in [1, 1e9] "
-            f"(about the expected updates per iteration), got {p.denominator:g}",
-        ),
-        (
-            p.denominator == 0 or p.mode == "central",
-            "[privacy] denominator is central DP's: under mode = 'distributed' the decoded "
-            "sum is divided by the round's contributors",
-        ),
-        (
-            not (p.adaptive and p.mode == "distributed"),
-            "[privacy] clip_quantile is central DP's: under mode = 'distributed' the clients "
-            "clip to the fixed [secagg] l2_bound",
-        ),
-        (
-            not config.proxies or p.distributed,
-            "[privacy] mode = 'central' cannot take [[proxies]]: a merged aggregate hides its "
-            "clients' updates, so the server could not clip them one by one; remove "
-            "[[proxies]] (under mode = 'distributed' proxies sum masked inputs only)",
-        ),
-        (
-            config.iteration.stable_ticks == 0,
-            "[privacy] needs [iteration] stable_ticks = 0: the adaptive policy closes when "
-            "the exact aggregate's sign settles, a decision the noise does not cover",
-        ),
-    ]
-    _require(rules)
-
-
-def _check_secagg(config: ServerConfig) -> None:
-    """The rules of ``[secagg] enabled = true`` (docs/secagg.md, "In the service")."""
-    sa, k, fa = config.secagg, config.rounds.clients_per_round, config.system_config
-    summed = [name for name, sys in SYSTEMS.items() if sys.secure_aggregation]
-    section = config.system.section
-    rules: list[tuple[bool, str]] = [
-        (
-            config.system.secure_aggregation,
-            f"[secagg] sums model deltas: it needs [server] workload = "
-            f"{' or '.join(repr(n) for n in summed)}",
-        ),
-        (config.rounds.enabled, "[secagg] needs [rounds] enabled = true: a round's cohort"),
-        (2 <= k <= 1000, "[secagg] needs [rounds] clients_per_round in 2..1000"),
-        (
-            sa.threshold == 0 or 2 <= sa.threshold <= k,
-            f"[secagg] threshold must be 0 (a majority) or in 2..{k} (clients_per_round)",
-        ),
-        (
-            math.isfinite(sa.l2_bound) and sa.l2_bound > 0,
-            "[secagg] l2_bound must be > 0: clients clip their delta to it, which keeps the "
-            "masked sum from wrapping",
-        ),
-        (0 < sa.stage_seconds <= 3600, "[secagg] stage_seconds must be in (0, 3600]"),
-        (
-            fa.aggregator == "mean" and not fa.norm_bound and fa.norm_quantile is None,
-            f"[secagg] the server sees only the sum: [{section}] aggregator must be 'mean' with "
-            "no norm_bound or norm_quantile (clients clip to [secagg] l2_bound)",
-        ),
-        (
-            not config.privacy.enabled or config.privacy.distributed,
-            "[secagg] with central [privacy]: the server clips each update and adds the noise, "
-            "but it sees only the sum here; set [privacy] mode = 'distributed' (the clients "
-            "add the noise, docs/privacy.md)",
-        ),
-    ]
-    _require(rules)
-
-
-def _check_distributed_privacy(config: ServerConfig) -> None:
-    """The rules of ``[privacy] mode = 'distributed'`` (docs/privacy.md, "Distributed DP")."""
-    p, sa = config.privacy, config.secagg
-    rules: list[tuple[bool, str]] = [
-        (
-            sa.enabled,
-            "[privacy] mode = 'distributed' needs [secagg] enabled = true: the clients add "
-            "the noise to updates the server only ever sees summed",
-        ),
-        (
-            p.clip == sa.l2_bound,
-            f"[privacy] clip ({p.clip:g}) must equal [secagg] l2_bound ({sa.l2_bound:g}): the "
-            "clients clip to l2_bound, and the noise is calibrated to clip",
-        ),
-        (
-            p.accountant == "rdp",
-            "[privacy] mode = 'distributed' is accounted in Renyi DP (the Skellam bound): set "
-            "accountant = 'rdp'",
-        ),
-        (
-            p.noise_seed == -1,
-            "[privacy] noise_seed is the server's noise; with mode = 'distributed' the clients "
-            "draw the noise: remove noise_seed",
-        ),
-    ]
-    _require(rules)
-
-
 def load_config(path: Path | None = None, **overrides: Any) -> ServerConfig:
     """Read ``path`` (TOML; ``None``: all defaults), apply ``overrides`` (keys of
     ``[server]`` and ``[iteration]``, e.g. ``workload``, ``port``, ``seconds``; ``None``
@@ -732,36 +807,28 @@ def load_config(path: Path | None = None, **overrides: Any) -> ServerConfig:
             "or [fedavg] norm_bound = ...): one norm bound, applied by the aggregator, "
             "optionally adaptive (norm_quantile); see docs/service.md, Robust aggregation"
         )
-    sections = {name: _section(name, cls, data.get(name, {})) for name, cls in _SECTIONS.items()}
     for key, value in overrides.items():
         if value is None:
             continue
         target = "server" if key in {f.name for f in fields(ServerSection)} else "iteration"
         if key not in {f.name for f in fields(_SECTIONS[target])}:
             raise ConfigError(f"unknown setting {key!r}")
-        kind = type(getattr(_SECTIONS[target](), key))
-        sections[target] = replace(sections[target], **{key: _typed(target, key, value, kind)})
+        table = data.get(target, {})
+        if isinstance(table, dict):  # else _section names the section that is no table
+            data = {**data, target: {**table, key: value}}
+    sections = {name: _section(name, cls, data.get(name, {})) for name, cls in _SECTIONS.items()}
     service = {name: sections.pop(name) for name in _SERVICE_SECTIONS}
-    workload = service["server"].workload
-    chosen = SYSTEMS.get(workload)
-    if "branches" in data:
-        branches = _branches(data["branches"])
-    else:
-        branches = chosen.branches if chosen is not None else ()
-    if "metrics" in data:
-        metrics = _metrics(data["metrics"])
-    else:
-        metrics = chosen.metrics if chosen is not None else ()
+    chosen = SYSTEMS[service["server"].workload]
+    branches = _branches(data["branches"]) if "branches" in data else chosen.branches
+    metrics = _metrics(data["metrics"]) if "metrics" in data else chosen.metrics
     proxies = _proxies(data["proxies"]) if "proxies" in data else ()
-    config = ServerConfig(
+    return ServerConfig(
         sections={name: _resolved(section) for name, section in sections.items()},
         branches=branches,
         metrics=metrics,
         proxies=proxies,
         **service,
     )
-    _check(config)
-    return config
 
 
 def _resolved(section: Any) -> Any:

@@ -1,4 +1,4 @@
-"""What every strategy shares: the server step (ARCHITECTURE.md, Sections 1-2).
+"""What every strategy shares: the server step (docs/architecture.md).
 
 A strategy is the one place where a system's chain is assembled from its validated config
 section: the aggregator, the optimizer chain and the constraints. Its server half is one
@@ -25,9 +25,9 @@ first).
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from numbers import Integral, Real
 from typing import Any, ClassVar
 
 import numpy as np
@@ -36,52 +36,48 @@ from fedrank.aggregators.norm_bounded import NormBounded
 from fedrank.aggregators.robust import CoordinateMedian, TrimmedMean
 from fedrank.core.message import MessageBatch
 from fedrank.core.protocols import Aggregator, Optimizer
-from fedrank.errors import ConfigError, FedrankError
+from fedrank.core.validation import Accepts, Entry, Interval, Options, Rule
+from fedrank.errors import FedrankError
 from fedrank.optim.constraints import ConstraintChain
 
 #: The robust aggregators a vector strategy offers besides its own mean.
 ROBUST_AGGREGATORS: tuple[str, ...] = ("median", "trimmed-mean")
 
 
-def check_aggregation(
-    aggregator: str,
-    choices: tuple[str, ...],
-    trim: float,
-    norm_bound: float,
-    norm_quantile: float | None,
-    max_rows: int,
-) -> None:
-    """Validate the aggregation settings a strategy config shares (``aggregator``, one of
-    ``choices``; ``trim``; ``norm_bound``; ``norm_quantile``; ``max_rows``); raises
-    :class:`~fedrank.errors.ConfigError` naming the key and the allowed values."""
-    if aggregator not in choices:
-        raise ConfigError(f"aggregator must be one of {', '.join(choices)}, got {aggregator!r}")
-    if isinstance(trim, bool) or not isinstance(trim, int | float) or not 0 <= trim < 0.5:
-        raise ConfigError(
-            f"trim (the trimmed mean's fraction dropped from each end) must lie in [0, 0.5), "
-            f"got {trim!r}"
-        )
-    if not (isinstance(norm_bound, int | float) and math.isfinite(norm_bound) and norm_bound >= 0):
-        raise ConfigError(
-            f"norm_bound (the L2 bound of every update) must be a finite number >= 0 "
-            f"(0: none), got {norm_bound!r}"
-        )
-    if norm_quantile is not None:
-        if not (isinstance(norm_quantile, int | float) and 0 < norm_quantile < 1):
-            raise ConfigError(
-                f"norm_quantile (the quantile of the update norms the adaptive bound tracks) "
-                f"must lie in (0, 1), got {norm_quantile!r}"
-            )
-        if norm_bound == 0:
-            raise ConfigError(
-                "norm_quantile adapts the norm bound from its start norm_bound: set "
-                "norm_bound > 0 (near the typical update norm), or drop norm_quantile"
-            )
-    if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
-        raise ConfigError(
-            f"max_rows (most updates a median or trimmed mean holds per iteration) must be "
-            f"an integer >= 1, got {max_rows!r}"
-        )
+def aggregation_accepts(aggregators: tuple[str, ...]) -> dict[str, Entry]:
+    """The ``ACCEPTS`` entries of the aggregation keys every vector strategy's config shares
+    (:mod:`fedrank.core.validation`): ``aggregator``, one of ``aggregators`` (the
+    strategy's own mean and :data:`ROBUST_AGGREGATORS`); ``trim``; ``norm_bound``;
+    ``norm_quantile``; ``max_rows``. Their rule is :data:`AGGREGATION_RULES`."""
+    return {
+        "aggregator": Options(*aggregators),
+        "trim": Accepts(
+            Interval(Real, 0, 0.5, closed="left"),
+            note="the trimmed mean's fraction dropped from each end",
+        ),
+        "norm_bound": Accepts(
+            Interval(Real, 0, None), note="the L2 bound of every update; 0: none"
+        ),
+        "norm_quantile": Accepts(
+            Interval(Real, 0, 1, closed="neither"),
+            None,
+            note="the quantile of the update norms the adaptive bound tracks; None: a fixed bound",
+        ),
+        "max_rows": Accepts(
+            Interval(Integral, 1, None),
+            note="most updates a median or trimmed mean holds per iteration",
+        ),
+    }
+
+
+#: The rule between the aggregation keys of :func:`aggregation_accepts`.
+AGGREGATION_RULES: tuple[Rule, ...] = (
+    Rule(
+        lambda c: c.norm_quantile is None or c.norm_bound > 0,
+        "norm_quantile adapts the norm bound from its start norm_bound: set norm_bound > 0 "
+        "(near the typical update norm), or drop norm_quantile",
+    ),
+)
 
 
 def build_aggregator(

@@ -112,7 +112,7 @@ def test_poisson_sampling_is_checked() -> None:
         FedPSSettings(mode="flat", sampling="poisson", **DP)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="mode proxy samples its own"):
         FedPSSettings(mode="proxy", sampling="poisson")
-    with pytest.raises(ConfigError, match="shuffle or poisson"):
+    with pytest.raises(ConfigError, match="sampling must be one of shuffle, poisson"):
         FedPSSettings(mode="flat", sampling="random")
     with pytest.raises(ConfigError, match="number of users"):
         fedps_dp_block({**DP, "dp_delta": 1e-6, "rounds": 1, "sampling": "poisson",
@@ -216,7 +216,7 @@ def test_distributed_dp_settings_are_checked() -> None:
     for bad in (0.0, 1.5):
         with pytest.raises(ConfigError, match="dp_threshold"):
             FedPSSettings(mode="flat", dp_threshold=bad, **DISTRIBUTED)  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="central or distributed"):
+    with pytest.raises(ConfigError, match="dp_mode must be one of central, distributed"):
         FedPSSettings(mode="flat", dp_mode="local", **DP)  # type: ignore[arg-type]
     for budget in (1e4, float("inf"), 0.001):  # refused before any work, as central DP's
         with pytest.raises(ConfigError, match="epsilon"):

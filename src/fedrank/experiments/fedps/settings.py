@@ -5,18 +5,18 @@ checked, and a Dask cluster started, before the heavy imports of the run
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
+from numbers import Integral, Real
 from typing import Any
 
-from fedrank.baselines.list_rankers import RULES
-from fedrank.errors import ConfigError
+from fedrank.baselines.list_rankers import RULES as RANKING_RULES
+from fedrank.core.validation import Accepts, Delegated, Interval, Options, Rule, Validated
 from fedrank.federation.privacy import PrivacyConfig
 from fedrank.privacy.accounting import check_budget
 from fedrank.privacy.report import fedps_dp_block, fedps_steps
 from fedrank.retrieval.candidates import FEATURE_EDGES
 
-RULE_MODES: tuple[str, ...] = RULES
+RULE_MODES: tuple[str, ...] = RANKING_RULES
 TRAINED_MODES: tuple[str, ...] = ("knrm", "central", "flat", "proxy", "coverquery", "groupuser")
 #: Modes trained by clients on their devices (the others train on the server).
 FEDERATED_MODES: tuple[str, ...] = ("flat", "proxy")
@@ -48,8 +48,19 @@ MODEL_VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
+def _per_proxy(settings: FedPSSettings) -> int:
+    """Clients a FedPSProxy step samples under each proxy (at most ``K``)."""
+    return min(settings.clients_per_proxy_step, settings.clients_per_step)
+
+
+#: An integer >= 1 (counts of rounds, clients, epochs...).
+_AT_LEAST_ONE = Interval(Integral, 1, None)
+#: A finite number > 0.
+_POSITIVE = Interval(Real, 0, None, closed="neither")
+
+
 @dataclass(frozen=True)
-class FedPSSettings:
+class FedPSSettings(Validated):
     """One experiment's settings (defaults: FedPS Sec. 4.3 and Algorithm 1).
 
     Attributes:
@@ -151,112 +162,116 @@ class FedPSSettings:
     dp_mode: str = "central"
     dp_threshold: float = 0.5
 
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ConfigError(f"mode must be one of {', '.join(MODES)}; got {self.mode!r}")
-        if self.model not in MODEL_VARIANTS:
-            raise ConfigError(
-                f"model must be one of {', '.join(MODEL_VARIANTS)}; got {self.model!r}"
+    ACCEPTS = {
+        "mode": Options(*MODES),
+        "rounds": _AT_LEAST_ONE,
+        "evals_per_round": _AT_LEAST_ONE,
+        "patience": _AT_LEAST_ONE,
+        "clients_per_step": _AT_LEAST_ONE,
+        "clients_per_proxy_step": _AT_LEAST_ONE,
+        "local_epochs": _AT_LEAST_ONE,
+        "batch_size": _AT_LEAST_ONE,
+        "learning_rate": _POSITIVE,
+        "server_learning_rate": _POSITIVE,
+        "straggler_ratio": Interval(Real, 0, 1, closed="left"),
+        "t_max": Accepts(_POSITIVE, None, note="seconds"),
+        "clients_per_proxy": _AT_LEAST_ONE,
+        "proxies_per_group": _AT_LEAST_ONE,
+        # the cases are UploadPolicy's (fedrank.estimators.local_sgd, which needs torch)
+        "upload": str,
+        "frequent_words": _AT_LEAST_ONE,
+        "client_metrics": bool,
+        "cover_queries": Interval(Integral, 0, None),
+        "n_topics": _AT_LEAST_ONE,
+        "group_size": _AT_LEAST_ONE,
+        "seed": Interval(Integral, 0, None),
+        "model": Options(*MODEL_VARIANTS),
+        "text_dropout": Interval(Real, 0, 1, closed="left"),
+        "warmup_rounds": Accepts(Interval(Integral, 0, MAX_WARMUP_ROUNDS), None),
+        "dp_epsilon": Accepts(Interval(Real, 0, None), note="each user's budget; 0: off"),
+        "dp_delta": Interval(Real, 0, 1, closed="neither"),
+        "dp_clip": Accepts(Interval(Real, 0, None), note="the L2 bound of every update"),
+        "dp_denominator": Accepts(
+            Interval(Real, 1, None),
+            None,
+            note="the fixed denominator of central DP's step, about the updates per step",
+        ),
+        "sampling": Options("shuffle", "poisson"),
+        "dp_mode": Options("central", "distributed"),
+        "dp_threshold": Accepts(
+            Interval(Real, 0, 1, closed="right"),
+            note="secure aggregation's threshold as a share of K",
+        ),
+    }
+    RULES = (
+        Rule(
+            lambda s: not (s.warmup_rounds and s.dp_epsilon),
+            "the click-feature warm-up's rounds are not in the DP accounting: with "
+            "--dp-epsilon pass --warmup-rounds 0 (or leave it out: DP runs skip it)",
+        ),
+        Rule(
+            lambda s: s.upload != "frequent" or s.mode in FEDERATED_MODES,
+            "upload frequent restricts what clients send (flat, proxy); mode {mode} trains on "
+            "the server and uploads nothing: use all or frozen",
+        ),
+        Rule(
+            lambda s: not s.dp_epsilon or s.mode in FEDERATED_MODES,
+            "DP (dp_epsilon) noises the FedAvg step of flat and proxy runs; mode {mode} has none",
+        ),
+        Rule(
+            lambda s: not s.dp_epsilon or s.dp_clip > 0,
+            "DP needs dp_clip > 0 (the L2 bound of every update), got {dp_clip}",
+        ),
+        # central DP's budget is calibrated now: one it cannot meet fails before any work
+        # (Poisson sampling's calibration needs the users, distributed DP's the model)
+        Delegated(
+            lambda s: (
+                not (s.dp_epsilon and s.dp_mode == "central" and s.sampling == "shuffle")
+                or dp_block(s)
             )
-        if not 0.0 <= self.text_dropout < 1.0:
-            raise ConfigError(f"text_dropout must be in [0, 1), got {self.text_dropout}")
-        if self.warmup_rounds is not None and not 0 <= self.warmup_rounds <= MAX_WARMUP_ROUNDS:
-            raise ConfigError(
-                f"warmup_rounds must be in 0..{MAX_WARMUP_ROUNDS}, got {self.warmup_rounds}"
-            )
-        if self.warmup_rounds and self.dp_epsilon:
-            raise ConfigError(
-                "the click-feature warm-up's rounds are not in the DP accounting: with "
-                "--dp-epsilon pass --warmup-rounds 0 (or leave it out: DP runs skip it)"
-            )
-        if self.upload == "frequent" and self.mode not in FEDERATED_MODES:
-            raise ConfigError(
-                f"upload frequent restricts what clients send (flat, proxy); mode "
-                f"{self.mode} trains on the server and uploads nothing: use all or frozen"
-            )
-        for name in (
-            "rounds",
-            "evals_per_round",
-            "patience",
-            "clients_per_step",
-            "clients_per_proxy_step",
-            "local_epochs",
-            "batch_size",
-            "group_size",
-            "clients_per_proxy",
-            "proxies_per_group",
-        ):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not 0.0 <= self.straggler_ratio < 1.0:
-            raise ConfigError(f"straggler_ratio must be in [0, 1), got {self.straggler_ratio}")
-        if self.t_max is not None and not self.t_max > 0:
-            raise ConfigError(f"t_max must be > 0 seconds, got {self.t_max}")
-        if not (self.learning_rate > 0 and self.server_learning_rate > 0):
-            raise ConfigError("learning_rate and server_learning_rate must be > 0")
-        if self.cover_queries < 0:
-            raise ConfigError(f"cover_queries must be >= 0, got {self.cover_queries}")
-        if self.dp_epsilon:
-            if self.mode not in FEDERATED_MODES:
-                raise ConfigError(
-                    f"DP (dp_epsilon) noises the FedAvg step of flat and proxy runs; "
-                    f"mode {self.mode} has none"
-                )
-            if not (self.dp_epsilon > 0 and self.dp_clip > 0 and 0 < self.dp_delta < 1):
-                raise ConfigError(
-                    "DP needs dp_epsilon > 0, dp_clip > 0 (the L2 bound of every "
-                    f"update) and dp_delta in (0, 1); got {self.dp_epsilon}, {self.dp_clip}, "
-                    f"{self.dp_delta}"
-                )
-            if self.dp_mode == "central" and self.sampling == "shuffle":
-                # calibrate now: a budget it cannot meet fails before any work (Poisson's
-                # calibration needs the users, distributed DP's the model: at start)
-                dp_block(self)
-        if self.dp_mode not in ("central", "distributed"):
-            raise ConfigError(f"dp_mode must be central or distributed, got {self.dp_mode!r}")
-        if self.dp_mode == "distributed":
-            if not self.dp_epsilon:
-                raise ConfigError("dp_mode distributed needs dp_epsilon (the budget)")
-            check_budget(self.dp_epsilon, self.dp_delta, self.rounds)  # before any work
-            if self.sampling != "shuffle" or self.dp_denominator is not None:
-                raise ConfigError(
-                    "distributed DP divides each step's decoded sum by its contributors, "
-                    "whom secure aggregation reveals, and its accounting claims no "
-                    "amplification: it takes neither Poisson sampling nor dp_denominator"
-                )
-            if not 0.0 < self.dp_threshold <= 1.0:
-                raise ConfigError(
-                    f"dp_threshold (secure aggregation's threshold as a share of K) must be "
-                    f"in (0, 1], got {self.dp_threshold}"
-                )
-            if self.clients_per_step < 2:
-                raise ConfigError("distributed DP needs K >= 2 clients per step")
-        if self.sampling not in ("shuffle", "poisson"):
-            raise ConfigError(f"sampling must be shuffle or poisson, got {self.sampling!r}")
-        if self.sampling == "poisson" and self.mode != "flat":
-            raise ConfigError(
-                f"Poisson sampling draws FedPSFlat's clients; mode {self.mode} samples its own"
-            )
-        if self.sampling == "poisson" and self.dp_epsilon and self.dp_denominator is None:
-            raise ConfigError(
-                "central DP with Poisson sampling needs a fixed denominator (dp_denominator, "
-                "e.g. clients_per_step): dividing by the sampled count would reveal who was "
-                "sampled, and the amplification would not hold"
-            )
-        if self.dp_denominator is not None and not (
-            self.dp_epsilon and math.isfinite(self.dp_denominator) and self.dp_denominator >= 1
-        ):
-            raise ConfigError(
-                f"dp_denominator (the fixed denominator of central DP's step, about the "
-                f"updates per step) needs dp_epsilon and must be a finite number >= 1, got "
-                f"{self.dp_denominator}"
-            )
-        per = min(self.clients_per_proxy_step, self.clients_per_step)
-        if self.mode == "proxy" and self.clients_per_step % per:
-            raise ConfigError(
-                f"FedPSProxy samples K / {per} proxies x {per} clients: K must be a multiple "
-                f"of clients_per_proxy_step, got K = {self.clients_per_step}"
-            )
+        ),
+        Rule(
+            lambda s: s.dp_mode != "distributed" or s.dp_epsilon,
+            "dp_mode distributed needs dp_epsilon (the budget)",
+        ),
+        Delegated(
+            lambda s: s.dp_mode != "distributed" or check_budget(s.dp_epsilon, s.dp_delta, s.rounds)
+        ),
+        Rule(
+            lambda s: (
+                s.dp_mode != "distributed" or (s.sampling == "shuffle" and s.dp_denominator is None)
+            ),
+            "distributed DP divides each step's decoded sum by its contributors, whom secure "
+            "aggregation reveals, and its accounting claims no amplification: it takes "
+            "neither Poisson sampling nor dp_denominator",
+        ),
+        Rule(
+            lambda s: s.dp_mode != "distributed" or s.clients_per_step >= 2,
+            "distributed DP needs K >= 2 clients per step, got {clients_per_step}",
+        ),
+        Rule(
+            lambda s: s.sampling != "poisson" or s.mode == "flat",
+            "Poisson sampling draws FedPSFlat's clients; mode {mode} samples its own",
+        ),
+        Rule(
+            lambda s: not (s.sampling == "poisson" and s.dp_epsilon and s.dp_denominator is None),
+            "central DP with Poisson sampling needs a fixed denominator (dp_denominator, e.g. "
+            "clients_per_step): dividing by the sampled count would reveal who was sampled, "
+            "and the amplification would not hold",
+        ),
+        Rule(
+            lambda s: s.dp_denominator is None or s.dp_epsilon,
+            "dp_denominator (the fixed denominator of central DP's step) needs dp_epsilon",
+        ),
+        Rule(
+            lambda s: s.mode != "proxy" or s.clients_per_step % _per_proxy(s) == 0,
+            lambda s: (
+                f"FedPSProxy samples K / {_per_proxy(s)} proxies x {_per_proxy(s)} "
+                "clients: K must be a multiple of clients_per_proxy_step, got "
+                f"K = {s.clients_per_step}"
+            ),
+        ),
+    )
 
     def privacy(self) -> PrivacyConfig | None:
         """The run's budget for the privacy factory (:mod:`fedrank.federation.privacy`);

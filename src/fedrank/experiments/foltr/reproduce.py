@@ -23,6 +23,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
+from numbers import Integral
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ import numpy as np
 from scipy import stats
 
 from fedrank.core.json_io import write_json
+from fedrank.core.validation import Interval, Rule, Validated
 from fedrank.data.letor.folds import load_folds
 from fedrank.data.letor.split import LetorFold
 from fedrank.errors import ConfigError
@@ -48,7 +50,7 @@ TRAINED_ROWS = {
 
 
 @dataclass(frozen=True)
-class ReproduceConfig:
+class ReproduceConfig(Validated):
     """Budget and scope of the reproduction.
 
     Attributes:
@@ -65,12 +67,19 @@ class ReproduceConfig:
     fpdgd: bool = True
     seed: int = 0
 
-    def __post_init__(self) -> None:
-        if not self.folds or len(set(self.folds)) != len(self.folds) or min(self.folds) < 1:
-            raise ConfigError(f"folds must be distinct fold numbers >= 1, got {self.folds}")
-        for name in ("interactions", "exploration_interactions"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+    ACCEPTS = {
+        "interactions": Interval(Integral, 1, None),
+        "exploration_interactions": Interval(Integral, 1, None),
+        "folds": tuple,
+        "fpdgd": bool,
+        "seed": Interval(Integral, 0, None),
+    }
+    RULES = (
+        Rule(
+            lambda c: bool(c.folds) and len(set(c.folds)) == len(c.folds) and min(c.folds) >= 1,
+            "folds must be distinct fold numbers >= 1, got {folds}",
+        ),
+    )
 
 
 def _exploration_runs(config: ReproduceConfig) -> list[tuple[str, str, FoltrConfig]]:

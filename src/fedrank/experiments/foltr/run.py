@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from numbers import Integral, Real
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -33,6 +34,7 @@ import numpy as np
 from fedrank.core.client_random import ClientRandom
 from fedrank.core.message import MessageBatch
 from fedrank.core.provenance import code_version
+from fedrank.core.validation import Accepts, Delegated, Interval, Options, Rule, Validated
 from fedrank.data.letor.split import LetorFold
 from fedrank.data.query_bank import QueryBank
 from fedrank.errors import ConfigError
@@ -53,7 +55,7 @@ from fedrank.models.click_models import CLICK_MODEL_NAMES, click_model, grades_o
 from fedrank.models.rankers import RANKER_NAMES, Ranker, make_ranker
 from fedrank.simulation.attacks import Attack, FoltrAttacker
 from fedrank.systems.foltr_es.client import FoltrEsClient
-from fedrank.systems.foltr_es.config import FoltrEsConfig
+from fedrank.systems.foltr_es.config import TRUTH_PROBABILITY, FoltrEsConfig
 from fedrank.systems.foltr_es.strategy import FoltrEsStrategy
 from fedrank.systems.fpdgd.client import FpdgdClient
 from fedrank.systems.fpdgd.config import FpdgdConfig
@@ -71,9 +73,8 @@ DPMode = Literal["none", "local", "distributed", "central"]
 DP_MODES: tuple[str, ...] = ("none", "local", "distributed", "central")
 
 
-
 @dataclass(frozen=True)
-class FoltrConfig:
+class FoltrConfig(Validated):
     """A training run (defaults: the paper's Section 6.3 setting).
 
     Attributes:
@@ -122,44 +123,45 @@ class FoltrConfig:
     difference_bound: float = 0.0
     dp_delta: float = 1e-6
 
-    def __post_init__(self) -> None:
-        if self.click_model not in CLICK_MODEL_NAMES:
-            raise ConfigError(
-                f"unknown click model {self.click_model!r}; choose one of "
-                f"{', '.join(CLICK_MODEL_NAMES)}"
-            )
-        if self.ranker not in RANKER_NAMES:
-            raise ConfigError(f"unknown ranker {self.ranker!r}; choose one of {RANKER_NAMES}")
-        if self.algorithm not in ALGORITHMS:
-            raise ConfigError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
-        if self.clients < 1 or self.batch < 1:
-            raise ConfigError(f"clients and batch must be >= 1, got {self.clients}, {self.batch}")
-        if not 0 <= self.seed < 2**63:
-            raise ConfigError(f"seed must be in 0..2**63-1, got {self.seed}")
-        if self.interactions < self.clients * self.batch:
-            raise ConfigError(
-                f"interactions ({self.interactions}) must cover at least one iteration of "
-                f"clients x batch = {self.clients * self.batch} interactions"
-            )
-        if self.learning_rate is not None and not (
-            np.isfinite(self.learning_rate) and self.learning_rate > 0
-        ):
-            raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
-        if self.dp not in DP_MODES:
-            raise ConfigError(f"dp must be one of {DP_MODES}, got {self.dp!r}")
-        if self.dp != "none" and self.algorithm == "es":
-            raise ConfigError(
-                "dp applies to FPDGD's model deltas; FOLtR-ES privatizes its metric with p"
-            )
-        if self.dp == "central":
-            if not (np.isfinite(self.dp_clip) and self.dp_clip > 0):
-                raise ConfigError(f"central DP needs dp_clip > 0 (an L2 bound), got {self.dp_clip}")
-            self.noise_multiplier()  # calibrate now: a budget it cannot meet fails before work
-        if self.difference_bound and self.algorithm != "es":
-            raise ConfigError(
-                "difference_bound clips FOLtR-ES reports' antithetic differences; FPDGD sends "
-                "model deltas"
-            )
+    ACCEPTS = {
+        "click_model": Options(*CLICK_MODEL_NAMES),
+        "ranker": Options(*RANKER_NAMES),
+        "algorithm": Options(*ALGORITHMS),
+        "clients": Interval(Integral, 1, None),
+        "batch": Interval(Integral, 1, None),
+        "p": Accepts(TRUTH_PROBABILITY, None),
+        "sigma": FoltrEsConfig.ACCEPTS["sigma"],
+        "antithetic": bool,
+        "learning_rate": Accepts(Interval(Real, 0, None, closed="neither"), None),
+        "interactions": Interval(Integral, 1, None),
+        "seed": Interval(Integral, 0, 2**63 - 1),
+        "dp": Options(*DP_MODES),
+        "dp_epsilon": Interval(Real, 0, None, closed="neither"),
+        "dp_clip": Accepts(
+            Interval(Real, 0, None, closed="neither"),
+            note="the L1 radius of the Laplace mechanisms, central DP's L2 bound",
+        ),
+        "difference_bound": FoltrEsConfig.ACCEPTS["difference_bound"],
+        "dp_delta": Interval(Real, 0, 1, closed="neither"),
+    }
+    RULES = (
+        Rule(
+            lambda c: c.interactions >= c.clients * c.batch,
+            "interactions ({interactions}) must cover at least one iteration of clients x "
+            "batch = {clients} x {batch} interactions",
+        ),
+        Rule(
+            lambda c: c.dp == "none" or c.algorithm != "es",
+            "dp applies to FPDGD's model deltas; FOLtR-ES privatizes its metric with p",
+        ),
+        Rule(
+            lambda c: not c.difference_bound or c.algorithm == "es",
+            "difference_bound clips FOLtR-ES reports' antithetic differences; FPDGD sends "
+            "model deltas",
+        ),
+        # central DP's budget is calibrated now: one it cannot meet fails before any work
+        Delegated(lambda c: c.dp != "central" or c.noise_multiplier()),
+    )
 
     @property
     def system(self) -> System:

@@ -20,6 +20,7 @@ the history evolves).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
@@ -32,9 +33,9 @@ from fedrank.core.iteration_policy import (
     SignStable,
 )
 from fedrank.core.message import MessageBatch
+from fedrank.core.validation import Interval, Options
 from fedrank.data.synthetic_history import generate_world
-from fedrank.errors import ConfigError
-from fedrank.experiments.frecency.presets import hidden_weights
+from fedrank.experiments.frecency.presets import PRESETS, hidden_weights
 from fedrank.federation.round import Round
 from fedrank.simulation.frecency_world import TREATMENT, FrecencyWorld
 from fedrank.systems.frecency.client import FrecencyClient
@@ -49,6 +50,8 @@ class StreamConfig(FrecencyConfig):
     Rprop, gate and safeguards by default).
 
     Attributes:
+        preset: the users' hidden preference
+            (:func:`~fedrank.experiments.frecency.presets.hidden_weights`).
         n_users: simulated users (all treatment).
         reports_per_hour: mean arrival rate of reports.
         daily_amplitude: relative amplitude of the daily cycle (rate x (1 + a sin)).
@@ -67,6 +70,18 @@ class StreamConfig(FrecencyConfig):
     target_fraction: float = 0.5
     max_reports: int = 60_000
 
+    ACCEPTS = {
+        **FrecencyConfig.ACCEPTS,
+        "preset": Options(*PRESETS),
+        "n_users": Interval(Integral, 1, None),
+        "reports_per_hour": Interval(Real, 0, None, closed="neither"),
+        "daily_amplitude": Interval(Real, 0, None),
+        "tick_minutes": Interval(Real, 0, None, closed="neither"),
+        "validation_searches": Interval(Integral, 1, None),
+        "target_fraction": Interval(Real, 0, 1, closed="neither"),
+        "max_reports": Interval(Integral, 1, None),
+    }
+
 
 def _validation_loss(
     world: FrecencyWorld, users: np.ndarray, targets_rng_seed: int, theta: np.ndarray
@@ -78,8 +93,6 @@ def _validation_loss(
 
 def run_policy(policy: IterationPolicy, config: StreamConfig, seed: int) -> dict[str, Any]:
     """Simulate the stream under ``policy`` until the validation loss reaches the target."""
-    if not 0 < config.target_fraction < 1:
-        raise ConfigError(f"target_fraction must lie in (0, 1), got {config.target_fraction}")
     rng = np.random.default_rng(seed)
     strategy = FrecencyStrategy(config)
     client = FrecencyClient(config)

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
+from numbers import Integral
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,11 @@ import orjson
 
 from fedrank.client.sdk import Client, SendResult, ServedModel
 from fedrank.core.message import MessageBatch
+from fedrank.core.validation import Interval, Validated
 from fedrank.errors import FedrankError
 from fedrank.experiments.frecency.presets import hidden_weights
 from fedrank.experiments.frecency.study import (
+    MAX_USERS,
     FrecencyStudyConfig,
     StudyResult,
     build_world,
@@ -58,7 +61,7 @@ METRICS = ("loss", "chars_typed", "selected_rank")
 
 
 @dataclass(frozen=True)
-class ServiceDemoConfig:
+class ServiceDemoConfig(Validated):
     """The demo's size and seed.
 
     Attributes:
@@ -78,6 +81,16 @@ class ServiceDemoConfig:
     preset: str = "shifted"
     concurrency: int = 32
     seed: int = 0
+
+    ACCEPTS = {
+        "users": Interval(Integral, 3, MAX_USERS),
+        "iterations": FrecencyStudyConfig.ACCEPTS["iterations"],
+        "searches_per_iteration": FrecencyStudyConfig.ACCEPTS["searches_per_iteration"],
+        "eval_searches": FrecencyStudyConfig.ACCEPTS["eval_searches_per_user"],
+        "preset": FrecencyStudyConfig.ACCEPTS["preset"],
+        "concurrency": Interval(Integral, 1, None),
+        "seed": FrecencyStudyConfig.ACCEPTS["seed"],
+    }
 
 
 def _toml_value(value: Any) -> str:

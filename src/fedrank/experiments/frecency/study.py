@@ -29,6 +29,7 @@ import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
+from numbers import Integral, Real
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 
@@ -38,6 +39,7 @@ from threadpoolctl import threadpool_limits
 from fedrank.core.arrays import unique_values
 from fedrank.core.message import MessageBatch
 from fedrank.core.provenance import code_version
+from fedrank.core.validation import Accepts, Interval, Options, Rule
 from fedrank.data.browsing import BrowsingWorld
 from fedrank.errors import ConfigError
 from fedrank.experiments.frecency.clients import (
@@ -45,7 +47,7 @@ from fedrank.experiments.frecency.clients import (
     FrecencyClients,
     LocalFrecencyClients,
 )
-from fedrank.experiments.frecency.presets import hidden_weights
+from fedrank.experiments.frecency.presets import PRESETS, hidden_weights
 from fedrank.experiments.frecency.stability import subsample_l1_distances
 from fedrank.experiments.stats import compare_branches_by_user, intra_user_correlation
 from fedrank.federation.privacy import PrivacyConfig, private, run_record
@@ -158,35 +160,46 @@ class FrecencyStudyConfig(FrecencyConfig):
     stability_sample: int = 2000
     stability_draws: int = 50
 
-    def __post_init__(self) -> None:
-        super().__post_init__()  # the learning settings
-        if self.world not in WORLDS:
-            raise ConfigError(f"world must be one of {', '.join(WORLDS)}, got {self.world!r}")
-        if self.n_users is not None and self.n_users < 3:
-            raise ConfigError(f"n_users must be >= 3 (one per branch), got {self.n_users}")
-        if self.n_users is not None and self.n_users > MAX_USERS:
-            raise ConfigError(
-                f"n_users must be <= {MAX_USERS:,} (memory grows with users: about 0.2 MB "
-                f"each), got {self.n_users}"
-            )
-        if self.world == "synthetic" and self.n_users is None:
-            raise ConfigError("the synthetic world needs n_users")
-        if self.iterations < 1:
-            raise ConfigError(f"iterations must be >= 1, got {self.iterations}")
-        for name in ("searches_per_iteration", "searches_per_day", "history_days", "eval_days"):
-            if not (np.isfinite(getattr(self, name)) and getattr(self, name) > 0):
-                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.eval_searches_per_user < 1:
-            raise ConfigError("eval_searches_per_user must be >= 1")
-        if not 0 < self.aol_eval_days < self.aol_study_days:
-            raise ConfigError("need 0 < aol_eval_days < aol_study_days")
-        hidden_weights(self.preset, self.model)  # validates the preset name
-        TypingModel(  # validates the typing model before anything is built
-            CALIBRATED_TYPING.blind_chars if self.blind_chars is None else self.blind_chars,
-            CALIBRATED_TYPING.scan_continue if self.scan_continue is None else self.scan_continue,
-        )
-        if not 0 <= self.search_suggestions <= 8:
-            raise ConfigError(f"search_suggestions must be in 0..8, got {self.search_suggestions}")
+    ACCEPTS = {
+        **FrecencyConfig.ACCEPTS,
+        "preset": Options(*PRESETS),
+        "world": Options(*WORLDS),
+        "n_users": Accepts(
+            Interval(Integral, 3, MAX_USERS),
+            None,
+            note="one per branch at least; memory grows with users, about 0.2 MB each",
+        ),
+        "iterations": Interval(Integral, 1, None),
+        "seed": Interval(Integral, 0, None),
+        "searches_per_iteration": Interval(Real, 0, None, closed="neither"),
+        "searches_per_day": Interval(Real, 0, None, closed="neither"),
+        "eval_searches_per_user": Interval(Integral, 1, None),
+        "eval_days": Interval(Real, 0, None, closed="neither"),
+        "history_days": Interval(Real, 0, None, closed="neither"),
+        "aol_log": Accepts(str, None),
+        "aol_study_start": str,
+        "aol_study_days": Interval(Real, 0, None, closed="neither"),
+        "aol_eval_days": Interval(Real, 0, None, closed="neither"),
+        "blind_chars": Accepts(Interval(Real, 0, None), None),
+        "scan_continue": Accepts(Interval(Real, 0, 1), None),
+        "host_share": Interval(Real, 0, 1),
+        "search_suggestions": Interval(Integral, 0, 8),
+        "noise_var": Interval(Real, 0, None),
+        "track_stability": bool,
+        "stability_sample": Interval(Integral, 1, None),
+        "stability_draws": Interval(Integral, 1, None),
+    }
+    RULES = (
+        *FrecencyConfig.RULES,
+        Rule(
+            lambda c: c.world != "synthetic" or c.n_users is not None,
+            "the synthetic world needs n_users",
+        ),
+        Rule(
+            lambda c: c.aol_eval_days < c.aol_study_days,
+            "aol_eval_days must be < aol_study_days ({aol_study_days}), got {aol_eval_days}",
+        ),
+    )
 
     def resolved(self) -> FrecencyStudyConfig:
         """This configuration with every ``None`` default filled in: the learning defaults

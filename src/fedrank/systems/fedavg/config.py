@@ -4,18 +4,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Integral, Real
 
-import numpy as np
-
-from fedrank.errors import ConfigError
-from fedrank.strategies.base import ROBUST_AGGREGATORS, check_aggregation
+from fedrank.core.validation import Interval, Validated
+from fedrank.strategies.base import AGGREGATION_RULES, ROBUST_AGGREGATORS, aggregation_accepts
 
 #: ``mean`` (FedAvg's weighted mean, Algorithm 1) or a robust statistic of the deltas.
 AGGREGATORS: tuple[str, ...] = ("mean", *ROBUST_AGGREGATORS)
 
 
 @dataclass(frozen=True)
-class FedAvgConfig:
+class FedAvgConfig(Validated):
     """FedAvg settings.
 
     Attributes:
@@ -40,13 +39,9 @@ class FedAvgConfig:
     norm_quantile: float | None = None
     max_rows: int = 100_000
 
-    def __post_init__(self) -> None:
-        if isinstance(self.dim, bool) or not isinstance(self.dim, int) or self.dim < 1:
-            raise ConfigError(f"dim must be an integer >= 1, got {self.dim!r}")
-        lr = self.server_learning_rate
-        if not (np.isfinite(lr) and lr > 0):
-            raise ConfigError(f"server_learning_rate must be > 0, got {lr}")
-        check_aggregation(
-            self.aggregator, AGGREGATORS, self.trim, self.norm_bound, self.norm_quantile,
-            self.max_rows,
-        )  # fmt: skip
+    ACCEPTS = {
+        "dim": Interval(Integral, 1, None),
+        "server_learning_rate": Interval(Real, 0, None, closed="neither"),
+        **aggregation_accepts(AGGREGATORS),
+    }
+    RULES = AGGREGATION_RULES

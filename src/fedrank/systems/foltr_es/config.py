@@ -6,18 +6,21 @@ the simulator builds the same section from its run settings
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
+from numbers import Integral, Real
 
-import numpy as np
-
-from fedrank.errors import ConfigError
+from fedrank.core.validation import Interval, Options, Rule, Validated
 from fedrank.models.rankers import RANKER_NAMES
 
 #: Values of MaxRR at depth 10: 0 and 1/1 .. 1/10 (randomized response over ``n = 11``).
 MAXRR_VALUES = 11
+#: What ``p`` accepts: randomized response's probability of the true value beats a uniform
+#: draw of the ``n`` values (above ``1/n``), and 1 sends the true value.
+TRUTH_PROBABILITY = Interval(Real, Fraction(1, MAXRR_VALUES), 1, closed="right")
 
 
 @dataclass(frozen=True)
-class FoltrEsConfig:
+class FoltrEsConfig(Validated):
     """FOLtR-ES settings (the paper's Section 6.3 defaults).
 
     Attributes:
@@ -46,21 +49,24 @@ class FoltrEsConfig:
     difference_bound: float = 0.0
     server_seeds: bool = False
 
-    def __post_init__(self) -> None:
-        rules = [
-            (self.ranker in RANKER_NAMES, f"ranker must be one of {', '.join(RANKER_NAMES)}"),
-            (self.n_features >= 1, "n_features must be >= 1"),
-            (np.isfinite(self.sigma) and self.sigma > 0, "sigma must be > 0"),
-            (self.batch >= 1, "batch must be >= 1"),
-            (not self.antithetic or self.batch % 2 == 0, "batch must be even with antithetic"),
-            (1 / MAXRR_VALUES < self.p <= 1, "p must lie in (1/11, 1] (MaxRR at depth 10: n = 11)"),
-            (np.isfinite(self.learning_rate) and self.learning_rate > 0,
-             "learning_rate must be > 0"),
-            (np.isfinite(self.difference_bound) and self.difference_bound >= 0,
-             "difference_bound must be >= 0 (0: off)"),
-            (self.antithetic or not self.difference_bound,
-             "difference_bound clips the antithetic difference: it needs antithetic = true"),
-        ]  # fmt: skip
-        for ok, message in rules:
-            if not ok:
-                raise ConfigError(message)
+    ACCEPTS = {
+        "ranker": Options(*RANKER_NAMES),
+        "n_features": Interval(Integral, 1, None),
+        "sigma": Interval(Real, 0, None, closed="neither"),
+        "batch": Interval(Integral, 1, None),
+        "antithetic": bool,
+        "p": TRUTH_PROBABILITY,
+        "learning_rate": Interval(Real, 0, None, closed="neither"),
+        "difference_bound": Interval(Real, 0, None),
+        "server_seeds": bool,
+    }
+    RULES = (
+        Rule(
+            lambda c: not c.antithetic or c.batch % 2 == 0,
+            "batch must be even with antithetic = true, got {batch}",
+        ),
+        Rule(
+            lambda c: c.antithetic or not c.difference_bound,
+            "difference_bound clips the antithetic difference: it needs antithetic = true",
+        ),
+    )

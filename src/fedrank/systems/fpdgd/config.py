@@ -6,12 +6,11 @@ foltr train --algorithm fpdgd`` builds from its run settings
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Integral, Real
 
-import numpy as np
-
-from fedrank.errors import ConfigError
+from fedrank.core.validation import Interval, Options, Validated
 from fedrank.models.rankers import RANKER_NAMES
-from fedrank.strategies.base import ROBUST_AGGREGATORS, check_aggregation
+from fedrank.strategies.base import AGGREGATION_RULES, ROBUST_AGGREGATORS, aggregation_accepts
 from fedrank.systems.fedavg.config import FedAvgConfig
 
 #: FPDGD's optional Laplace mechanism on the clients' deltas (:mod:`fedrank.privacy.laplace`).
@@ -21,7 +20,7 @@ AGGREGATORS: tuple[str, ...] = ("mean", *ROBUST_AGGREGATORS)
 
 
 @dataclass(frozen=True)
-class FpdgdConfig:
+class FpdgdConfig(Validated):
     """FPDGD settings (defaults: the FPDGD paper's local step, FOLtR-ES's ``B``).
 
     Attributes:
@@ -60,32 +59,23 @@ class FpdgdConfig:
     max_rows: int = 100_000
     seed: int = 0
 
-    def __post_init__(self) -> None:
-        rules = [
-            (self.ranker in RANKER_NAMES, f"ranker must be one of {', '.join(RANKER_NAMES)}"),
-            (self.n_features >= 1, "n_features must be >= 1"),
-            (self.batch >= 1, "batch must be >= 1"),
-            (np.isfinite(self.learning_rate) and self.learning_rate > 0,
-             "learning_rate must be > 0"),
-            (self.laplace in LAPLACE_MODES,
-             f"laplace must be one of {', '.join(LAPLACE_MODES)}, got {self.laplace!r}"),
-            (np.isfinite(self.laplace_epsilon) and self.laplace_epsilon > 0,
-             "laplace_epsilon must be > 0"),
-            (np.isfinite(self.laplace_clip) and self.laplace_clip > 0, "laplace_clip must be > 0"),
-            (self.laplace_shares >= 1, "laplace_shares must be >= 1"),
-            (0 <= self.seed < 2**63, f"seed must be in 0..2**63-1, got {self.seed}"),
-        ]  # fmt: skip
-        for ok, message in rules:
-            if not ok:
-                raise ConfigError(message)
-        self.fedavg(1)  # the server's aggregation settings
+    ACCEPTS = {
+        "ranker": Options(*RANKER_NAMES),
+        "n_features": Interval(Integral, 1, None),
+        "batch": Interval(Integral, 1, None),
+        "learning_rate": Interval(Real, 0, None, closed="neither"),
+        "server_learning_rate": Interval(Real, 0, None, closed="neither"),
+        "laplace": Options(*LAPLACE_MODES),
+        "laplace_epsilon": Interval(Real, 0, None, closed="neither"),
+        "laplace_clip": Interval(Real, 0, None, closed="neither"),
+        "laplace_shares": Interval(Integral, 1, None),
+        **aggregation_accepts(AGGREGATORS),
+        "seed": Interval(Integral, 0, 2**63 - 1),
+    }
+    RULES = AGGREGATION_RULES
 
     def fedavg(self, dim: int) -> FedAvgConfig:
         """The server half's settings: FedAvg of ``dim`` parameters."""
-        check_aggregation(
-            self.aggregator, AGGREGATORS, self.trim, self.norm_bound, self.norm_quantile,
-            self.max_rows,
-        )  # fmt: skip
         return FedAvgConfig(
             dim=dim,
             server_learning_rate=self.server_learning_rate,

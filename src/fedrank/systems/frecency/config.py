@@ -13,16 +13,13 @@ mean, integer weights published:
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, replace
+from numbers import Real
 from typing import Any, Literal
 
-import numpy as np
-
-from fedrank.errors import ConfigError
+from fedrank.core.validation import Accepts, Interval, Options, Rule, Validated
 from fedrank.models.frecency.scorer import MODELS, page_scorer
-from fedrank.privacy.sign import RandomizedSigns
-from fedrank.strategies.base import ROBUST_AGGREGATORS, check_aggregation
+from fedrank.strategies.base import AGGREGATION_RULES, ROBUST_AGGREGATORS, aggregation_accepts
 
 SETTINGS: tuple[str, ...] = ("paper", "mozilla-deployed")
 MESSAGES: tuple[str, ...] = ("full", "sign")
@@ -34,9 +31,9 @@ AGGREGATORS: tuple[str, ...] = ("gated-mean", *ROBUST_AGGREGATORS)
 
 #: The ``paper`` setting's gate in standard errors (beyond the paper). A share ``f`` of
 #: sign-flipping clients shrinks every weight's mean by ``1 - 2f`` and leaves its spread,
-#: so a gate of ``z`` acts like ``z / (1 - 2f)`` on the honest signal: 2 became 3.3 at 20%
-#: and stopped most steps (0.43 of the clean held-out gain kept, six seeds); at 1 the
-#: study keeps 0.87, and the clean runs learn no less (docs/service.md, Poisoning).
+#: so a gate of ``z`` acts like ``z / (1 - 2f)`` on the honest signal: a gate of 2 acts like
+#: 3.3 under a fifth of flipping clients and stops most steps, a gate of 1 keeps most of the
+#: clean gain (docs/service.md, "Poisoning: attacks and defenses", has the figures).
 PAPER_SIGNIFICANCE_Z = 1.0
 
 #: Rprop hyperparameters of each setting: the paper's text (Sec. 5.3, Igel & Huesken's
@@ -50,13 +47,12 @@ RPROP_SETTINGS: dict[str, dict[str, float]] = {
 }  # fmt: skip
 
 
-def _positive(name: str, value: float | None) -> None:
-    if value is not None and not (np.isfinite(value) and value > 0):
-        raise ConfigError(f"{name} must be a finite number > 0, got {value}")
+#: A finite number > 0 (the step sizes and the finite-difference epsilon).
+_POSITIVE = Interval(Real, 0, None, closed="neither")
 
 
 @dataclass(frozen=True)
-class FrecencyConfig:
+class FrecencyConfig(Validated):
     """The federated frecency learning settings, with the paper's names and defaults.
 
     Attributes:
@@ -114,62 +110,51 @@ class FrecencyConfig:
     decay_rate: float = 0.975
     sign_epsilon: float | None = None
 
-    def __post_init__(self) -> None:
-        choices = (
-            ("model", MODELS),
-            ("setting", SETTINGS),
-            ("message", MESSAGES),
-            ("optimizer", OPTIMIZERS),
-            ("scheme", ("central", "forward")),
-        )
-        for name, allowed in choices:
-            if getattr(self, name) not in allowed:
-                raise ConfigError(
-                    f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}"
-                )
-        if self.setting == "mozilla-deployed" and self.model != "classic":
-            raise ConfigError("the deployed server tuned classic frecency: use model classic")
-        if self.score_scale is not None and self.score_scale not in SCORE_SCALES:
-            raise ConfigError(
-                f"score_scale must be one of {', '.join(SCORE_SCALES)}, got {self.score_scale!r}"
-            )
-        z = self.significance_z
-        if z is not None and (
-            isinstance(z, bool)
-            or not isinstance(z, numbers.Real)
-            or not (np.isfinite(z) and z >= 0)
-        ):
-            raise ConfigError(f"significance_z must be finite and >= 0 (a number), got {z!r}")
-        if self.delta is not None and not (np.isfinite(self.delta) and self.delta >= 0):
-            raise ConfigError(
-                f"delta (the SVM margin) must be a finite number >= 0, got {self.delta}"
-            )
-        for name in ("eps", "max_change", "learning_rate", "step_init", "step_min", "step_max"):
-            _positive(name, getattr(self, name))
-        if not 0 < self.decay_rate <= 1:
-            raise ConfigError(f"decay_rate must be in (0, 1], got {self.decay_rate}")
-        check_aggregation(
-            self.aggregator, AGGREGATORS, self.trim, self.norm_bound, self.norm_quantile,
-            self.max_rows,
-        )  # fmt: skip
-        if self.message == "sign" and self.aggregator != "gated-mean":
-            raise ConfigError(
-                f"aggregator {self.aggregator} needs full gradients (message = full); sign "
-                "messages are aggregated by the sign vote: use aggregator = gated-mean"
-            )
-        if self.sign_epsilon is not None:
-            if self.message != "sign":
-                raise ConfigError(
-                    "sign_epsilon randomizes sign messages: set message = sign, or drop "
-                    "sign_epsilon (central DP of full gradients: [privacy] / --dp-epsilon)"
-                )
-            RandomizedSigns(self.sign_epsilon)  # validates it
-        if self.message == "sign" and self.norm_bound:
-            raise ConfigError(
-                "norm_bound applies to full gradients; sign messages are votes of -1, 0, +1 "
-                "(one per client and weight, bounded already): set norm_bound = 0, or use "
-                "message = full"
-            )
+    ACCEPTS = {
+        "model": Options(*MODELS),
+        "setting": Options(*SETTINGS),
+        "message": Options(*MESSAGES),
+        "optimizer": Options(*OPTIMIZERS),
+        "significance_z": Accepts(Interval(Real, 0, None), None),
+        **aggregation_accepts(AGGREGATORS),
+        "eta_plus": Accepts(Interval(Real, 1, None, closed="neither"), None),
+        "eta_minus": Accepts(Interval(Real, 0, 1, closed="neither"), None),
+        "step_init": Accepts(_POSITIVE, None),
+        "step_min": Accepts(_POSITIVE, None),
+        "step_max": Accepts(_POSITIVE, None),
+        "learning_rate": _POSITIVE,
+        "max_change": _POSITIVE,
+        "eps": _POSITIVE,
+        "scheme": Options("central", "forward"),
+        "delta": Accepts(Interval(Real, 0, None), None, note="the SVM margin"),
+        "score_scale": Accepts(Options(*SCORE_SCALES), None),
+        "decay_rate": Interval(Real, 0, 1, closed="right"),
+        "sign_epsilon": Accepts(
+            Interval(Real, 0, None, closed="neither"), None, note="randomized response per weight"
+        ),
+    }
+    RULES = (
+        Rule(
+            lambda c: c.setting != "mozilla-deployed" or c.model == "classic",
+            "the deployed server tuned classic frecency: use model classic",
+        ),
+        *AGGREGATION_RULES,
+        Rule(
+            lambda c: c.message != "sign" or c.aggregator == "gated-mean",
+            "aggregator {aggregator} needs full gradients (message = full); sign messages are "
+            "aggregated by the sign vote: use aggregator = gated-mean",
+        ),
+        Rule(
+            lambda c: c.sign_epsilon is None or c.message == "sign",
+            "sign_epsilon randomizes sign messages: set message = sign, or drop sign_epsilon "
+            "(central DP of full gradients: [privacy] / --dp-epsilon)",
+        ),
+        Rule(
+            lambda c: c.message != "sign" or not c.norm_bound,
+            "norm_bound applies to full gradients; sign messages are votes of -1, 0, +1 (one "
+            "per client and weight, bounded already): set norm_bound = 0, or use message = full",
+        ),
+    )
 
     def resolved(self) -> Any:
         """This configuration (of its own class) with every ``None`` learning default
