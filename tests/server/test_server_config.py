@@ -99,9 +99,18 @@ served = "defaults"
         ("[server]\nport = 80.0\n", "[server] port must be an integer"),
         ("[server]\nport = true\n", "[server] port must be an integer"),
         ("[server]\nworkload = 3\n", "[server] workload must be a string"),
-        ("[iteration]\nseconds = true\n", "[iteration] seconds must be a number"),
-        ("[iteration]\nseconds = nan\n", "[iteration] seconds must be finite"),
-        ("[iteration]\nseconds = inf\n", "[iteration] seconds must be finite"),
+        (
+            "[iteration]\nseconds = true\n",
+            "[iteration] seconds must be a number",
+        ),
+        (
+            "[iteration]\nseconds = nan\n",
+            "[iteration] seconds must be finite",
+        ),
+        (
+            "[iteration]\nseconds = inf\n",
+            "[iteration] seconds must be finite",
+        ),
         ("[foltr_es]\nantithetic = 1\n", "[foltr_es] antithetic must be true or false"),
         ('[server]\nworkload = "ranknet"\n', "[server] workload must be one of"),
         ('[server]\nstore = ""\n', "[server] store must name a directory"),
@@ -109,7 +118,10 @@ served = "defaults"
         ("[server]\nport = -1\n", "[server] port must be in 0..65535"),
         ("[server]\nmax_body_bytes = 10\n", "[server] max_body_bytes must be >= 1024"),
         ("[server]\nmax_staleness = -1\n", "[server] max_staleness must be >= 0"),
-        ("[iteration]\nseconds = -1\n", "[iteration] seconds must be >= 0"),
+        (
+            "[iteration]\nseconds = -1\n",
+            "[iteration] seconds (0: no fixed-time policy) must be >= 0",
+        ),
         ("[iteration]\nmin_updates = 0\n", "[iteration] min_updates must be >= 1"),
         ("[iteration]\nstable_ticks = -2\n", "[iteration] stable_ticks must be >= 0"),
         ("[iteration]\ntick_seconds = 0\n", "[iteration] tick_seconds must be > 0"),
@@ -127,9 +139,18 @@ served = "defaults"
         ("[foltr_es]\nsigma = 0\n", "[foltr_es] sigma must be > 0"),
         ("[foltr_es]\nbatch = 0\n", "[foltr_es] batch must be >= 1"),
         ("[foltr_es]\nbatch = 3\n", "[foltr_es] batch must be even with antithetic"),
-        ("[foltr_es]\np = 0.05\n", "[foltr_es] p must be in (1/11, 1]"),
-        ("[foltr_es]\np = 1.01\n", "[foltr_es] p must be in (1/11, 1]"),
-        ("[foltr_es]\ndifference_bound = -0.5\n", "[foltr_es] difference_bound must be >= 0"),
+        (
+            "[foltr_es]\np = 0.05\n",
+            "[foltr_es] p (MaxRR at depth 10 has n = 11 values) must be in (1/11, 1]",
+        ),
+        (
+            "[foltr_es]\np = 1.01\n",
+            "[foltr_es] p (MaxRR at depth 10 has n = 11 values) must be in (1/11, 1]",
+        ),
+        (
+            "[foltr_es]\ndifference_bound = -0.5\n",
+            "[foltr_es] difference_bound (0: off) must be >= 0",
+        ),
         (
             "[foltr_es]\nantithetic = false\nbatch = 3\ndifference_bound = 0.5\n",
             "[foltr_es] difference_bound clips the antithetic difference",
@@ -188,7 +209,9 @@ def test_invalid_flags_and_files() -> None:
         load_config(colour="red")
     with pytest.raises(ConfigError, match=r"\[server\] port must be an integer"):
         load_config(port="80")
-    with pytest.raises(ConfigError, match=r"\[iteration\] seconds must be >= 0"):
+    with pytest.raises(
+        ConfigError, match=r"\[iteration\] seconds \(0: no fixed-time policy\) must be >= 0"
+    ):
         load_config(seconds=-5.0)
     with pytest.raises(ConfigError, match="cannot read the configuration"):
         load_config(Path("/nonexistent/server.toml"))
@@ -221,7 +244,7 @@ def test_serve_as_a_process_exits_non_zero(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode != 0
-    assert "[foltr_es] p must be in (1/11, 1]" in done.stderr
+    assert "[foltr_es] p (MaxRR at depth 10 has n = 11 values) must be in (1/11, 1]" in done.stderr
     assert "Traceback" not in done.stderr
 
 

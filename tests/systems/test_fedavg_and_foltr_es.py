@@ -67,7 +67,10 @@ def test_foltr_es_ascends_the_reported_metric() -> None:
         (lambda: FedAvgConfig(server_learning_rate=0.0), "server_learning_rate must be > 0"),
         (lambda: FoltrEsConfig(ranker="tree"), "ranker must be one of linear, two-layer"),
         (lambda: FoltrEsConfig(batch=3), "batch must be even with antithetic"),
-        (lambda: FoltrEsConfig(p=0.05), r"p must be in \(1/11, 1\]"),
+        (
+            lambda: FoltrEsConfig(p=0.05),
+            r"p \(MaxRR at depth 10 has n = 11 values\) must be in \(1/11, 1\]",
+        ),
         (lambda: FoltrEsConfig(sigma=float("nan")), "sigma must be > 0"),
         (lambda: FedAvgStrategy(FedAvgConfig(dim=2), initial=np.zeros(3)), r"shape \(2,\)"),
     ],

@@ -213,7 +213,7 @@ class ServerSection(Validated):
         "admin_token": str,
         "max_body_bytes": Interval(Integral, 1024, None),
         "max_staleness": Interval(Integral, 0, None),
-        "max_n": Interval(Integral, 0, 10**9),
+        "max_n": Accepts(Interval(Integral, 0, 10**9), note="0: the workload's default"),
         "header_timeout": _POSITIVE,
         "body_timeout": _POSITIVE,
         "keep_alive_timeout": _POSITIVE,
@@ -239,7 +239,7 @@ class IterationSection(Validated):
     tick_seconds: float = 0.5
 
     ACCEPTS = {
-        "seconds": Interval(Real, 0, None),
+        "seconds": Accepts(Interval(Real, 0, None), note="0: no fixed-time policy"),
         "min_updates": Interval(Integral, 1, None),
         "stable_ticks": Interval(Integral, 0, None),
         "tick_seconds": _POSITIVE,
@@ -327,7 +327,9 @@ class PrivacySection(Validated):
         "accountant": Options(*ACCOUNTANTS),
         "noise_seed": Accepts(Interval(Integral, -1, None), note="-1: the store's secret seed"),
         "mode": Options("central", "distributed"),
-        "clip_quantile": Accepts(Interval(Real, 0, 1, closed="neither"), Options(0)),
+        "clip_quantile": Accepts(
+            Interval(Real, 0, 1, closed="neither"), Options(0), note="0: a fixed clip"
+        ),
         "count_noise": Accepts(
             Interval(Real, 0, None), note="sigma_b, the noise on the adaptive clip's count"
         ),

@@ -129,7 +129,7 @@ class FoltrConfig(Validated):
         "algorithm": Options(*ALGORITHMS),
         "clients": Interval(Integral, 1, None),
         "batch": Interval(Integral, 1, None),
-        "p": Accepts(TRUTH_PROBABILITY, None),
+        "p": Accepts(TRUTH_PROBABILITY, None, note="MaxRR at depth 10 has n = 11 values"),
         "sigma": FoltrEsConfig.ACCEPTS["sigma"],
         "antithetic": bool,
         "learning_rate": Accepts(Interval(Real, 0, None, closed="neither"), None),

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from numbers import Integral, Real
 
-from fedrank.core.validation import Interval, Options, Rule, Validated
+from fedrank.core.validation import Accepts, Interval, Options, Rule, Validated
 from fedrank.models.rankers import RANKER_NAMES
 
 #: Values of MaxRR at depth 10: 0 and 1/1 .. 1/10 (randomized response over ``n = 11``).
@@ -55,9 +55,9 @@ class FoltrEsConfig(Validated):
         "sigma": Interval(Real, 0, None, closed="neither"),
         "batch": Interval(Integral, 1, None),
         "antithetic": bool,
-        "p": TRUTH_PROBABILITY,
+        "p": Accepts(TRUTH_PROBABILITY, note="MaxRR at depth 10 has n = 11 values"),
         "learning_rate": Interval(Real, 0, None, closed="neither"),
-        "difference_bound": Interval(Real, 0, None),
+        "difference_bound": Accepts(Interval(Real, 0, None), note="0: off"),
         "server_seeds": bool,
     }
     RULES = (
