@@ -173,7 +173,7 @@ def test_json_round_trip_is_exact() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"bound": 0.0}, r"bound \(the L2 norm bound C\) must be finite"),
+        ({"bound": 0.0}, r"bound \(the L2 norm bound C\) must be > 0"),
         ({"bound": float("inf")}, "bound"),
         ({"bound": 1.0, "quantile": 1.0}, "quantile"),
         ({"bound": 1.0, "quantile": 0.0}, "quantile"),

@@ -5,9 +5,11 @@ are saved by :mod:`fedrank.core.state_json`."""
 from __future__ import annotations
 
 import math
+from numbers import Real
 
 import numpy as np
 
+from fedrank.core.validation import Accepts, Interval
 from fedrank.errors import ConfigError, DataFormatError
 
 
@@ -20,17 +22,19 @@ def check_hyperparameter(
     low_inclusive: bool = False,
     high_inclusive: bool = True,
 ) -> float:
-    """``value`` as a finite float inside the interval given, else :class:`ConfigError`."""
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise ConfigError(f"{name} must be a number, got {value!r}")
-    x = float(value)
-    ok_low = x >= low if low_inclusive else x > low
-    ok_high = x <= high if high_inclusive else x < high
-    if not math.isfinite(x) or not (ok_low and ok_high):
-        lo = "[" if low_inclusive else "("
-        hi = "]" if high_inclusive else ")"
-        raise ConfigError(f"{name} must be finite and lie in {lo}{low}, {high}{hi}, got {value!r}")
-    return x
+    """``value`` as a finite float inside the interval given, else :class:`ConfigError` in
+    the one form of :mod:`fedrank.core.validation` (a constructor's argument, checked as a
+    config's field is)."""
+    closed = {
+        (True, True): "both",
+        (True, False): "left",
+        (False, True): "right",
+        (False, False): "neither",
+    }[(low_inclusive, high_inclusive)]
+    interval = Interval(Real, low, None if math.isinf(high) else high, closed=closed)
+    if not interval.accepts(value):
+        raise ConfigError(Accepts(interval).message(name, value))
+    return float(value)
 
 
 def check_step_inputs(
