@@ -17,12 +17,10 @@ from fedrank.core.validation import Accepts, Delegated, Rule, Validated
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "fedrank"
 SUFFIXES = ("Config", "Settings", "Section")
-#: Configs whose modules other work is splitting or moving (models/peps.py,
-#: experiments/fedps/reproduce.py, simulation/urlbar.py), by the folder they live in and
-#: their name, so that they are recognized wherever in that folder the move puts them.
+#: Configs whose modules other work is moving (simulation/urlbar.py), by the folder they
+#: live in and their name, so that they are recognized wherever in that folder the move
+#: puts them.
 NOT_YET_DECLARED = {
-    ("models", "PEPSConfig"),
-    ("experiments/fedps", "ReproduceConfig"),
     ("simulation", "UrlbarConfig"),
 }
 

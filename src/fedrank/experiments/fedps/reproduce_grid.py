@@ -8,9 +8,11 @@ hierarchy (:func:`planned_jobs`).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from numbers import Integral
 from pathlib import Path
 from typing import Any
 
+from fedrank.core.validation import Accepts, Delegated, Interval, Rule, Validated
 from fedrank.errors import ConfigError
 from fedrank.experiments.executors import check_executor_options
 from fedrank.experiments.fedps.settings import RULE_MODES, FedPSSettings
@@ -37,7 +39,7 @@ ALL_SEED_ROWS: tuple[str, ...] = ("central", "central_frozen", "gbdt", "flat", "
 
 
 @dataclass(frozen=True)
-class ReproduceConfig:
+class ReproduceConfig(Validated):
     """What to reproduce, and at which scale.
 
     Attributes:
@@ -90,25 +92,51 @@ class ReproduceConfig:
     finished_only: bool = False
     warmup_rounds: int | None = None
 
-    def __post_init__(self) -> None:
-        unknown = set(self.tables) - set(TABLES)
-        if unknown:
-            raise ConfigError(f"unknown tables {sorted(unknown)}; choose from {TABLES}")
-        check_executor_options(self.jobs, self.dask_workers, self.dask_scheduler)
-        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-            raise ConfigError(f"seeds must be distinct and not empty, got {self.seeds}")
-        if not 1 <= self.hierarchy_seeds <= len(self.seeds):
-            raise ConfigError(
-                f"hierarchy_seeds must be in 1..{len(self.seeds)} (the number of seeds), "
-                f"got {self.hierarchy_seeds}"
-            )
-        if not self.hierarchy_late or any(not 0.0 <= r < 1.0 for r in self.hierarchy_late):
-            raise ConfigError(
-                f"hierarchy_late must be shares of late responses in [0, 1), got "
-                f"{self.hierarchy_late}"
-            )
-        if not self.learning_rates:
-            raise ConfigError("give at least one learning rate to tune the central model over")
+    ACCEPTS = {
+        "log": Path,
+        "out_dir": Path,
+        "users": Accepts(Interval(Integral, 1, None), None),
+        "rounds": Interval(Integral, 1, None),
+        "sweep_rounds": Interval(Integral, 1, None),
+        "sweep_users": Accepts(Interval(Integral, 1, None), None),
+        "continuous_users": Accepts(Interval(Integral, 1, None), None),
+        "data_seed": Interval(Integral, 0, None),
+        "seeds": tuple,
+        "hierarchy_seeds": Interval(Integral, 1, None),
+        "hierarchy_late": tuple,
+        "learning_rates": tuple,
+        "tables": tuple,
+        "jobs": Interval(Integral, 1, None),
+        "dask_workers": Accepts(Interval(Integral, 1, 256), None),
+        "dask_scheduler": Accepts(str, None),
+        "finished_only": bool,
+        "warmup_rounds": Accepts(Interval(Integral, 0, None), None),
+    }
+    RULES = (
+        Rule(
+            lambda c: set(c.tables) <= set(TABLES),
+            lambda c: f"unknown tables {sorted(set(c.tables) - set(TABLES))}; choose from "
+            f"{TABLES}",
+        ),
+        Delegated(lambda c: check_executor_options(c.jobs, c.dask_workers, c.dask_scheduler)),
+        Rule(
+            lambda c: bool(c.seeds) and len(set(c.seeds)) == len(c.seeds),
+            "seeds must be distinct and not empty, got {seeds}",
+        ),
+        Rule(
+            lambda c: c.hierarchy_seeds <= len(c.seeds),
+            lambda c: f"hierarchy_seeds must be in 1..{len(c.seeds)} (the number of seeds), "
+            f"got {c.hierarchy_seeds}",
+        ),
+        Rule(
+            lambda c: bool(c.hierarchy_late) and all(0.0 <= r < 1.0 for r in c.hierarchy_late),
+            "hierarchy_late must be shares of late responses in [0, 1), got {hierarchy_late}",
+        ),
+        Rule(
+            lambda c: bool(c.learning_rates),
+            "give at least one learning rate to tune the central model over",
+        ),
+    )
 
 
 @dataclass(frozen=True)

@@ -58,12 +58,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from numbers import Integral, Real
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedrank.core.validation import Accepts, Interval, Rule, Validated
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.models.peps.batch import PAD_ID, PackedBatch, shape_of
 from fedrank.models.peps.layers import (
@@ -93,7 +95,7 @@ SCORE_NAMES: tuple[str, ...] = ("PW", "PCW", "GW", "GCW", "PQ", "r")
 
 
 @dataclass(frozen=True)
-class PEPSConfig:
+class PEPSConfig(Validated):
     """Hyper-parameters of :class:`PEPSRanker`.
 
     Attributes:
@@ -128,30 +130,35 @@ class PEPSConfig:
     combine_sees_features: bool = False
     text_dropout: float = 0.0
 
-    def __post_init__(self) -> None:
-        if self.vocab_size < 2 or self.dim < 1:
-            raise ConfigError(
-                f"need vocab_size >= 2 and dim >= 1, got {self.vocab_size} and {self.dim}"
-            )
-        if self.personalized:
-            if self.n_features < 1:
-                raise ConfigError(
-                    f"the personalized model needs n_features >= 1, got {self.n_features}"
-                )
-            if self.n_heads < 1 or self.dim % self.n_heads:
-                raise ConfigError(f"n_heads={self.n_heads} must be >= 1 and divide dim={self.dim}")
-            if min(self.feature_hidden, self.feature_layers, self.combine_hidden) < 1:
-                raise ConfigError(
-                    "feature_hidden, feature_layers and combine_hidden must be >= 1, got "
-                    f"{self.feature_hidden}, {self.feature_layers} and {self.combine_hidden}"
-                )
-            if not 0.0 <= self.text_dropout < 1.0:
-                raise ConfigError(f"text_dropout must be in [0, 1), got {self.text_dropout}")
-            if self.feature_edges and len(self.feature_edges) != self.n_features:
-                raise ConfigError(
-                    f"feature_edges has bin edges for {len(self.feature_edges)} features, "
-                    f"the model takes n_features={self.n_features}"
-                )
+    ACCEPTS = {
+        "vocab_size": Accepts(Interval(Integral, 2, None), note="word ids, 0 the padding"),
+        "dim": Interval(Integral, 1, None),
+        "n_features": Interval(Integral, 0, None),
+        "personalized": bool,
+        "n_heads": Interval(Integral, 1, None),
+        "feature_hidden": Interval(Integral, 1, None),
+        "feature_layers": Interval(Integral, 1, None),
+        "feature_edges": tuple,
+        "combine_hidden": Interval(Integral, 1, None),
+        "combine_sees_features": bool,
+        "text_dropout": Interval(Real, 0, 1, closed="left"),
+    }
+    RULES = (
+        Rule(
+            lambda c: not c.personalized or c.n_features >= 1,
+            "the personalized model needs n_features >= 1, got {n_features}",
+        ),
+        Rule(
+            lambda c: not c.personalized or c.dim % c.n_heads == 0,
+            "n_heads={n_heads} must divide dim={dim}",
+        ),
+        Rule(
+            lambda c: not (c.personalized and c.feature_edges)
+            or len(c.feature_edges) == c.n_features,
+            lambda c: f"feature_edges has bin edges for {len(c.feature_edges)} features, the "
+            f"model takes n_features={c.n_features}",
+        ),
+    )
 
 
 @dataclass(frozen=True)
