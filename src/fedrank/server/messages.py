@@ -162,28 +162,11 @@ def reparse(row: Row, workload: Workload) -> Incoming:
     """A stored message as the writer first took it: an update's payload parsed again by
     the workload's wire format, an aggregate's state read again by its aggregator."""
     payload = json.loads(row.payload)
+    stored = (row.message_id, row.model_version, row.branch, row.kind, row.payload)
     metrics = json.loads(row.metrics)
     if row.kind == "update":
-        parsed = workload.wire.parse(payload)
-        return Incoming(
-            row.message_id,
-            row.model_version,
-            row.branch,
-            row.kind,
-            row.payload,
-            metrics,
-            parsed=parsed,
-        )
+        return Incoming(*stored, metrics, parsed=workload.wire.parse(payload))
     if row.kind == "aggregate":
         state = workload.strategy.aggregator.state_from_json(payload)
-        return Incoming(
-            row.message_id,
-            row.model_version,
-            row.branch,
-            row.kind,
-            row.payload,
-            metrics,
-            aggregate=state,
-            count=row.count,
-        )
-    return Incoming(row.message_id, row.model_version, row.branch, row.kind, row.payload, metrics)
+        return Incoming(*stored, metrics, aggregate=state, count=row.count)
+    return Incoming(*stored, metrics)
