@@ -36,6 +36,7 @@ def test_a_system_builds_from_its_defaults_and_its_halves_agree(name: str) -> No
     wire = s.wire(config, s.max_n)
     assert wire.name == name and wire.dim == strategy.dim
     half = s.client(config)
+    assert type(half.config) is s.config and hasattr(half, "privatizer")
     eps = half.message_epsilon()
     assert eps is None or eps > 0
     assert s.config_from_view({**{"rounds": {}, "max_n": 3}, **vars(config)}) == config

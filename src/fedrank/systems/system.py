@@ -53,7 +53,13 @@ class ClientHalf(Protocol):
     """The device's half of a system (``systems/<name>/client.py``): the estimator that
     turns the served model and the device's own data into an update, and the privatizer
     applied before the update leaves the device. Every client half is built from its
-    system's config alone, and says what one of its messages reveals."""
+    system's config alone (``config``), holds its ``privatizer`` (``None``: the update leaves
+    as computed), and says what one of its messages reveals. Its estimator takes the
+    system's own kind of data (a browser's searches, a user's clicks, a local training
+    set), so each half names it as the paper does."""
+
+    config: Any
+    privatizer: Any
 
     def message_epsilon(self) -> float | None:
         """The local differential privacy of one message (what a user's own ledger

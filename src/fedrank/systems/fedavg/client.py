@@ -19,6 +19,9 @@ from fedrank.systems.fedavg.config import FedAvgConfig
 class FedAvgClient:
     """The client half for one :class:`FedAvgConfig` (module docstring)."""
 
+    #: The shared delta leaves as computed (module docstring).
+    privatizer = None
+
     def __init__(self, config: FedAvgConfig) -> None:
         self.config = config
         self.dim = config.dim
