@@ -13,7 +13,7 @@ PageHistories` at any time, ages in whole days as Firefox computes them.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +26,10 @@ from fedrank.models.frecency.history import (
     PageHistories,
     VisitType,
 )
+from fedrank.simulation.frecency.pipeline import Pipeline
+
+if TYPE_CHECKING:
+    from fedrank.simulation.frecency.kernels.store import VisitRows
 
 __all__ = ["MERGE_BLOCK_ROWS", "VisitStore"]
 
@@ -52,11 +56,16 @@ class VisitStore:
             ``changed_at <= v``.
 
     :meth:`changed_since` lists the pages changed after a version, so that what is kept
-    about pages (scores, :class:`~fedrank.simulation.score_cache.PageScoreCache`) is
-    brought up to date without reading every page.
+    about pages (scores, :class:`~fedrank.simulation.frecency.score_cache.PageScoreCache`)
+    is brought up to date without reading every page.
+
+    ``pipeline``: whether a large batch of visits merges in two halves of the pages on two
+    threads (:class:`~fedrank.simulation.frecency.pipeline.Pipeline`; the same rows).
     """
 
-    def __init__(self, n_pages: int, width: int = NUM_SAMPLED_VISITS) -> None:
+    def __init__(
+        self, n_pages: int, width: int = NUM_SAMPLED_VISITS, *, pipeline: Pipeline | None = None
+    ) -> None:
         if n_pages < 0 or width < 1:
             raise DataFormatError(f"need n_pages >= 0 and width >= 1, got {n_pages}, {width}")
         self.time = np.full((n_pages, width), np.nan, order="F")
@@ -75,11 +84,12 @@ class VisitStore:
         self._log_pages: list[np.ndarray] = []
         self._log_size = 0
         self._log_floor = 0
+        self.pipeline = pipeline or Pipeline()
 
     @classmethod
-    def from_world(cls, world: BrowsingWorld) -> VisitStore:
+    def from_world(cls, world: BrowsingWorld, *, pipeline: Pipeline | None = None) -> VisitStore:
         """The store as of the study's start: the world's history and bookmarks."""
-        store = cls(world.pages.n_pages)
+        store = cls(world.pages.n_pages, pipeline=pipeline)
         store.add_bookmarks(world.bookmark_page, world.bookmark_time)
         store.add(world.history)
         return store
@@ -143,10 +153,10 @@ class VisitStore:
         # many: the lower and the upper half of the pages on two threads (a page's rows
         # depend only on its own visits, in their order)
         low = visits.page < self.n_pages // 2
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="fedrank-store") as pool:
-            halves = [pool.submit(merge, np.flatnonzero(half)) for half in (low, ~low)]
-            for half in halves:
-                half.result()
+        with self.pipeline.helper("fedrank-store") as pool:
+            upper = pool.submit(merge, np.flatnonzero(~low))
+            merge(np.flatnonzero(low))
+            upper.result()
 
     def _changed(self, pages: np.ndarray) -> None:
         self.version += 1
@@ -181,16 +191,24 @@ class VisitStore:
         """Merge visit rows, in arrival order (``new``: their int8 columns), into their
         pages' rows: every affected page keeps its ``width`` newest, and of equal times
         the later arrival first -- the new rows, latest first, then the stored ones in
-        their order (:func:`~fedrank.simulation.store_kernels.merge_rows`)."""
-        from fedrank.simulation.store_kernels import merge_rows  # numba, on first use
+        their order (:func:`~fedrank.simulation.frecency.kernels.store.merge_rows`)."""
+        from fedrank.simulation.frecency.kernels.store import VisitRows, merge_rows
 
-        merge_rows(
-            self.time, self.visit_type, self.origin_type, self.redirect_target, self._n_rows,
-            pages.astype(np.int64), times.astype(np.float64),
+        new_rows = VisitRows(
+            times.astype(np.float64),
             *(np.ascontiguousarray(new[name], dtype=np.int8)
               for name in ("visit_type", "origin_type", "redirect_target")),
+        )  # fmt: skip
+        merge_rows(
+            self.rows(), self._n_rows, pages.astype(np.int64), new_rows,
             np.argsort(pages, kind="stable"),
         )  # fmt: skip
+
+    def rows(self) -> VisitRows:
+        """The stored rows' columns as the compiled passes read them (views)."""
+        from fedrank.simulation.frecency.kernels.store import VisitRows  # (numba: on first use)
+
+        return VisitRows(self.time, self.visit_type, self.origin_type, self.redirect_target)
 
     def last_visit(self) -> np.ndarray:
         """float64 ``(N,)``: the newest visit's time (NaN for pages never visited)."""
