@@ -29,8 +29,8 @@ from fedrank.experiments.frecency.study import (
     study_streams,
 )
 from fedrank.federation.round import Round
+from fedrank.simulation.frecency.branches import TREATMENT
 from fedrank.simulation.frecency.urlbar import simulate_searches
-from fedrank.simulation.frecency.world import TREATMENT
 from fedrank.systems.frecency.client import FrecencyClient
 from fedrank.systems.frecency.strategy import FrecencyStrategy
 

@@ -49,7 +49,7 @@ def test_points_and_frecency_equal_numpy_to_the_bit(world: FrecencyWorld, later:
     compiled scorer, into a state's two rows too) equal numpy's for non-integer, negative
     and unordered weights, rounded and not."""
     world.now = later  # ages in whole days: a fraction of a day moves some across a cutoff
-    index = np.flatnonzero(world.listable())
+    index = np.flatnonzero(world.listing.listable())
     assert world.store.bookmarked[index].any() and (world.store.n_rows()[index] > 4).any()
     assert (world.store.bookmarked[index] & (world.store.visit_count[index] == 0)).any()
     histories = world.histories(index)  # ten columns, as the losses read them
@@ -147,7 +147,7 @@ def test_kept_scores_equal_numpy_from_an_empty_cache(world: FrecencyWorld, lift_
     from fedrank.simulation.frecency.kernels.classic import kept_fresh, kept_stored
     from fedrank.simulation.frecency.score_cache import PageScoreCache
 
-    index = np.flatnonzero(world.listable())
+    index = np.flatnonzero(world.listing.listable())
     rate = float(np.float32(world.decay_rate))  # the float pref, as the world's scores use it
     lift = np.stack(decay_tables(rate, lift_size - 1, 8))[:, :lift_size]
     defaults = classic_weights(world.scorer.defaults(), rounding=True)

@@ -11,9 +11,10 @@ import pytest
 from fedrank.data.synthetic_history import generate_world
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.experiments.frecency.presets import hidden_weights
+from fedrank.simulation.frecency.branches import TREATMENT
 from fedrank.simulation.frecency.pipeline import Pipeline
 from fedrank.simulation.frecency.urlbar import simulate_searches
-from fedrank.simulation.frecency.world import TREATMENT, FrecencyWorld
+from fedrank.simulation.frecency.world import FrecencyWorld
 
 
 @pytest.mark.parametrize("halves", [False, True])
@@ -75,7 +76,7 @@ def test_a_state_computed_ahead_is_the_state(model: str) -> None:
         s_p = plain.draw_searches(users, rng_p)
         np.testing.assert_array_equal(s_a.targets, s_p.targets)
         np.testing.assert_array_equal(s_a.typed, s_p.typed)
-        assert ahead._ahead is not None  # computed ahead
+        assert ahead.states.holding  # computed ahead
         _assert_same_state(ahead.state(theta, s_a.users), plain.state(theta, s_p.users))
         b_a, b_p = ahead.search(s_a, theta, rng_a), plain.search(s_p, theta, rng_p)
         np.testing.assert_array_equal(b_a.chars_typed, b_p.chars_typed)
@@ -106,17 +107,17 @@ def test_no_state_ahead_when_the_hidden_preference_shares_its_cache() -> None:
     world = _twins("classic")[0]
     users = np.arange(70)
     world.draw_searches(users, np.random.default_rng(0), state_for=world.hidden)
-    assert world._ahead is None
+    assert not world.states.holding
     with pytest.raises(ConfigError, match="state_for must be one vector of 22"):
         world.draw_searches(users, np.random.default_rng(0), state_for=np.ones(3))
     # the defaults as the vector (the study's first iteration) use their own cache
     world.draw_searches(users, np.random.default_rng(0), state_for=world.scorer.defaults())
-    assert world._ahead is not None
+    assert world.states.holding
     # the hidden preference as the defaults: the control-no-decay branch's state would
     # score into the draws' cache, whatever the vector
     world.hidden = world.scorer.defaults()
     world.draw_searches(users, np.random.default_rng(0), state_for=world.scorer.defaults() * 2)
-    assert world._ahead is None
+    assert not world.states.holding
 
 
 def test_state_ahead_for_a_vector_known_later() -> None:
@@ -128,7 +129,7 @@ def test_state_ahead_for_a_vector_known_later() -> None:
     s_a = ahead.draw_searches(users, np.random.default_rng(5), state_for=lambda: theta)
     s_p = plain.draw_searches(users, np.random.default_rng(5))
     np.testing.assert_array_equal(s_a.targets, s_p.targets)
-    assert ahead._ahead is not None
+    assert ahead.states.holding
     _assert_same_state(ahead.state(theta, s_a.users), plain.state(theta, s_p.users))
 
     def failing() -> np.ndarray:
@@ -211,12 +212,12 @@ def test_listed_pages_follow_the_history() -> None:
     rng = np.random.default_rng(50)
     grew = False
     for _ in range(6):
-        before = world.listed_pages()[0].size
+        before = world.listing.listed()[0].size
         world.due_searches(2.0)  # the users' next visits, new pages among them
         searches = world.draw_searches(np.arange(70), rng)
         world.record(world.search(searches, world.scorer.defaults(), rng))
         world.advance(2.0)
-        listed, start = world.listed_pages()
+        listed, start = world.listing.listed()
         store = world.store
         expected = np.flatnonzero((store.visit_count > 0) | store.bookmarked)
         np.testing.assert_array_equal(listed, expected)

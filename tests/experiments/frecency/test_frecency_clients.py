@@ -15,8 +15,8 @@ from fedrank.experiments.frecency.study import (
     iteration_searches,
 )
 from fedrank.models.frecency.scorer import page_scorer
+from fedrank.simulation.frecency.branches import TREATMENT
 from fedrank.simulation.frecency.messages import ClientReports, ClientSearches
-from fedrank.simulation.frecency.world import TREATMENT
 from fedrank.systems.frecency.client import FrecencyClient
 
 

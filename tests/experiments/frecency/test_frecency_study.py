@@ -27,9 +27,10 @@ from fedrank.models.frecency.safeguards import (
 )
 from fedrank.models.frecency.scorer import MIN_HALF_LIFE_DAYS, NOW_DAY
 from fedrank.models.frecency.weights import CLASSIC_WEIGHT_NAMES, classic_defaults
+from fedrank.simulation.frecency.branches import CONTROL, TREATMENT
 from fedrank.simulation.frecency.pipeline import Pipeline
 from fedrank.simulation.frecency.urlbar import UrlbarState
-from fedrank.simulation.frecency.world import CONTROL, TREATMENT, FrecencyWorld
+from fedrank.simulation.frecency.world import FrecencyWorld
 
 SMALL = dict(n_users=240, iterations=6, eval_searches_per_user=3, history_days=14.0)
 
@@ -367,7 +368,7 @@ def test_branch_states_follow_the_study_add_on() -> None:
         theta = hidden_weights("shifted", model)
         users = np.arange(world.n_users)
         state = world.state(theta, users)
-        index = world.listed_of(users)
+        index = world.listing.of(users)
         branch = world.page_branch[index]
         h = world.histories(index)
         fresh_theta = world.scorer.fresh(theta, h, world.now)
@@ -415,7 +416,7 @@ def test_url_bar_state_equals_scoring_the_histories_directly() -> None:
     users = np.arange(60)
 
     def check(state: UrlbarState) -> None:
-        index = np.flatnonzero(world.listable())
+        index = np.flatnonzero(world.listing.listable())
         histories = world.histories(index)
         branch = world.branch[world.pages.owner[index]]
         expected = np.where(
@@ -431,7 +432,7 @@ def test_url_bar_state_equals_scoring_the_histories_directly() -> None:
         np.testing.assert_array_equal(
             state.origin[index], np.where(branch == CONTROL, undecayed, expected)
         )
-        unlisted = np.flatnonzero(~world.listable())
+        unlisted = np.flatnonzero(~world.listing.listable())
         assert (state.stored[unlisted] == 0).all() and (state.origin[unlisted] == 0).all()
         assert (branch == CONTROL).any() and (branch == TREATMENT).any()
         assert (stored[branch == CONTROL] != undecayed[branch == CONTROL]).any()
@@ -468,7 +469,7 @@ def test_kept_scores_equal_scoring_the_histories_again(model: str) -> None:
 
     kept = []
     for step in range(45):
-        index = np.flatnonzero(world.listable())
+        index = np.flatnonzero(world.listing.listable())
         # each model twice in a row, so the model slot is kept, then handed to the next
         for params in (world.hidden, world.scorer.defaults(), theta, theta, other, other):
             expected = again(lambda h, p=params: world.scorer.fresh(p, h, world.now), index)
@@ -483,7 +484,7 @@ def test_kept_scores_equal_scoring_the_histories_again(model: str) -> None:
             world.store.add_bookmarks(rng.choice(world.pages.n_pages, 20), np.full(20, world.now))
         world.advance(0.37 if step % 2 else 2.3)  # within a day, and past day ends
     assert min(kept) > 0.99  # just read (some end early: rounding at day ends)
-    index = np.flatnonzero(world.listable())
+    index = np.flatnonzero(world.listing.listable())
     world.scores.fresh(world.hidden, index, world.now)
     world.advance(0.25)  # within the day: classic ages rarely pass a cutoff
     stale = world.scores.kept(world.hidden).stale(index, world.now).mean()

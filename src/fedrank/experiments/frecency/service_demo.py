@@ -47,9 +47,10 @@ from fedrank.experiments.frecency.study import (
 )
 from fedrank.experiments.stats import compare_branches
 from fedrank.server.process import ServerProcess
+from fedrank.simulation.frecency.branches import BRANCHES
 from fedrank.simulation.frecency.messages import ClientReports
 from fedrank.simulation.frecency.urlbar import SearchBatch
-from fedrank.simulation.frecency.world import BRANCHES, FrecencyWorld
+from fedrank.simulation.frecency.world import FrecencyWorld
 from fedrank.systems.frecency import SYSTEM as FRECENCY
 from fedrank.systems.frecency.client import FrecencyClient
 from fedrank.systems.frecency.config import FrecencyConfig

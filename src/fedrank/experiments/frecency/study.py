@@ -49,10 +49,11 @@ from fedrank.federation.privacy import PrivacyConfig, private, run_record
 from fedrank.federation.round import Round
 from fedrank.models.frecency.scorer import page_scorer
 from fedrank.simulation.attacks import Attack, FrecencyAttacker
+from fedrank.simulation.frecency.branches import BRANCHES, TREATMENT
 from fedrank.simulation.frecency.messages import ClientReports, ClientSearches
 from fedrank.simulation.frecency.pipeline import Pipeline
 from fedrank.simulation.frecency.urlbar import SearchBatch, TypingModel, UrlbarConfig
-from fedrank.simulation.frecency.world import BRANCHES, TREATMENT, FrecencyWorld, Searches
+from fedrank.simulation.frecency.world import FrecencyWorld, Searches
 from fedrank.systems.frecency.client import FrecencyClient
 from fedrank.systems.frecency.config import FrecencyConfig
 from fedrank.systems.frecency.strategy import FrecencyStrategy

@@ -9,9 +9,12 @@ TYPED visit: Firefox marks a page picked in the URL bar as typed; adaptive histo
 the input), lets time pass, and hands the treatment users' searches to their clients
 (:mod:`~fedrank.simulation.frecency.messages`). Everything is vectorized over users and
 searches. The pages' frecency comes from :class:`~fedrank.simulation.frecency.scoring.
-PageScores`; how the steps share two cores (the URL bars' state computed while the targets
-are drawn, a large batch of searches in two halves), with the results of one thread bit for
-bit, from the world's :class:`~fedrank.simulation.frecency.pipeline.Pipeline`.
+PageScores`, what each branch's URL bar reads from :class:`~fedrank.simulation.frecency.
+branches.BranchStates`, the pages in the history from :class:`~fedrank.simulation.frecency.
+listing.ListedPages`; how the steps share two cores (the URL bars' state computed while the
+targets are drawn, a large batch of searches in two halves), with the results of one
+thread bit for bit, from the world's :class:`~fedrank.simulation.frecency.pipeline.
+Pipeline`.
 
 The frecency model is Firefox's *classic* frecency (22 weights, the one the paper tuned) or
 today's *modern* frecency (5 parameters, Firefox 128+); a
@@ -49,9 +52,11 @@ from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
 from fedrank.losses.pointwise_svm import pointwise_svm_loss, scaled_scores
 from fedrank.models.frecency.history import PageHistories, VisitType
 from fedrank.models.frecency.scorer import PageScorer, page_scorer
+from fedrank.simulation.frecency.branches import TREATMENT, BranchStates, assign_branches
 from fedrank.simulation.frecency.history_store import VisitStore
 from fedrank.simulation.frecency.input_history import InputHistory
 from fedrank.simulation.frecency.intent import race_draws, sample_targets, typed_words
+from fedrank.simulation.frecency.listing import ListedPages
 from fedrank.simulation.frecency.messages import ClientReports, ClientSearches
 from fedrank.simulation.frecency.pipeline import Pipeline
 from fedrank.simulation.frecency.scoring import PageScores
@@ -64,34 +69,7 @@ from fedrank.simulation.frecency.urlbar import (
     selected_positions,
 )
 
-__all__ = [
-    "BRANCHES",
-    "CONTROL",
-    "CONTROL_NO_DECAY",
-    "TREATMENT",
-    "FrecencyWorld",
-    "Searches",
-    "assign_branches",
-]
-
-BRANCHES: tuple[str, ...] = ("treatment", "control", "control-no-decay")
-TREATMENT, CONTROL, CONTROL_NO_DECAY = range(3)
-#: What a URL-bar state depends on (:meth:`FrecencyWorld._state_key`).
-_StateKey = tuple[bytes, bytes, bytes, int, float]
-
-
-def assign_branches(
-    n_users: int, shares: tuple[float, float, float], rng: np.random.Generator
-) -> np.ndarray:
-    """Branch index of every user: an exact split by ``shares`` (paper: 60/20/20), in random
-    order."""
-    if len(shares) != 3 or min(shares) < 0 or not np.isclose(sum(shares), 1.0):
-        raise ConfigError(
-            f"branch shares must be three non-negative numbers summing to 1, got {shares}"
-        )
-    counts = np.floor(np.asarray(shares) * n_users).astype(np.int64)
-    counts[0] += n_users - counts.sum()
-    return rng.permutation(np.repeat(np.arange(3), counts))
+__all__ = ["FrecencyWorld", "Searches"]
 
 
 @dataclass(frozen=True)
@@ -184,15 +162,8 @@ class FrecencyWorld:
             self.store, self.scorer, fixed=() if self.hidden is None else (self.hidden,),
             decay_rate=decay_rate, pipeline=self.pipeline,
         )  # fmt: skip
-        # kept per page in step with the store (_sync): the listable pages (and per user,
-        # where theirs start among them), the hosts holding a bookmark, the known hosts
-        self._version = -1
-        self._listable = np.zeros(self.pages.n_pages, dtype=bool)
-        self._listed: tuple[np.ndarray, np.ndarray] | None = None
-        self._host_bookmarked = np.zeros(int(self.pages.host.max(initial=-1)) + 1, dtype=bool)
-        self._host_known = np.zeros_like(self._host_bookmarked)
-        # a state computed ahead by draw_searches: (its _state_key, the state)
-        self._ahead: tuple[_StateKey, UrlbarState] | None = None
+        self.listing = ListedPages(self.store, self.pages)
+        self.states = BranchStates(self.scores, self.listing, self.inputs)
 
     # ------------------------------------------------------------------ basic facts
 
@@ -223,60 +194,6 @@ class FrecencyWorld:
         """The histories of the pages at ``index`` (all by default) at the current time."""
         return self.store.histories(self.now, index)
 
-    def listable(self) -> np.ndarray:
-        """Pages the URL bar may show (visited or bookmarked); read-only, kept in step
-        with the store."""
-        self._sync()
-        view = self._listable.view()
-        view.flags.writeable = False
-        return view
-
-    def listed_pages(self) -> tuple[np.ndarray, np.ndarray]:
-        """The listable pages (ascending) and, per user, where theirs start in them (size
-        ``U + 1``)."""
-        self._sync()
-        if self._listed is None:
-            listed = np.flatnonzero(self._listable)
-            self._listed = (listed, np.searchsorted(listed, self.pages.user_offsets))
-        return self._listed
-
-    def listed_of(self, users: np.ndarray) -> np.ndarray:
-        """The pages of ``users`` (distinct, ascending) that are in the history (visited or
-        bookmarked), ascending: pages the users will only discover later have nothing to
-        score yet."""
-        listed, start = self.listed_pages()
-        first = start[users]
-        count = start[users + 1] - first
-        at = np.arange(int(count.sum()), dtype=np.int64)
-        at += np.repeat(first - (np.cumsum(count) - count), count)
-        return listed[at]
-
-    def _sync(self) -> None:
-        """Bring what the world keeps per page up to the store's changes: the listable
-        pages, the hosts holding a bookmark, the known hosts."""
-        store = self.store
-        if self._version == store.version:
-            return
-        changed = store.changed_since(self._version)
-        if changed is None:
-            changed = np.arange(store.n_pages)
-        listable = (store.visit_count[changed] > 0) | store.bookmarked[changed]
-        was = self._listable[changed]
-        became = changed[listable & ~was]  # ascending, as changed is
-        if (was & ~listable).any():  # (pages only become listable: never here)
-            self._listed = None
-        elif self._listed is not None and became.size:  # they join the listed pages
-            listed, start = self._listed
-            self._listed = (
-                np.insert(listed, np.searchsorted(listed, became), became),
-                start + np.searchsorted(became, self.pages.user_offsets),
-            )
-        self._listable[changed] = listable
-        # (pages only become listable and bookmarked: hosts only become known)
-        self._host_bookmarked[self.pages.host[changed[store.bookmarked[changed]]]] = True
-        self._host_known[self.pages.host[changed[listable]]] = True
-        self._version = store.version
-
     # ------------------------------------------------------------------ what users search
 
     def draw_searches(
@@ -303,7 +220,7 @@ class FrecencyWorld:
                 f"the {self.browsing.name} world has real searches and no hidden preference; "
                 "use due_searches"
             )
-        self._ahead = None  # (an older state ahead is not used again: free it)
+        self.states.hold(None)  # (an older state ahead is not used again: free it)
         users = np.asarray(users)
         if users.ndim != 1 or (users.size and users.dtype.kind not in "iu"):
             raise DataFormatError(
@@ -317,7 +234,7 @@ class FrecencyWorld:
         # preference's kept scores exist before them
         self.scores.kept(self.hidden)
         self.scores.sync()
-        self.listed_pages()
+        self.listing.listed()
         if state_for is None:
             return self._draw(users, searching, rng)
         later: Callable[[], np.ndarray] | None
@@ -333,10 +250,16 @@ class FrecencyWorld:
                 self._state_vector(later())  # (what it raises is raised here)
             return searches
         self.scores.kept(self.scorer.defaults())  # its cache exists before the thread
+        known: Callable[[], np.ndarray] = later
+
+        def vector() -> np.ndarray | None:
+            """The state's vector once known, checked (``None``: no state ahead)."""
+            return self._state_vector(known())
+
         with self.pipeline.helper("fedrank-state") as pool:
-            ahead = pool.submit(self._state_ahead, later, searching)
+            ahead = pool.submit(self.states.ahead, vector, searching, self.branch, self.now)
             searches = self._draw(users, searching, rng)
-            self._ahead = ahead.result()
+            self.states.hold(ahead.result())
         return searches
 
     def _state_vector(self, theta: np.ndarray) -> np.ndarray | None:
@@ -353,23 +276,11 @@ class FrecencyWorld:
         shared = (theta.tobytes(), self.scorer.defaults().tobytes())
         return None if self.hidden.tobytes() in shared else theta
 
-    def _state_ahead(
-        self, state_for: Callable[[], np.ndarray], users: np.ndarray
-    ) -> tuple[_StateKey, UrlbarState] | None:
-        """:meth:`draw_searches`' second thread: the state of ``users`` under the vector
-        ``state_for()`` returns, with its key (``None`` when it is the hidden preference).
-        The control branches' part, which does not read the vector, comes first."""
-        base = self._control_state(users)
-        theta = self._state_vector(state_for())
-        if theta is None:
-            return None
-        return self._state_key(theta, users), self._treatment_state(theta, users, base)
-
     def _draw(self, users: np.ndarray, searching: np.ndarray, rng: np.random.Generator) -> Searches:
         """:meth:`draw_searches`' draws: the hidden preference's kept scores made current
         at the ``searching`` users' listable pages, then targets and typed words."""
         assert self.hidden is not None  # (draw_searches checked)
-        listed, start = self.listed_pages()
+        listed, start = self.listing.listed()
         n_entries = int((start[users + 1] - start[users]).sum())
         # the race's draws on a helper thread (numpy fills them without the interpreter
         # lock) while the hidden preference's stale scores are made current
@@ -412,51 +323,7 @@ class FrecencyWorld:
         (pages of other users stay 0); computed ahead by :meth:`draw_searches` when asked."""
         users = unique_values(np.asarray(users, dtype=np.int64))
         theta = np.asarray(theta, dtype=np.float64)
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None and ahead[0] == self._state_key(theta, users):
-            return ahead[1]
-        return self._treatment_state(theta, users, self._control_state(users))
-
-    def _state_key(self, theta: np.ndarray, users: np.ndarray) -> _StateKey:
-        """What the state of ``users`` depends on: the vector, the users and their branches,
-        the history (its version) and the time."""
-        return (
-            theta.tobytes(),
-            users.tobytes(),
-            self.branch[users].tobytes(),
-            self.store.version,
-            self.now,
-        )
-
-    def _control_state(self, users: np.ndarray) -> np.ndarray:
-        """``(2, N)``: the stored and origin frecency of :meth:`state` of the distinct
-        ascending ``users``, with the control branches' pages filled in (the stored
-        frecency for control, the defaults' for control-no-decay), the treatment's still
-        0."""
-        state = np.zeros((2, self.pages.n_pages))
-        branch = self.branch[users]
-        defaults = self.scorer.defaults()
-        self.scores.fresh(
-            defaults, self.listed_of(users[branch == CONTROL_NO_DECAY]), self.now, state
-        )
-        self.scores.stored(self.listed_of(users[branch == CONTROL]), self.now, state)
-        return state
-
-    def _treatment_state(
-        self, theta: np.ndarray, users: np.ndarray, state: np.ndarray
-    ) -> UrlbarState:
-        """:meth:`state` from :meth:`_control_state`'s arrays: the treatment's pages
-        scored under ``theta``."""
-        treated = self.listed_of(users[self.branch[users] == TREATMENT])
-        self.scores.fresh(theta, treated, self.now, state)
-        return UrlbarState(
-            stored=state[0],
-            origin=state[1],
-            listable=self.listable(),
-            host_bookmarked=self._host_bookmarked.copy(),
-            inputs=self.inputs,
-            host_known=self._host_known | self._host_bookmarked,
-        )
+        return self.states.state(theta, users, self.branch, self.now)
 
     def search(
         self,
@@ -507,7 +374,7 @@ class FrecencyWorld:
             raise ConfigError(f"time only moves forward, got {days} days")
         crossed = math.floor(self.now + days) - math.floor(self.now)
         self.now += days
-        self._ahead = None  # (a state ahead is for its time only: free it)
+        self.states.hold(None)  # (a state ahead is for its time only: free it)
         self.inputs.decay(crossed, self.decay_rate)
 
     # ------------------------------------------------------------------ losses, messages
