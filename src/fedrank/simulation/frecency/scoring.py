@@ -125,7 +125,7 @@ class PageScores:
         self._version = -1
         self._slots = np.zeros(store.time.shape, np.uint8, order="F") if classic else None
         self._n_sampled = np.zeros(store.n_pages, dtype=np.int8) if classic else None
-        # fresh classic frecency (float64) is scored in compiled code
+        # classic frecency in float64 is scored in compiled code
         self._compiled = isinstance(scorer, ClassicScorer) and not scorer.frecency.float32
         self._width_group = _width_groups(store.width)
         self._decay_lift: np.ndarray | None = None  # the stored frecency's decay tables
@@ -185,6 +185,7 @@ class PageScores:
         """``(N,)``: the kept fresh frecency of the fixed vector ``params``, made current at
         ``pages[start[r]:start[r + 1]]`` for every ``r`` of ``runs`` (e.g. the listed pages
         of the searching users; other pages hold what was kept)."""
+        self.sync()
         cache = self.kept(params)
         todo = cache.stale_in_runs(pages, start, runs, now)
         if self._compiled:
