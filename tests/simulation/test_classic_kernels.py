@@ -13,11 +13,7 @@ from fedrank.data.synthetic_history import generate_world
 from fedrank.experiments.frecency.presets import hidden_weights
 from fedrank.models.frecency.classic import ClassicFrecency
 from fedrank.models.frecency.weights import CUTOFF_SLICE, classic_defaults
-from fedrank.simulation.frecency.kernels.classic import (
-    ClassicPages,
-    page_frecency,
-    page_points100,
-)
+from fedrank.simulation.frecency.kernels.classic import page_frecency, page_points100
 from fedrank.simulation.frecency.scoring import classic_weights
 from fedrank.simulation.frecency.world import FrecencyWorld
 
@@ -58,9 +54,12 @@ def test_points_and_frecency_equal_numpy_to_the_bit(world: FrecencyWorld, later:
     rows = pages.n_rows
     sample = index[:: max(1, index.size // 300)]  # (one Python call per page)
     for theta in _models():
-        weights = classic_weights(theta, rounding=True)
+        w = classic_weights(theta, rounding=True)
         points = np.array([
-            page_points100(i, rows[i], pages, world.now, 0.0, weights) if rows[i] else 0.0
+            page_points100(
+                i, rows[i], pages.time, pages.slot, pages.bookmarked, world.now, 0.0,
+                w.cutoffs, w.bucket_weights, w.slot_weights, w.bookmark_weight,
+            ) if rows[i] else 0.0
             for i in sample
         ])  # fmt: skip
         expected = world.scorer.frecency.points100(theta[None, :], world.histories(sample))[0]
@@ -125,13 +124,14 @@ def test_rounding_equals_from_points(seed: int, rounding: bool) -> None:
         theta[None, :], points[index][None, :], visit_count[index], n_sampled[index],
         bookmarked[index], typed[index],
     )[0]  # fmt: skip
-    rows = np.zeros((n, 1))  # (the rows are the points': not read here)
-    pages = ClassicPages(
-        np.zeros(n, np.int16), rows, rows.astype(np.uint8), bookmarked, visit_count, n_sampled,
-        typed, rows.astype(np.int8), np.full(n, np.nan),
-    )  # fmt: skip
-    weights = classic_weights(theta, rounding=rounding)
-    got = [page_frecency(points[i], i, pages, weights) for i in index]
+    w = classic_weights(theta, rounding=rounding)
+    got = [
+        page_frecency(
+            points[i], i, visit_count, n_sampled, bookmarked, typed, w.first_weight,
+            w.unvisited_bookmark, w.unvisited_typed, rounding,
+        )
+        for i in index
+    ]  # fmt: skip
     np.testing.assert_array_equal(got, expected)
 
 

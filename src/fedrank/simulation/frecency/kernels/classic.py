@@ -6,7 +6,9 @@ defaults, the control branch's stored frecency) brought up to date and read in o
 :class:`~fedrank.simulation.frecency.score_cache.PageScoreCache`).
 
 Every entry reads the pages as one :class:`ClassicPages` and a weight vector as one
-:class:`ClassicWeights` (numba takes named tuples of arrays as they are).
+:class:`ClassicWeights` (numba takes named tuples of arrays as they are), unpacked once at
+its start: the loops and the per-page helpers work on the arrays themselves
+(:mod:`fedrank.simulation.frecency.kernels`).
 
 The additions are made in the order of
 :func:`fedrank.models.frecency.classic.visit_sum` (each page's visits left to right,
@@ -103,21 +105,24 @@ def row_slots(
     redirect, or to a temporary one from a visit not typed; ``N_BONUS_SLOTS`` for padding
     rows and pages with ``visit_count <= 0``), and ``n_sampled[page]``, its rows with a
     visit type."""
+    visit_type, origin_type, redirect_target = (
+        rows.visit_type, rows.origin_type, rows.redirect_target
+    )  # fmt: skip
     padding = N_BONUS_SLOTS
     for k in range(at.size):
         i = at[k]
         counted = visit_count[i] > 0
         sampled = 0
-        for j in range(rows.visit_type.shape[1]):
-            kind = np.int64(rows.visit_type[i, j])
+        for j in range(visit_type.shape[1]):
+            kind = np.int64(visit_type[i, j])
             if kind == 0:
                 slots[i, j] = padding
                 continue
             sampled += 1
-            origin = np.int64(rows.origin_type[i, j])
+            origin = np.int64(origin_type[i, j])
             effective = origin if (kind == 5 or kind == 6) and origin != 0 else kind
             slot = CLASSIC_SLOT_TABLE[effective & 0xFF]
-            target = rows.redirect_target[i, j]
+            target = redirect_target[i, j]
             if target == 5 or (target == 6 and effective != 2):
                 slot = REDIRECT_SOURCE_SLOT
             slots[i, j] = slot if counted else padding
@@ -136,22 +141,32 @@ def _bucket(age: float, cutoffs: np.ndarray) -> int:
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def page_points100(
-    i: int, rows: int, pages: ClassicPages, now: float, shift: float, weights: ClassicWeights
+    i: int,
+    rows: int,
+    time: np.ndarray,
+    slot: np.ndarray,
+    bookmarked: np.ndarray,
+    now: float,
+    shift: float,
+    cutoffs: np.ndarray,
+    bucket_weights: np.ndarray,
+    slot_weights: np.ndarray,
+    bookmark_weight: float,
 ) -> float:
     """``100 * points`` of page ``i`` (``rows > 0``) over its first ``rows`` rows (age
-    ``trunc(now - time) - shift`` days; bucket = how many of the non-decreasing cutoffs
-    lie below it): ``bucket_weights[bucket] * slot_weights[slot]`` (the zero padding slot
-    last), plus the bookmark weight times the bucket weights of the rows in a real slot
-    for a bookmarked page; added visit after visit, the bookmark's sum last, as
-    :func:`fedrank.models.frecency.classic.visit_sum` adds them."""
-    slot_weights = weights.slot_weights
+    ``trunc(now - time) - shift`` days; bucket = how many of the non-decreasing
+    ``cutoffs`` lie below it): ``bucket_weights[bucket] * slot_weights[slot]``
+    (``slot_weights`` with the zero padding slot last), plus ``bookmark_weight`` times the
+    bucket weights of the rows in a real slot for a bookmarked page; added visit after
+    visit, the bookmark's sum last, as :func:`fedrank.models.frecency.classic.visit_sum`
+    adds them."""
     padding = slot_weights.size - 1
     points = 0.0
     extra = 0.0
     for j in range(rows):
-        age = np.trunc(now - pages.time[i, j]) - shift
-        w = weights.bucket_weights[_bucket(age, weights.cutoffs)]
-        s = pages.slot[i, j]
+        age = np.trunc(now - time[i, j]) - shift
+        w = bucket_weights[_bucket(age, cutoffs)]
+        s = slot[i, j]
         term = w * slot_weights[s]
         in_slot = 1.0 if s != padding else 0.0
         if j == 0:
@@ -160,28 +175,37 @@ def page_points100(
         else:
             points += term
             extra += w * in_slot
-    if pages.bookmarked[i]:
-        points += weights.bookmark_weight * extra
+    if bookmarked[i]:
+        points += bookmark_weight * extra
     return points
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def page_frecency(points100: float, i: int, pages: ClassicPages, weights: ClassicWeights) -> float:
+def page_frecency(
+    points100: float,
+    i: int,
+    visit_count: np.ndarray,
+    n_sampled: np.ndarray,
+    bookmarked: np.ndarray,
+    typed: np.ndarray,
+    first_weight: float,
+    unvisited_bookmark: float,
+    unvisited_typed: float,
+    rounding: bool,
+) -> float:
     """Frecency of page ``i`` from its :func:`page_points100`, as
     :meth:`~fedrank.models.frecency.classic.ClassicFrecency.from_points` (float64, no
     ``place:`` queries) gives it for one weight vector, in the same operations: sampled
     pages ``ceil(ceil(points / 100) * visit_count / sampled)`` (``points * visit_count /
-    (100 * sampled)`` without the weights' ``rounding``), -1 for zero points; pages without
-    a sampled visit ``first_weight * (unvisited_bookmark + typed * unvisited_typed) / 100``
-    (ceiled with ``rounding``) when bookmarked, else 0."""
-    rounding = weights.rounding
-    count = pages.visit_count[i]
-    sampled = pages.n_sampled[i] if count > 0 else 0
+    (100 * sampled)`` without ``rounding``), -1 for zero points; pages without a sampled
+    visit ``first_weight * (unvisited_bookmark + typed * unvisited_typed) / 100`` (ceiled
+    with ``rounding``) when bookmarked, else 0."""
+    count = visit_count[i]
+    sampled = n_sampled[i] if count > 0 else 0
     if sampled == 0:
-        if pages.bookmarked[i]:
-            typed = 1.0 if pages.typed[i] else 0.0
-            bonus = weights.unvisited_bookmark + typed * weights.unvisited_typed
-            value = weights.first_weight * bonus / 100.0
+        if bookmarked[i]:
+            bonus = unvisited_bookmark + (1.0 if typed[i] else 0.0) * unvisited_typed
+            value = first_weight * bonus / 100.0
             return np.ceil(value) if rounding else value
         return 0.0
     if points100 == 0.0:
@@ -226,21 +250,31 @@ def kept_fresh(
     until one of its rows' whole-day ages passes the floor of its bucket's cutoff (never,
     in the last bucket); returns ``values[0]`` at ``index``, and writes them at the pages
     of both rows of ``into`` (``(2, N)``; ``(0, 0)``: nowhere)."""
-    cutoffs = weights.cutoffs
+    n_rows, time, slot, bookmarked, visit_count, n_sampled, typed, _, _ = pages
+    (cutoffs, bucket_weights, slot_weights, bookmark_weight, first_weight, unvisited_bookmark,
+     unvisited_typed, rounding) = weights  # fmt: skip
+    row_limits = np.empty(cutoffs.size + 1)
+    row_limits[:-1] = np.floor(cutoffs)
+    row_limits[-1] = np.inf
     out = np.empty(index.size)
     for k in range(index.size):
         i = index[k]
         if not np.float64(until[i]) > now:  # stale: scored again and kept
-            rows = pages.n_rows[i]
+            rows = n_rows[i]
             points = 0.0
             valid = np.inf
             if rows > 0:
-                points = page_points100(i, rows, pages, now, 0.0, weights)
+                points = page_points100(
+                    i, rows, time, slot, bookmarked, now, 0.0, cutoffs, bucket_weights,
+                    slot_weights, bookmark_weight,
+                )  # fmt: skip
                 for j in range(rows):
-                    bucket = _bucket(np.trunc(now - pages.time[i, j]), cutoffs)
-                    limit = np.floor(cutoffs[bucket]) if bucket < cutoffs.size else np.inf
-                    valid = min(valid, _end(pages.time[i, j], limit))
-            values[0, i] = page_frecency(points, i, pages, weights)
+                    limit = row_limits[_bucket(np.trunc(now - time[i, j]), cutoffs)]
+                    valid = min(valid, _end(time[i, j], limit))
+            values[0, i] = page_frecency(
+                points, i, visit_count, n_sampled, bookmarked, typed, first_weight,
+                unvisited_bookmark, unvisited_typed, rounding,
+            )  # fmt: skip
             until[i] = _until32(valid)
         out[k] = values[0, i]
         if into.shape[0]:
@@ -261,7 +295,7 @@ def kept_stored(
     into: np.ndarray,
 ) -> np.ndarray:
     """``(2, m)``: the kept stored and origin frecency of the pages at ``index`` under the
-    ``weights`` (the defaults, with Firefox's rounding), ``ClassicFrecency.stored_slots``:
+    ``weights`` (the defaults), ``ClassicFrecency.stored_slots`` with Firefox's rounding:
     the score as of the newest sampled visit, or of the newest bookmark when unsampled,
     then ``ROUND(v * decay_rate)`` once per whole day since while ``v > 0`` (integers
     below ``lift.shape[1]`` by its tables of ``2 ** level`` days,
@@ -269,33 +303,42 @@ def kept_stored(
     ``until[page]`` is not after ``now`` is scored into ``values[:, page]`` and kept until
     one of its rows' or its bookmark's whole-day age changes. Both are also written at the
     pages of ``into``'s rows (``(2, N)``; ``(0, 0)``: nowhere)."""
+    n_rows, time, slot, bookmarked, visit_count, n_sampled, typed, visit_type, bookmark_time = pages
+    (cutoffs, bucket_weights, slot_weights, bookmark_weight, first_weight, unvisited_bookmark,
+     unvisited_typed, _) = weights  # fmt: skip
     out = np.empty((2, index.size))
     for k in range(index.size):
         i = index[k]
         if not np.float64(until[i]) > now:  # stale: scored again and kept
-            rows = pages.n_rows[i]
-            bookmarked = pages.bookmarked[i]
-            bookmark_time = pages.bookmark_time[i]
+            rows = n_rows[i]
             bookmark_age = 0.0
-            if bookmarked:
-                bookmark_age = np.trunc(now - (0.0 if np.isnan(bookmark_time) else bookmark_time))
+            if bookmarked[i]:
+                bookmark_age = np.trunc(
+                    now - (0.0 if np.isnan(bookmark_time[i]) else bookmark_time[i])
+                )
             newest = np.inf
             valid = np.inf
             for j in range(rows):
-                age = np.trunc(now - pages.time[i, j])
-                if pages.visit_type[i, j] != 0 and age < newest:
+                age = np.trunc(now - time[i, j])
+                if visit_type[i, j] != 0 and age < newest:
                     newest = age
-                valid = min(valid, _end(pages.time[i, j], age))
-            if bookmarked and not np.isnan(bookmark_time):
-                valid = min(valid, _end(bookmark_time, bookmark_age))
+                valid = min(valid, _end(time[i, j], age))
+            if bookmarked[i] and not np.isnan(bookmark_time[i]):
+                valid = min(valid, _end(bookmark_time[i], bookmark_age))
             if not np.isfinite(newest):
                 newest = 0.0
-            sampled = pages.n_sampled[i] > 0 and pages.visit_count[i] > 0
+            sampled = n_sampled[i] > 0 and visit_count[i] > 0
             since = max(np.floor(newest if sampled else bookmark_age), 0.0)
             points = 0.0
             if rows > 0:
-                points = page_points100(i, rows, pages, now, since, weights)
-            fresh = page_frecency(points, i, pages, weights)
+                points = page_points100(
+                    i, rows, time, slot, bookmarked, now, since, cutoffs, bucket_weights,
+                    slot_weights, bookmark_weight,
+                )  # fmt: skip
+            fresh = page_frecency(
+                points, i, visit_count, n_sampled, bookmarked, typed, first_weight,
+                unvisited_bookmark, unvisited_typed, True,
+            )  # fmt: skip
             values[0, i] = _daily_decay(fresh, int(since), decay_rate, lift)
             values[1, i] = fresh
             until[i] = _until32(valid)
@@ -338,14 +381,23 @@ def fresh_frecency(
     one vector, nothing kept (:func:`page_points100`, :func:`page_frecency`; 0 points for
     a page without rows); also written at the pages of both rows of ``into`` (``(2, N)``;
     ``(0, 0)``: nowhere)."""
+    n_rows, time, slot, bookmarked, visit_count, n_sampled, typed, _, _ = pages
+    (cutoffs, bucket_weights, slot_weights, bookmark_weight, first_weight, unvisited_bookmark,
+     unvisited_typed, rounding) = weights  # fmt: skip
     out = np.empty(index.size)
     for k in range(index.size):
         i = index[k]
-        rows = pages.n_rows[i]
+        rows = n_rows[i]
         points = 0.0
         if rows > 0:
-            points = page_points100(i, rows, pages, now, 0.0, weights)
-        value = page_frecency(points, i, pages, weights)
+            points = page_points100(
+                i, rows, time, slot, bookmarked, now, 0.0, cutoffs, bucket_weights,
+                slot_weights, bookmark_weight,
+            )  # fmt: skip
+        value = page_frecency(
+            points, i, visit_count, n_sampled, bookmarked, typed, first_weight,
+            unvisited_bookmark, unvisited_typed, rounding,
+        )  # fmt: skip
         out[k] = value
         if into.shape[0]:
             into[0, i] = into[1, i] = value

@@ -44,8 +44,8 @@ def merge_rows(
     the page keeps its ``width`` newest rows, of equal times the new rows first, the later
     arrival first, then the stored rows in their order (tie keys ``n_new - 1 - arrival``
     and ``n_new + column``)."""
-    time, visit_type = stored.time, stored.visit_type
-    origin_type, redirect_target = stored.origin_type, stored.redirect_target
+    time, visit_type, origin_type, redirect_target = stored
+    times, new_visit_type, new_origin_type, new_redirect_target = new
     width = time.shape[1]
     n_new = pages.size
     top_time = np.empty(width, np.float64)
@@ -67,8 +67,8 @@ def merge_rows(
                 v, o, r = visit_type[page, k], origin_type[page, k], redirect_target[page, k]
             else:
                 i = by_page[lo + k - n_rows[page]]
-                t, tie = new.time[i], n_new - 1 - i
-                v, o, r = new.visit_type[i], new.origin_type[i], new.redirect_target[i]
+                t, tie = times[i], n_new - 1 - i
+                v, o, r = new_visit_type[i], new_origin_type[i], new_redirect_target[i]
             pos = kept
             while pos > 0 and _before(t, tie, top_time[pos - 1], top_tie[pos - 1]):
                 pos -= 1
