@@ -84,6 +84,8 @@ class VisitStore:
         self._log_pages: list[np.ndarray] = []
         self._log_size = 0
         self._log_floor = 0
+        # the last answer of changed_since: ((version asked, store version), pages)
+        self._since: tuple[tuple[int, int], np.ndarray] | None = None
         self.pipeline = pipeline or Pipeline()
 
     @classmethod
@@ -178,14 +180,22 @@ class VisitStore:
     def changed_since(self, version: int) -> np.ndarray | None:
         """The distinct pages (sorted) changed after ``version`` (by :meth:`add` or
         :meth:`add_bookmarks`), or ``None`` when the store no longer remembers that far
-        back (every page may have changed)."""
+        back (every page may have changed). What the world keeps per page (the listed
+        pages, the bonus slots, each kept score) asks the same question in a row: the last
+        answer is kept (read-only, as every answer is)."""
         if version >= self.version:
             return np.zeros(0, dtype=np.int64)
         if version < self._log_floor:
             return None
+        asked = (version, self.version)
+        since = self._since
+        if since is not None and since[0] == asked:
+            return since[1]
         first = int(np.searchsorted(self._log_versions, version, side="right"))
         parts = self._log_pages[first:]
-        return parts[0] if len(parts) == 1 else unique_values(np.concatenate(parts))
+        changed = parts[0] if len(parts) == 1 else unique_values(np.concatenate(parts))
+        self._since = (asked, changed)
+        return changed
 
     def _merge(self, pages: np.ndarray, times: np.ndarray, new: dict[str, np.ndarray]) -> None:
         """Merge visit rows, in arrival order (``new``: their int8 columns), into their
