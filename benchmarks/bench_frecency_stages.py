@@ -3,8 +3,9 @@
 over iterations that alternate between one thread (draw, state, URL bar one after the
 other) and the study's two-thread steps (the state while drawing, a URL-bar pass in two
 halves); both give the same results, so the iterations are those of one study. numpy's
-products run on one BLAS thread, as in the study (``one_blas_thread``). Prints
-JSON and writes results/benchmarks/frecency_stages.json.
+products run on the world's pipeline's BLAS threads (one), as in the study
+(``fedrank.simulation.frecency.pipeline.Pipeline.blas``). Prints JSON and writes
+results/benchmarks/frecency_stages.json.
 
 Run: python benchmarks/bench_frecency_stages.py [--users 10000 --iterations 12]
 """
@@ -22,27 +23,26 @@ import numpy as np
 from fedrank.core.json_io import write_json
 from fedrank.experiments.frecency.clients import LocalFrecencyClients
 from fedrank.experiments.frecency.study import (
-    FrecencyStrategy,
     FrecencyStudyConfig,
     InProcessServer,
     build_world,
-    one_blas_thread,
     study_streams,
 )
-from fedrank.simulation.frecency_world import TREATMENT
-from fedrank.simulation.urlbar import simulate_searches
+from fedrank.federation.round import Round
+from fedrank.simulation.frecency.branches import TREATMENT
+from fedrank.simulation.frecency.urlbar import simulate_searches
+from fedrank.systems.frecency.client import FrecencyClient
+from fedrank.systems.frecency.strategy import FrecencyStrategy
 
 
-@one_blas_thread  # as the study's iterations run
 def stages(users: int, iterations: int, seed: int) -> dict[str, float]:
     """Median seconds per stage over ``iterations`` iterations (after two warm-up ones) of
     the study's loop, the server stepping as in a study (module docstring)."""
     config = FrecencyStudyConfig(n_users=users, iterations=iterations, seed=seed).resolved()
     world_seed, train_seed, _, _ = study_streams(seed)
-    strategy = FrecencyStrategy(config)
     world = build_world(config, np.random.default_rng(world_seed))
-    server = InProcessServer(strategy)
-    clients = LocalFrecencyClients(strategy)
+    server = InProcessServer(Round(FrecencyStrategy(config)))
+    clients = LocalFrecencyClients(FrecencyClient(config))
     rng = np.random.default_rng(train_seed)
     times: dict[str, list[float]] = defaultdict(list)
 
@@ -54,32 +54,33 @@ def stages(users: int, iterations: int, seed: int) -> dict[str, float]:
 
     common = ("due_visits", "shown_frecency", "branch_losses", "client_searches", "messages",
               "server_step", "record")  # fmt: skip
-    for k in range(iterations + 2):
-        theta = server.model()
-        timed("due_visits", world.due_searches, config.days_per_iteration)
-        counts = rng.poisson(config.searches_per_iteration, size=world.n_users)
-        searchers = np.repeat(np.arange(world.n_users), counts)
-        if k % 2 == 0:  # one thread (the same results: the iterations alternate)
-            searches = timed("draw", world.draw_searches, searchers, rng)
-            state = timed("state", world.state, theta, searches.users)
-            batch = timed(
-                "urlbar", simulate_searches, world.pages, state, searches.users,
-                searches.targets, searches.typed, rng, typing=world.typing, config=world.urlbar,
-            )  # fmt: skip
-        else:  # the study's way: the state while drawing, the URL bar in two halves
-            searches = timed(
-                "draw_and_state_two_threads", world.draw_searches, searchers, rng,
-                state_for=theta,
-            )  # fmt: skip
-            batch = timed("urlbar_two_threads", world.search, searches, theta, rng)
-        shown = timed("shown_frecency", world.shown_frecency, batch, theta)
-        losses = timed("branch_losses", world.branch_losses, batch, theta, shown=shown)
-        held = timed("client_searches", world.client_searches, batch, TREATMENT)
-        reports = timed("messages", clients.messages, held, theta)
-        server.report(world, batch, losses, reports)
-        timed("server_step", server.close)
-        timed("record", world.record, batch)
-        world.advance(config.days_per_iteration)
+    with world.pipeline.blas():  # as the study's iterations run
+        for k in range(iterations + 2):
+            theta = server.model()
+            timed("due_visits", world.due_searches, config.days_per_iteration)
+            counts = rng.poisson(config.searches_per_iteration, size=world.n_users)
+            searchers = np.repeat(np.arange(world.n_users), counts)
+            if k % 2 == 0:  # one thread (the same results: the iterations alternate)
+                searches = timed("draw", world.draw_searches, searchers, rng)
+                state = timed("state", world.state, theta, searches.users)
+                batch = timed(
+                    "urlbar", simulate_searches, world.pages, state, searches.users,
+                    searches.targets, searches.typed, rng, typing=world.typing, config=world.urlbar,
+                )  # fmt: skip
+            else:  # the study's way: the state while drawing, the URL bar in two halves
+                searches = timed(
+                    "draw_and_state_two_threads", world.draw_searches, searchers, rng,
+                    state_for=theta,
+                )  # fmt: skip
+                batch = timed("urlbar_two_threads", world.search, searches, theta, rng)
+            shown = timed("shown_frecency", world.shown_frecency, batch, theta)
+            losses = timed("branch_losses", world.branch_losses, batch, theta, shown=shown)
+            held = timed("client_searches", world.client_searches, batch, TREATMENT)
+            reports = timed("messages", clients.messages, held, theta)
+            server.report(world, batch, losses, reports)
+            timed("server_step", server.close)
+            timed("record", world.record, batch)
+            world.advance(config.days_per_iteration)
     out = {name: float(np.median(values[2:])) for name, values in times.items()}
     rest = sum(out[name] for name in common)
     out["iteration_one_thread"] = rest + out["draw"] + out["state"] + out["urlbar"]

@@ -92,8 +92,9 @@ def pytest_collection_modifyitems(
     items.sort(key=key)  # stable: tests keep their order within a module
 
 
-#: A small study: it compiles every numba kernel of the simulators (``*_kernels`` modules)
-#: into their on-disk caches.
+#: A small study: it compiles every numba kernel of the simulators
+#: (``fedrank.simulation.frecency.kernels``, ``fedrank.data.synthetic_kernels``) into their
+#: on-disk caches.
 _KERNEL_WARMUP = (
     "from fedrank.experiments.frecency.study import FrecencyStudyConfig, run_study; "
     "run_study(FrecencyStudyConfig(n_users=60, iterations=2, seed=1))"

@@ -12,8 +12,8 @@ from fedrank.data.browsing import BrowsingWorld, Vocabulary
 from fedrank.data.synthetic_history import BrowsingConfig, generate_world
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.models.frecency.history import NOT_COUNTED_TYPES, VisitType
-from fedrank.simulation.frecency_world import FrecencyWorld
-from fedrank.simulation.history_store import VisitStore
+from fedrank.simulation.frecency.history_store import VisitStore
+from fedrank.simulation.frecency.world import FrecencyWorld
 
 #: The AOL log's March and April 2006 (999 users; the AOL world's history period), the
 #: window the host process was fitted on: ``browsing_shapes`` of those clicks

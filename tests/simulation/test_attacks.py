@@ -31,7 +31,7 @@ from fedrank.simulation.attacks import (
     poison_vectors,
     unit_target,
 )
-from fedrank.simulation.frecency_world import ClientReports
+from fedrank.simulation.frecency.messages import ClientReports
 
 DIM = 46
 

@@ -1,6 +1,6 @@
-"""The compiled classic scorer of the simulator (``fedrank.simulation.classic_kernels``)
-gives numpy's points and frecency bit for bit, for the non-integer models the study
-publishes every iteration."""
+"""The compiled classic scorer of the simulator
+(``fedrank.simulation.frecency.kernels.classic``) gives numpy's points and frecency bit for
+bit, for the non-integer models the study publishes every iteration."""
 
 from __future__ import annotations
 
@@ -11,26 +11,22 @@ from hypothesis import strategies as st
 
 from fedrank.data.synthetic_history import generate_world
 from fedrank.experiments.frecency.presets import hidden_weights
-from fedrank.models.frecency.classic import BOOKMARK_SLOT, ClassicFrecency, effective_cutoffs
-from fedrank.models.frecency.weights import (
-    BUCKET_WEIGHT_SLICE,
-    CLASSIC_INDEX,
-    CUTOFF_SLICE,
-    VISIT_BONUS_SLICE,
-    classic_defaults,
-)
-from fedrank.simulation.classic_kernels import page_frecency, page_points100
-from fedrank.simulation.frecency_world import FrecencyWorld
+from fedrank.models.frecency.classic import ClassicFrecency
+from fedrank.models.frecency.weights import CUTOFF_SLICE, classic_defaults
+from fedrank.simulation.frecency.kernels.classic import page_frecency, page_points100
+from fedrank.simulation.frecency.scoring import classic_weights
+from fedrank.simulation.frecency.world import FrecencyWorld
+
+#: The kernels' ``into`` when the values go nowhere else.
+NOWHERE = np.zeros((0, 0))
 
 
 @pytest.fixture(scope="module")
 def world() -> FrecencyWorld:
-    world = FrecencyWorld(
+    return FrecencyWorld(
         generate_world(150, np.random.default_rng(4)), hidden_weights("shifted", "classic"),
         np.random.default_rng(5),
     )  # fmt: skip
-    world._sync_kept()
-    return world
 
 
 def _models() -> list[np.ndarray]:
@@ -49,20 +45,20 @@ def test_points_and_frecency_equal_numpy_to_the_bit(world: FrecencyWorld, later:
     compiled scorer, into a state's two rows too) equal numpy's for non-integer, negative
     and unordered weights, rounded and not."""
     world.now = later  # ages in whole days: a fraction of a day moves some across a cutoff
-    index = np.flatnonzero(world.listable())
+    index = np.flatnonzero(world.listing.listable())
     assert world.store.bookmarked[index].any() and (world.store.n_rows()[index] > 4).any()
     assert (world.store.bookmarked[index] & (world.store.visit_count[index] == 0)).any()
     histories = world.histories(index)  # ten columns, as the losses read them
     store = world.store
-    rows = store.n_rows()
+    pages = world.scores.classic_pages()
+    rows = pages.n_rows
     sample = index[:: max(1, index.size // 300)]  # (one Python call per page)
     for theta in _models():
-        bonus = theta[VISIT_BONUS_SLICE]
-        cutoffs, weights = effective_cutoffs(theta[CUTOFF_SLICE]), theta[BUCKET_WEIGHT_SLICE]
+        w = classic_weights(theta, rounding=True)
         points = np.array([
             page_points100(
-                i, rows[i], store.time, world._slots, store.bookmarked, world.now, 0.0,
-                cutoffs, weights.copy(), np.append(bonus, 0.0), float(bonus[BOOKMARK_SLOT]),
+                i, rows[i], pages.time, pages.slot, pages.bookmarked, world.now, 0.0,
+                w.cutoffs, w.bucket_weights, w.slot_weights, w.bookmark_weight,
             ) if rows[i] else 0.0
             for i in sample
         ])  # fmt: skip
@@ -76,7 +72,8 @@ def test_points_and_frecency_equal_numpy_to_the_bit(world: FrecencyWorld, later:
             try:
                 fresh = world.scorer.fresh(theta, histories, world.now)
                 into = np.full((2, store.n_pages), 7.5)
-                np.testing.assert_array_equal(world._compiled_fresh(theta, index, into), fresh)
+                scored = world.scores.fresh_once(theta, index, world.now, into)
+                np.testing.assert_array_equal(scored, fresh)
                 np.testing.assert_array_equal(into[:, index], [fresh, fresh])
                 others = np.setdiff1d(np.arange(store.n_pages), index)
                 assert (into[:, others] == 7.5).all()
@@ -127,12 +124,14 @@ def test_rounding_equals_from_points(seed: int, rounding: bool) -> None:
         theta[None, :], points[index][None, :], visit_count[index], n_sampled[index],
         bookmarked[index], typed[index],
     )[0]  # fmt: skip
-    weights = [float(theta[CLASSIC_INDEX[name]]) for name in
-               ("firstBucketWeight", "unvisitedBookmarkBonus", "unvisitedTypedBonus")]  # fmt: skip
+    w = classic_weights(theta, rounding=rounding)
     got = [
-        page_frecency(points[i], i, visit_count, n_sampled, bookmarked, typed, *weights, rounding)
+        page_frecency(
+            points[i], i, visit_count, n_sampled, bookmarked, typed, w.first_weight,
+            w.unvisited_bookmark, w.unvisited_typed, rounding,
+        )
         for i in index
-    ]
+    ]  # fmt: skip
     np.testing.assert_array_equal(got, expected)
 
 
@@ -145,28 +144,31 @@ def test_kept_scores_equal_numpy_from_an_empty_cache(world: FrecencyWorld, lift_
     decay takes both of its ways (table lookups for integers below the table's size, day
     by day above)."""
     from fedrank.models.frecency.classic import decay_tables
-    from fedrank.simulation.score_cache import PageScoreCache
+    from fedrank.simulation.frecency.kernels.classic import kept_fresh, kept_stored
+    from fedrank.simulation.frecency.score_cache import PageScoreCache
 
-    index = np.flatnonzero(world.listable())
-    rate = float(np.float32(world.decay_rate))
-    world._decay_lift = np.stack(decay_tables(rate, lift_size - 1, 8))[:, :lift_size]
+    index = np.flatnonzero(world.listing.listable())
+    rate = float(np.float32(world.decay_rate))  # the float pref, as the world's scores use it
+    lift = np.stack(decay_tables(rate, lift_size - 1, 8))[:, :lift_size]
+    defaults = classic_weights(world.scorer.defaults(), rounding=True)
+    pages = world.scores.classic_pages()
     model = _models()[0]
-    try:
-        for later in (0.0, 0.6, 4.2, 33.9):
-            world.now = later
-            histories = world.histories(index)
-            stored, undecayed = world.scorer.stored(histories, world.now, world.decay_rate)
-            assert (undecayed[stored > 0] >= 1024).any() and (world._decay_lift[0] > 0).any()
-            world._stored_cache = PageScoreCache(world.store, 2)
-            for _ in range(2):  # scored, then read back as kept
-                np.testing.assert_array_equal(world._kept_stored(index), [stored, undecayed])
-            for params in (world.hidden, model):
-                expected = world.scorer.fresh(params, histories, world.now)
-                cache = PageScoreCache(world.store)
-                for _ in range(2):
-                    np.testing.assert_array_equal(world._kept_fresh(cache, params, index), expected)
-    finally:
-        world._decay_lift = None
+    for later in (0.0, 0.6, 4.2, 33.9):
+        world.now = later
+        histories = world.histories(index)
+        stored, undecayed = world.scorer.stored(histories, world.now, world.decay_rate)
+        assert (undecayed[stored > 0] >= 1024).any() and (lift[0] > 0).any()
+        cache = PageScoreCache(world.store, 2)
+        for _ in range(2):  # scored, then read back as kept
+            got = kept_stored(index, *cache.synced(), later, pages, defaults, rate, lift, NOWHERE)
+            np.testing.assert_array_equal(got, [stored, undecayed])
+        for params in (world.hidden, model):
+            expected = world.scorer.fresh(params, histories, world.now)
+            cache = PageScoreCache(world.store)
+            weights = classic_weights(params, rounding=True)
+            for _ in range(2):
+                got = kept_fresh(index, *cache.synced(), later, pages, weights, NOWHERE)
+                np.testing.assert_array_equal(got, expected)
 
 
 @settings(max_examples=40, deadline=None)
@@ -176,12 +178,8 @@ def test_row_slots_equal_numpy(seed: int) -> None:
     ``ClassicFrecency.row_slots`` and the rows with a type, for every visit type (unknown
     and negative ones included), origin and redirect target, uncounted pages included;
     pages outside the subset are left alone."""
-    from fedrank.models.frecency.classic import (
-        CLASSIC_SLOT_TABLE,
-        N_BONUS_SLOTS,
-        REDIRECT_SOURCE_SLOT,
-    )
-    from fedrank.simulation.classic_kernels import row_slots
+    from fedrank.simulation.frecency.kernels.classic import row_slots
+    from fedrank.simulation.frecency.kernels.store import VisitRows
 
     rng = np.random.default_rng(seed)
     n, width = int(rng.integers(1, 60)), int(rng.integers(1, 11))
@@ -193,10 +191,8 @@ def test_row_slots_equal_numpy(seed: int) -> None:
     at = rng.permutation(n)[: int(rng.integers(0, n + 1))]
     slots = np.full((n, width), 99, dtype=np.uint8, order="F")
     n_sampled = np.full(n, -7, dtype=np.int8)
-    row_slots(
-        at, visit_type, origin_type, target, visit_count, CLASSIC_SLOT_TABLE,
-        REDIRECT_SOURCE_SLOT, N_BONUS_SLOTS, slots, n_sampled,
-    )  # fmt: skip
+    time = np.zeros((n, width), order="F")  # (not read)
+    row_slots(at, VisitRows(time, visit_type, origin_type, target), visit_count, slots, n_sampled)
     expected = ClassicFrecency.row_slots(visit_type, origin_type, target, visit_count)
     np.testing.assert_array_equal(slots[at], expected[at])
     np.testing.assert_array_equal(n_sampled[at], (visit_type[at] != 0).sum(axis=1))

@@ -11,23 +11,21 @@ import pytest
 from fedrank.data.synthetic_history import generate_world
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.experiments.frecency.presets import hidden_weights
-from fedrank.simulation import frecency_world
-from fedrank.simulation.frecency_world import TREATMENT, FrecencyWorld
-from fedrank.simulation.urlbar import simulate_searches
+from fedrank.simulation.frecency.branches import TREATMENT
+from fedrank.simulation.frecency.pipeline import Pipeline
+from fedrank.simulation.frecency.urlbar import simulate_searches
+from fedrank.simulation.frecency.world import FrecencyWorld
 
 
 @pytest.mark.parametrize("halves", [False, True])
 @pytest.mark.parametrize("model", ["classic", "modern"])
-def test_searching_a_subset_gives_the_whole_batch_results(
-    model: str, halves: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_searching_a_subset_gives_the_whole_batch_results(model: str, halves: bool) -> None:
     """The subset on one thread, or in two halves on two threads (the oracle pass of a
     large evaluation)."""
-    if halves:
-        monkeypatch.setattr(frecency_world, "TWO_THREADS_FROM", 1)
     world = FrecencyWorld(
         generate_world(90, np.random.default_rng(21)), hidden_weights("shifted", model),
         np.random.default_rng(22), model=model,
+        pipeline=Pipeline(halves_from=1) if halves else Pipeline(threads=False),
     )  # fmt: skip
     rng = np.random.default_rng(23)
     searches = world.draw_searches(np.repeat(np.arange(90), 2), rng)
@@ -41,16 +39,20 @@ def test_searching_a_subset_gives_the_whole_batch_results(
         np.testing.assert_array_equal(getattr(part, name), getattr(whole, name)[treated], name)
 
 
-def _twins(model: str) -> tuple[FrecencyWorld, FrecencyWorld]:
-    """Two worlds built alike: one computes states ahead, the other does not."""
+def _twins(
+    model: str, pipelines: tuple[Pipeline, Pipeline] = (Pipeline(), Pipeline())
+) -> tuple[FrecencyWorld, FrecencyWorld]:
+    """Two worlds built alike (but for how they use the cores): one computes states ahead,
+    the other does not."""
     return tuple(  # type: ignore[return-value]
         FrecencyWorld(
             generate_world(70, np.random.default_rng(31)),
             hidden_weights("shifted", model),
             np.random.default_rng(32),
             model=model,
+            pipeline=pipeline,
         )  # fmt: skip
-        for _ in range(2)
+        for pipeline in pipelines
     )
 
 
@@ -74,7 +76,7 @@ def test_a_state_computed_ahead_is_the_state(model: str) -> None:
         s_p = plain.draw_searches(users, rng_p)
         np.testing.assert_array_equal(s_a.targets, s_p.targets)
         np.testing.assert_array_equal(s_a.typed, s_p.typed)
-        assert ahead._ahead is not None  # computed ahead
+        assert ahead.states.holding  # computed ahead
         _assert_same_state(ahead.state(theta, s_a.users), plain.state(theta, s_p.users))
         b_a, b_p = ahead.search(s_a, theta, rng_a), plain.search(s_p, theta, rng_p)
         np.testing.assert_array_equal(b_a.chars_typed, b_p.chars_typed)
@@ -105,17 +107,17 @@ def test_no_state_ahead_when_the_hidden_preference_shares_its_cache() -> None:
     world = _twins("classic")[0]
     users = np.arange(70)
     world.draw_searches(users, np.random.default_rng(0), state_for=world.hidden)
-    assert world._ahead is None
+    assert not world.states.holding
     with pytest.raises(ConfigError, match="state_for must be one vector of 22"):
         world.draw_searches(users, np.random.default_rng(0), state_for=np.ones(3))
     # the defaults as the vector (the study's first iteration) use their own cache
     world.draw_searches(users, np.random.default_rng(0), state_for=world.scorer.defaults())
-    assert world._ahead is not None
+    assert world.states.holding
     # the hidden preference as the defaults: the control-no-decay branch's state would
     # score into the draws' cache, whatever the vector
     world.hidden = world.scorer.defaults()
     world.draw_searches(users, np.random.default_rng(0), state_for=world.scorer.defaults() * 2)
-    assert world._ahead is None
+    assert not world.states.holding
 
 
 def test_state_ahead_for_a_vector_known_later() -> None:
@@ -127,7 +129,7 @@ def test_state_ahead_for_a_vector_known_later() -> None:
     s_a = ahead.draw_searches(users, np.random.default_rng(5), state_for=lambda: theta)
     s_p = plain.draw_searches(users, np.random.default_rng(5))
     np.testing.assert_array_equal(s_a.targets, s_p.targets)
-    assert ahead._ahead is not None
+    assert ahead.states.holding
     _assert_same_state(ahead.state(theta, s_a.users), plain.state(theta, s_p.users))
 
     def failing() -> np.ndarray:
@@ -138,13 +140,11 @@ def test_state_ahead_for_a_vector_known_later() -> None:
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_a_batch_in_two_halves_on_two_threads_is_the_whole_batch(
-    seed: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_batch_in_two_halves_on_two_threads_is_the_whole_batch(seed: int) -> None:
     """Searched in two halves on two threads (any batch size here), a batch gives the
     one-thread batch field by field, and the generator ends where the one-thread pass
     leaves it (whichever half holds the longest search); searches by user or in any order."""
-    world = _twins("classic")[0]
+    world = _twins("classic", (Pipeline(halves_from=1), Pipeline()))[0]
     rng = np.random.default_rng(seed)
     users = rng.integers(0, 70, int(rng.integers(2, 200)))
     users = np.sort(users) if seed % 2 else users  # the AOL world's searches are unsorted
@@ -155,7 +155,6 @@ def test_a_batch_in_two_halves_on_two_threads_is_the_whole_batch(
         world.pages, world.state(theta, users), searches.users, searches.targets,
         searches.typed, one, typing=world.typing, config=world.urlbar,
     )  # fmt: skip
-    monkeypatch.setattr(frecency_world, "TWO_THREADS_FROM", 1)
     two = np.random.default_rng(seed + 100)
     halves = world.search(searches, theta, two)
     for name in ("user", "target", "chars_typed", "selected_rank", "shown", "n_shown", "found",
@@ -165,22 +164,18 @@ def test_a_batch_in_two_halves_on_two_threads_is_the_whole_batch(
     assert one.random() == two.random()
 
 
-def test_a_new_models_pages_scored_in_two_halves_are_scored_as_in_one_pass(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A model seen once scores its pages in two halves on two threads from
-    ``_FRESH_HALVES_FROM`` pages on (the URL-bar state of a large study): the state and
-    the shown rows' frecency (pages repeated) equal one pass's, bit for bit."""
-    one, two = _twins("classic")
+def test_a_new_models_pages_scored_in_two_halves_are_scored_as_in_one_pass() -> None:
+    """A model seen once scores its pages in two halves on two threads from the
+    pipeline's ``fresh_halves_from`` pages on (the URL-bar state of a large study): the
+    state and the shown rows' frecency (pages repeated) equal one pass's, bit for bit."""
+    one, two = _twins("classic", (Pipeline(threads=False), Pipeline(fresh_halves_from=1)))
     users = np.arange(70)
     theta = one.scorer.defaults() * 1.3 + 0.7
     searches = one.draw_searches(np.repeat(users, 3), np.random.default_rng(41))
     two.draw_searches(np.repeat(users, 3), np.random.default_rng(41))
-    monkeypatch.setattr(frecency_world, "_FRESH_HALVES_FROM", 10**9)
     whole_state = one.state(theta, users)
     batch = one.search(searches, theta, np.random.default_rng(42))
     whole_shown = one.shown_frecency(batch, theta)
-    monkeypatch.setattr(frecency_world, "_FRESH_HALVES_FROM", 1)
     _assert_same_state(two.state(theta, users), whole_state)
     assert np.any(whole_state.stored > 0)
     np.testing.assert_array_equal(two.shown_frecency(batch, theta), whole_shown)
@@ -217,12 +212,12 @@ def test_listed_pages_follow_the_history() -> None:
     rng = np.random.default_rng(50)
     grew = False
     for _ in range(6):
-        before = world._listed_pages()[0].size
+        before = world.listing.listed()[0].size
         world.due_searches(2.0)  # the users' next visits, new pages among them
         searches = world.draw_searches(np.arange(70), rng)
         world.record(world.search(searches, world.scorer.defaults(), rng))
         world.advance(2.0)
-        listed, start = world._listed_pages()
+        listed, start = world.listing.listed()
         store = world.store
         expected = np.flatnonzero((store.visit_count > 0) | store.bookmarked)
         np.testing.assert_array_equal(listed, expected)

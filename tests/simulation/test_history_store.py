@@ -1,6 +1,6 @@
-"""Firefox's per-page visit history (fedrank.simulation.history_store.VisitStore), against a
-brute-force reference that keeps every visit and hand-worked cases (sampled rows, counts,
-typed, redirects, bookmarks, ages)."""
+"""Firefox's per-page visit history (fedrank.simulation.frecency.history_store.VisitStore),
+against a brute-force reference that keeps every visit and hand-worked cases (sampled rows,
+counts, typed, redirects, bookmarks, ages)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from fedrank.data.browsing import BrowsingWorld, Pages, VisitStream, Vocabulary
 from fedrank.errors import DataFormatError
 from fedrank.models.frecency.history import PageHistories
-from fedrank.simulation import history_store
-from fedrank.simulation.history_store import VisitStore
+from fedrank.simulation.frecency import history_store
+from fedrank.simulation.frecency.history_store import VisitStore
 
 LINK, TYPED, BOOKMARK, EMBED, R301, R302, DOWNLOAD, FRAMED, RELOAD = range(1, 10)
 #: Types moz_places.visit_count skips (written out, not imported from the code under test).

@@ -1,4 +1,4 @@
-"""Firefox's adaptive history (fedrank.simulation.input_history.InputHistory): the 0.9 use
+"""Firefox's adaptive history (fedrank.simulation.frecency.input_history.InputHistory): the 0.9 use
 count rule, row order and page ranges, the daily decay and its expiry threshold, against
 hand-worked values and a dictionary reference."""
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedrank.errors import ConfigError, DataFormatError
-from fedrank.simulation.input_history import InputHistory
+from fedrank.simulation.frecency.input_history import InputHistory
 
 
 def _record(h: InputHistory, rows: list[tuple[int, int, int]]) -> None:

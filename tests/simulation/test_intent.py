@@ -9,7 +9,7 @@ from scipy import stats
 from fedrank.data.browsing import Pages, Vocabulary
 from fedrank.data.synthetic_history import generate_world
 from fedrank.errors import ConfigError, DataFormatError
-from fedrank.simulation.intent import race_draws, sample_targets, typed_words
+from fedrank.simulation.frecency.intent import race_draws, sample_targets, typed_words
 
 
 def pages_from_words(users: list[list[list[str]]]) -> Pages:

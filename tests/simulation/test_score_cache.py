@@ -1,5 +1,5 @@
 """PageScoreCache: a kept value is valid exactly while the page's history and the ages its
-scorer reads stay the same (``fedrank.simulation.score_cache``)."""
+scorer reads stay the same (``fedrank.simulation.frecency.score_cache``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedrank.data.browsing import VisitStream
-from fedrank.simulation.history_store import VisitStore
-from fedrank.simulation.score_cache import PageScoreCache
+from fedrank.simulation.frecency.history_store import VisitStore
+from fedrank.simulation.frecency.score_cache import PageScoreCache
 
 
 def _store() -> VisitStore:

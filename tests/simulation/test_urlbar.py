@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from fedrank.data.browsing import Pages, Vocabulary
 from fedrank.errors import DataFormatError
-from fedrank.simulation.input_history import InputHistory
-from fedrank.simulation.urlbar import (
+from fedrank.simulation.frecency.input_history import InputHistory
+from fedrank.simulation.frecency.urlbar import (
     SearchBatch,
     TypingModel,
     UrlbarConfig,

@@ -13,7 +13,7 @@ Where the searches come from:
   ``../shared/data/firefox``): every TYPED visit (``visit_type`` 2, a navigation typed in
   the URL bar) is replayed as the user typing the page's host name (``www.`` dropped)
   character by character until the page is among the first ``attention_depth`` suggestions,
-  as the simulated users of :mod:`fedrank.simulation.urlbar` do.
+  as the simulated users of :mod:`fedrank.simulation.frecency.urlbar` do.
 
 Matching, as Firefox's default "match on word boundaries": a page matches when every typed
 token is a prefix of a word of its title or URL (host labels, path segments; lowercase,

@@ -1,4 +1,4 @@
-"""Simulated users and their URL bar (Mozilla paper Sec. 4 and 6.1-6.2): what users want
-(:mod:`~fedrank.simulation.intent`), the history Firefox keeps for them
-(:mod:`~fedrank.simulation.history_store`, :mod:`~fedrank.simulation.input_history`) and
-what they type, see and select (:mod:`~fedrank.simulation.urlbar`)."""
+"""Simulators of the papers' studies: the federated frecency study's users and their URL bar
+(:mod:`~fedrank.simulation.frecency`), poisoning attacks on every system
+(:mod:`~fedrank.simulation.attacks`), and FOLtR-ES as a per-client loop, the vectorized
+simulator's speed baseline and test oracle (:mod:`~fedrank.simulation.per_client_loop`)."""

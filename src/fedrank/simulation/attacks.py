@@ -103,7 +103,7 @@ from fedrank.systems import fedavg, frecency
 from fedrank.systems.system import System
 
 if TYPE_CHECKING:
-    from fedrank.simulation.frecency_world import ClientReports
+    from fedrank.simulation.frecency.messages import ClientReports
 
 #: Attacks on vector updates (frecency gradients, FPDGD and FedAvg deltas).
 VECTOR_ATTACKS: tuple[str, ...] = ("sign-flip", "scale", "random")

@@ -13,7 +13,7 @@ from fedrank.experiments.frecency.calibration import (
     control_metrics,
 )
 from fedrank.experiments.frecency.study import FrecencyStudyConfig
-from fedrank.simulation.urlbar import TypingModel
+from fedrank.simulation.frecency.urlbar import TypingModel
 
 
 def response(config: object, typing: TypingModel) -> tuple[float, float]:

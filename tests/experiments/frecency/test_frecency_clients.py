@@ -15,7 +15,8 @@ from fedrank.experiments.frecency.study import (
     iteration_searches,
 )
 from fedrank.models.frecency.scorer import page_scorer
-from fedrank.simulation.frecency_world import TREATMENT, ClientReports, ClientSearches
+from fedrank.simulation.frecency.branches import TREATMENT
+from fedrank.simulation.frecency.messages import ClientReports, ClientSearches
 from fedrank.systems.frecency.client import FrecencyClient
 
 

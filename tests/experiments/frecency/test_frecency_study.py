@@ -27,8 +27,10 @@ from fedrank.models.frecency.safeguards import (
 )
 from fedrank.models.frecency.scorer import MIN_HALF_LIFE_DAYS, NOW_DAY
 from fedrank.models.frecency.weights import CLASSIC_WEIGHT_NAMES, classic_defaults
-from fedrank.simulation.frecency_world import CONTROL, TREATMENT, FrecencyWorld
-from fedrank.simulation.urlbar import UrlbarState
+from fedrank.simulation.frecency.branches import CONTROL, TREATMENT
+from fedrank.simulation.frecency.pipeline import Pipeline
+from fedrank.simulation.frecency.urlbar import UrlbarState
+from fedrank.simulation.frecency.world import FrecencyWorld
 
 SMALL = dict(n_users=240, iterations=6, eval_searches_per_user=3, history_days=14.0)
 
@@ -92,24 +94,24 @@ def test_the_server_half_on_its_own_thread_changes_nothing(
     small_result, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The clients' messages and the server's step overlap the next iteration's draws: in
-    line they give the same study; either way the model is fetched once per iteration and
-    once for the evaluation (the service demo's clients fetch it over HTTP); a failure of
-    the server half stops the study."""
+    line, or with no helper thread at all, they give the same study; either way the model
+    is fetched once per iteration and once for the evaluation (the service demo's clients
+    fetch it over HTTP); a failure of the server half stops the study."""
     from fedrank.experiments.frecency import study
 
     model = study.InProcessServer.model
-    fetched: list[bool] = []
+    fetched: list[int] = []
 
     def counted_model(self: study.InProcessServer) -> np.ndarray:
-        fetched.append(study.OVERLAP_SERVER_HALF)
+        fetched.append(1)
         return model(self)
 
     monkeypatch.setattr(study.InProcessServer, "model", counted_model)
-    for overlap in (False, True):
-        monkeypatch.setattr(study, "OVERLAP_SERVER_HALF", overlap)
-        again = run_study(FrecencyStudyConfig(seed=7, **SMALL))
+    for pipeline in (Pipeline(overlap_server_half=False), Pipeline(threads=False), Pipeline()):
+        fetched.clear()
+        again = run_study(FrecencyStudyConfig(seed=7, **SMALL), pipeline=pipeline)
         assert again.to_json() == small_result.to_json()
-        assert fetched.count(overlap) == SMALL["iterations"] + 1
+        assert len(fetched) == SMALL["iterations"] + 1
     close = study.InProcessServer.close
     calls: list[int] = []
 
@@ -129,8 +131,8 @@ def test_a_study_runs_numpys_products_on_one_blas_thread_with_the_same_results(
 ) -> None:
     """The iterations and the evaluation's searches run with one BLAS thread (the study's
     own threads fill the cores), the tests after them with the caller's setting, which
-    comes back; the same study with two BLAS threads (the phases unwrapped) gives the same
-    JSON."""
+    comes back; the same study leaving the caller's two BLAS threads
+    (``Pipeline(blas_threads=None)``) gives the same JSON."""
     from threadpoolctl import threadpool_info, threadpool_limits
 
     from fedrank.experiments.frecency import study
@@ -139,42 +141,28 @@ def test_a_study_runs_numpys_products_on_one_blas_thread_with_the_same_results(
         return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
 
     seen: list[set[int]] = []
-    evaluate, compare = study._evaluate, study._compare
+    draw, compare = FrecencyWorld.draw_searches, study.compare_branches_by_user
 
-    def watched_evaluate(*args, **kwargs):  # type: ignore[no-untyped-def]
-        evaluate(*args, **kwargs)
-        seen.append(blas_threads())  # (outside the phase: the caller's setting)
+    def watched_draw(self: FrecencyWorld, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(blas_threads())  # every iteration's searches, the evaluation's too
+        return draw(self, *args, **kwargs)
 
     def watched_compare(*args, **kwargs):  # type: ignore[no-untyped-def]
         seen.append(blas_threads())
-        compare(*args, **kwargs)
+        return compare(*args, **kwargs)
 
-    monkeypatch.setattr(study, "_evaluate", watched_evaluate)
-    monkeypatch.setattr(study, "_compare", watched_compare)
-    monkeypatch.setattr(study, "iteration_searches", _watched(study.iteration_searches, seen))
+    monkeypatch.setattr(FrecencyWorld, "draw_searches", watched_draw)
+    monkeypatch.setattr(study, "compare_branches_by_user", watched_compare)
     with threadpool_limits(limits=2, user_api="blas"):
         again = run_study(FrecencyStudyConfig(seed=7, **SMALL))
         assert blas_threads() == {2}
-        n_eval = len(seen) - SMALL["iterations"] - 2
-        assert seen == [{1}] * (SMALL["iterations"] + n_eval) + [{2}, {2}] and n_eval > 0
+        n_eval = len(seen) - SMALL["iterations"] - 1
+        assert seen == [{1}] * (SMALL["iterations"] + n_eval) + [{2}] and n_eval > 0
         assert again.to_json() == small_result.to_json()
         seen.clear()
-        monkeypatch.setattr(study, "optimization_phase", study.optimization_phase.__wrapped__)
-        monkeypatch.setattr(study, "_evaluate", evaluate.__wrapped__)
-        two = run_study(FrecencyStudyConfig(seed=7, **SMALL))
+        two = run_study(FrecencyStudyConfig(seed=7, **SMALL), pipeline=Pipeline(blas_threads=None))
         assert seen and all(threads == {2} for threads in seen)
     assert two.to_json() == small_result.to_json()
-
-
-def _watched(run: Callable, seen: list[set[int]]) -> Callable:
-    """``run``, noting the BLAS threads in ``seen`` at every call."""
-    from threadpoolctl import threadpool_info
-
-    def watched(*args, **kwargs):  # type: ignore[no-untyped-def]
-        seen.append({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})
-        return run(*args, **kwargs)
-
-    return watched
 
 
 def test_clients_report_on_their_searches_as_they_were_when_they_searched() -> None:
@@ -380,7 +368,7 @@ def test_branch_states_follow_the_study_add_on() -> None:
         theta = hidden_weights("shifted", model)
         users = np.arange(world.n_users)
         state = world.state(theta, users)
-        index = world._listed_of(users)
+        index = world.listing.of(users)
         branch = world.page_branch[index]
         h = world.histories(index)
         fresh_theta = world.scorer.fresh(theta, h, world.now)
@@ -428,7 +416,7 @@ def test_url_bar_state_equals_scoring_the_histories_directly() -> None:
     users = np.arange(60)
 
     def check(state: UrlbarState) -> None:
-        index = np.flatnonzero(world.listable())
+        index = np.flatnonzero(world.listing.listable())
         histories = world.histories(index)
         branch = world.branch[world.pages.owner[index]]
         expected = np.where(
@@ -444,7 +432,7 @@ def test_url_bar_state_equals_scoring_the_histories_directly() -> None:
         np.testing.assert_array_equal(
             state.origin[index], np.where(branch == CONTROL, undecayed, expected)
         )
-        unlisted = np.flatnonzero(~world.listable())
+        unlisted = np.flatnonzero(~world.listing.listable())
         assert (state.stored[unlisted] == 0).all() and (state.origin[unlisted] == 0).all()
         assert (branch == CONTROL).any() and (branch == TREATMENT).any()
         assert (stored[branch == CONTROL] != undecayed[branch == CONTROL]).any()
@@ -475,20 +463,20 @@ def test_kept_scores_equal_scoring_the_histories_again(model: str) -> None:
 
     def again(score: Callable[[PageHistories], np.ndarray], index: np.ndarray) -> np.ndarray:
         out = np.zeros((2, index.size))
-        for pos, pages in world._by_width(index):
+        for pos, pages in world.scores.histories_by_width(index, world.now):
             out[:, pos] = score(pages)
         return out
 
     kept = []
     for step in range(45):
-        index = np.flatnonzero(world.listable())
+        index = np.flatnonzero(world.listing.listable())
         # each model twice in a row, so the model slot is kept, then handed to the next
         for params in (world.hidden, world.scorer.defaults(), theta, theta, other, other):
             expected = again(lambda h, p=params: world.scorer.fresh(p, h, world.now), index)
-            np.testing.assert_array_equal(world._fresh(params, index), expected[0])
+            np.testing.assert_array_equal(world.scores.fresh(params, index, world.now), expected[0])
         expected = again(lambda h: np.stack(world.scorer.stored(h, world.now, 0.975)), index)
-        np.testing.assert_array_equal(world._stored(index), expected)
-        kept.append(1.0 - world._caches[world.hidden.tobytes()].stale(index, world.now).mean())
+        np.testing.assert_array_equal(world.scores.stored(index, world.now), expected)
+        kept.append(1.0 - world.scores.kept(world.hidden).stale(index, world.now).mean())
         if step % 3 == 0:
             searches = world.draw_searches(np.flatnonzero(rng.random(40) < 0.5), rng)
             world.record(world.search(searches, theta, rng))
@@ -496,10 +484,10 @@ def test_kept_scores_equal_scoring_the_histories_again(model: str) -> None:
             world.store.add_bookmarks(rng.choice(world.pages.n_pages, 20), np.full(20, world.now))
         world.advance(0.37 if step % 2 else 2.3)  # within a day, and past day ends
     assert min(kept) > 0.99  # just read (some end early: rounding at day ends)
-    index = np.flatnonzero(world.listable())
-    world._fresh(world.hidden, index)
+    index = np.flatnonzero(world.listing.listable())
+    world.scores.fresh(world.hidden, index, world.now)
     world.advance(0.25)  # within the day: classic ages rarely pass a cutoff
-    stale = world._caches[world.hidden.tobytes()].stale(index, world.now).mean()
+    stale = world.scores.kept(world.hidden).stale(index, world.now).mean()
     assert stale < (0.05 if model == "classic" else 0.8)
 
 

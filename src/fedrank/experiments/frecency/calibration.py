@@ -2,7 +2,7 @@
 
 The study's control branch ran Firefox unchanged: its users typed 4.26239 characters on
 average and selected the suggestion at rank 0.35350 (0-based). The simulated users'
-:class:`~fedrank.simulation.urlbar.TypingModel` -- how many characters they type before
+:class:`~fedrank.simulation.frecency.urlbar.TypingModel` -- how many characters they type before
 looking at the suggestions (``blind_chars``) and how far down they read
 (``scan_continue``) -- is chosen so that the *control branch of the simulated study* shows
 the same two numbers, and is then held fixed for every branch: whatever the treatment
@@ -25,7 +25,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 from fedrank.errors import ConfigError
-from fedrank.simulation.urlbar import TypingModel
+from fedrank.simulation.frecency.urlbar import TypingModel
 
 __all__ = ["PAPER_CONTROL", "CalibrationResult", "calibrate_typing", "control_metrics"]
 

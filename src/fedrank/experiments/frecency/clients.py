@@ -4,7 +4,7 @@ blocks on the workers of a Dask cluster (``fedrank frecency simulate --dask-work
 The client half of federated frecency (Sec. 5.4: finite-difference gradients of the SVM
 loss over a client's own searches, then its signs for sign messages) needs only what the
 client holds: the histories of the pages its searches showed, and what it selected
-(:class:`~fedrank.simulation.frecency_world.ClientSearches`). A client's message depends on
+(:class:`~fedrank.simulation.frecency.messages.ClientSearches`). A client's message depends on
 its own searches alone and the client half draws no random numbers, so a block of clients
 reports the same wherever it runs. On Dask, every iteration splits the clients into one
 contiguous block per worker (balanced by their numbers of searches), each worker computes
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from fedrank.experiments.executors import DaskBlocks, blocks
-from fedrank.simulation.frecency_world import ClientReports, ClientSearches
+from fedrank.simulation.frecency.messages import ClientReports, ClientSearches
 from fedrank.systems.frecency.client import FrecencyClient
 
 if TYPE_CHECKING:
@@ -40,9 +40,7 @@ class FrecencyClients(Protocol):
         ...
 
 
-def _messages(
-    client: FrecencyClient, theta: np.ndarray, searches: ClientSearches
-) -> ClientReports:
+def _messages(client: FrecencyClient, theta: np.ndarray, searches: ClientSearches) -> ClientReports:
     reports = searches.reports(theta, client.estimator)
     # The plain sign privatizer (signs with zeros kept) draws no random number; randomized
     # signs draw from a generator of seed 0 in every block (docs/frecency.md).

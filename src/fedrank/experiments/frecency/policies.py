@@ -37,7 +37,8 @@ from fedrank.core.validation import Interval, Options
 from fedrank.data.synthetic_history import generate_world
 from fedrank.experiments.frecency.presets import PRESETS, hidden_weights
 from fedrank.federation.round import Round
-from fedrank.simulation.frecency_world import TREATMENT, FrecencyWorld
+from fedrank.simulation.frecency.branches import TREATMENT
+from fedrank.simulation.frecency.world import FrecencyWorld
 from fedrank.systems.frecency.client import FrecencyClient
 from fedrank.systems.frecency.config import FrecencyConfig
 from fedrank.systems.frecency.strategy import FrecencyStrategy

@@ -35,7 +35,7 @@ from fedrank.experiments.frecency.study import (
     study_streams,
 )
 from fedrank.experiments.stats import per_user_means, required_users, smallest_n
-from fedrank.simulation.frecency_world import TREATMENT
+from fedrank.simulation.frecency.branches import TREATMENT
 
 __all__ = ["effect_power", "training_power"]
 

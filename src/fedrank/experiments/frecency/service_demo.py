@@ -1,7 +1,7 @@
 """The federated frecency study run through the real service: ``fedrank demo``.
 
 A ``fedrank serve`` process runs on loopback. The users of the simulated study
-(:class:`~fedrank.simulation.frecency_world.FrecencyWorld`: synthetic histories, hidden
+(:class:`~fedrank.simulation.frecency.world.FrecencyWorld`: synthetic histories, hidden
 preferences, the URL bar) are real HTTP clients (:class:`~fedrank.client.sdk.Client`), each
 with its own random enrollment id, so the *server* assigns their study branches. Every
 iteration, each client fetches the model it is served (``ETag``-cached), searches, and sends
@@ -50,8 +50,10 @@ from fedrank.experiments.frecency.study import (
 )
 from fedrank.experiments.stats import compare_branches
 from fedrank.server.process import ServerProcess
-from fedrank.simulation.frecency_world import BRANCHES, ClientReports, FrecencyWorld
-from fedrank.simulation.urlbar import SearchBatch
+from fedrank.simulation.frecency.branches import BRANCHES
+from fedrank.simulation.frecency.messages import ClientReports
+from fedrank.simulation.frecency.urlbar import SearchBatch
+from fedrank.simulation.frecency.world import FrecencyWorld
 from fedrank.systems.frecency import SYSTEM as FRECENCY
 from fedrank.systems.frecency.client import FrecencyClient
 from fedrank.systems.frecency.config import FrecencyConfig

@@ -3,7 +3,7 @@
 The tuned model is Firefox's classic frecency (22 weights, as in the paper; default) or
 today's modern frecency (5 parameters): ``FrecencyStudyConfig.model``. The users come from a
 world (``world``): the synthetic one calibrated to real browsing (default), or the real AOL
-click log (:mod:`fedrank.simulation.frecency_world`).
+click log (:mod:`fedrank.simulation.frecency.world`).
 
 Users are split into treatment / control / control-no-decay (60/20/20). In the optimization
 phase, every iteration each user performs URL-bar searches (synthetic: a Poisson number;
@@ -23,18 +23,15 @@ per-search p-value as a secondary figure.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import math
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from numbers import Integral, Real
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from fedrank.core.arrays import unique_values
 from fedrank.core.message import MessageBatch
@@ -54,15 +51,11 @@ from fedrank.federation.privacy import PrivacyConfig, private, run_record
 from fedrank.federation.round import Round
 from fedrank.models.frecency.scorer import page_scorer
 from fedrank.simulation.attacks import Attack, FrecencyAttacker
-from fedrank.simulation.frecency_world import (
-    BRANCHES,
-    TREATMENT,
-    ClientReports,
-    ClientSearches,
-    FrecencyWorld,
-    Searches,
-)
-from fedrank.simulation.urlbar import SearchBatch, TypingModel, UrlbarConfig
+from fedrank.simulation.frecency.branches import BRANCHES, TREATMENT
+from fedrank.simulation.frecency.messages import ClientReports, ClientSearches
+from fedrank.simulation.frecency.pipeline import Pipeline
+from fedrank.simulation.frecency.urlbar import SearchBatch, TypingModel, UrlbarConfig
+from fedrank.simulation.frecency.world import FrecencyWorld, Searches
 from fedrank.systems.frecency.client import FrecencyClient
 from fedrank.systems.frecency.config import FrecencyConfig
 from fedrank.systems.frecency.strategy import FrecencyStrategy
@@ -91,7 +84,7 @@ PAPER_EVAL_SEARCHES = 3_674_063 / 306_200
 #: (``fedrank frecency calibrate --users 1000 --iterations 40 --seed 0
 #: --max-evaluations 30``: control 4.264 characters, rank 0.353, against the paper's 4.262
 #: and 0.354; docs/frecency.md), rounded to three decimals: the defaults of
-#: :class:`~fedrank.simulation.urlbar.TypingModel`.
+#: :class:`~fedrank.simulation.frecency.urlbar.TypingModel`.
 CALIBRATED_TYPING = TypingModel()
 
 #: Most users a simulated study may enroll: memory grows with users, about 0.2 MB each
@@ -221,8 +214,12 @@ class FrecencyStudyConfig(FrecencyConfig):
         return self.searches_per_iteration / self.searches_per_day
 
 
-def build_world(config: FrecencyStudyConfig, rng: np.random.Generator) -> FrecencyWorld:
-    """The study's users: the browsing world, branches and URL bar of ``config``."""
+def build_world(
+    config: FrecencyStudyConfig, rng: np.random.Generator, pipeline: Pipeline | None = None
+) -> FrecencyWorld:
+    """The study's users: the browsing world, branches and URL bar of ``config``;
+    ``pipeline``: how the world uses the cores (``None``: the default
+    :class:`~fedrank.simulation.frecency.pipeline.Pipeline`)."""
     c = config.resolved()
     browsing = _browsing(c, rng)
     hidden = hidden_weights(c.preset, c.model) if c.world == "synthetic" else None
@@ -238,6 +235,7 @@ def build_world(config: FrecencyStudyConfig, rng: np.random.Generator) -> Frecen
         urlbar=UrlbarConfig(search_suggestions=c.search_suggestions),
         host_share=c.host_share,
         model=c.model,
+        pipeline=pipeline,
     )
 
 
@@ -341,11 +339,6 @@ def _nanmean(values: np.ndarray) -> float:
     return float(finite.mean()) if finite.size else float("nan")
 
 
-#: The server half of an iteration runs on a second thread while the next searches are
-#: drawn (:func:`optimization_phase`); ``False`` runs it in line, with the same results.
-OVERLAP_SERVER_HALF = True
-
-
 def iteration_searches(
     world: FrecencyWorld, config: FrecencyStudyConfig, rate: float, days: float,
     rng: np.random.Generator, theta: np.ndarray | Callable[[], np.ndarray] | None = None,
@@ -355,7 +348,7 @@ def iteration_searches(
     way the window's plain visits enter the history first. ``theta``: the treatment's
     vector of the coming URL-bar pass, or what returns it once known, whose state is
     computed while the targets are drawn
-    (:meth:`~fedrank.simulation.frecency_world.FrecencyWorld.draw_searches`)."""
+    (:meth:`~fedrank.simulation.frecency.world.FrecencyWorld.draw_searches`)."""
     replayed = world.due_searches(days)  # the users' own browsing in this window
     if config.world == "aol":
         return replayed
@@ -420,28 +413,6 @@ class InProcessServer:
         self.round.close()
 
 
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def one_blas_thread(phase: Callable[_P, _R]) -> Callable[_P, _R]:
-    """A study's ``phase`` (its iterations, its evaluation's searches) with numpy's
-    products on one BLAS thread (a decorator; the caller's setting comes back after it).
-    The study's own threads fill the two cores (the state, the race's draws, the server's
-    half, the URL bar's halves); OpenBLAS's second thread, which spins while it waits,
-    only takes time from them (10,000 users: 0.316 and 0.320 -> 0.293 and 0.280 s per
-    iteration, docs/frecency.md, Speed). The results are the same with one BLAS thread or
-    two in every check run (tests/experiments/frecency/test_frecency_study.py)."""
-
-    @functools.wraps(phase)
-    def limited(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        with threadpool_limits(limits=1, user_api="blas"):
-            return phase(*args, **kwargs)
-
-    return limited
-
-
-@one_blas_thread
 def optimization_phase(
     world: FrecencyWorld,
     config: FrecencyStudyConfig,
@@ -459,7 +430,10 @@ def optimization_phase(
     ``server`` and the server closes the iteration. Records the losses, weights and
     reports per iteration in ``result``. ``attack``: a fixed share of the treatment users
     sends poisoned updates (:class:`~fedrank.simulation.attacks.FrecencyAttacker`); the
-    recorded losses stay the users' true ones, and ``result.attack`` gets the counts."""
+    recorded losses stay the users' true ones, and ``result.attack`` gets the counts. The
+    world's pipeline (:class:`~fedrank.simulation.frecency.pipeline.Pipeline`) says how
+    the iterations use the cores: the server half beside the next draws, numpy's BLAS
+    threads; the results are the same."""
     c = config
     clients = LocalFrecencyClients(client) if clients is None else clients
     scorer = page_scorer(c.model)
@@ -478,7 +452,8 @@ def optimization_phase(
     # the server's step), this thread records the searches and draws the next iteration's;
     # the next URL bars' state waits for the published model (draw_searches). Not when
     # Figure 7's subsamples draw from rng: its draws come before the next searches'.
-    overlap = OVERLAP_SERVER_HALF and not c.track_stability
+    pipeline = world.pipeline
+    overlap = pipeline.threads and pipeline.overlap_server_half and not c.track_stability
 
     def server_half(
         iteration: int,
@@ -521,11 +496,10 @@ def optimization_phase(
         server_half(*half)
         return server.model()
 
-    published = server.model()
-    rate = c.searches_per_iteration
-    searches = iteration_searches(world, c, rate, days, rng, published)
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrank-server")
-    try:
+    with pipeline.blas(), pipeline.helper("fedrank-server") as pool:
+        published = server.model()
+        rate = c.searches_per_iteration
+        searches = iteration_searches(world, c, rate, days, rng, published)
         for iteration in range(c.iterations):
             batch = world.search(searches, published, rng)
             # what the clients hold for their messages, taken before anything is recorded
@@ -555,8 +529,6 @@ def optimization_phase(
                     searches = iteration_searches(world, c, rate, days, rng, published)
             if progress is not None:
                 progress(iteration + 1, c.iterations)
-    finally:
-        pool.shutdown(wait=True)
     if attacker is not None:
         result.attack = attacker.log.to_json()
 
@@ -576,6 +548,7 @@ def run_study(
     dask: Client | None = None,
     attack: Attack | None = None,
     dp: PrivacyConfig | None = None,
+    pipeline: Pipeline | None = None,
 ) -> StudyResult:
     """Run the optimization and evaluation phases; ``progress(done, total)`` is called after
     every iteration. ``branches``: each user's branch index (default: an exact random split
@@ -585,11 +558,13 @@ def run_study(
     bit for bit). ``attack``: a share of the treatment users is malicious
     (:mod:`fedrank.simulation.attacks`). ``dp``: the server adds Gaussian noise to the
     clipped mean, calibrated to this per-user budget over the iterations
-    (:class:`~fedrank.strategies.dp.DPStrategy`), and ``result.privacy`` records it."""
+    (:class:`~fedrank.strategies.dp.DPStrategy`), and ``result.privacy`` records it.
+    ``pipeline``: how the study uses the cores (``None``: the default
+    :class:`~fedrank.simulation.frecency.pipeline.Pipeline`; the same result)."""
     world_seed, train_seed, eval_seed, _ = study_streams(config.seed)
     c = config.resolved()
     strategy = FrecencyStrategy(c)
-    world = build_world(c, np.random.default_rng(world_seed))
+    world = build_world(c, np.random.default_rng(world_seed), pipeline)
     if branches is not None:
         world.set_branches(branches)
     treatment = int(np.count_nonzero(world.branch == TREATMENT))  # who reports
@@ -633,18 +608,21 @@ def evaluate_phase(
     user searches ``eval_searches_per_user`` times on average over the phase; AOL: the log's
     revisits of the last ``aol_eval_days`` days. ``oracle`` (synthetic only; not a branch,
     not tested) ranks the treatment users' same searches by the hidden weights: the best
-    any model could do. ``compare=False`` skips the oracle and the tests (calibration)."""
+    any model could do. ``compare=False`` skips the oracle and the tests (calibration).
+    The searches run under the world's pipeline's BLAS threads, the tests after them with
+    the caller's (their bootstrap's products take both cores)."""
     rng = np.random.default_rng(seed)
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrank-import") as helper:
+    pipeline = world.pipeline
+    with pipeline.helper("fedrank-import") as helper:
         # the tests' scipy.stats loads on a helper thread meanwhile (about 1 s)
         loading = helper.submit(importlib.import_module, "scipy.stats") if compare else None
-        _evaluate(world, theta, config, rng, result, compare)
+        with pipeline.blas():
+            _evaluate(world, theta, config, rng, result, compare)
     if loading is not None:
         loading.result()  # (raises what the import raised)
         _compare(seed, result)
 
 
-@one_blas_thread  # (not the tests': their bootstrap's products take both cores)
 def _evaluate(
     world: FrecencyWorld,
     theta: np.ndarray,

@@ -216,7 +216,7 @@ def _broadcast_points(
 def visit_sum(terms: np.ndarray) -> np.ndarray:
     """The sum over the last axis (a page's visits) added left to right, first visit first:
     one fixed order of additions, which the simulator's compiled scorer
-    (:mod:`fedrank.simulation.classic_kernels`) follows too, so that both give the
+    (:mod:`fedrank.simulation.frecency.kernels.classic`) follows too, so that both give the
     same bits (``np.einsum`` and ``np.sum`` pick their order by array size and CPU)."""
     out = terms[..., 0].copy()
     for v in range(1, terms.shape[-1]):

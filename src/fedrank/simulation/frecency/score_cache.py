@@ -4,8 +4,8 @@ A study scores the pages of every searching user again and again under the same 
 scoring: the users' hidden preference, Firefox's default weights (control-no-decay), the
 control branch's stored frecency, the final model during evaluation. A page's score under
 a fixed scoring changes only when its history changes (a new visit or bookmark: the store's
-:attr:`~fedrank.simulation.history_store.VisitStore.changed_at`) or when one of its whole-day
-ages passes the limit its scorer names
+:attr:`~fedrank.simulation.frecency.history_store.VisitStore.changed_at`) or when one of its
+whole-day ages passes the limit its scorer names
 (:meth:`~fedrank.models.frecency.scorer.PageScorer.fresh_age_limits`: for classic frecency,
 the cutoff of the row's age bucket). :class:`PageScoreCache` keeps every page's values with
 the store version they were read at and the time they stop being valid, so only pages that
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedrank.simulation.history_store import VisitStore
+from fedrank.simulation.frecency.history_store import VisitStore
 
 __all__ = ["FLOAT32_MAX", "VALIDITY_MARGIN", "PageScoreCache"]
 
@@ -61,7 +61,7 @@ class PageScoreCache:
     def synced(self) -> tuple[np.ndarray, np.ndarray]:
         """``(values, until)``, the validity of every page the store changed since ended:
         for compiled callers that read and put values under :meth:`stale`'s and
-        :meth:`put`'s rules (:mod:`~fedrank.simulation.classic_kernels`)."""
+        :meth:`put`'s rules (:mod:`~fedrank.simulation.frecency.kernels.classic`)."""
         self._sync()
         return self.values, self._until
 
@@ -76,7 +76,7 @@ class PageScoreCache:
         """:meth:`stale`'s pages among ``pages[start[r]:start[r + 1]]`` for every ``r`` of
         ``runs``, in that order, without gathering the runs (int64 ``pages`` and
         ``start``, runs inside ``start``)."""
-        from fedrank.simulation.score_cache_kernels import stale_in_runs
+        from fedrank.simulation.frecency.kernels.score_cache import stale_in_runs
 
         self._sync()
         return stale_in_runs(pages, start, runs, self._until, np.float64(now))

@@ -1,6 +1,6 @@
 """The URL bar's compiled parts (numba, imported on first use), one search at a time
-(the rules are :mod:`fedrank.simulation.urlbar`'s module docstring; Mozilla paper, Sec.
-4 and 6.2):
+(the rules are :mod:`fedrank.simulation.frecency.urlbar`'s module docstring; Mozilla paper,
+Sec. 4 and 6.2):
 
 * :func:`word_entries`: every user's page words in lexicographic order (the word index);
 * :func:`matching_pairs`: the (search, page) pairs that may become rows once the user
@@ -13,18 +13,178 @@
   over all searches in numpy spent most of its time building and sorting the same small
   lists again.
 
+The passes read their arrays as named tuples (numba takes them as they are): the searches
+(:class:`TypedSearches`), the pages (:class:`PageWords`), the word index
+(:class:`WordIndex`), the profile's frecencies (:class:`Profile`), and the rows each search
+can show (:class:`FrecencyRows`, :class:`AutofillRows`, :class:`AdaptiveRows`).
+
 The user's attention is one uniform per search per character, drawn for all searches at
 once as the numpy loop drew it (``rng.random(n)`` per character while any search is still
-typing): :func:`keystroke_loop` reads them from a ``(characters, searches)`` table and
-returns how many characters the loop ran, so the caller consumes exactly that many draws.
+typing): :func:`keystroke_loop` reads them from a ``(characters, searches)`` table
+(:class:`Reading`) and returns how many characters the loop ran, so the caller consumes
+exactly that many draws.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numba
 import numpy as np
 
-__all__ = ["keystroke_loop", "matching_pairs", "origins", "pair_rows", "word_entries"]
+__all__ = [
+    "AdaptiveRows",
+    "AutofillRows",
+    "FrecencyRows",
+    "Outcome",
+    "PageWords",
+    "Pairs",
+    "Profile",
+    "Reading",
+    "TypedSearches",
+    "WordIndex",
+    "keystroke_loop",
+    "matching_pairs",
+    "origins",
+    "pair_rows",
+    "word_entries",
+]
+
+
+class TypedSearches(NamedTuple):
+    """What ``S`` searches type (int64; ``(S, T)`` arrays over the typed tokens).
+
+    Attributes:
+        users, targets: ``(S,)`` who searches, and the wanted page.
+        typed: ``(S, T)`` the typed words (``-1`` padded); lengths: their lengths (0 for
+            padding); token_start: ``(S, T)`` characters typed before each token.
+        total: ``(S,)`` characters of the whole text.
+        look_from: ``(S,)`` the character from which the user reads the list.
+    """
+
+    users: np.ndarray
+    targets: np.ndarray
+    typed: np.ndarray
+    lengths: np.ndarray
+    token_start: np.ndarray
+    total: np.ndarray
+    look_from: np.ndarray
+
+
+class PageWords(NamedTuple):
+    """The pages as the URL bar matches them.
+
+    Attributes:
+        words: ``(N, K)`` every page's words, the host's name first (``-1`` padded).
+        chars: ``(V, L)`` the vocabulary's characters (0 padded).
+        is_root: bool ``(N,)`` the host's root page; host: ``(N,)`` its host.
+    """
+
+    words: np.ndarray
+    chars: np.ndarray
+    is_root: np.ndarray
+    host: np.ndarray
+
+
+class WordIndex(NamedTuple):
+    """The arrays of :class:`~fedrank.simulation.frecency.urlbar.PrefixIndex` (its
+    attributes say what they hold)."""
+
+    word_at: np.ndarray
+    rank: np.ndarray
+    offsets: np.ndarray
+    entry_rank: np.ndarray
+    entry_page: np.ndarray
+
+
+class Profile(NamedTuple):
+    """What the searches read of the profile: per page, ``stored`` frecency (float64) and
+    ``listable`` (bool); per host, ``host_known``, ``qualified`` (bool) and ``origin``
+    frecency (float64), as :func:`origins` gives them."""
+
+    stored: np.ndarray
+    listable: np.ndarray
+    host_known: np.ndarray
+    qualified: np.ndarray
+    origin: np.ndarray
+
+
+class Pairs(NamedTuple):
+    """Every search's (search, page) pairs, ``ptr[s]:ptr[s + 1]``: the page and its drop
+    step (:func:`matching_pairs`)."""
+
+    ptr: np.ndarray
+    page: np.ndarray
+    drop: np.ndarray
+
+
+class FrecencyRows(NamedTuple):
+    """The frecency-row pairs of every search, ``ptr[s]:ptr[s + 1]``: page, drop step
+    (``PENDING``: resolved when the second token starts; updated in place), ahead of the
+    target in the frecency order (stored frecency desc, then page id desc), is the target,
+    stored frecency."""
+
+    ptr: np.ndarray
+    page: np.ndarray
+    drop: np.ndarray
+    ahead: np.ndarray
+    target: np.ndarray
+    stored: np.ndarray
+
+
+class AutofillRows(NamedTuple):
+    """The autofill candidates of every search, ``ptr[s]:ptr[s + 1]``: root page,
+    characters it matches, origin frecency."""
+
+    ptr: np.ndarray
+    page: np.ndarray
+    until: np.ndarray
+    origin: np.ndarray
+
+
+class AdaptiveRows(NamedTuple):
+    """The adaptive-history rows of every search in the order Firefox reads them,
+    ``ptr[s]:ptr[s + 1]``: page, the characters it matches, the input's length,
+    ``use_count``, ``rank[k, x]`` = ``ROUND(use_count * (1 + x), 1)``, the page's stored
+    frecency."""
+
+    ptr: np.ndarray
+    page: np.ndarray
+    reach: np.ndarray
+    length: np.ndarray
+    use: np.ndarray
+    rank: np.ndarray
+    stored: np.ndarray
+
+
+class Reading(NamedTuple):
+    """How the users read the list and what it holds.
+
+    Attributes:
+        uniforms: ``(C, S)`` ``uniforms[c - 1, s]``: the attention draw at character ``c``.
+        notice_prob: ``notice_prob[r]``: the probability of reading down to row ``r``.
+        general: the general rows; adaptive_cap: most adaptive rows among them.
+        width: history rows with an autofill row (one fewer without).
+    """
+
+    uniforms: np.ndarray
+    notice_prob: np.ndarray
+    general: int
+    adaptive_cap: int
+    width: int
+
+
+class Outcome(NamedTuple):
+    """What :func:`keystroke_loop` writes per search: ``chars`` (preset to the whole
+    text), ``rank`` (preset -1), ``found``, ``autofilled``, ``shown`` (``(S, R)``, preset
+    -1)."""
+
+    chars: np.ndarray
+    rank: np.ndarray
+    found: np.ndarray
+    autofilled: np.ndarray
+    shown: np.ndarray
+
 
 #: Drop step of a pair that matches the whole first token while the search types more: the
 #: later tokens are compared once the second one starts (:func:`_later_drop`).
@@ -95,60 +255,26 @@ def _holds(top: np.ndarray, n_top: int, page: int) -> bool:
 
 @numba.njit(cache=True, nogil=True)
 def keystroke_loop(
-    total: np.ndarray,
-    look_from: np.ndarray,
-    targets: np.ndarray,
-    typed: np.ndarray,
-    lengths: np.ndarray,
-    token_start: np.ndarray,
-    words: np.ndarray,
-    chars: np.ndarray,
-    p_ptr: np.ndarray,
-    p_cand: np.ndarray,
-    p_drop: np.ndarray,
-    p_ahead: np.ndarray,
-    p_target: np.ndarray,
-    p_stored: np.ndarray,
-    af_ptr: np.ndarray,
-    af_cand: np.ndarray,
-    af_until: np.ndarray,
-    af_origin: np.ndarray,
-    ad_ptr: np.ndarray,
-    ad_page: np.ndarray,
-    ad_reach: np.ndarray,
-    ad_len: np.ndarray,
-    ad_use: np.ndarray,
-    ad_rank: np.ndarray,
-    ad_stored: np.ndarray,
-    uniforms: np.ndarray,
-    notice_prob: np.ndarray,
-    general: int,
-    adaptive_cap: int,
-    width: int,
-    chars_out: np.ndarray,
-    rank_out: np.ndarray,
-    found: np.ndarray,
-    autofilled: np.ndarray,
-    shown: np.ndarray,
+    searches: TypedSearches,
+    pages: PageWords,
+    frecency: FrecencyRows,
+    autofill: AutofillRows,
+    adaptive: AdaptiveRows,
+    reading: Reading,
+    out: Outcome,
 ) -> int:
-    """Type every search until the user picks the target or the text is complete; returns
-    the number of characters the loop ran (the rows of ``uniforms`` consumed).
-
-    Per search ``s`` (arrays in CSR form by search, ``X_ptr[s]:X_ptr[s + 1]``):
-
-    * ``p_*``: the frecency-row pairs -- page, drop step (``PENDING``: resolved here when
-      the second token starts; updated in place), ahead of the target in the frecency
-      order (stored frecency desc, then page id desc), is the target, stored frecency;
-    * ``af_*``: the autofill candidates -- root page, characters it matches, origin
-      frecency;
-    * ``ad_*``: the adaptive-history rows in the order Firefox reads them -- page, the
-      characters it matches, the input's length, ``use_count``, ``ad_rank[k, x]`` =
-      ``ROUND(use_count * (1 + x), 1)``, the page's stored frecency.
-
-    ``uniforms[c - 1, s]``: the attention draw at character ``c``; ``notice_prob[r]``: the
-    probability of reading down to row ``r``. Writes ``chars_out`` (preset to ``total``),
-    ``rank_out`` (preset -1), ``found``, ``autofilled``, ``shown`` (preset -1); ``width``:
-    history rows with an autofill row (one fewer without)."""
+    """Type every search until the user picks the target or the text is complete, with
+    the rows it can show (``frecency``, ``autofill``, ``adaptive``) and how the user reads
+    them (``reading``); writes ``out``; returns the number of characters the loop ran (the
+    rows of ``reading.uniforms`` consumed)."""
+    total, look_from, targets = searches.total, searches.look_from, searches.targets
+    typed, lengths, token_start = searches.typed, searches.lengths, searches.token_start
+    words, chars = pages.words, pages.chars
+    p_ptr, p_cand, p_drop, p_ahead, p_target, p_stored = frecency
+    af_ptr, af_cand, af_until, af_origin = autofill
+    ad_ptr, ad_page, ad_reach, ad_len, ad_use, ad_rank, ad_stored = adaptive
+    uniforms, notice_prob, general, adaptive_cap, width = reading
+    chars_out, rank_out, found, autofilled, shown = out
     n = total.size
     most_adaptive = 0
     for s in range(n):
@@ -319,34 +445,30 @@ def _first_sharing(
 
 @numba.njit(cache=True, nogil=True)
 def matching_pairs(
-    users: np.ndarray,
-    typed: np.ndarray,
-    lengths: np.ndarray,
-    look_from: np.ndarray,
-    chars: np.ndarray,
-    word_at: np.ndarray,
-    rank: np.ndarray,
-    offsets: np.ndarray,
-    entry_rank: np.ndarray,
-    entry_page: np.ndarray,
-    listable: np.ndarray,
-    is_root: np.ndarray,
-    host: np.ndarray,
-    host_known: np.ndarray,
+    searches: TypedSearches,
+    pages: PageWords,
+    index: WordIndex,
+    profile: Profile,
     slot: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(ptr, page, drop)``: every search's (search, page) pairs, ``ptr[s]:ptr[s + 1]``,
-    of :func:`fedrank.simulation.urlbar._matching_pairs`. The first token typed to ``p =
-    min(look_from, its length)`` characters matches the user's words that start with those
-    ``p`` characters: the vocabulary's words ``word_at[lo:hi]`` (lexicographic order puts
-    them next to the token), and the user's entries of :class:`~fedrank.simulation.urlbar.
-    PrefixIndex` with those ranks, one run found by binary search. A page's drop step is
-    one more than the longest prefix of the first token its words share (``PENDING`` when
-    it shares the whole token and more tokens follow; int64 max when it is the only one);
-    pages whose drop step is not above ``max(look_from, 1)`` are left out.
-    Only pages in the history can be history rows (``listable``); a root page can be the
-    autofill row of its origin once the origin is known (``host_known``). ``slot``: int64
-    scratch per page, all -1 (restored on return)."""
+    """``(ptr, page, drop)`` (:class:`Pairs`): every search's (search, page) pairs of
+    :func:`fedrank.simulation.frecency.urlbar._matching_pairs`. The first token typed to
+    ``p = min(look_from, its length)`` characters matches the user's words that start with
+    those ``p`` characters: the vocabulary's words ``word_at[lo:hi]`` (lexicographic order
+    puts them next to the token), and the user's entries of the word ``index`` with those
+    ranks, one run found by binary search. A page's drop step is one more than the longest
+    prefix of the first token its words share (``PENDING`` when it shares the whole token
+    and more tokens follow; int64 max when it is the only one); pages whose drop step is
+    not above ``max(look_from, 1)`` are left out. Only pages in the history can be history
+    rows (``profile.listable``); a root page can be the autofill row of its origin once the
+    origin is known (``profile.host_known``). ``slot``: int64 scratch per page, all -1
+    (restored on return)."""
+    users, typed, lengths, look_from = (
+        searches.users, searches.typed, searches.lengths, searches.look_from
+    )  # fmt: skip
+    chars, is_root, host = pages.chars, pages.is_root, pages.host
+    word_at, rank, offsets, entry_rank, entry_page = index
+    listable, host_known = profile.listable, profile.host_known
     n = users.size
     n_words = word_at.size
     run_lo = np.empty(n, np.int64)
@@ -463,32 +585,23 @@ def origins(
 
 @numba.njit(cache=True, nogil=True)
 def pair_rows(
-    ptr: np.ndarray,
-    cand: np.ndarray,
-    drop: np.ndarray,
-    first_typed: np.ndarray,
-    first_len: np.ndarray,
-    look_from: np.ndarray,
-    targets: np.ndarray,
-    autofill: bool,
-    is_root: np.ndarray,
-    host: np.ndarray,
-    qualified: np.ndarray,
-    origin: np.ndarray,
-    host_word: np.ndarray,
-    chars: np.ndarray,
-    stored: np.ndarray,
-    listable: np.ndarray,
+    pairs: Pairs, searches: TypedSearches, pages: PageWords, profile: Profile, autofill: bool
 ) -> tuple[np.ndarray, ...]:
-    """The rows the pairs of :func:`matching_pairs` (search ``s``: ``ptr[s]:ptr[s + 1]``)
-    can be, in pair order. Autofill (when ``autofill``): the pairs whose page is a root of
-    a qualified host and whose host's name the first typed word reaches at least to
-    ``look_from``, as ``(owner, page, until, origin)``: the search, the page, the
-    characters up to which the first token stays a prefix of the host's name (at most the
-    first word's length), the host's origin frecency. Frecency rows: the pairs whose page
-    is listable with a stored frecency other than 0, as ``(owner, page, drop, stored,
-    is_target, ahead)``: ahead of the search's target in the history rows' order (stored
-    frecency descending, then page id descending)."""
+    """The rows the ``pairs`` of :func:`matching_pairs` can be, in pair order. Autofill
+    (when ``autofill``): the pairs whose page is a root of a qualified host and whose
+    host's name the first typed word reaches at least to ``look_from``, as ``(owner, page,
+    until, origin)``: the search, the page, the characters up to which the first token
+    stays a prefix of the host's name (at most the first word's length), the host's origin
+    frecency. Frecency rows: the pairs whose page is listable with a stored frecency other
+    than 0, as ``(owner, page, drop, stored, is_target, ahead)``: ahead of the search's
+    target in the history rows' order (stored frecency descending, then page id
+    descending)."""
+    ptr, cand, drop = pairs
+    typed, lengths = searches.typed, searches.lengths
+    look_from, targets = searches.look_from, searches.targets
+    words, chars, is_root, host = pages
+    stored, listable = profile.stored, profile.listable
+    qualified, origin = profile.qualified, profile.origin
     m = cand.size
     af_owner = np.empty(m, np.int64)
     af_cand = np.empty(m, np.int64)
@@ -508,7 +621,7 @@ def pair_rows(
         for k in range(ptr[s], ptr[s + 1]):
             page = cand[k]
             if autofill and is_root[page] and qualified[host[page]]:
-                until = min(_lcp(chars, first_typed[s], host_word[page]), first_len[s])
+                until = min(_lcp(chars, typed[s, 0], words[page, 0]), lengths[s, 0])
                 if until >= look_from[s]:
                     af_owner[n_af] = s
                     af_cand[n_af] = page

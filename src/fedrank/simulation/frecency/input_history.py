@@ -9,7 +9,7 @@ of the suggestions ("adaptive" results, right after the heuristic result), ranke
 
 A simulated input is one token: ``(word, length)`` means the first ``length`` characters of
 vocabulary word ``word``. Inputs typed across several words are not stored (the simulated
-user almost always selects while typing the first word; :mod:`fedrank.simulation.urlbar`).
+user almost always selects while typing the first word; :mod:`fedrank.simulation.frecency.urlbar`).
 """
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ def sample_targets(
         count = user_start[users + 1] - first
     if count.min() == 0:
         raise DataFormatError("a searching user has no page that can be wanted")
-    from fedrank.simulation.intent_kernels import race_keys, race_winners
+    from fedrank.simulation.frecency.kernels.intent import race_keys, race_winners
 
     ptr = np.zeros(users.size + 1, dtype=np.int64)
     np.cumsum(count, out=ptr[1:])

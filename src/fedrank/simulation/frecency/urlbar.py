@@ -19,8 +19,8 @@ Suggestions (what the study counted)
        triggers skip it);
     2. **adaptive history** (at most ``adaptive_rows``, 3): pages with a
        ``moz_inputhistory`` row whose input starts with the typed text, by
-       ``ROUND(use_count * (1 + exact), 1)`` then frecency (:mod:`fedrank.simulation.
-       input_history`);
+       ``ROUND(use_count * (1 + exact), 1)`` then frecency
+       (:mod:`fedrank.simulation.frecency.input_history`);
     3. **history by frecency**: the pages that match the typed text, ``frecency <> 0``,
        visited or bookmarked, by frecency descending then id descending, filling the
        general rows (``max_results - 1 - search_suggestions``).
@@ -45,26 +45,35 @@ Computation
     Every search's (search, candidate page) pairs, autofill candidates and adaptive rows
     are gathered once (vectorized, or compiled where a search reads a run of its user's
     words); then every search is typed character by character in compiled code
-    (:mod:`fedrank.simulation.urlbar_kernels`).
+    (:mod:`fedrank.simulation.frecency.kernels.urlbar`). On two cores a large batch runs in
+    two halves on two threads with the same results
+    (:meth:`~fedrank.simulation.frecency.pipeline.Pipeline.search`).
 """
 
 from __future__ import annotations
 
-import copy
 import queue
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
-from functools import partial
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fedrank.core.arrays import unique_values
 from fedrank.data.browsing import Pages
 from fedrank.errors import ConfigError, DataFormatError
-from fedrank.simulation.input_history import InputHistory
+from fedrank.simulation.frecency.input_history import InputHistory
+
+if TYPE_CHECKING:
+    from fedrank.simulation.frecency.kernels.urlbar import (
+        PageWords,
+        Pairs,
+        Profile,
+        TypedSearches,
+        WordIndex,
+    )
 
 __all__ = ["SearchBatch", "TypingModel", "UrlbarConfig", "UrlbarState", "simulate_searches"]
 
@@ -226,31 +235,29 @@ class PrefixIndex:
     lexicographic order), found by binary search instead of reading all the user's words.
 
     Attributes:
-        word_at: int64 ``(V,)`` the vocabulary's words in lexicographic order.
-        rank: int64 ``(V,)`` every word's position in :attr:`word_at`.
-        offsets: int64 ``(U + 1,)`` the entries of user ``u``.
-        entry_rank: uint16 (int32 for more than 65,536 words) ``(E,)`` the rank of every
-            entry's word, non-decreasing within a user (then by page).
-        entry_page: int32 ``(E,)`` the page of every entry.
+        entries: the index's arrays (:class:`~fedrank.simulation.frecency.kernels.urlbar.
+            WordIndex`): ``word_at``, int64 ``(V,)`` the vocabulary's words in
+            lexicographic order; ``rank``, int64 ``(V,)`` every word's position in
+            ``word_at``; ``offsets``, int64 ``(U + 1,)`` the entries of user ``u``;
+            ``entry_rank``, uint16 (int32 for more than 65,536 words) ``(E,)`` the rank of
+            every entry's word, non-decreasing within a user (then by page);
+            ``entry_page``, int32 ``(E,)`` the page of every entry.
         slots: free int64 ``(N,)`` scratch arrays over the pages, all -1 between uses
             (:func:`_matching_pairs` takes one, or makes one when every array is in use
             by another thread, and puts it back).
     """
 
-    word_at: np.ndarray
-    rank: np.ndarray
-    offsets: np.ndarray
-    entry_rank: np.ndarray
-    entry_page: np.ndarray
+    entries: WordIndex
     slots: queue.SimpleQueue[np.ndarray]
 
 
 def _kernels() -> ModuleType:
-    """:mod:`fedrank.simulation.urlbar_kernels`, imported on first use: numba loads only in
-    processes that simulate searches (``fedrank serve`` starts without it)."""
-    from fedrank.simulation import urlbar_kernels
+    """:mod:`fedrank.simulation.frecency.kernels.urlbar`, imported on first use: numba
+    loads only in processes that simulate searches (``fedrank serve`` starts without
+    it)."""
+    from fedrank.simulation.frecency.kernels import urlbar
 
-    return urlbar_kernels
+    return urlbar
 
 
 def prefix_index(pages: Pages) -> PrefixIndex:
@@ -271,7 +278,7 @@ _INDEX_BUILD = threading.Lock()
 
 def _build_prefix_index(pages: Pages) -> PrefixIndex:
     """Sorts the words of every user's pages by (user, lexicographic rank, page)
-    (:func:`~fedrank.simulation.urlbar_kernels.word_entries`)."""
+    (:func:`~fedrank.simulation.frecency.kernels.urlbar.word_entries`)."""
     chars = pages.vocabulary.chars
     n_words = pages.vocabulary.n_words
     word_at = (
@@ -290,7 +297,8 @@ def _build_prefix_index(pages: Pages) -> PrefixIndex:
     entry_rank = np.empty(int(entry_offsets[-1]), dtype=rank_dtype)
     entry_page = np.empty(int(entry_offsets[-1]), dtype=np.int32)
     _kernels().word_entries(words, offsets, rank, entry_offsets, entry_rank, entry_page)
-    return PrefixIndex(word_at, rank, entry_offsets, entry_rank, entry_page, queue.SimpleQueue())
+    index = _kernels().WordIndex(word_at, rank, entry_offsets, entry_rank, entry_page)
+    return PrefixIndex(index, queue.SimpleQueue())
 
 
 def _origins(pages: Pages, state: UrlbarState, users: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -310,31 +318,22 @@ def _origins(pages: Pages, state: UrlbarState, users: np.ndarray) -> tuple[np.nd
 
 
 def _matching_pairs(
-    pages: Pages,
-    users: np.ndarray,
-    typed: np.ndarray,
-    lengths: np.ndarray,
-    state: UrlbarState,
-    host_known: np.ndarray,
-    look_from: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(ptr, page, drop)``: every search's (search, page) pairs that may be rows once the
-    user reads the list, at ``look_from`` characters typed or more (``ptr[s]:ptr[s + 1]``):
-    the pages that match ``look_from`` characters (at most the first token), with their
-    *drop step*, the first number of typed characters at which the page stops matching
-    (int64 max when it matches the whole text; ``PENDING`` until the later tokens are
-    compared), which is above ``look_from``. Pages that match fewer characters can only be
-    rows before the user reads (:func:`~fedrank.simulation.urlbar_kernels.matching_pairs`)."""
+    pages: Pages, searched: TypedSearches, words: PageWords, profile: Profile
+) -> Pairs:
+    """Every search's (search, page) pairs that may be rows once the user reads the list,
+    at ``look_from`` characters typed or more (``ptr[s]:ptr[s + 1]``): the pages that
+    match ``look_from`` characters (at most the first token), with their *drop step*, the
+    first number of typed characters at which the page stops matching (int64 max when it
+    matches the whole text; ``PENDING`` until the later tokens are compared), which is
+    above ``look_from``. Pages that match fewer characters can only be rows before the
+    user reads (:func:`~fedrank.simulation.frecency.kernels.urlbar.matching_pairs`)."""
     index = prefix_index(pages)
     try:
         slot = index.slots.get_nowait()
     except queue.Empty:  # every scratch array is in use (or none was made yet)
         slot = np.full(pages.n_pages, -1, dtype=np.int64)
-    pairs = _kernels().matching_pairs(
-        users, typed, lengths, look_from, pages.vocabulary.chars, index.word_at,
-        index.rank, index.offsets, index.entry_rank, index.entry_page, state.listable,
-        pages.is_root, pages.host, host_known, slot,
-    )  # fmt: skip
+    kernels = _kernels()
+    pairs = kernels.Pairs(*kernels.matching_pairs(searched, words, index.entries, profile, slot))
     index.slots.put(slot)  # all -1 again (a failed run's array is not reused)
     return pairs
 
@@ -385,25 +384,26 @@ def simulate_searches(
     first_len = lengths[:, 0]
 
     # Firefox's origins (moz_origins) and what autofill may complete to
-    host = pages.host
+    kernels = _kernels()
     host_known, origin, qualified = _origins(pages, state, users)
+    profile = kernels.Profile(state.stored, state.listable, host_known, qualified, origin)
+    words = kernels.PageWords(pages.words, vocab.chars, pages.is_root, pages.host)
     blind = 1 + rng.poisson(typing.blind_chars, n_drawn)
     blind = blind if pick is None else blind[pick]
     # the user reads the list from this character on: what the list holds before does not
     # matter, so only the pairs that still match then are compared
     look_from = np.minimum(blind, total)
-    ptr, cand, drop = _matching_pairs(pages, users, typed, lengths, state, host_known, look_from)
+    searched = kernels.TypedSearches(
+        users, targets, typed, lengths, token_start, total, look_from
+    )  # fmt: skip
+    pairs = _matching_pairs(pages, searched, words, profile)
     lcp = vocab.lcp_pairs
     # the autofill rows (the qualified roots whose host name the first token starts) and
     # the frecency rows (listable pages of non-zero stored frecency), with what does not
     # change while typing: is the pair's page the target, or ahead of it
     stored = state.stored
     (af_owner, af_cand, af_until, af_origin, owner, cand, drop, p_stored, p_target,
-     p_ahead) = _kernels().pair_rows(
-        ptr, cand, drop, typed[:, 0], first_len, look_from, targets, config.autofill,
-        pages.is_root, host, qualified, origin, pages.words[:, 0], vocab.chars, stored,
-        state.listable,
-    )  # fmt: skip
+     p_ahead) = kernels.pair_rows(pairs, searched, words, profile, config.autofill)  # fmt: skip
 
     # adaptive rows of every search's user: (search, row) pairs
     first_page = pages.user_offsets[users]
@@ -435,15 +435,21 @@ def simulate_searches(
     saved = rng.bit_generator.state
     uniforms = rng.random((int(total.max(initial=0)), n_drawn))
     uniforms = uniforms if pick is None else uniforms[:, pick]
-    ran = _kernels().keystroke_loop(
-        total, look_from, targets, typed, lengths, token_start, pages.words, vocab.chars,
-        _offsets(owner, n), cand, drop, p_ahead, p_target, p_stored,
-        _offsets(af_owner, n), af_cand, af_until, af_origin,
-        _offsets(a_search, n), a_page, a_reach[usable], inputs.length[a_row], a_use, a_rank,
-        stored[a_page],
-        uniforms, typing.scan_continue ** np.arange(config.history_rows + 1),
-        config.general_rows, min(config.adaptive_rows, config.general_rows),
-        config.history_rows, chars, rank_out, found, autofilled, shown,
+    ran = kernels.keystroke_loop(
+        searched,
+        words,
+        kernels.FrecencyRows(_offsets(owner, n), cand, drop, p_ahead, p_target, p_stored),
+        kernels.AutofillRows(_offsets(af_owner, n), af_cand, af_until, af_origin),
+        kernels.AdaptiveRows(
+            _offsets(a_search, n), a_page, a_reach[usable], inputs.length[a_row], a_use,
+            a_rank, stored[a_page],
+        ),
+        kernels.Reading(
+            uniforms, typing.scan_continue ** np.arange(config.history_rows + 1),
+            config.general_rows, min(config.adaptive_rows, config.general_rows),
+            config.history_rows,
+        ),
+        kernels.Outcome(chars, rank_out, found, autofilled, shown),
     )  # fmt: skip
     rng.bit_generator.state = saved
     rng.random((ran, n_drawn))
@@ -460,44 +466,6 @@ def simulate_searches(
         first_word=typed[:, 0].copy(),
         first_chars=np.where(found & in_first, chars, 0),
     )
-
-
-def simulate_searches_in_halves(
-    pages: Pages,
-    state: UrlbarState,
-    users: np.ndarray,
-    targets: np.ndarray,
-    typed: np.ndarray,
-    rng: np.random.Generator,
-    *,
-    typing: TypingModel | None = None,
-    config: UrlbarConfig | None = None,
-    only: np.ndarray | None = None,
-) -> SearchBatch:
-    """:func:`simulate_searches` with the first and the second half of the searches (of
-    those ``only`` selects, if given) on two threads, the same batch bit for bit: each half
-    gets the attention draws it gets in the whole batch (the second from a copy of
-    ``rng``), and ``rng`` ends where the whole batch leaves it -- one uniform per search
-    for every character up to the longest search's, as many as the half holding that
-    search consumed (with ``only``, elsewhere, as :func:`simulate_searches` leaves it)."""
-    n = np.asarray(users).size
-    picked = np.arange(n) if only is None else selected_positions(only, n)
-    prefix_index(pages)  # built once, before the threads read it
-    run = partial(
-        simulate_searches, pages, state, users, targets, typed, typing=typing, config=config
-    )
-    first_half = np.zeros(n, dtype=bool)
-    first_half[picked[: picked.size // 2]] = True
-    second_half = np.zeros(n, dtype=bool)
-    second_half[picked[picked.size // 2 :]] = True
-    other = copy.deepcopy(rng)
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrank-urlbar") as pool:
-        future = pool.submit(run, other, only=second_half)
-        first = run(rng, only=first_half)
-        second = future.result()
-    if second.chars_typed.max(initial=0) > first.chars_typed.max(initial=0):
-        rng.bit_generator.state = other.bit_generator.state
-    return SearchBatch.concatenate([first, second])
 
 
 def selected_positions(only: np.ndarray, n: int) -> np.ndarray:

@@ -13,7 +13,7 @@ PageHistories` at any time, ages in whole days as Firefox computes them.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +26,10 @@ from fedrank.models.frecency.history import (
     PageHistories,
     VisitType,
 )
+from fedrank.simulation.frecency.pipeline import Pipeline
+
+if TYPE_CHECKING:
+    from fedrank.simulation.frecency.kernels.store import VisitRows
 
 __all__ = ["MERGE_BLOCK_ROWS", "VisitStore"]
 
@@ -52,11 +56,16 @@ class VisitStore:
             ``changed_at <= v``.
 
     :meth:`changed_since` lists the pages changed after a version, so that what is kept
-    about pages (scores, :class:`~fedrank.simulation.score_cache.PageScoreCache`) is
-    brought up to date without reading every page.
+    about pages (scores, :class:`~fedrank.simulation.frecency.score_cache.PageScoreCache`)
+    is brought up to date without reading every page.
+
+    ``pipeline``: whether a large batch of visits merges in two halves of the pages on two
+    threads (:class:`~fedrank.simulation.frecency.pipeline.Pipeline`; the same rows).
     """
 
-    def __init__(self, n_pages: int, width: int = NUM_SAMPLED_VISITS) -> None:
+    def __init__(
+        self, n_pages: int, width: int = NUM_SAMPLED_VISITS, *, pipeline: Pipeline | None = None
+    ) -> None:
         if n_pages < 0 or width < 1:
             raise DataFormatError(f"need n_pages >= 0 and width >= 1, got {n_pages}, {width}")
         self.time = np.full((n_pages, width), np.nan, order="F")
@@ -75,11 +84,14 @@ class VisitStore:
         self._log_pages: list[np.ndarray] = []
         self._log_size = 0
         self._log_floor = 0
+        # the last answer of changed_since: ((version asked, store version), pages)
+        self._since: tuple[tuple[int, int], np.ndarray] | None = None
+        self.pipeline = pipeline or Pipeline()
 
     @classmethod
-    def from_world(cls, world: BrowsingWorld) -> VisitStore:
+    def from_world(cls, world: BrowsingWorld, *, pipeline: Pipeline | None = None) -> VisitStore:
         """The store as of the study's start: the world's history and bookmarks."""
-        store = cls(world.pages.n_pages)
+        store = cls(world.pages.n_pages, pipeline=pipeline)
         store.add_bookmarks(world.bookmark_page, world.bookmark_time)
         store.add(world.history)
         return store
@@ -143,10 +155,10 @@ class VisitStore:
         # many: the lower and the upper half of the pages on two threads (a page's rows
         # depend only on its own visits, in their order)
         low = visits.page < self.n_pages // 2
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="fedrank-store") as pool:
-            halves = [pool.submit(merge, np.flatnonzero(half)) for half in (low, ~low)]
-            for half in halves:
-                half.result()
+        with self.pipeline.helper("fedrank-store") as pool:
+            upper = pool.submit(merge, np.flatnonzero(~low))
+            merge(np.flatnonzero(low))
+            upper.result()
 
     def _changed(self, pages: np.ndarray) -> None:
         self.version += 1
@@ -168,29 +180,45 @@ class VisitStore:
     def changed_since(self, version: int) -> np.ndarray | None:
         """The distinct pages (sorted) changed after ``version`` (by :meth:`add` or
         :meth:`add_bookmarks`), or ``None`` when the store no longer remembers that far
-        back (every page may have changed)."""
+        back (every page may have changed). What the world keeps per page (the listed
+        pages, the bonus slots, each kept score) asks the same question in a row: the last
+        answer is kept (read-only, as every answer is)."""
         if version >= self.version:
             return np.zeros(0, dtype=np.int64)
         if version < self._log_floor:
             return None
+        asked = (version, self.version)
+        since = self._since
+        if since is not None and since[0] == asked:
+            return since[1]
         first = int(np.searchsorted(self._log_versions, version, side="right"))
         parts = self._log_pages[first:]
-        return parts[0] if len(parts) == 1 else unique_values(np.concatenate(parts))
+        changed = parts[0] if len(parts) == 1 else unique_values(np.concatenate(parts))
+        self._since = (asked, changed)
+        return changed
 
     def _merge(self, pages: np.ndarray, times: np.ndarray, new: dict[str, np.ndarray]) -> None:
         """Merge visit rows, in arrival order (``new``: their int8 columns), into their
         pages' rows: every affected page keeps its ``width`` newest, and of equal times
         the later arrival first -- the new rows, latest first, then the stored ones in
-        their order (:func:`~fedrank.simulation.store_kernels.merge_rows`)."""
-        from fedrank.simulation.store_kernels import merge_rows  # numba, on first use
+        their order (:func:`~fedrank.simulation.frecency.kernels.store.merge_rows`)."""
+        from fedrank.simulation.frecency.kernels.store import VisitRows, merge_rows
 
-        merge_rows(
-            self.time, self.visit_type, self.origin_type, self.redirect_target, self._n_rows,
-            pages.astype(np.int64), times.astype(np.float64),
+        new_rows = VisitRows(
+            times.astype(np.float64),
             *(np.ascontiguousarray(new[name], dtype=np.int8)
               for name in ("visit_type", "origin_type", "redirect_target")),
+        )  # fmt: skip
+        merge_rows(
+            self.rows(), self._n_rows, pages.astype(np.int64), new_rows,
             np.argsort(pages, kind="stable"),
         )  # fmt: skip
+
+    def rows(self) -> VisitRows:
+        """The stored rows' columns as the compiled passes read them (views)."""
+        from fedrank.simulation.frecency.kernels.store import VisitRows  # (numba: on first use)
+
+        return VisitRows(self.time, self.visit_type, self.origin_type, self.redirect_target)
 
     def last_visit(self) -> np.ndarray:
         """float64 ``(N,)``: the newest visit's time (NaN for pages never visited)."""

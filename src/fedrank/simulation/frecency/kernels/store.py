@@ -1,11 +1,30 @@
-"""Compiled helpers of :class:`~fedrank.simulation.history_store.VisitStore` (numba)."""
+"""Compiled helpers of :class:`~fedrank.simulation.frecency.history_store.VisitStore`
+(numba, imported on first use)."""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numba
 import numpy as np
 
-__all__ = ["merge_rows"]
+__all__ = ["VisitRows", "merge_rows"]
+
+
+class VisitRows(NamedTuple):
+    """Visit rows as the compiled passes read them: the store's ``(N, W)`` columns (or a
+    batch's ``(n,)`` new rows).
+
+    Attributes:
+        time: float64 visit times (days; NaN: no row).
+        visit_type, origin_type, redirect_target: int8, the columns of
+            :class:`~fedrank.models.frecency.history.PageHistories`.
+    """
+
+    time: np.ndarray
+    visit_type: np.ndarray
+    origin_type: np.ndarray
+    redirect_target: np.ndarray
 
 
 @numba.njit(cache=True, nogil=True)
@@ -18,22 +37,15 @@ def _before(time_a: float, tie_a: int, time_b: float, tie_b: int) -> bool:
 
 @numba.njit(cache=True, nogil=True)
 def merge_rows(
-    time: np.ndarray,
-    visit_type: np.ndarray,
-    origin_type: np.ndarray,
-    redirect_target: np.ndarray,
-    n_rows: np.ndarray,
-    pages: np.ndarray,
-    times: np.ndarray,
-    new_visit_type: np.ndarray,
-    new_origin_type: np.ndarray,
-    new_redirect_target: np.ndarray,
-    by_page: np.ndarray,
+    stored: VisitRows, n_rows: np.ndarray, pages: np.ndarray, new: VisitRows, by_page: np.ndarray
 ) -> None:
-    """Merge new visit rows (arrival order; ``by_page``: their stable order by page) into
-    every affected page's stored rows, in place: the page keeps its ``width`` newest rows,
-    of equal times the new rows first, the later arrival first, then the stored rows in
-    their order (tie keys ``n_new - 1 - arrival`` and ``n_new + column``)."""
+    """Merge ``new`` visit rows of ``pages`` (arrival order; ``by_page``: their stable order
+    by page) into every affected page's ``stored`` rows (``n_rows`` per page), in place:
+    the page keeps its ``width`` newest rows, of equal times the new rows first, the later
+    arrival first, then the stored rows in their order (tie keys ``n_new - 1 - arrival``
+    and ``n_new + column``)."""
+    time, visit_type, origin_type, redirect_target = stored
+    times, new_visit_type, new_origin_type, new_redirect_target = new
     width = time.shape[1]
     n_new = pages.size
     top_time = np.empty(width, np.float64)

@@ -1,5 +1,5 @@
-"""Compiled part of :class:`fedrank.simulation.score_cache.PageScoreCache` (numba): the
-stale pages among runs of a caller's page list, without gathering the runs first
+"""Compiled part of :class:`fedrank.simulation.frecency.score_cache.PageScoreCache` (numba):
+the stale pages among runs of a caller's page list, without gathering the runs first
 (imported on first use)."""
 
 from __future__ import annotations

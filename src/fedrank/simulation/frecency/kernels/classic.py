@@ -1,9 +1,14 @@
 """Compiled classic frecency of stored pages (numba, imported on first use): what
-:class:`~fedrank.simulation.frecency_world.FrecencyWorld` scores every iteration under the
+:class:`~fedrank.simulation.frecency.scoring.PageScores` scores every iteration under the
 newly published model, and the kept scores of fixed scorings (the hidden preference, the
 defaults, the control branch's stored frecency) brought up to date and read in one pass
 (:func:`kept_fresh`, :func:`kept_stored`: the rules of
-:class:`~fedrank.simulation.score_cache.PageScoreCache`).
+:class:`~fedrank.simulation.frecency.score_cache.PageScoreCache`).
+
+Every entry reads the pages as one :class:`ClassicPages` and a weight vector as one
+:class:`ClassicWeights` (numba takes named tuples of arrays as they are), unpacked once at
+its start: the loops and the per-page helpers work on the arrays themselves
+(:mod:`fedrank.simulation.frecency.kernels`).
 
 The additions are made in the order of
 :func:`fedrank.models.frecency.classic.visit_sum` (each page's visits left to right,
@@ -12,10 +17,22 @@ the bookmark bonus's sum added last), so the values equal numpy's
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numba
 import numpy as np
 
+from fedrank.models.frecency.classic import (
+    CLASSIC_SLOT_TABLE,
+    N_BONUS_SLOTS,
+    REDIRECT_SOURCE_SLOT,
+)
+from fedrank.simulation.frecency.kernels.store import VisitRows
+from fedrank.simulation.frecency.score_cache import FLOAT32_MAX, VALIDITY_MARGIN
+
 __all__ = [
+    "ClassicPages",
+    "ClassicWeights",
     "fresh_frecency",
     "kept_fresh",
     "kept_stored",
@@ -25,25 +42,73 @@ __all__ = [
 ]
 
 
+class ClassicPages(NamedTuple):
+    """What the compiled classic scorers read of every stored page: the
+    :class:`~fedrank.simulation.frecency.history_store.VisitStore`'s arrays and the rows'
+    bonus slots (:func:`row_slots`).
+
+    Attributes:
+        n_rows: int16 ``(N,)`` sampled rows per page.
+        time: float64 ``(N, W)`` the rows' visit times (NaN: no row).
+        slot: uint8 ``(N, W)`` every row's bonus slot (``N_BONUS_SLOTS``: padding).
+        bookmarked: bool ``(N,)``; visit_count: int32 ``(N,)``.
+        n_sampled: int8 ``(N,)`` rows with a visit type; typed: bool ``(N,)``.
+        visit_type: int8 ``(N, W)``; bookmark_time: float64 ``(N,)`` (NaN: none).
+    """
+
+    n_rows: np.ndarray
+    time: np.ndarray
+    slot: np.ndarray
+    bookmarked: np.ndarray
+    visit_count: np.ndarray
+    n_sampled: np.ndarray
+    typed: np.ndarray
+    visit_type: np.ndarray
+    bookmark_time: np.ndarray
+
+
+class ClassicWeights(NamedTuple):
+    """One classic weight vector as the compiled scorers read it, and Firefox's rounding.
+
+    Attributes:
+        cutoffs: the effective (non-decreasing) age cutoffs.
+        bucket_weights: the age buckets' weights.
+        slot_weights: the visit bonuses, with the padding slot's 0 last.
+        bookmark_weight: the bookmark visit bonus.
+        first_weight, unvisited_bookmark, unvisited_typed: ``firstBucketWeight``,
+            ``unvisitedBookmarkBonus`` and ``unvisitedTypedBonus``.
+        rounding: Firefox's integer frecency (``ceil``s), or the unrounded variant.
+    """
+
+    cutoffs: np.ndarray
+    bucket_weights: np.ndarray
+    slot_weights: np.ndarray
+    bookmark_weight: float
+    first_weight: float
+    unvisited_bookmark: float
+    unvisited_typed: float
+    rounding: bool
+
+
 @numba.njit(cache=True, nogil=True)
 def row_slots(
     at: np.ndarray,
-    visit_type: np.ndarray,
-    origin_type: np.ndarray,
-    redirect_target: np.ndarray,
+    rows: VisitRows,
     visit_count: np.ndarray,
-    table: np.ndarray,
-    redirect_source: int,
-    padding: int,
     slots: np.ndarray,
     n_sampled: np.ndarray,
 ) -> None:
     """In place, for the pages at ``at``: ``slots[page]``, the bonus slot of every stored
-    row as ``ClassicFrecency.row_slots`` gives it (the effective type's slot by ``table``
-    over the type as uint8 -- a redirect visit takes its origin's type when it has one --;
-    ``redirect_source`` for a visit that led to a permanent redirect, or to a temporary one
-    from a visit not typed; ``padding`` for padding rows and pages with ``visit_count <=
-    0``), and ``n_sampled[page]``, its rows with a visit type."""
+    row as ``ClassicFrecency.row_slots`` gives it (the effective type's slot by
+    ``CLASSIC_SLOT_TABLE`` over the type as uint8 -- a redirect visit takes its origin's
+    type when it has one --; ``REDIRECT_SOURCE_SLOT`` for a visit that led to a permanent
+    redirect, or to a temporary one from a visit not typed; ``N_BONUS_SLOTS`` for padding
+    rows and pages with ``visit_count <= 0``), and ``n_sampled[page]``, its rows with a
+    visit type."""
+    visit_type, origin_type, redirect_target = (
+        rows.visit_type, rows.origin_type, rows.redirect_target
+    )  # fmt: skip
+    padding = N_BONUS_SLOTS
     for k in range(at.size):
         i = at[k]
         counted = visit_count[i] > 0
@@ -56,10 +121,10 @@ def row_slots(
             sampled += 1
             origin = np.int64(origin_type[i, j])
             effective = origin if (kind == 5 or kind == 6) and origin != 0 else kind
-            slot = table[effective & 0xFF]
+            slot = CLASSIC_SLOT_TABLE[effective & 0xFF]
             target = redirect_target[i, j]
             if target == 5 or (target == 6 and effective != 2):
-                slot = redirect_source
+                slot = REDIRECT_SOURCE_SLOT
             slots[i, j] = slot if counted else padding
         n_sampled[i] = sampled
 
@@ -151,18 +216,18 @@ def page_frecency(
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _end(start: float, limit: float, margin: float) -> float:
+def _end(start: float, limit: float) -> float:
     """``score_cache._ends``: when the whole-day age ``trunc(now - start)`` passes the
     whole number ``limit``, minus the margin (``start + limit + 1``; for a negative limit
     ``start + limit``)."""
     end = start + limit + (1.0 if limit >= 0 else 0.0)
-    return end - margin * (np.abs(end if np.isfinite(end) else 0.0) + 1.0)
+    return end - VALIDITY_MARGIN * (np.abs(end if np.isfinite(end) else 0.0) + 1.0)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _until32(until: float, float32_max: float) -> np.float32:
+def _until32(until: float) -> np.float32:
     """``until`` as float32, rounded down (``PageScoreCache.put``)."""
-    low = np.float32(min(until, float32_max))
+    low = np.float32(min(until, FLOAT32_MAX))
     if np.float64(low) > until:
         low = np.nextafter(low, np.float32(-np.inf))
     return low
@@ -171,35 +236,26 @@ def _until32(until: float, float32_max: float) -> np.float32:
 @numba.njit(cache=True, nogil=True)
 def kept_fresh(
     index: np.ndarray,
-    until: np.ndarray,
     values: np.ndarray,
+    until: np.ndarray,
     now: float,
-    n_rows: np.ndarray,
-    time: np.ndarray,
-    slot: np.ndarray,
-    bookmarked: np.ndarray,
-    visit_count: np.ndarray,
-    n_sampled: np.ndarray,
-    typed: np.ndarray,
-    row_limits: np.ndarray,
-    cutoffs: np.ndarray,
-    bucket_weights: np.ndarray,
-    slot_weights: np.ndarray,
-    bookmark_weight: float,
-    first_weight: float,
-    unvisited_bookmark: float,
-    unvisited_typed: float,
-    rounding: bool,
-    margin: float,
-    float32_max: float,
+    pages: ClassicPages,
+    weights: ClassicWeights,
     into: np.ndarray,
 ) -> np.ndarray:
-    """The kept fresh frecency of the pages at ``index`` under one vector: a page whose
-    validity ``until[page]`` (float32) is not after ``now`` is scored (as
-    :func:`page_points100` and :func:`page_frecency`) into ``values[0, page]`` and
-    kept until one of its rows' whole-day ages passes ``row_limits[bucket]`` (the floor of
-    its bucket's cutoff; inf for the last bucket); returns ``values[0]`` at ``index``, and
-    writes them at the pages of both rows of ``into`` (``(2, N)``; ``(0, 0)``: nowhere)."""
+    """The kept fresh frecency of the pages at ``index`` under one vector (``values``,
+    ``until``: a :class:`~fedrank.simulation.frecency.score_cache.PageScoreCache`'s): a
+    page whose validity ``until[page]`` (float32) is not after ``now`` is scored (as
+    :func:`page_points100` and :func:`page_frecency`) into ``values[0, page]`` and kept
+    until one of its rows' whole-day ages passes the floor of its bucket's cutoff (never,
+    in the last bucket); returns ``values[0]`` at ``index``, and writes them at the pages
+    of both rows of ``into`` (``(2, N)``; ``(0, 0)``: nowhere)."""
+    n_rows, time, slot, bookmarked, visit_count, n_sampled, typed, _, _ = pages
+    (cutoffs, bucket_weights, slot_weights, bookmark_weight, first_weight, unvisited_bookmark,
+     unvisited_typed, rounding) = weights  # fmt: skip
+    row_limits = np.empty(cutoffs.size + 1)
+    row_limits[:-1] = np.floor(cutoffs)
+    row_limits[-1] = np.inf
     out = np.empty(index.size)
     for k in range(index.size):
         i = index[k]
@@ -214,12 +270,12 @@ def kept_fresh(
                 )  # fmt: skip
                 for j in range(rows):
                     limit = row_limits[_bucket(np.trunc(now - time[i, j]), cutoffs)]
-                    valid = min(valid, _end(time[i, j], limit, margin))
+                    valid = min(valid, _end(time[i, j], limit))
             values[0, i] = page_frecency(
                 points, i, visit_count, n_sampled, bookmarked, typed, first_weight,
                 unvisited_bookmark, unvisited_typed, rounding,
             )  # fmt: skip
-            until[i] = _until32(valid, float32_max)
+            until[i] = _until32(valid)
         out[k] = values[0, i]
         if into.shape[0]:
             into[0, i] = into[1, i] = out[k]
@@ -229,39 +285,27 @@ def kept_fresh(
 @numba.njit(cache=True, nogil=True)
 def kept_stored(
     index: np.ndarray,
-    until: np.ndarray,
     values: np.ndarray,
+    until: np.ndarray,
     now: float,
-    n_rows: np.ndarray,
-    time: np.ndarray,
-    slot: np.ndarray,
-    bookmarked: np.ndarray,
-    visit_count: np.ndarray,
-    n_sampled: np.ndarray,
-    typed: np.ndarray,
-    visit_type: np.ndarray,
-    bookmark_time: np.ndarray,
-    cutoffs: np.ndarray,
-    bucket_weights: np.ndarray,
-    slot_weights: np.ndarray,
-    bookmark_weight: float,
-    first_weight: float,
-    unvisited_bookmark: float,
-    unvisited_typed: float,
+    pages: ClassicPages,
+    weights: ClassicWeights,
     decay_rate: float,
     lift: np.ndarray,
-    margin: float,
-    float32_max: float,
     into: np.ndarray,
 ) -> np.ndarray:
-    """``(2, m)``: the kept stored and origin frecency of the pages at ``index``
-    (``ClassicFrecency.stored_slots`` with Firefox's rounding: the score as of the newest
-    sampled visit, or of the newest bookmark when unsampled, then ``ROUND(v * rate)`` once
-    per whole day since while ``v > 0``: integers below ``lift.shape[1]`` by its tables of
-    ``2 ** level`` days, ``classic.decay_tables``, any other value day by day). A page
-    whose validity ``until[page]`` is not after ``now`` is scored into ``values[:, page]``
-    and kept until one of its rows' or its bookmark's whole-day age changes. Both are also
-    written at the pages of ``into``'s rows (``(2, N)``; ``(0, 0)``: nowhere)."""
+    """``(2, m)``: the kept stored and origin frecency of the pages at ``index`` under the
+    ``weights`` (the defaults), ``ClassicFrecency.stored_slots`` with Firefox's rounding:
+    the score as of the newest sampled visit, or of the newest bookmark when unsampled,
+    then ``ROUND(v * decay_rate)`` once per whole day since while ``v > 0`` (integers
+    below ``lift.shape[1]`` by its tables of ``2 ** level`` days,
+    ``classic.decay_tables``, any other value day by day). A page whose validity
+    ``until[page]`` is not after ``now`` is scored into ``values[:, page]`` and kept until
+    one of its rows' or its bookmark's whole-day age changes. Both are also written at the
+    pages of ``into``'s rows (``(2, N)``; ``(0, 0)``: nowhere)."""
+    n_rows, time, slot, bookmarked, visit_count, n_sampled, typed, visit_type, bookmark_time = pages
+    (cutoffs, bucket_weights, slot_weights, bookmark_weight, first_weight, unvisited_bookmark,
+     unvisited_typed, _) = weights  # fmt: skip
     out = np.empty((2, index.size))
     for k in range(index.size):
         i = index[k]
@@ -278,9 +322,9 @@ def kept_stored(
                 age = np.trunc(now - time[i, j])
                 if visit_type[i, j] != 0 and age < newest:
                     newest = age
-                valid = min(valid, _end(time[i, j], age, margin))
+                valid = min(valid, _end(time[i, j], age))
             if bookmarked[i] and not np.isnan(bookmark_time[i]):
-                valid = min(valid, _end(bookmark_time[i], bookmark_age, margin))
+                valid = min(valid, _end(bookmark_time[i], bookmark_age))
             if not np.isfinite(newest):
                 newest = 0.0
             sampled = n_sampled[i] > 0 and visit_count[i] > 0
@@ -297,7 +341,7 @@ def kept_stored(
             )  # fmt: skip
             values[0, i] = _daily_decay(fresh, int(since), decay_rate, lift)
             values[1, i] = fresh
-            until[i] = _until32(valid, float32_max)
+            until[i] = _until32(valid)
         out[0, k] = values[0, i]
         out[1, k] = values[1, i]
         if into.shape[0]:
@@ -331,29 +375,15 @@ def _daily_decay(fresh: float, days: int, rate: float, lift: np.ndarray) -> floa
 
 @numba.njit(cache=True, nogil=True)
 def fresh_frecency(
-    index: np.ndarray,
-    now: float,
-    n_rows: np.ndarray,
-    time: np.ndarray,
-    slot: np.ndarray,
-    bookmarked: np.ndarray,
-    visit_count: np.ndarray,
-    n_sampled: np.ndarray,
-    typed: np.ndarray,
-    cutoffs: np.ndarray,
-    bucket_weights: np.ndarray,
-    slot_weights: np.ndarray,
-    bookmark_weight: float,
-    first_weight: float,
-    unvisited_bookmark: float,
-    unvisited_typed: float,
-    rounding: bool,
-    into: np.ndarray,
+    index: np.ndarray, now: float, pages: ClassicPages, weights: ClassicWeights, into: np.ndarray
 ) -> np.ndarray:
     """Fresh classic frecency of the pages at ``index`` (any order, repeats allowed) under
     one vector, nothing kept (:func:`page_points100`, :func:`page_frecency`; 0 points for
     a page without rows); also written at the pages of both rows of ``into`` (``(2, N)``;
     ``(0, 0)``: nowhere)."""
+    n_rows, time, slot, bookmarked, visit_count, n_sampled, typed, _, _ = pages
+    (cutoffs, bucket_weights, slot_weights, bookmark_weight, first_weight, unvisited_bookmark,
+     unvisited_typed, rounding) = weights  # fmt: skip
     out = np.empty(index.size)
     for k in range(index.size):
         i = index[k]

@@ -1,4 +1,4 @@
-"""Compiled parts of :func:`fedrank.simulation.intent.sample_targets` (numba): the
+"""Compiled parts of :func:`fedrank.simulation.frecency.intent.sample_targets` (numba): the
 exponential race of every search over its eligible pages, from the Gaussian and
 exponential draws the caller makes (imported on first use, so that processes that never
 draw searches start without numba)."""
