@@ -17,12 +17,6 @@ from fedrank.core.validation import Accepts, Delegated, Rule, Validated
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "fedrank"
 SUFFIXES = ("Config", "Settings", "Section")
-#: Configs whose modules other work is moving (simulation/urlbar.py), by the folder they
-#: live in and their name, so that they are recognized wherever in that folder the move
-#: puts them.
-NOT_YET_DECLARED = {
-    ("simulation", "UrlbarConfig"),
-}
 
 
 def _is_dataclass(node: ast.ClassDef) -> bool:
@@ -34,22 +28,16 @@ def _is_dataclass(node: ast.ClassDef) -> bool:
     return False
 
 
-def _exempt(where: str, name: str) -> bool:
-    return any(where.startswith(folder) and name == cls for folder, cls in NOT_YET_DECLARED)
-
-
 def _config_classes() -> list[tuple[str, str]]:
     """``(module, class name)`` of every dataclass named like a config."""
     found = []
     for path in sorted(SRC.rglob("*.py")):
         parts = path.relative_to(SRC).with_suffix("").parts
-        where = "/".join(parts)
         for node in ast.walk(ast.parse(path.read_text())):
             if (
                 isinstance(node, ast.ClassDef)
                 and node.name.endswith(SUFFIXES)
                 and _is_dataclass(node)
-                and not _exempt(where, node.name)
             ):
                 found.append((".".join(("fedrank", *parts)), node.name))
     return found

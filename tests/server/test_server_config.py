@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from fedrank.errors import ConfigError, FedrankError
-from fedrank.server.config import Branch, ServerConfig, load_config
+from fedrank.server.config import ServerConfig, load_config
 from fedrank.server.process import ServerProcess
+from fedrank.server.sections import Branch
 from fedrank.server.workloads import make_workload
 from tests.cli.clirun import assert_clean_failure, run
 
@@ -288,7 +289,7 @@ def test_bad_proxies_are_refused_at_start(tmp_path: Path, proxies: str, message:
 
 
 def test_proxy_tokens_never_print() -> None:
-    from fedrank.server.config import Proxy
+    from fedrank.server.sections import Proxy
 
     assert "secret" not in repr(Proxy("p", "secret-secret-secret", 5))
 

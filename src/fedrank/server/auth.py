@@ -8,8 +8,9 @@ from __future__ import annotations
 import hmac
 from collections.abc import Mapping
 
-from fedrank.server.config import Proxy, ServerConfig
+from fedrank.server.config import ServerConfig
 from fedrank.server.envelope import BadRequest
+from fedrank.server.sections import Proxy
 
 
 def _bearer(headers: Mapping[str, str], token: str) -> bool:

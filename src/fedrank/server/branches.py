@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 
-from fedrank.server.config import Branch
+from fedrank.server.sections import Branch
 
 #: Enrollment ids whose branch is remembered before the memo starts afresh.
 MEMO_SIZE = 100_000

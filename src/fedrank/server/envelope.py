@@ -24,7 +24,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import Receive
 
-from fedrank.server.config import ServerSection
+from fedrank.server.sections import ServerSection
 
 JSON = "application/json"
 BINARY = "application/vnd.fedrank.update"

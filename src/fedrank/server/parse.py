@@ -18,7 +18,6 @@ import orjson
 from fedrank.core.codec import decode_batch
 from fedrank.core.message import MessageBatch
 from fedrank.errors import CodecError, DataFormatError, FedrankError
-from fedrank.server.config import Proxy
 from fedrank.server.envelope import (
     ENVELOPE,
     MAX_BATCH,
@@ -29,6 +28,7 @@ from fedrank.server.envelope import (
     known_version,
 )
 from fedrank.server.messages import Incoming, Messages
+from fedrank.server.sections import Proxy
 from fedrank.systems.wire import EMPTY, Parsed, PayloadError
 
 if TYPE_CHECKING:

@@ -60,7 +60,8 @@ from fedrank.privacy.report import (
 from fedrank.privacy.skellam import SkellamPlan
 
 if TYPE_CHECKING:
-    from fedrank.server.config import PrivacySection, ServerConfig
+    from fedrank.server.config import ServerConfig
+    from fedrank.server.sections import PrivacySection
     from fedrank.server.store import Store
     from fedrank.strategies.base import Strategy
     from fedrank.strategies.dp import DPStrategy

@@ -115,8 +115,7 @@ class ReproduceConfig(Validated):
     RULES = (
         Rule(
             lambda c: set(c.tables) <= set(TABLES),
-            lambda c: f"unknown tables {sorted(set(c.tables) - set(TABLES))}; choose from "
-            f"{TABLES}",
+            lambda c: f"unknown tables {sorted(set(c.tables) - set(TABLES))}; choose from {TABLES}",
         ),
         Delegated(lambda c: check_executor_options(c.jobs, c.dask_workers, c.dask_scheduler)),
         Rule(
@@ -125,8 +124,10 @@ class ReproduceConfig(Validated):
         ),
         Rule(
             lambda c: c.hierarchy_seeds <= len(c.seeds),
-            lambda c: f"hierarchy_seeds must be in 1..{len(c.seeds)} (the number of seeds), "
-            f"got {c.hierarchy_seeds}",
+            lambda c: (
+                f"hierarchy_seeds must be in 1..{len(c.seeds)} (the number of seeds), "
+                f"got {c.hierarchy_seeds}"
+            ),
         ),
         Rule(
             lambda c: bool(c.hierarchy_late) and all(0.0 <= r < 1.0 for r in c.hierarchy_late),

@@ -153,10 +153,13 @@ class PEPSConfig(Validated):
             "n_heads={n_heads} must divide dim={dim}",
         ),
         Rule(
-            lambda c: not (c.personalized and c.feature_edges)
-            or len(c.feature_edges) == c.n_features,
-            lambda c: f"feature_edges has bin edges for {len(c.feature_edges)} features, the "
-            f"model takes n_features={c.n_features}",
+            lambda c: (
+                not (c.personalized and c.feature_edges) or len(c.feature_edges) == c.n_features
+            ),
+            lambda c: (
+                f"feature_edges has bin edges for {len(c.feature_edges)} features, the "
+                f"model takes n_features={c.n_features}"
+            ),
         ),
     )
 

@@ -56,12 +56,14 @@ import queue
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from numbers import Integral
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fedrank.core.arrays import unique_values
+from fedrank.core.validation import Interval, Rule, Validated
 from fedrank.data.browsing import Pages
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.simulation.frecency.input_history import InputHistory
@@ -79,7 +81,7 @@ __all__ = ["SearchBatch", "TypingModel", "UrlbarConfig", "UrlbarState", "simulat
 
 
 @dataclass(frozen=True)
-class UrlbarConfig:
+class UrlbarConfig(Validated):
     """The URL bar's result layout (Firefox 62-68 defaults).
 
     Attributes:
@@ -94,15 +96,19 @@ class UrlbarConfig:
     adaptive_rows: int = 3
     autofill: bool = True
 
-    def __post_init__(self) -> None:
-        if self.max_results < 2 or not 0 <= self.search_suggestions <= self.max_results - 2:
-            raise ConfigError(
-                "max_results must be >= 2 and search_suggestions in 0..max_results - 2 (one "
-                f"heuristic row and at least one general row), got {self.max_results}, "
-                f"{self.search_suggestions}"
-            )
-        if self.adaptive_rows < 0:
-            raise ConfigError(f"adaptive_rows must be >= 0, got {self.adaptive_rows}")
+    ACCEPTS = {
+        "max_results": Interval(Integral, 2, None),
+        "search_suggestions": Interval(Integral, 0, None),
+        "adaptive_rows": Interval(Integral, 0, None),
+        "autofill": bool,
+    }
+    RULES = (
+        Rule(
+            lambda c: c.search_suggestions <= c.max_results - 2,
+            "search_suggestions must be in 0..max_results - 2 (one heuristic row and at least "
+            "one general row), got {search_suggestions} with max_results {max_results}",
+        ),
+    )
 
     @property
     def general_rows(self) -> int:

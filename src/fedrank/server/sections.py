@@ -1,0 +1,259 @@
+"""The service's own sections of the server's configuration: ``[server]``, ``[iteration]``,
+``[rounds]``, ``[secagg]``, ``[privacy]`` and ``[[proxies]]`` (:mod:`fedrank.server.config`
+loads them with the workload's system section and checks what ties them together). Each
+declares what its keys accept (:mod:`fedrank.core.validation`); the meaning of every key and
+its default is in :mod:`fedrank.server.config`'s reference."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from numbers import Integral, Real
+
+from fedrank.core.validation import Accepts, Interval, Options, Rule, Validated
+from fedrank.federation.registry import SYSTEMS
+from fedrank.privacy.accounting import ACCOUNTANTS
+from fedrank.systems.system import StudyBranch
+
+#: Largest metric bound: a summary adds up to ``10**12`` values of at most this size, far
+#: from float64's range, so summaries stay finite.
+METRIC_LIMIT = 1e12
+#: Most metrics a schema (and so a message) may have.
+MAX_METRIC_NAMES = 32
+METRIC_NAME = re.compile(r"[A-Za-z0-9._:\-]{1,64}")
+
+
+#: Shortest accepted secret (admin and proxy tokens).
+MIN_TOKEN_LENGTH = 16
+#: How to make a token, for the messages that refuse one.
+_MAKE_TOKEN = "make one with: python -c 'import secrets; print(secrets.token_hex())'"
+#: A finite number > 0.
+_POSITIVE = Interval(Real, 0, None, closed="neither")
+
+
+def _strong_token(token: str) -> bool:
+    return len(token) >= MIN_TOKEN_LENGTH and token == token.strip()
+
+
+@dataclass(frozen=True)
+class ServerSection(Validated):
+    """``[server]``: the workload, where the store is, and the HTTP server's limits."""
+
+    workload: str = "frecency"
+    store: str = "fedrank-store"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    admin_token: str = ""
+    max_body_bytes: int = 16_777_216
+    max_staleness: int = 0
+    max_n: int = 0
+    header_timeout: float = 10.0
+    body_timeout: float = 60.0
+    keep_alive_timeout: float = 5.0
+    max_connections: int = 1000
+
+    ACCEPTS = {
+        "workload": Options(*SYSTEMS),
+        "store": str,
+        "host": str,
+        "port": Interval(Integral, 0, 65535),
+        "admin_token": str,
+        "max_body_bytes": Interval(Integral, 1024, None),
+        "max_staleness": Interval(Integral, 0, None),
+        "max_n": Accepts(Interval(Integral, 0, 10**9), note="0: the workload's default"),
+        "header_timeout": _POSITIVE,
+        "body_timeout": _POSITIVE,
+        "keep_alive_timeout": _POSITIVE,
+        "max_connections": Interval(Integral, 1, None),
+    }
+    RULES = (
+        Rule(lambda s: bool(s.store), "store must name a directory"),
+        Rule(
+            lambda s: not s.admin_token or _strong_token(s.admin_token),
+            f"admin_token must have at least {MIN_TOKEN_LENGTH} characters and no surrounding "
+            f"spaces (or be empty: admin disabled); {_MAKE_TOKEN}",
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class IterationSection(Validated):
+    """``[iteration]``: when an iteration closes (:mod:`fedrank.core.iteration_policy`)."""
+
+    seconds: float = 1800.0
+    min_updates: int = 1
+    stable_ticks: int = 0
+    tick_seconds: float = 0.5
+
+    ACCEPTS = {
+        "seconds": Accepts(Interval(Real, 0, None), note="0: no fixed-time policy"),
+        "min_updates": Interval(Integral, 1, None),
+        "stable_ticks": Interval(Integral, 0, None),
+        "tick_seconds": _POSITIVE,
+    }
+
+
+@dataclass(frozen=True)
+class RoundsSection(Validated):
+    """``[rounds]``: server-selected rounds of ``clients_per_round`` clients."""
+
+    enabled: bool = False
+    clients_per_round: int = 100
+    t_max_seconds: float = 60.0
+
+    ACCEPTS = {
+        "enabled": bool,
+        "clients_per_round": Interval(Integral, 1, None),
+        "t_max_seconds": _POSITIVE,
+    }
+
+
+@dataclass(frozen=True)
+class SecAggSection(Validated):
+    """``[secagg]``: secure aggregation of every round (:mod:`fedrank.server.secagg_round`)."""
+
+    enabled: bool = False
+    threshold: int = 0
+    l2_bound: float = 0.0
+    stage_seconds: float = 30.0
+
+    ACCEPTS = {
+        "enabled": bool,
+        "threshold": Accepts(
+            Options(0), Interval(Integral, 2, None), note="t; 0: a majority of the cohort"
+        ),
+        "l2_bound": Interval(Real, 0, None),
+        "stage_seconds": Interval(Real, 0, 3600, closed="right"),
+    }
+    RULES = (
+        Rule(
+            lambda s: not s.enabled or s.l2_bound > 0,
+            "l2_bound must be > 0: clients clip their delta to it, which keeps the masked sum "
+            "from wrapping",
+        ),
+    )
+
+    def threshold_for(self, clients_per_round: int) -> int:
+        """``t``: the configured one, or a majority of the cohort (``K // 2 + 1``)."""
+        return self.threshold or clients_per_round // 2 + 1
+
+
+@dataclass(frozen=True)
+class PrivacySection(Validated):
+    """``[privacy]``: differential privacy of the trained model, central
+    (:class:`~fedrank.strategies.dp.DPStrategy`) or distributed (the clients' Skellam
+    shares under ``[secagg]``), served by :mod:`fedrank.server.privacy`. On when
+    ``epsilon > 0``; its rules between keys apply then (docs/privacy.md, "In the server")."""
+
+    epsilon: float = 0.0
+    delta: float = 1e-6
+    clip: float = 0.0
+    rounds: int = 0
+    accountant: str = "pld"
+    noise_seed: int = -1
+    #: ``central`` (the server adds Gaussian noise) or ``distributed`` (clients add Skellam
+    #: noise under secure aggregation, :mod:`fedrank.privacy.skellam`).
+    mode: str = "central"
+    #: The adaptive clip (central only; 0: a fixed clip): the quantile, ``sigma_b`` and the
+    #: learning rate of :class:`~fedrank.privacy.adaptive_clip.AdaptiveClip`.
+    clip_quantile: float = 0.0
+    count_noise: float = 0.0
+    clip_eta: float = 0.2
+    #: Central only: the fixed denominator ``W`` of :class:`~fedrank.strategies.dp.
+    #: DPStrategy` (0: the iteration's count of updates).
+    denominator: float = 0.0
+    #: Whether the exact counts (``/v1/status``'s counts, ``/v1/summary``, ``/metrics``)
+    #: answer anyone while DP is on; by default only the admin token sees them.
+    public_counts: bool = False
+
+    ACCEPTS = {
+        "epsilon": Accepts(Interval(Real, 0, None), note="each user's budget; 0: off"),
+        "delta": Interval(Real, 0, 1, closed="neither"),
+        "clip": Accepts(Interval(Real, 0, None), note="the L2 bound of every update"),
+        "rounds": Accepts(Interval(Integral, 0, 100_000), note="the iterations the budget covers"),
+        "accountant": Options(*ACCOUNTANTS),
+        "noise_seed": Accepts(Interval(Integral, -1, None), note="-1: the store's secret seed"),
+        "mode": Options("central", "distributed"),
+        "clip_quantile": Accepts(
+            Interval(Real, 0, 1, closed="neither"), Options(0), note="0: a fixed clip"
+        ),
+        "count_noise": Accepts(
+            Interval(Real, 0, None), note="sigma_b, the noise on the adaptive clip's count"
+        ),
+        "clip_eta": Accepts(_POSITIVE, note="the adaptive clip's learning rate"),
+        "denominator": Accepts(
+            Options(0),
+            Interval(Real, 1, 1e9),
+            note="W, about the expected updates per iteration; 0: the iteration's count",
+        ),
+        "public_counts": bool,
+    }
+    RULES = (
+        Rule(
+            lambda p: not p.enabled or p.clip > 0,
+            "clip (the L2 bound of every update) must be > 0 with epsilon > 0, got {clip}",
+        ),
+        Rule(
+            lambda p: not p.enabled or p.rounds >= 1,
+            "rounds (the iterations the budget covers) must be in 1..100000 with epsilon > 0, "
+            "got {rounds}",
+        ),
+        Rule(
+            lambda p: not p.enabled or p.adaptive or p.count_noise == 0,
+            "count_noise belongs to the adaptive clip: give clip_quantile too",
+        ),
+        Rule(
+            lambda p: not p.enabled or not p.adaptive or p.count_noise > 0,
+            "clip_quantile needs count_noise > 0 (sigma_b, the noise on the count of updates "
+            "within the clip; Andrew et al. take the expected updates per iteration / 20)",
+        ),
+        Rule(
+            lambda p: not p.enabled or p.denominator == 0 or p.mode == "central",
+            "denominator is central DP's: under mode = 'distributed' the decoded sum is "
+            "divided by the round's contributors",
+        ),
+        Rule(
+            lambda p: not p.enabled or not (p.adaptive and p.mode == "distributed"),
+            "clip_quantile is central DP's: under mode = 'distributed' the clients clip to "
+            "the fixed [secagg] l2_bound",
+        ),
+    )
+
+    @property
+    def adaptive(self) -> bool:
+        return self.clip_quantile > 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.enabled and self.mode == "distributed"
+
+    @property
+    def enabled(self) -> bool:
+        return self.epsilon > 0
+
+
+#: A study branch: its name, share, what it is served and whether its clients decay.
+Branch = StudyBranch
+
+
+@dataclass(frozen=True)
+class Proxy(Validated):
+    """A proxy allowed to send merged aggregates (``POST /v1/updates:batch`` with
+    ``{"aggregate": ...}``), authenticated by its bearer ``token``; each aggregate stands
+    for at most ``max_clients`` client messages."""
+
+    name: str
+    token: str
+    max_clients: int = 100_000
+
+    ACCEPTS = {"name": str, "token": str, "max_clients": Interval(Integral, 1, 10**9)}
+    RULES = (
+        Rule(
+            lambda p: _strong_token(p.token),
+            f"the token must have at least {MIN_TOKEN_LENGTH} characters and no surrounding "
+            f"spaces ({_MAKE_TOKEN})",
+        ),
+    )
+
+    def __repr__(self) -> str:  # never print a token
+        return f"Proxy(name={self.name!r}, max_clients={self.max_clients})"
