@@ -73,3 +73,24 @@ def test_no_package_cycles() -> None:
 
     cyclic = sorted(p for p in edges if p in reaches(p))
     assert not cyclic, f"packages on an import cycle: {cyclic}"
+
+
+#: A module over this many lines, or a class over :data:`MAX_CLASS_LINES`, does two jobs.
+MAX_MODULE_LINES = 800
+MAX_CLASS_LINES = 400
+
+
+def test_no_module_or_class_does_two_jobs() -> None:
+    """No module in ``src/fedrank`` longer than 800 lines, no class longer than 400."""
+    long = []
+    for path in sorted(SRC.rglob("*.py")):
+        text = path.read_text()
+        where = str(path.relative_to(SRC))
+        if text.count("\n") > MAX_MODULE_LINES:
+            long.append(f"{where}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef):
+                size = (node.end_lineno or node.lineno) - node.lineno + 1
+                if size > MAX_CLASS_LINES:
+                    long.append(f"{where}: class {node.name}, {size} lines")
+    assert not long, long
