@@ -144,9 +144,20 @@ class RandomizedSigns(BatchPrivatizer):
         mat = np.asarray(updates)
         if mat.ndim != 2:
             raise ConfigError(f"expected updates of shape (C, d), got shape {mat.shape}")
+        return self.privatize_uniforms(mat, rng.random(mat.shape))
+
+    def privatize_uniforms(self, updates: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """:meth:`privatize_batch` with its uniforms given, one per entry: a client whose
+        uniforms are its own (:class:`~fedrank.core.client_random.ClientRandom`) randomizes
+        its signs the same wherever it runs."""
+        mat = np.asarray(updates)
+        if mat.ndim != 2 or np.shape(u) != mat.shape:
+            raise ConfigError(
+                f"expected updates of shape (C, d) and one uniform per entry, got {mat.shape} "
+                f"and {np.shape(u)}"
+            )
         signs = _signs(mat)
         index = signs.astype(np.int64) + 1  # -1, 0, +1 -> 0, 1, 2
-        u = rng.random(mat.shape)
         # keep below p; else move by 1 or by 2 (mod 3) with probability q each
         shift = np.where(u < self.keep, 0, np.where(u < (1 + self.keep) / 2, 1, 2))
         return ((index + shift) % 3 - 1).astype(signs.dtype)

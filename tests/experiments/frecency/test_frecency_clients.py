@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedrank.core.client_random import ClientRandom
 from fedrank.experiments.executors import blocks
 from fedrank.experiments.frecency.clients import LocalFrecencyClients
 from fedrank.experiments.frecency.study import (
@@ -76,7 +77,35 @@ def test_sign_messages_are_the_signs_of_the_gradients(
     client, all_searches = searches
     sign = FrecencyClient(FrecencyStudyConfig(model=client.config.model, message="sign"))
     theta = _theta(client)
-    plain = LocalFrecencyClients(client).messages(all_searches, theta)
-    signs = LocalFrecencyClients(sign).messages(all_searches, theta)
+    coins = ClientRandom(3, 0, all_searches.users)
+    plain = LocalFrecencyClients(client).messages(all_searches, theta, coins)
+    signs = LocalFrecencyClients(sign).messages(all_searches, theta, coins)
     np.testing.assert_array_equal(signs.updates, np.sign(plain.updates))
     np.testing.assert_array_equal(signs.n, plain.n)
+
+
+def test_randomized_signs_are_each_client_s_own(
+    searches: tuple[FrecencyClient, ClientSearches],
+) -> None:
+    """With ``sign_epsilon`` every client randomizes its signs from its own numbers: a block
+    of clients sends what it sends among all (a Dask worker's block too), a new iteration
+    draws new coins, and the randomization flips about the share of signs it should."""
+    client, all_searches = searches
+    model = client.config.model
+    noisy = FrecencyClient(FrecencyStudyConfig(model=model, message="sign", sign_epsilon=0.5))
+    theta = _theta(client)
+    local = LocalFrecencyClients(noisy)
+    coins = ClientRandom(3, 0, all_searches.users)
+    whole = local.messages(all_searches, theta, coins)
+    for part in blocks(all_searches.work(), 3):
+        block = local.messages(
+            all_searches.block(part.start, part.stop), theta, coins.block(part.start, part.stop)
+        )
+        np.testing.assert_array_equal(block.updates, whole.updates[part.start : part.stop])
+    later = local.messages(all_searches, theta, ClientRandom(3, 1, all_searches.users))
+    assert not np.array_equal(later.updates, whole.updates)
+    exact = LocalFrecencyClients(FrecencyClient(FrecencyStudyConfig(model=model, message="sign")))
+    signs = exact.messages(all_searches, theta, coins).updates
+    flipped = float(np.mean(whole.updates != signs))
+    expected = 2 / (np.exp(0.5) + 2)  # each of the other two values with q = 1 / (e^eps + 2)
+    assert abs(flipped - expected) < 0.05

@@ -194,9 +194,9 @@ def test_clients_report_on_their_searches_as_they_were_when_they_searched() -> N
         return batch
 
     class Spy(LocalFrecencyClients):
-        def messages(self, searches, theta):  # type: ignore[no-untyped-def]
+        def messages(self, searches, theta, random):  # type: ignore[no-untyped-def]
             held.append(searches)
-            return super().messages(searches, theta)
+            return super().messages(searches, theta, random)
 
     world.search = search_then_take  # type: ignore[method-assign]
     client = FrecencyClient(config)

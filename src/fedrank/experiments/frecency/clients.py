@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from fedrank.core.client_random import ClientRandom
 from fedrank.experiments.executors import DaskBlocks, blocks
 from fedrank.simulation.frecency.messages import ClientReports, ClientSearches
 from fedrank.systems.frecency.client import FrecencyClient
@@ -34,17 +35,21 @@ if TYPE_CHECKING:
 class FrecencyClients(Protocol):
     """The clients of one frecency study."""
 
-    def messages(self, searches: ClientSearches, theta: np.ndarray) -> ClientReports:
+    def messages(
+        self, searches: ClientSearches, theta: np.ndarray, random: ClientRandom
+    ) -> ClientReports:
         """Every client's report against the published model ``theta``, its update
-        privatized by the client half (signs for sign messages), in client order."""
+        privatized by the client half (signs for sign messages; randomized signs from each
+        client's own numbers in ``random``, one row per client of ``searches``), in client
+        order."""
         ...
 
 
-def _messages(client: FrecencyClient, theta: np.ndarray, searches: ClientSearches) -> ClientReports:
+def _messages(
+    client: FrecencyClient, theta: np.ndarray, searches: ClientSearches, random: ClientRandom
+) -> ClientReports:
     reports = searches.reports(theta, client.estimator)
-    # The plain sign privatizer (signs with zeros kept) draws no random number; randomized
-    # signs draw from a generator of seed 0 in every block (docs/frecency.md).
-    updates = client.privatize(reports.updates, np.random.default_rng(0))
+    updates = client.privatize_clients(reports.updates, random)
     return ClientReports(reports.users, updates, reports.n, reports.loss)
 
 
@@ -54,8 +59,10 @@ class LocalFrecencyClients:
     def __init__(self, client: FrecencyClient) -> None:
         self.client = client
 
-    def messages(self, searches: ClientSearches, theta: np.ndarray) -> ClientReports:
-        return _messages(self.client, theta, searches)
+    def messages(
+        self, searches: ClientSearches, theta: np.ndarray, random: ClientRandom
+    ) -> ClientReports:
+        return _messages(self.client, theta, searches, random)
 
 
 class DaskFrecencyClients:
@@ -67,10 +74,17 @@ class DaskFrecencyClients:
         self.client = client
         self.blocks = DaskBlocks(dask, client)
 
-    def messages(self, searches: ClientSearches, theta: np.ndarray) -> ClientReports:
-        parts = [
-            searches.block(b.start, b.stop) for b in blocks(searches.work(), self.blocks.n_workers)
-        ]
+    def messages(
+        self, searches: ClientSearches, theta: np.ndarray, random: ClientRandom
+    ) -> ClientReports:
+        cut = blocks(searches.work(), self.blocks.n_workers)
+        parts = [(searches.block(b.start, b.stop), random.block(b.start, b.stop)) for b in cut]
         if not parts:
-            return _messages(self.client, theta, searches)  # no client searched
-        return ClientReports.concat(self.blocks.run(_messages, theta, parts))
+            return _messages(self.client, theta, searches, random)  # no client searched
+        return ClientReports.concat(self.blocks.run(_on_worker, theta, parts))
+
+
+def _on_worker(
+    client: FrecencyClient, theta: np.ndarray, part: tuple[ClientSearches, ClientRandom]
+) -> ClientReports:
+    return _messages(client, theta, *part)

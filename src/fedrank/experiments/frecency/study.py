@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from fedrank.core.arrays import unique_values
+from fedrank.core.client_random import ClientRandom
 from fedrank.core.message import MessageBatch
 from fedrank.core.provenance import code_version
 from fedrank.core.validation import Accepts, Interval, Options, Rule
@@ -463,7 +464,8 @@ def optimization_phase(
         model: np.ndarray,
     ) -> None:
         """The clients' messages on ``model``, delivered; the server's step."""
-        reports = clients.messages(held, model)
+        coins = ClientRandom(c.seed, iteration, held.users)  # each client's own (signs)
+        reports = clients.messages(held, model, coins)
         sent = reports if attacker is None else attacker.apply(iteration, reports)
         server.report(world, batch, losses, sent)
         if c.track_stability:

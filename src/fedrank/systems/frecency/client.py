@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedrank.core.client_random import ClientRandom, Stream
 from fedrank.estimators.finite_difference import FiniteDifferenceEstimator
 from fedrank.models.frecency.scorer import page_scorer
 from fedrank.privacy.sign import RandomizedSigns, SignCompressor
@@ -40,10 +41,21 @@ class FrecencyClient:
 
     def privatize(self, updates: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """The clients' messages from their ``(m, d)`` gradients: unchanged, their signs, or
-        their randomized signs (``sign_epsilon``)."""
+        their randomized signs (``sign_epsilon``, coins from ``rng``: a device's own)."""
         if self.privatizer is None:
             return updates
         return self.privatizer.privatize_batch(updates, rng)
+
+    def privatize_clients(self, updates: np.ndarray, random: ClientRandom) -> np.ndarray:
+        """:meth:`privatize` for simulated clients whose coins are their own: row ``i`` is
+        client ``random.ids[i]``, whose randomized signs draw from its own
+        :attr:`~fedrank.core.client_random.Stream.NOISE` numbers, so a client's message does
+        not depend on which others it is computed with (a block on a cluster worker)."""
+        if not isinstance(self.privatizer, RandomizedSigns):
+            return self.privatize(updates, np.random.default_rng(0))  # draws nothing
+        rows = np.arange(random.size)[:, None]
+        u = random.uniform(rows, Stream.NOISE, np.arange(updates.shape[1])[None, :])
+        return self.privatizer.privatize_uniforms(updates, u)
 
     def message_epsilon(self) -> float | None:
         """The local DP of one client message: ``sign_epsilon`` per weight, composed over
