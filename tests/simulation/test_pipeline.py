@@ -17,9 +17,10 @@ from fedrank.simulation.frecency.pipeline import Pipeline
 @pytest.mark.parametrize(
     ("knobs", "message"),
     [
-        ({"halves_from": 0}, "halves_from must be >= 1, got 0"),
-        ({"fresh_halves_from": -5}, "fresh_halves_from must be >= 1, got -5"),
-        ({"blas_threads": 0}, "blas_threads must be >= 1 or None"),
+        ({"halves_from": 0}, r"halves_from must be >= 1 \(an integer\), got 0"),
+        ({"fresh_halves_from": -5}, r"fresh_halves_from must be >= 1 \(an integer\), got -5"),
+        ({"blas_threads": 0}, r"blas_threads \(None: the caller's\) must be >= 1 .* or None"),
+        ({"threads": 1}, "threads must be True or False, got 1"),
     ],
 )
 def test_bad_knobs_are_refused(knobs: dict[str, int], message: str) -> None:

@@ -31,13 +31,14 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Any, TypeVar
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from fedrank.core.validation import Accepts, Interval, Validated
 from fedrank.data.browsing import Pages
-from fedrank.errors import ConfigError
 from fedrank.simulation.frecency.urlbar import (
     SearchBatch,
     TypingModel,
@@ -54,7 +55,7 @@ _T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
-class Pipeline:
+class Pipeline(Validated):
     """The simulator's use of the cores (module docstring); the results never depend on it.
 
     Attributes:
@@ -78,14 +79,13 @@ class Pipeline:
     overlap_server_half: bool = True
     blas_threads: int | None = 1
 
-    def __post_init__(self) -> None:
-        for name in ("halves_from", "fresh_halves_from"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.blas_threads is not None and self.blas_threads < 1:
-            raise ConfigError(
-                f"blas_threads must be >= 1 or None (the caller's setting), got {self.blas_threads}"
-            )
+    ACCEPTS = {
+        "threads": bool,
+        "halves_from": Interval(Integral, 1, None),
+        "fresh_halves_from": Interval(Integral, 1, None),
+        "overlap_server_half": bool,
+        "blas_threads": Accepts(Interval(Integral, 1, None), None, note="None: the caller's"),
+    }
 
     def helper(self, name: str) -> Executor:
         """An executor for work beside the caller's thread: one helper thread named
