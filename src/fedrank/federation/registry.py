@@ -26,11 +26,3 @@ def system(name: str) -> System:
         return SYSTEMS[name]
     except (KeyError, TypeError):
         raise ConfigError(f"unknown system {name!r}; choose one of {', '.join(SYSTEMS)}") from None
-
-
-def by_section(section: str) -> System:
-    """The system whose TOML table is ``[section]``."""
-    for s in SYSTEMS.values():
-        if s.section == section:
-            return s
-    raise ConfigError(f"no system has the section [{section}]")
