@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from fedrank.errors import ConfigError, DataFormatError
+
 ARRAY_KEYS = {"dtype", "shape", "data"}
 
 
@@ -121,3 +123,14 @@ def _replaced(saved: dict[str, Any], path: tuple[Any, ...], value: Any) -> Any:
         parent = parent[key]
     parent[path[-1]] = value
     return out
+
+
+def loads(owner: Any, data: Any) -> bool:
+    """Whether ``owner`` (an aggregator or optimizer) loads the saved state ``data``; a
+    refusal must be a clear error (a config or format error naming the fault), nothing
+    else."""
+    try:
+        owner.state_from_json(data)
+    except (ConfigError, DataFormatError):
+        return False
+    return True

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.optim import SGD, Adam, Rprop
 from fedrank.optim.chain import Chain, Scale
-from tests.conformance.statekit import as_text, assert_identical, malformed
+from tests.conformance.statekit import as_text, assert_identical, loads, malformed
 
 
 @dataclass(frozen=True)
@@ -197,16 +197,6 @@ def test_json_checkpoint_keeps_odd_values_bit_for_bit(case: OptCase, dtype: type
     assert_identical(after_a, after_b)
 
 
-def _loads(opt: Any, data: Any) -> bool:
-    """Whether ``opt`` loads ``data``; a refusal must be a clear error (a config or format
-    error naming the fault), nothing else."""
-    try:
-        opt.state_from_json(data)
-    except (ConfigError, DataFormatError):
-        return False
-    return True
-
-
 @parametrize_cases
 @pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning")
 def test_malformed_checkpoints_are_refused(case: OptCase) -> None:
@@ -216,9 +206,9 @@ def test_malformed_checkpoints_are_refused(case: OptCase) -> None:
     opt = case.build()
     _, state, _ = run(opt, np.zeros(4), list(ODD_GRADIENTS))
     saved = json.loads(json.dumps(opt.state_to_json(state), allow_nan=False))
-    accepted = [fault for fault, data in malformed(saved) if _loads(opt, data)]
+    accepted = [fault for fault, data in malformed(saved) if loads(opt, data)]
     assert not accepted
-    assert _loads(opt, saved)
+    assert loads(opt, saved)
 
 
 @parametrize_cases
