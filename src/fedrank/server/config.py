@@ -273,8 +273,8 @@ class ServerConfig(Validated):
             lambda c: not (c.server_seeds and c.proxies),
             "[{system.section}] server_seeds = true cannot take [[proxies]]: a merged aggregate "
             "hides its messages' seed tokens, so the server could not verify them; remove "
-            "[[proxies]] (proxies may forward binary batches, which carry each token) or set "
-            "server_seeds = false",
+            "[[proxies]] (proxies may forward JSON batches naming each client and its token) "
+            "or set server_seeds = false",
         ),
         Rule(
             lambda c: _distinct([p.name for p in c.proxies]),
