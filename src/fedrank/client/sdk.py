@@ -92,13 +92,14 @@ class SendResult:
 
 @dataclass(frozen=True)
 class Checkin:
-    """The answer to ``POST /v1/checkin``.
+    """The server's decision on ``POST /v1/checkin``, once the round's seats are drawn
+    (:meth:`Client.checkin` polls through the check-in window before).
 
     ``selected`` clients get the round's ``model_version`` and reporting ``deadline``; the
-    others ``retry_after_seconds``. ``seed`` and ``seed_token`` are set when the server
-    issues FOLtR-ES seeds: perturb the model with that seed and send the token with the
-    report (:meth:`Client.es_task`, :meth:`Client.send_es`). The answer's JSON fields also
-    read by name, ``checkin["selected"]``.
+    others ``retry_after_seconds`` (the next round). ``seed`` and ``seed_token`` are set
+    when the server issues FOLtR-ES seeds: perturb the model with that seed and send the
+    token with the report (:meth:`Client.es_task`, :meth:`Client.send_es`). The answer's
+    JSON fields also read by name, ``checkin["selected"]``.
     """
 
     client_id: str
