@@ -113,22 +113,27 @@ class Rounds:
             if refused is not None:
                 raise BadRequest(409, *refused)
 
-    def check_contributors(self, batch_id: str, clients: list[str], known: Container[str]) -> None:
+    def check_contributors(
+        self, batch_id: str, clients: list[str], known: Container[str]
+    ) -> list[str]:
         """Refuse a proxy's merged aggregate unless every client it names is seated, in
         time and has not reported (409, the first refusal's reason); reserve them all
-        otherwise. An aggregate already stored (``batch_id`` in ``known``) is a retry."""
-        if batch_id not in known:
-            refused = self.cohort.refusal_of_all(clients, time.time())
-            if refused is not None:
-                raise BadRequest(409, *refused)
+        otherwise and return them. An aggregate already stored (``batch_id`` in ``known``)
+        is a retry: nobody is reserved."""
+        if batch_id in known:
+            return []
+        refused = self.cohort.refusal_of_all(clients, time.time())
+        if refused is not None:
+            raise BadRequest(409, *refused)
+        return clients
 
     def reported(self, item: Incoming, client: str | None, outcome: Outcome) -> None:
         """The writer answered a reserved report: settle the client's report."""
         if item.kind == "update" and client and client in self.cohort.pending:
             self.cohort.settle(client, accepted=outcome.status == 202)
 
-    def contributed(self, clients: list[str], outcome: Outcome) -> None:
-        """The writer answered a reserved aggregate: settle its contributors' reports."""
-        for client in clients:
-            if client in self.cohort.pending:
-                self.cohort.settle(client, accepted=outcome.status == 202)
+    def contributed(self, reserved: list[str], outcome: Outcome) -> None:
+        """The writer answered an aggregate: settle the reports of the contributors
+        :meth:`check_contributors` reserved."""
+        for client in reserved:
+            self.cohort.settle(client, accepted=outcome.status == 202)

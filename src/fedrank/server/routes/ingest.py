@@ -197,6 +197,7 @@ class Ingest:
             raise BadRequest(
                 422, "invalid", "clients names a round's contributors: this server has no [rounds]"
             )
+        reserved: list[str] = []
         if rounds is not None:
             if clients is None:
                 raise BadRequest(
@@ -205,10 +206,10 @@ class Ingest:
                     "this server selects clients per round: name the aggregate's contributors "
                     "in clients (one selected client_id per update it folds)",
                 )
-            rounds.check_contributors(item.message_id, clients, engine.current.ids)
+            reserved = rounds.check_contributors(item.message_id, clients, engine.current.ids)
         (outcome,) = await engine.writer.submit([item])
-        if rounds is not None and clients is not None:
-            rounds.contributed(clients, outcome)
+        if rounds is not None:
+            rounds.contributed(reserved, outcome)
         service.counts.answered("batch", outcome.status)
         return json_response(outcome.body, outcome.status)
 
