@@ -19,7 +19,9 @@ import pytest
 
 from fedrank.aggregators.mean import WeightedMean
 from fedrank.core.message import MessageBatch
+from fedrank.errors import ConfigError
 from fedrank.server.cohort import Cohort
+from fedrank.server.config import load_config
 from fedrank.server.sections import RoundsSection
 from tests.server.serverkit import (
     ADMIN_TOKEN,
@@ -168,6 +170,25 @@ def test_a_flood_of_fresh_ids_gains_seats_only_in_proportion(honest_at: int, cap
     expected = n_rounds * k / (flood + 1)
     assert abs(seats - expected) < 4 * np.sqrt(expected), (seats, expected)
     assert seats + flood_seats == n_rounds * k
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("checkin_seconds = 0", "[rounds] checkin_seconds must be in (0, 3600]"),
+        ("min_checkins = 0", "[rounds] min_checkins must be >= 1"),
+        ("max_waiting = 3", "max_waiting (3) must be 0 (100 x clients_per_round) or at least"),
+        ("min_checkins = 501", "min_checkins (501) must be at most max_waiting"),
+        ("selection_seed = -2", "[rounds] selection_seed (-1: a CSPRNG"),
+    ],
+)
+def test_the_window_keys_refuse_what_cannot_work(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "server.toml"
+    path.write_text(f"[rounds]\nclients_per_round = 5\n{text}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert message in str(err.value)
+    assert load_config().rounds.waiting_cap == 100 * 100  # 100 x K by default
 
 
 def decided(live: Live, client_id: str) -> dict[str, Any]:
