@@ -60,18 +60,19 @@ class Cohort:
     issue_seed: IssueSeed | None = None
     min_checkins: int = 0
     #: When the window closes (set by the round's first check-in).
-    window_end: float | None = None
+    window_end: float | None = field(default=None, init=False)
     #: When the seats were drawn (``None`` while the window is open).
-    selected_at: float | None = None
-    deadlines: dict[str, float] = field(default_factory=dict)
-    reported: set[str] = field(default_factory=set)
-    pending: set[str] = field(default_factory=set)  # a report of theirs is being stored
-    seeds: dict[str, IssuedSeed] = field(default_factory=dict)
+    selected_at: float | None = field(default=None, init=False)
+    deadlines: dict[str, float] = field(default_factory=dict, init=False)
+    reported: set[str] = field(default_factory=set, init=False)
+    #: Seated clients a report of whose is being stored.
+    pending: set[str] = field(default_factory=set, init=False)
+    seeds: dict[str, IssuedSeed] = field(default_factory=dict, init=False)
     #: The window's kept clients (a reservoir) and each one's slot in it.
-    _waiting: list[str] = field(default_factory=list)
-    _slot: dict[str, int] = field(default_factory=dict)
+    _waiting: list[str] = field(default_factory=list, init=False)
+    _slot: dict[str, int] = field(default_factory=dict, init=False)
     #: Distinct arrivals at the window so far (the reservoir's ``i``).
-    _arrivals: int = 0
+    _arrivals: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
         self.min_checkins = self.min_checkins or self.rounds.min_checkins
