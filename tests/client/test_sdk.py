@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -115,11 +116,15 @@ def test_checkin_on_a_round_server(tmp_path: Path) -> None:
     config.write_text(
         '[server]\nworkload = "fedavg"\n[fedavg]\ndim = 3\n'
         "[rounds]\nenabled = true\nclients_per_round = 2\nt_max_seconds = 30\n"
+        "checkin_seconds = 0.1\nmin_checkins = 3\n"
     )
     with ServerProcess(tmp_path / "store", config=config) as s, Client(s.url) as c:
-        answers = [c.checkin(f"client{i}") for i in range(3)]
-        assert [a["selected"] for a in answers] == [True, True, False]
-        ok = c.send({"delta": [0.1, 0.2, 0.3], "n": 4}, 0, client_id="client0")
-        refused = c.send({"delta": [0.1, 0.2, 0.3], "n": 4}, 0, client_id="client2")
+        with ThreadPoolExecutor(max_workers=3) as pool:  # one window: 2 seats of 3 drawn
+            answers = list(pool.map(c.checkin, [f"client{i}" for i in range(3)]))
+        assert sorted(a["selected"] for a in answers) == [False, True, True]
+        seated = next(a.client_id for a in answers if a.selected)
+        left_out = next(a.client_id for a in answers if not a.selected)
+        ok = c.send({"delta": [0.1, 0.2, 0.3], "n": 4}, 0, client_id=seated)
+        refused = c.send({"delta": [0.1, 0.2, 0.3], "n": 4}, 0, client_id=left_out)
     assert ok.status == "accepted" and refused.status == "refused"
     assert "not selected" in refused.body["detail"]

@@ -1,9 +1,11 @@
-"""The SDK's FOLtR-ES path against real servers on loopback: a client checks in, perturbs
-the model with the seed the server issued (or, on a server that lets clients choose, one it
-draws), and reports the metric with the seed's token (JSON, or the binary record)."""
+"""The SDK's FOLtR-ES path against real servers on loopback: clients check in (the SDK
+polls through the round's check-in window until the seats are drawn), perturb the model
+with the seed the server issued (or, on a server that lets clients choose, one they draw),
+and report the metric with the seed's token (JSON, or the binary record)."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -20,8 +22,13 @@ from fedrank.systems.foltr_es.wire import es_payload, es_record
 ADMIN = "sdk-admin-token-0123"
 
 
-def write_config(tmp_path: Path, server_seeds: bool) -> Path:
-    rounds = "[rounds]\nenabled = true\nclients_per_round = 3\nt_max_seconds = 600\n"
+def write_config(tmp_path: Path, server_seeds: bool, min_checkins: int = 1) -> Path:
+    """A foltr-es server with rounds of 3 seats whose window closes once ``min_checkins``
+    clients wait."""
+    rounds = (
+        "[rounds]\nenabled = true\nclients_per_round = 3\nt_max_seconds = 600\n"
+        f"checkin_seconds = 0.1\nmin_checkins = {min_checkins}\n"
+    )
     text = (
         f'[server]\nworkload = "foltr-es"\nadmin_token = "{ADMIN}"\n'
         f"[foltr_es]\nserver_seeds = {'true' if server_seeds else 'false'}\n{rounds}"
@@ -32,7 +39,7 @@ def write_config(tmp_path: Path, server_seeds: bool) -> Path:
 
 
 def test_a_client_reports_the_seed_the_server_issued(tmp_path: Path) -> None:
-    config = write_config(tmp_path, server_seeds=True)
+    config = write_config(tmp_path, server_seeds=True, min_checkins=3)
     with (
         ServerProcess(tmp_path / "store", config=config, iteration_seconds=0) as s,
         Client(s.url, rng=np.random.default_rng(0)) as c,
@@ -41,7 +48,10 @@ def test_a_client_reports_the_seed_the_server_issued(tmp_path: Path) -> None:
         assert model.config["server_seeds"] is True
         with pytest.raises(FedrankError, match="this server issues the seeds"):
             c.es_task(None, model)
-        answer = c.checkin("sdk-a")
+        # Three clients check in at once; each call returns when the seats are drawn.
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            answer, b, c_answer = pool.map(c.checkin, ["sdk-a", "sdk-b", "sdk-c"])
+        assert c_answer.selected and c_answer.model_version == 0
         assert isinstance(answer, Checkin) and answer.selected and answer["selected"] is True
         assert answer.seed is not None and answer.seed_token is not None
         assert answer["seed"] == answer.seed and answer.model_version == 0
@@ -56,7 +66,6 @@ def test_a_client_reports_the_seed_the_server_issued(tmp_path: Path) -> None:
         assert again.status == "refused" and again.body["error"] == "duplicate_seed"
 
         # A second client reports in the binary form, with the token's bytes appended.
-        b = c.checkin("sdk-b")
         headers = {
             "Content-Type": "application/vnd.fedrank.update",
             "X-Message-Id": "sdk-b-1",
@@ -75,10 +84,10 @@ def test_a_client_reports_the_seed_the_server_issued(tmp_path: Path) -> None:
         assert moved.version == 1
         with pytest.raises(FedrankError, match="check in again for its seed"):
             c.es_task(answer, moved)
-        fresh = c.checkin("sdk-c")
-        assert fresh.model_version == 1 and fresh.seed_token != answer.seed_token
+        fresh = c.checkin("sdk-c")  # seated in this round: a seed for the new version
+        assert fresh.model_version == 1 and fresh.seed_token != c_answer.seed_token
         assert c.send_es(c.es_task(fresh, moved), 0.0, 1.0).status == "accepted"
-        full = c.checkin("sdk-d")  # three selected already
+        full = c.checkin("sdk-d")  # the seats were drawn already
         assert not full.selected and full.seed is None and full.retry_after_seconds
         with pytest.raises(FedrankError, match="not selected in round 0"):
             c.es_task(full, moved)
@@ -113,3 +122,19 @@ def test_payload_helpers_check_what_they_build() -> None:
         Checkin.from_answer("x", {"selected": True, "round": 0, "seed": 1})
     with pytest.raises(FedrankError, match="malformed"):
         Checkin.from_answer("x", {"round": 0})
+
+
+def test_checkin_gives_up_after_wait_seconds(tmp_path: Path) -> None:
+    """A window that waits for more clients than come: the SDK polls it for at most
+    ``wait_seconds`` and then says so."""
+    config = write_config(tmp_path, server_seeds=False, min_checkins=2)
+    with (
+        ServerProcess(tmp_path / "store", config=config, iteration_seconds=0) as s,
+        Client(s.url) as c,
+    ):
+        with pytest.raises(FedrankError, match="window is still open after 0.3 s"):
+            c.checkin("alone", wait_seconds=0.3)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            second = pool.submit(c.checkin, "second")
+            assert c.checkin("alone").selected  # the second arrival closes the window
+            assert second.result().selected

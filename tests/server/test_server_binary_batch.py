@@ -2,13 +2,15 @@
 forwards. Accepted and stored like JSON messages (one id space: a message sent as JSON and
 again in a binary batch is a duplicate), all-or-nothing refusal of a bad batch (header,
 ids, records, version), and 415 for a workload without a binary form. Also: ids holding a
-newline are refused on every path (the batch fast path joins ids with newlines)."""
+newline are refused on every path (the batch fast path joins ids with newlines). A server
+that selects clients per round refuses binary batches: they name no client."""
 
 from __future__ import annotations
 
 import base64
 import struct
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -166,3 +168,27 @@ def test_ids_with_a_newline_are_refused_everywhere(es: Live) -> None:
     assert row_count(es.store) == rows + 1
     assert "a\nb" not in {r["message_id"] for r in stored_rows(es.store)}
     assert state_of(es.client)["updates_accepted_total"] == before["updates_accepted_total"] + 1
+
+
+ES_ROUNDS = """
+[server]
+workload = "foltr-es"
+[rounds]
+enabled = true
+clients_per_round = 2
+t_max_seconds = 600.0
+checkin_seconds = 0.1
+"""
+
+
+def test_under_rounds_a_binary_batch_is_refused_whole(tmp_path: Path) -> None:
+    """Issue 51, finding 2: with rounds on, a client that never checked in had 5,000 ES
+    reports accepted in one binary batch. A binary batch names no client, so a server that
+    selects clients per round refuses it whole, saying what to send instead."""
+    with live_server(tmp_path, ES_ROUNDS, **NO_CLOSE) as live:
+        before, rows = state_of(live.client), row_count(live.store)
+        ids = [f"sybil-{k}" for k in range(5000)]
+        response = post_batch(live, encode_batch(ids, 0, _es_records(5000)))
+        assert_error(response, 409, "not_selected", "a binary batch names no client")
+        assert "client_id" in response.json()["detail"]
+        assert state_of(live.client) == before and row_count(live.store) == rows

@@ -2,12 +2,14 @@
 what ``Client.send_batch`` sends) against a real server: stored in each message's JSON
 form in the same id space as single messages, and refused whole, with the reason, when
 anything is wrong (another workload's columns, counts that are not integers, values out
-of range, ids that do not match the batch, an unknown version)."""
+of range, ids that do not match the batch, an unknown version). A server that selects
+clients per round refuses columnar batches: they name no client."""
 
 from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -120,3 +122,29 @@ def test_vector_batches_refuse_what_a_count_or_a_sign_cannot_be(frecency_sign: L
     with pytest.raises(ClientError, match="columns"):
         sdk.send_batch(MessageBatch.of_es(np.array([1], dtype=np.uint64), [0.5]), version)
     assert not any(r["message_id"] == "v-1" for r in stored_rows(frecency_sign.store))
+
+
+FEDAVG_ROUNDS = """
+[server]
+workload = "fedavg"
+[fedavg]
+dim = 5
+[rounds]
+enabled = true
+clients_per_round = 2
+t_max_seconds = 600.0
+checkin_seconds = 0.1
+"""
+
+
+def test_under_rounds_a_columnar_batch_is_refused_whole(tmp_path: Path) -> None:
+    """Issue 51, finding 2: with rounds on, a client that never checked in had 1,000
+    columnar FedAvg updates with n = 100,000 accepted. A columnar batch names no client, so
+    a server that selects clients per round refuses it whole, saying what to send instead."""
+    with live_server(tmp_path, FEDAVG_ROUNDS, **NO_CLOSE) as live:
+        before, rows = state_of(live.client), row_count(live.store)
+        batch = MessageBatch.of_vectors(np.full((1000, 5), -1.0), np.full(1000, 100_000))
+        with pytest.raises(ClientError, match="a columnar batch names no client") as err:
+            _sdk(live).send_batch(batch, 0, [f"sybil-{k}" for k in range(1000)])
+        assert err.value.status == 409 and err.value.body["error"] == "not_selected"
+        assert state_of(live.client) == before and row_count(live.store) == rows

@@ -66,6 +66,8 @@ dim = {DIM}
 enabled = true
 clients_per_round = 1000
 t_max_seconds = 3600.0
+checkin_seconds = 0.1
+min_checkins = 400
 """
 SELECTED = [f"fz-client-{i}" for i in range(400)]
 #: Placeholder for "a selected client that has not reported yet" (each reports only once).
@@ -96,6 +98,8 @@ def fedavg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         iteration_seconds=0,
         iteration_min_updates=10**9,
     ) as live:
+        for client_id in SELECTED:  # one window: all 400 seated when the last arrives
+            live.client.post("/v1/checkin", json={"client_id": client_id})
         for client_id in SELECTED:
             answer = live.client.post("/v1/checkin", json={"client_id": client_id}).json()
             assert answer["selected"] is True

@@ -9,9 +9,11 @@
   retried with exponential backoff and jitter on connection errors, ``5xx`` and ``429``;
   if every retry fails the message goes to an offline queue on disk, and ``flush()``
   resends it later with the same ``message_id``;
-* ``checkin()`` -- ask to be selected for the current round (FedAvg / FOLtR-ES servers); a
-  :class:`Checkin`, with the server-issued ``seed`` and ``seed_token`` when the server
-  issues FOLtR-ES seeds (``[foltr_es] server_seeds``, :mod:`fedrank.server.seeds`);
+* ``checkin()`` -- ask to be selected for the current round (FedAvg / FOLtR-ES servers),
+  polling through the round's check-in window until the server has drawn its seats
+  (:mod:`fedrank.server.cohort`); a :class:`Checkin`, with the server-issued ``seed`` and
+  ``seed_token`` when the server issues FOLtR-ES seeds (``[foltr_es] server_seeds``,
+  :mod:`fedrank.server.seeds`);
 * FOLtR-ES (Kharitonov, WSDM 2019, Sec. 3.2): ``es_task(checkin, model)`` gives the seed to
   perturb the model with (the server's when it issued one, else one the client draws) and
   the perturbed models; ``send_es(task, metric, ...)`` reports the seed and the metric, with
@@ -90,13 +92,14 @@ class SendResult:
 
 @dataclass(frozen=True)
 class Checkin:
-    """The answer to ``POST /v1/checkin``.
+    """The server's decision on ``POST /v1/checkin``, once the round's seats are drawn
+    (:meth:`Client.checkin` polls through the check-in window before).
 
     ``selected`` clients get the round's ``model_version`` and reporting ``deadline``; the
-    others ``retry_after_seconds``. ``seed`` and ``seed_token`` are set when the server
-    issues FOLtR-ES seeds: perturb the model with that seed and send the token with the
-    report (:meth:`Client.es_task`, :meth:`Client.send_es`). The answer's JSON fields also
-    read by name, ``checkin["selected"]``.
+    others ``retry_after_seconds`` (the next round). ``seed`` and ``seed_token`` are set
+    when the server issues FOLtR-ES seeds: perturb the model with that seed and send the
+    token with the report (:meth:`Client.es_task`, :meth:`Client.send_es`). The answer's
+    JSON fields also read by name, ``checkin["selected"]``.
     """
 
     client_id: str
@@ -440,13 +443,32 @@ class Client:
             raise ClientError(response.status_code, _body(response))
         return dict(response.json())
 
-    def checkin(self, client_id: str) -> Checkin:
+    def checkin(self, client_id: str, wait_seconds: float = 120.0) -> Checkin:
         """Ask to be selected for the current round (``client_id``: the client's own random
-        id for rounds); the answer holds the issued seed when the server issues them."""
-        response = self._request("POST", "/v1/checkin", json={"client_id": client_id})
-        if response.status_code != 200:
-            raise ClientError(response.status_code, _body(response))
-        return Checkin.from_answer(client_id, response.json())
+        id for rounds). While the round's check-in window is open the server answers
+        "waiting" with when to poll again; this polls then, for at most ``wait_seconds``
+        (:class:`FedrankError` after that), and returns the server's decision: selected
+        (with the issued seed when the server issues them) or not (retry next round)."""
+        give_up = time.monotonic() + wait_seconds
+        while True:
+            response = self._request("POST", "/v1/checkin", json={"client_id": client_id})
+            if response.status_code != 200:
+                raise ClientError(response.status_code, _body(response))
+            answer = response.json()
+            if not (isinstance(answer, dict) and answer.get("waiting") is True):
+                return Checkin.from_answer(client_id, answer)
+            left = give_up - time.monotonic()
+            if left <= 0:
+                raise FedrankError(
+                    f"round {answer.get('round')}'s check-in window is still open after "
+                    f"{wait_seconds} s (the server waits for more clients); check in again "
+                    "later, or wait longer (wait_seconds)"
+                )
+            try:
+                delay = float(answer["retry_after_seconds"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise FedrankError(f"the server's check-in answer is malformed: {answer}") from exc
+            time.sleep(min(max(delay, 0.01), left))
 
     def es_task(self, checkin: Checkin | None, model: ServedModel) -> ESTask:
         """The FOLtR-ES report this client computes on ``model``: with the seed the server

@@ -87,6 +87,15 @@ A complete example (every key optional; these are the defaults)::
     enabled = false
     clients_per_round = 100      # K
     t_max_seconds = 60.0         # reporting deadline after selection
+    checkin_seconds = 10.0       # the check-in window, from a round's first check-in; at
+                                 # its end K of the clients that checked in are sampled
+                                 # uniformly at random (never first-come; docs/service.md)
+    min_checkins = 1             # the window stays open until this many clients wait (a
+                                 # secure round always waits for K)
+    max_waiting = 0              # clients a window keeps, the rest reservoir-sampled (a
+                                 # flood cannot crowd out earlier ones); 0: 100 x K
+    selection_seed = -1          # -1: selections from a CSPRNG; >= 0: a seeded generator,
+                                 # reproducible (simulations and tests only)
 
     [secagg]                     # secure aggregation of each round (fedavg; docs/secagg.md)
     enabled = false
@@ -264,8 +273,8 @@ class ServerConfig(Validated):
             lambda c: not (c.server_seeds and c.proxies),
             "[{system.section}] server_seeds = true cannot take [[proxies]]: a merged aggregate "
             "hides its messages' seed tokens, so the server could not verify them; remove "
-            "[[proxies]] (proxies may forward binary batches, which carry each token) or set "
-            "server_seeds = false",
+            "[[proxies]] (proxies may forward JSON batches naming each client and its token) "
+            "or set server_seeds = false",
         ),
         Rule(
             lambda c: _distinct([p.name for p in c.proxies]),

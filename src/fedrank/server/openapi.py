@@ -159,7 +159,8 @@ def openapi_document() -> dict[str, Any]:
                                         {
                                             "type": "object",
                                             "description": "a proxy's merged state; needs "
-                                            "Authorization: Bearer <its [[proxies]] token>",
+                                            "Authorization: Bearer <its [[proxies]] token>; "
+                                            "under [rounds] also clients: its contributors",
                                             "required": [
                                                 "aggregate",
                                                 "count",
@@ -195,7 +196,9 @@ def openapi_document() -> dict[str, Any]:
                         },
                     },
                     "responses": {
-                        "200": _json_response("selected (with deadline) or not"),
+                        "200": _json_response(
+                            "waiting (poll again at poll_at), selected (with deadline) or not"
+                        ),
                         **_errors(400, 403, 404, 422),
                     },
                 }

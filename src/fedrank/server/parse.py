@@ -181,8 +181,8 @@ class UpdateParser:
         """A binary batch (``application/vnd.fedrank.batch``, see
         :func:`fedrank.core.codec.encode_batch`) of the workload's tiny messages, validated
         at once and all-or-nothing: any bad message refuses the whole request with its index
-        and reason. Its messages are updates of the trained branch (what a proxy forwards);
-        with server-issued seeds each record ends in its seed token."""
+        and reason. Its messages are updates of the trained branch (what a proxy forwards;
+        it names no clients, so a server with rounds refuses it before parsing)."""
         workload = self.service.engine.workload
         size = workload.wire.record_size
         if size == 0:
@@ -248,16 +248,22 @@ class UpdateParser:
 
     # -- a proxy's aggregate ------------------------------------------------------------
 
-    def aggregate(self, data: dict[str, Any], proxy: Proxy, current: int) -> Incoming:
+    def aggregate(
+        self, data: dict[str, Any], proxy: Proxy, current: int
+    ) -> tuple[Incoming, list[str] | None]:
         """A proxy's merged aggregator state standing for ``count`` updates: at most the
         proxy's ``max_clients``, and internally consistent (a state some messages could
-        produce: ``Aggregator.check_consistent``)."""
+        produce: ``Aggregator.check_consistent``); with the ``clients`` it names (distinct
+        client ids, one per update it folds: a round's contributors), if any."""
         aggregator = self.service.engine.aggregator
-        if set(data) != {"aggregate", "count", "batch_id", "model_version"}:
+        if not {"aggregate", "count", "batch_id", "model_version"} <= set(data) <= {
+            "aggregate", "count", "batch_id", "model_version", "clients"
+        }:  # fmt: skip
             raise BadRequest(
                 422,
                 "invalid",
-                "an aggregate batch has exactly: aggregate, count, batch_id, model_version",
+                "an aggregate batch has exactly: aggregate, count, batch_id, model_version "
+                "(and, under rounds, clients)",
             )
         batch_id = identifier(data["batch_id"], "batch_id")
         assert batch_id is not None
@@ -270,6 +276,19 @@ class UpdateParser:
                 422,
                 "invalid",
                 f"count {count} exceeds proxy {proxy.name!r}'s max_clients ({proxy.max_clients})",
+            )
+        clients = data.get("clients")
+        if clients is not None and not (
+            isinstance(clients, list)
+            and len(clients) == count
+            and all_ids(clients)
+            and len(set(clients)) == count
+        ):
+            raise BadRequest(
+                422,
+                "invalid",
+                f"clients must list {count} (count) distinct client ids of 1-128 of "
+                "A-Z a-z 0-9 . _ : -",
             )
         try:
             state = aggregator.state_from_json(data["aggregate"])
@@ -295,6 +314,7 @@ class UpdateParser:
             ) from exc
         text = orjson.dumps(data["aggregate"]).decode()
         branch = self.service.branches.first
-        return Incoming(
+        item = Incoming(
             batch_id, version, branch, "aggregate", text, {}, aggregate=state, count=count
         )
+        return item, clients

@@ -1,23 +1,28 @@
 """The service's rounds (``[rounds]``): the open round's cohort
-(:class:`~fedrank.server.cohort.Cohort`: check-in, selection, reporting deadlines) and, with
-``[secagg]``, its secure-aggregation session (:class:`~fedrank.server.secagg_round.SecAggRound`)
-and the previous round's, whose clients may still ask how it ended. A report is accepted
-only from a selected client, once, before its deadline; the scheduler
-(:mod:`fedrank.server.scheduler`) starts the next round when one ends.
+(:class:`~fedrank.server.cohort.Cohort`: the check-in window, the uniform draw of its seats,
+reporting deadlines) and, with ``[secagg]``, its secure-aggregation session
+(:class:`~fedrank.server.secagg_round.SecAggRound`) and the previous round's, whose clients
+may still ask how it ended. A secure round draws its ``K`` members the same way, waiting for
+at least ``K`` clients, and they join its session when drawn, before its protocol starts. A
+report is accepted only from a seated client, once, before its deadline, on every path a
+report takes (a single update, a JSON batch, a proxy's merged aggregate naming its
+contributors); the scheduler (:mod:`fedrank.server.scheduler`) draws the seats when a window
+ends and starts the next round when one ends.
 """
 
 from __future__ import annotations
 
+import random
+import secrets
 import time
-from collections.abc import Callable, Container
+from collections.abc import Container, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fedrank.server.cohort import Cohort
+from fedrank.server.cohort import Cohort, IssueSeed
 from fedrank.server.config import ServerConfig
 from fedrank.server.envelope import BadRequest
 from fedrank.server.messages import Incoming, Outcome
 from fedrank.server.secagg_round import SecAggRound
-from fedrank.server.seeds import IssuedSeed
 
 if TYPE_CHECKING:
     from fedrank.privacy.skellam import SkellamPlan
@@ -30,8 +35,8 @@ class Rounds:
         config: the server's configuration (``[rounds]``, ``[secagg]``).
         dim: the model's dimension (a secure round sums vectors of it).
         noise: the clients' distributed DP noise of a secure round, or ``None``.
-        issue_seed: issues a selected client's FOLtR-ES seed for a model version
-            (``[foltr_es] server_seeds``), or ``None`` when clients draw their own.
+        issue_seed: issues a seated client's FOLtR-ES seed for a model version, bound to
+            the client (``[foltr_es] server_seeds``), or ``None`` when clients draw their own.
     """
 
     def __init__(
@@ -39,12 +44,15 @@ class Rounds:
         config: ServerConfig,
         dim: int,
         noise: SkellamPlan | None,
-        issue_seed: Callable[[int], IssuedSeed] | None,
+        issue_seed: IssueSeed | None,
     ) -> None:
         self.config = config
         self.dim = dim
         self.noise = noise
         self.issue_seed = issue_seed
+        seed = config.rounds.selection_seed
+        #: Draws the seats (and the window's reservoir): a CSPRNG unless a seed is set.
+        self.rng: random.Random = secrets.SystemRandom() if seed < 0 else random.Random(seed)
         self.secagg: SecAggRound | None = None
         self.secagg_previous: SecAggRound | None = None
         self.cohort = self._start(0)
@@ -62,26 +70,37 @@ class Rounds:
                 sa.stage_seconds,
                 self.noise,
             )
-        return Cohort(number, r.clients_per_round, r.t_max_seconds, issue_seed=self.issue_seed)
+        return Cohort(
+            number,
+            r,
+            self.rng,
+            issue_seed=self.issue_seed,
+            min_checkins=r.clients_per_round if sa.enabled else r.min_checkins,
+        )
 
     def next(self) -> None:
         """The round ended: the next one starts."""
         self.cohort = self._start(self.cohort.number + 1)
 
+    def select(self, now: float) -> None:
+        """Draw the open round's seats if its window has ended; in a secure round the seated
+        clients join its session, in the order drawn."""
+        self._join(self.cohort.select(now), now)
+
+    def _join(self, seats: Sequence[str], now: float) -> None:
+        if self.secagg is not None:
+            for client in seats:
+                self.secagg.join(client, now)
+
     def checkin(self, client: str, now: float, model_version: int) -> dict[str, Any]:
-        """The answer to a check-in of ``client``: selected (with its secure-aggregation
-        id in a secure round) or told to retry. A secure round takes no new client once its
-        protocol has left the first stage."""
-        sa = self.secagg
-        if sa is not None and client not in sa.ids and (sa.stage > 0 or sa.finished):
-            return {
-                "selected": False,
-                "round": self.cohort.number,
-                "retry_after_seconds": sa.stage_seconds,
-            }
+        """The answer to a check-in of ``client``: wait for the window's end, seated (with
+        its secure-aggregation block in a secure round) or retry next round."""
+        drawn = self.cohort.selected_at is not None
         answer = self.cohort.checkin(client, now, model_version)
-        if sa is not None and answer["selected"]:
-            answer["secagg"] = sa.join(client, now)
+        if not drawn and self.cohort.selected_at is not None:
+            self._join(list(self.cohort.deadlines), now)
+        if self.secagg is not None and answer["selected"]:
+            answer["secagg"] = self.secagg.join(client, now)
         return answer
 
     def check_report(self, item: Incoming, client: str | None, known: Container[str]) -> None:
@@ -94,7 +113,27 @@ class Rounds:
             if refused is not None:
                 raise BadRequest(409, *refused)
 
+    def check_contributors(
+        self, batch_id: str, clients: list[str], known: Container[str]
+    ) -> list[str]:
+        """Refuse a proxy's merged aggregate unless every client it names is seated, in
+        time and has not reported (409, the first refusal's reason); reserve them all
+        otherwise and return them. An aggregate already stored (``batch_id`` in ``known``)
+        is a retry: nobody is reserved."""
+        if batch_id in known:
+            return []
+        refused = self.cohort.refusal_of_all(clients, time.time())
+        if refused is not None:
+            raise BadRequest(409, *refused)
+        return clients
+
     def reported(self, item: Incoming, client: str | None, outcome: Outcome) -> None:
         """The writer answered a reserved report: settle the client's report."""
         if item.kind == "update" and client and client in self.cohort.pending:
+            self.cohort.settle(client, accepted=outcome.status == 202)
+
+    def contributed(self, reserved: list[str], outcome: Outcome) -> None:
+        """The writer answered an aggregate: settle the reports of the contributors
+        :meth:`check_contributors` reserved."""
+        for client in reserved:
             self.cohort.settle(client, accepted=outcome.status == 202)

@@ -1,7 +1,8 @@
 """When the open iteration closes: every ``[iteration] tick_seconds`` the scheduler looks at
 it and closes it by the iteration policy (a minimum count, a fixed time, the adaptive rule
 that waits for the aggregate's sign to settle: Mozilla paper, Sec. 6.4), or, with
-``[rounds]``, when the round completes; with ``[secagg]`` it also moves the round's secure
+``[rounds]``, when the round completes (it also draws a round's seats when its check-in
+window ends); with ``[secagg]`` it also moves the round's secure
 aggregation through its stages and folds the unmasked sum in before the close
 (docs/service.md, docs/secagg.md). A close that fails is retried after a back-off, never in
 a loop."""
@@ -142,6 +143,7 @@ class Scheduler:
         return False
 
     async def _round(self, rounds: Rounds, n_updates: int) -> None:
+        rounds.select(time.time())  # the window has ended: draw the seats
         if rounds.secagg is not None:
             await self._secure_round(rounds)
             return

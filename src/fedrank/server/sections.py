@@ -95,17 +95,47 @@ class IterationSection(Validated):
 
 @dataclass(frozen=True)
 class RoundsSection(Validated):
-    """``[rounds]``: server-selected rounds of ``clients_per_round`` clients."""
+    """``[rounds]``: server-selected rounds of ``clients_per_round`` clients, sampled
+    uniformly from those that check in during a window (:mod:`fedrank.server.cohort`)."""
 
     enabled: bool = False
     clients_per_round: int = 100
     t_max_seconds: float = 60.0
+    checkin_seconds: float = 10.0
+    min_checkins: int = 1
+    max_waiting: int = 0
+    selection_seed: int = -1
 
     ACCEPTS = {
         "enabled": bool,
         "clients_per_round": Interval(Integral, 1, None),
         "t_max_seconds": _POSITIVE,
+        "checkin_seconds": Interval(Real, 0, 3600, closed="right"),
+        "min_checkins": Interval(Integral, 1, None),
+        "max_waiting": Accepts(
+            Options(0), Interval(Integral, 1, None), note="0: 100 x clients_per_round"
+        ),
+        "selection_seed": Accepts(
+            Interval(Integral, -1, None), note="-1: a CSPRNG; >= 0: reproducible selections"
+        ),
     }
+    RULES = (
+        Rule(
+            lambda r: r.max_waiting == 0 or r.max_waiting >= r.clients_per_round,
+            "max_waiting ({max_waiting}) must be 0 (100 x clients_per_round) or at least "
+            "clients_per_round ({clients_per_round}): a window keeps the candidates for K seats",
+        ),
+        Rule(
+            lambda r: r.min_checkins <= r.waiting_cap,
+            "min_checkins ({min_checkins}) must be at most max_waiting (0: 100 x "
+            "clients_per_round), or no window could ever close",
+        ),
+    )
+
+    @property
+    def waiting_cap(self) -> int:
+        """The most clients a round's window keeps (a reservoir sample of the rest)."""
+        return self.max_waiting or 100 * self.clients_per_round
 
 
 @dataclass(frozen=True)

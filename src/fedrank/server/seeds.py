@@ -11,13 +11,16 @@ the model ("seed shopping"). Here the server issues the seed instead:
   and ``seed_token``. The seed is derived from the store's secret and a random 64-bit nonce,
   ``HMAC-SHA256(secret, "seed" | version | nonce)[:4]``: a client cannot predict it.
 * The token is :data:`TOKEN_BYTES` bytes (hex on JSON): ``model_version`` u64 | ``nonce``
-  8 bytes | ``HMAC-SHA256(secret, "token" | version | seed | nonce)`` truncated to 16
-  bytes. It names the version it was issued for, and only a holder of the secret can make
-  one, so a token vouches for exactly one (version, seed) pair.
-* An update must carry its token: a token that does not match the seed and version is
-  refused (422 ``bad_seed_token``), a token issued for another version than the message
-  names like a stale update (409 ``stale``), and a token already reported under another
-  ``message_id`` as a duplicate (409 ``duplicate_seed``, :class:`SeedClaims`).
+  8 bytes | ``HMAC-SHA256(secret, "token" | version | seed | nonce | client)`` truncated to
+  16 bytes. It names the version it was issued for, and only a holder of the secret can
+  make one, so a token vouches for exactly one (version, seed, client): the client it was
+  issued to (its ``client_id``, or the device identity that stands for it).
+* An update must carry its token and the client it was issued to: a token that does not
+  match the seed, version and client is refused (422 ``bad_seed_token``; another client
+  cannot spend it, nor a report that names no client, like a binary batch's record), a
+  token issued for another version than the message names like a stale update (409
+  ``stale``), and a token already reported under another ``message_id`` as a duplicate
+  (409 ``duplicate_seed``, :class:`SeedClaims`).
 
 The secret (32 random bytes) is made once per store and kept in its database's ``meta``
 table (key :data:`SECRET_KEY`), beside the store's identity and pause flag, so tokens stay
@@ -26,7 +29,9 @@ recover``) has a secret of its own. The claims are rebuilt at start from the sto
 updates of the versions the server still accepts.
 
 The front door checks every update's seed (:class:`SeedChecks`) before it goes to the
-writer, in every form an update arrives in.
+writer, in every form an update arrives in that names its client (a single update, JSON or
+binary, and a JSON batch's messages); the forms that name none (binary and columnar
+batches) are refused under ``[rounds]``, which server-issued seeds need.
 """
 
 from __future__ import annotations
@@ -37,16 +42,15 @@ import re
 import secrets
 import sqlite3
 import struct
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import orjson
 
 from fedrank.errors import ConfigError
 from fedrank.server.envelope import BadRequest
-from fedrank.server.messages import Incoming, Messages
+from fedrank.server.messages import Incoming
 from fedrank.server.store import DATABASE
 
 #: Key of the secret in the store's ``meta`` table.
@@ -61,18 +65,18 @@ _TOKEN = struct.Struct("<Q8s16s")
 _SEED_INPUT = struct.Struct("<Q8s")
 _MAC_INPUT = struct.Struct("<QI8s")
 _SEED_LABEL = b"fedrank/foltr-es/seed/v1\x00"
-_MAC_LABEL = b"fedrank/foltr-es/seed-token/v1\x00"
+_MAC_LABEL = b"fedrank/foltr-es/seed-token/v2\x00"
 _HEX_TOKEN = re.compile(rf"[0-9a-f]{{{TOKEN_HEX}}}")
 
 #: A refusal: HTTP status, error code, what is wrong and how to fix it.
 Refusal = tuple[int, str, str]
 #: What a claim is keyed by: the token's model version and nonce (one issued seed).
 ClaimKey = tuple[int, bytes]
-#: What an update reports of its seed: message id, model version, seed, raw token or None.
-Report = tuple[str, int, int, bytes | None]
-#: A claim to make once every other check has passed: the message's index in its request,
-#: the claim's key and the message id.
-Claim = tuple[int, ClaimKey, str]
+#: What an update reports of its seed: message id, model version, seed, raw token or None,
+#: and the client it was sent by (or None).
+Report = tuple[str, int, int, bytes | None, str | None]
+#: A claim to make once every other check has passed: the claim's key and the message id.
+Claim = tuple[ClaimKey, str]
 
 
 def token_from_hex(value: object) -> bytes | None:
@@ -85,7 +89,8 @@ def token_from_hex(value: object) -> bytes | None:
 
 @dataclass(frozen=True)
 class IssuedSeed:
-    """A seed issued to a selected client, for the model version it was issued at."""
+    """A seed issued to a selected client, for the model version it was issued at (its
+    token bound to that client)."""
 
     model_version: int
     seed: int
@@ -109,29 +114,38 @@ class SeedIssuer:
         data = _SEED_LABEL + _SEED_INPUT.pack(model_version, nonce)
         return int.from_bytes(hmac.digest(self._secret, data, hashlib.sha256)[:4], "little")
 
-    def _mac(self, model_version: int, seed: int, nonce: bytes) -> bytes:
-        data = _MAC_LABEL + _MAC_INPUT.pack(model_version, seed, nonce)
+    def _mac(self, model_version: int, seed: int, nonce: bytes, client: str) -> bytes:
+        data = _MAC_LABEL + _MAC_INPUT.pack(model_version, seed, nonce) + client.encode()
         return hmac.digest(self._secret, data, hashlib.sha256)[:16]
 
-    def issue(self, model_version: int, nonce: bytes | None = None) -> IssuedSeed:
-        """A fresh seed and its token for ``model_version``; ``nonce`` (8 bytes) defaults
-        to random bytes from the operating system."""
+    def issue(self, model_version: int, client: str, nonce: bytes | None = None) -> IssuedSeed:
+        """A fresh seed and its token for ``model_version``, bound to ``client``; ``nonce``
+        (8 bytes) defaults to random bytes from the operating system."""
         nonce = secrets.token_bytes(8) if nonce is None else nonce
         seed = self.seed_for(model_version, nonce)
-        token = _TOKEN.pack(model_version, nonce, self._mac(model_version, seed, nonce))
-        return IssuedSeed(model_version, seed, token.hex())
+        mac = self._mac(model_version, seed, nonce, client)
+        return IssuedSeed(model_version, seed, _TOKEN.pack(model_version, nonce, mac).hex())
 
-    def refusal(self, token: bytes, seed: int, model_version: int) -> Refusal | None:
-        """Why an update reporting ``seed`` on ``model_version`` with ``token`` (raw
-        :data:`TOKEN_BYTES` bytes) cannot be accepted, or ``None`` if the token vouches for
-        them."""
+    def refusal(
+        self, token: bytes, seed: int, model_version: int, client: str | None
+    ) -> Refusal | None:
+        """Why an update from ``client`` reporting ``seed`` on ``model_version`` with
+        ``token`` (raw :data:`TOKEN_BYTES` bytes) cannot be accepted, or ``None`` if the
+        token vouches for them."""
         if len(token) != TOKEN_BYTES:
             return 422, "bad_seed_token", f"a seed_token has {TOKEN_BYTES} bytes, got {len(token)}"
-        issued_version, nonce, mac = _TOKEN.unpack(token)
-        if not hmac.compare_digest(mac, self._mac(issued_version, seed, nonce)):
+        if client is None:
             detail = (
-                f"the seed_token was not issued by this server for seed {seed}: send the seed "
-                "and seed_token your check-in (POST /v1/checkin) returned, unchanged"
+                "a seed_token is bound to the client it was issued to: send it with that "
+                "client_id (X-Client-Id on the binary form)"
+            )
+            return 422, "bad_seed_token", detail
+        issued_version, nonce, mac = _TOKEN.unpack(token)
+        if not hmac.compare_digest(mac, self._mac(issued_version, seed, nonce, client)):
+            detail = (
+                f"the seed_token was not issued by this server for seed {seed} to client "
+                f"{client!r}: send the seed and seed_token your check-in (POST /v1/checkin) "
+                "returned, unchanged, with the client_id you checked in with"
             )
             return 422, "bad_seed_token", detail
         if issued_version != model_version:
@@ -260,98 +274,70 @@ def _stored_claims(db: sqlite3.Connection, oldest_version: int) -> list[tuple[Cl
     return out
 
 
-def report_of(item: Incoming) -> Report | None:
-    """What a message reports of its seed (``None`` for a ping or an aggregate)."""
+def report_of(item: Incoming, client: str | None) -> Report | None:
+    """What a message sent by ``client`` reports of its seed (``None`` for a ping or an
+    aggregate)."""
     if item.kind != "update":
         return None
-    return item.message_id, item.model_version, item.parsed.seed, item.parsed.seed_token
-
-
-def batch_reports(msgs: Messages) -> list[Report | None]:
-    """What each update of a binary batch reports of its seed (its payloads are the parsed
-    records, which end in their seed tokens when the server issues the seeds)."""
-    payloads: list[Any] = msgs.payloads
-    return [
-        (mid, version, p["seed"], bytes.fromhex(p["seed_token"]))
-        for mid, version, p in zip(msgs.ids, msgs.versions.tolist(), payloads, strict=True)
-    ]
+    parsed = item.parsed
+    return item.message_id, item.model_version, parsed.seed, parsed.seed_token, client
 
 
 class SeedChecks:
     """The seeds reported by updates, checked before the updates go to the writer (module
     docstring): with ``issuer`` and ``claims`` (``[foltr_es] server_seeds``) every update
-    must carry a token issued for its seed, its version and no other message; without them
-    (clients draw their own seeds) a token is refused."""
+    must carry a token issued for its seed, its version and its client, and no other
+    message may have reported it; without them (clients draw their own seeds) a token is
+    refused."""
 
     def __init__(self, issuer: SeedIssuer | None = None, claims: SeedClaims | None = None):
         self.issuer = issuer
         self.claims = claims
 
-    def check(
-        self,
-        reported: Sequence[Report | None],
-        known: Container[str],
-        oldest: int,
-        numbered: bool = False,
-    ) -> list[Claim]:
+    def check(self, report: Report | None, known: Container[str], oldest: int) -> Claim | None:
         """Refuse an update whose ``seed_token`` is missing or was not issued for its seed
-        (422 ``bad_seed_token``), was issued for another model version than the message
-        names (409 ``stale``), or whose seed was already reported under another
-        ``message_id`` (409 ``duplicate_seed``). Returns the claims to make with
+        and client (422 ``bad_seed_token``), was issued for another model version than the
+        message names (409 ``stale``), or whose seed was already reported under another
+        ``message_id`` (409 ``duplicate_seed``). Returns the claim to make with
         :meth:`claim` once every other check has passed (nothing is reserved here). A
         server that does not issue seeds refuses a token. A message already stored (its id
         in ``known``) is a retry, answered 200 duplicate by the writer: not checked. The
-        claims of versions below ``oldest`` are forgotten first. ``numbered``: refusals
-        name the message's index (a batch refused whole)."""
+        claims of versions below ``oldest`` are forgotten first."""
+        if report is None or report[0] in known:
+            return None
+        message_id, version, seed, token, client = report
         if self.issuer is None or self.claims is None:
-            for k, report in enumerate(reported):
-                if report is not None and report[3] is not None and report[0] not in known:
-                    where = f"message {k}: " if numbered else ""
-                    raise BadRequest(
-                        422,
-                        "invalid_payload",
-                        f"{where}this server does not issue seeds ([foltr_es] server_seeds = "
-                        "false): drop seed_token and report the seed you drew",
-                    )
-            return []
-        self.claims.forget_before(oldest)
-        out: list[Claim] = []
-        here: dict[ClaimKey, tuple[int, str]] = {}  # seeds reported earlier in this request
-        for k, report in enumerate(reported):
-            if report is None or report[0] in known:
-                continue
-            message_id, version, seed, token = report
-            where = f"message {k}: " if numbered else ""
-            if token is None:
+            if token is not None:
                 raise BadRequest(
                     422,
-                    "bad_seed_token",
-                    f"{where}this server issues the seeds ([foltr_es] server_seeds): check in "
-                    "(POST /v1/checkin) and send the seed and seed_token it returned",
+                    "invalid_payload",
+                    "this server does not issue seeds ([foltr_es] server_seeds = false): drop "
+                    "seed_token and report the seed you drew",
                 )
-            refused = self.issuer.refusal(token, seed, version)
-            key = SeedIssuer.claim_key(token)
-            if refused is None:
-                refused = self.claims.refusal(key, message_id)
-            if refused is None and here.get(key, (k, message_id))[1] != message_id:
-                first = here[key][0]
-                detail = f"message {first} reports the same issued seed; each counts once"
-                refused = (409, "duplicate_seed", detail)
-            if refused is not None:
-                status, code, detail = refused
-                raise BadRequest(status, code, where + detail)
-            here[key] = (k, message_id)
-            out.append((k, key, message_id))
-        return out
+            return None
+        self.claims.forget_before(oldest)
+        if token is None:
+            raise BadRequest(
+                422,
+                "bad_seed_token",
+                "this server issues the seeds ([foltr_es] server_seeds): check in "
+                "(POST /v1/checkin) and send the seed and seed_token it returned",
+            )
+        refused = self.issuer.refusal(token, seed, version, client)
+        if refused is not None:
+            raise BadRequest(*refused)
+        key = SeedIssuer.claim_key(token)
+        refused = self.claims.refusal(key, message_id)
+        if refused is not None:
+            raise BadRequest(*refused)
+        return key, message_id
 
-    def claim(self, claims: list[Claim]) -> None:
-        """Claim the seeds :meth:`check` passed (their updates go to the writer)."""
-        if self.claims is not None:
-            for _, key, message_id in claims:
-                self.claims.claim(key, message_id)
+    def claim(self, claim: Claim | None) -> None:
+        """Claim the seed :meth:`check` passed (its update goes to the writer)."""
+        if self.claims is not None and claim is not None:
+            self.claims.claim(*claim)
 
-    def settle(self, claims: list[Claim], statuses: Sequence[int]) -> None:
-        """The writer answered: keep the claims of stored updates, release the others."""
-        if self.claims is not None:
-            for k, key, message_id in claims:
-                self.claims.settle(key, message_id, int(statuses[k]))
+    def settle(self, claim: Claim | None, status: int) -> None:
+        """The writer answered: keep the claim of a stored update, release it otherwise."""
+        if self.claims is not None and claim is not None:
+            self.claims.settle(*claim, status)

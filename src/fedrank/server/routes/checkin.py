@@ -1,8 +1,9 @@
 """``POST /v1/checkin {"client_id": ...}``: round selection (``[rounds]``,
-:mod:`fedrank.server.rounds`). A selected client gets its reporting deadline; with
-``[foltr_es] server_seeds`` also its ``seed`` and ``seed_token``
-(:mod:`fedrank.server.seeds`), and with ``[secagg]`` its secure-aggregation id
-(docs/service.md)."""
+:mod:`fedrank.server.cohort`). During the round's check-in window the answer is "waiting,
+poll again at ``poll_at``"; once the seats are drawn, a seated client gets its reporting
+deadline (with ``[foltr_es] server_seeds`` also its ``seed`` and ``seed_token``,
+:mod:`fedrank.server.seeds`, and with ``[secagg]`` its secure-aggregation block), the others
+``retry_after_seconds`` for the next round (docs/service.md)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,10 @@ reason for anything malformed, ``503`` while paused, ``403 privacy_budget_spent`
 ``[privacy]``'s budget is used. ``/v1/updates:batch`` takes many messages (JSON, columnar
 JSON, binary), or a proxy's merged aggregate. Messages are validated here
 (:mod:`fedrank.server.parse`), checked against the open round and the issued seeds, and
-handed to the writer; bad input never reaches it.
+handed to the writer; bad input never reaches it. With ``[rounds]`` every path obeys the
+round: a message names its client (``client_id``, ``X-Client-Id``), a merged aggregate its
+contributors (``clients``), and the batch forms that name none (binary and columnar) are
+refused (409 ``not_selected``, naming what to send instead).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from fedrank.server.envelope import (
 )
 from fedrank.server.messages import Outcome
 from fedrank.server.parse import Sent, UpdateParser
-from fedrank.server.seeds import Claim, batch_reports, report_of
+from fedrank.server.seeds import Claim, report_of
 
 if TYPE_CHECKING:
     from fedrank.server.service import Service
@@ -66,24 +69,24 @@ class Ingest:
                 "then /v1/secagg (docs/secagg.md)",
             )
 
-    def _check(self, sent: Sent) -> list[Claim]:
-        """The seed and round checks of one message; returns its seed claims, made (the
+    def _check(self, sent: Sent) -> Claim | None:
+        """The seed and round checks of one message; returns its seed claim, made (the
         client's report is reserved in its round too)."""
         service = self.service
         engine = service.engine
         (item, client), known = sent, engine.current.ids
         oldest = engine.snapshot().version - service.config.server.max_staleness
-        claims = service.seeds.check([report_of(item)], known, oldest)
+        claim = service.seeds.check(report_of(item, client), known, oldest)
         if service.rounds is not None:
             service.rounds.check_report(item, client, known)
-        service.seeds.claim(claims)
-        return claims
+        service.seeds.claim(claim)
+        return claim
 
-    def _settle(self, sent: Sent, claims: list[Claim], outcome: Outcome) -> None:
-        """The writer answered one message: settle its round report and its seed claims."""
+    def _settle(self, sent: Sent, claim: Claim | None, outcome: Outcome) -> None:
+        """The writer answered one message: settle its round report and its seed claim."""
         if self.service.rounds is not None:
             self.service.rounds.reported(*sent, outcome)
-        self.service.seeds.settle(claims, [outcome.status])
+        self.service.seeds.settle(claim, outcome.status)
 
     # -- POST /v1/updates ---------------------------------------------------------------
 
@@ -107,12 +110,12 @@ class Ingest:
                 sent = self.parse.json_message(json_body(body), current)
             else:
                 raise BadRequest(415, "media_type", f"send {JSON} or {BINARY}, not {ctype!r}")
-            claims = self._check(sent)
+            claim = self._check(sent)
         except BadRequest as err:
             counts.refuse("updates", err)
             return err.status, orjson.dumps({"error": err.code, "detail": err.detail})
         (outcome,) = await engine.writer.submit([sent[0]])
-        self._settle(sent, claims, outcome)
+        self._settle(sent, claim, outcome)
         counts.answered("updates", outcome.status)
         return outcome.status, orjson.dumps(outcome.body)
 
@@ -126,6 +129,7 @@ class Ingest:
             body = await read_body(request.headers, request.receive, service.config.server)
             ctype = media_type(request.headers)
             if ctype == BINARY_BATCH:
+                self._named_clients("a binary batch")
                 return await self._binary_batch(body)
             if ctype not in (JSON, ""):
                 raise BadRequest(415, "media_type", f"send {JSON} or {BINARY_BATCH}")
@@ -135,6 +139,7 @@ class Ingest:
             if "aggregate" in data:
                 return await self._aggregate(data, request.headers)
             if "batch" in data:
+                self._named_clients("a columnar batch")
                 columns = self.parse.columnar_batch(data, engine.snapshot().version)
                 result = await engine.writer.submit_columns(columns)
                 service.counts.answered("batch", 200)
@@ -158,33 +163,54 @@ class Ingest:
         service.counts.answered("batch", 200)
         return json_response(batch_answer(statuses, errors))
 
-    async def _binary_batch(self, body: bytes) -> Response:
-        """A binary batch, refused whole by any bad message; with server-issued seeds its
-        records' seeds are checked and claimed too."""
-        service = self.service
-        engine = service.engine
-        snap = engine.snapshot()
-        msgs = self.parse.binary_batch(body, snap.version)
-        claims: list[Claim] = []
-        if service.seeds.issuer is not None:
-            oldest = snap.version - service.config.server.max_staleness
-            claims = service.seeds.check(
-                batch_reports(msgs), engine.current.ids, oldest, numbered=True
+    def _named_clients(self, form: str) -> None:
+        """Refuse a batch form that names no client when the server selects clients per
+        round (409): its reports could not be checked against the round's seats."""
+        if self.service.rounds is not None:
+            raise BadRequest(
+                409,
+                "not_selected",
+                f"this server selects clients per round and {form} names no client: send "
+                "each selected client's report with its client_id (POST /v1/updates, or "
+                "{'messages': [...]} with client_id in each), or a merged aggregate naming "
+                "its contributors in clients",
             )
-        service.seeds.claim(claims)
+
+    async def _binary_batch(self, body: bytes) -> Response:
+        """A binary batch, refused whole by any bad message."""
+        engine = self.service.engine
+        msgs = self.parse.binary_batch(body, engine.snapshot().version)
         result = await engine.writer.submit_columns(msgs)
-        if claims:
-            service.seeds.settle(claims, result.statuses.tolist())
-        service.counts.answered("batch", 200)
+        self.service.counts.answered("batch", 200)
         return json_response(batch_answer(result.statuses, result.bodies))
 
     async def _aggregate(self, data: dict[str, Any], headers: Mapping[str, str]) -> Response:
-        """A proxy's merged aggregate, authenticated by its bearer token."""
-        engine = self.service.engine
-        proxy = proxy_of(self.service.config, headers)
-        item = self.parse.aggregate(data, proxy, engine.snapshot().version)
+        """A proxy's merged aggregate, authenticated by its bearer token; under rounds it
+        names its contributors, each seated and not yet reported (they are reserved until
+        the writer answers)."""
+        service = self.service
+        engine = service.engine
+        proxy = proxy_of(service.config, headers)
+        item, clients = self.parse.aggregate(data, proxy, engine.snapshot().version)
+        rounds = service.rounds
+        if rounds is None and clients is not None:
+            raise BadRequest(
+                422, "invalid", "clients names a round's contributors: this server has no [rounds]"
+            )
+        reserved: list[str] = []
+        if rounds is not None:
+            if clients is None:
+                raise BadRequest(
+                    409,
+                    "not_selected",
+                    "this server selects clients per round: name the aggregate's contributors "
+                    "in clients (one selected client_id per update it folds)",
+                )
+            reserved = rounds.check_contributors(item.message_id, clients, engine.current.ids)
         (outcome,) = await engine.writer.submit([item])
-        self.service.counts.answered("batch", outcome.status)
+        if rounds is not None:
+            rounds.contributed(reserved, outcome)
+        service.counts.answered("batch", outcome.status)
         return json_response(outcome.body, outcome.status)
 
     async def _one_by_one(
@@ -197,11 +223,11 @@ class Ingest:
         errors: dict[int, dict[str, Any]] = {}
         valid: list[Sent] = []
         where: list[int] = []
-        claimed: list[list[Claim]] = []
+        claimed: list[Claim | None] = []
         for i, m in enumerate(messages):
             try:
                 sent = self.parse.json_message(m, current)
-                claims = self._check(sent)
+                claim = self._check(sent)
             except BadRequest as err:
                 service.counts.refuse_message(err)
                 statuses[i] = err.status
@@ -209,11 +235,11 @@ class Ingest:
                 continue
             valid.append(sent)
             where.append(i)
-            claimed.append(claims)
+            claimed.append(claim)
         if valid:
             outcomes = await service.engine.writer.submit([v[0] for v in valid])
-            for i, sent, claims, outcome in zip(where, valid, claimed, outcomes, strict=True):
-                self._settle(sent, claims, outcome)
+            for i, sent, claim, outcome in zip(where, valid, claimed, outcomes, strict=True):
+                self._settle(sent, claim, outcome)
                 statuses[i] = outcome.status
                 if outcome.status >= 400:
                     errors[i] = outcome.body
