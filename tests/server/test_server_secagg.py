@@ -24,13 +24,14 @@ from fedrank.client import Client
 from fedrank.client.sdk import Checkin
 from fedrank.client.secagg import SecureProxy, send_secure
 from fedrank.errors import ConfigError, FedrankError
-from fedrank.secagg import wire
+from fedrank.privacy.skellam import skellam_noise
+from fedrank.secagg import signing, wire
 from fedrank.secagg.field import FixedPointEncoder
 from fedrank.secagg.protocol import SecAggClient
 from fedrank.secagg.proxy import MaskedInputProxy
 from fedrank.server.app import create_app
 from fedrank.server.envelope import BadRequest
-from fedrank.server.secagg_round import SecAggRound
+from fedrank.server.secagg_round import SecAggRound, noise_norm_bound
 from fedrank.strategies.base import SafeguardError
 from tests.server.serverkit import (
     assert_error,
@@ -458,3 +459,50 @@ def test_a_secure_proxy_refuses_what_it_cannot_sum() -> None:
         with pytest.raises(FedrankError, match="at most 2"):
             proxy.receive(body(3))
         assert proxy.senders == (1, 2)
+
+
+def test_a_registry_key_is_the_only_one_a_device_may_advertise() -> None:
+    """With a device registry (`public_key_of`, the lead's wiring of `fedrank.identity`), a
+    member must advertise its enrolled key (403 `secagg_wrong_key` otherwise); a client the
+    registry does not know binds the key it advertises."""
+    device = signing.generate_signing_key()
+    registry = {"device": signing.public_bytes(device)}
+    sa = SecAggRound(0, DIM, 3, 2, L2, 60.0, public_key_of=registry.get)
+    members = {}
+    for name in ("device", "other", "unknown"):
+        block = sa.join(name, now=0.0)
+        key = device if name == "device" else None
+        members[name] = SecAggClient(block["id"], sa.params, signing_key=key)
+
+    def advertise(name: str, client: SecAggClient) -> None:
+        message = wire.advertise_to_json(client.advertise_keys())
+        body = {"client_id": name, "session": sa.session, "stage": "advertise"}
+        sa.receive({**body, "message": message}, now=1.0)
+
+    with pytest.raises(BadRequest) as err:  # "device" signs with a key of its own
+        advertise("device", SecAggClient(1, sa.params))
+    assert (err.value.status, err.value.code) == (403, "secagg_wrong_key")
+    registry["other"] = signing.public_bytes(signing.generate_signing_key())
+    with pytest.raises(BadRequest) as err:
+        advertise("other", members["other"])
+    assert (err.value.status, err.value.code) == (403, "secagg_wrong_key")
+    advertise("device", members["device"])
+    advertise("unknown", members["unknown"])
+    assert sa.done == {1, 3}
+
+
+def test_the_noise_norm_bound_holds_and_is_a_few_times_the_typical_norm() -> None:
+    """`noise_norm_bound` (the decoded sum's check under distributed DP): 2,000 draws of
+    Skellam vectors stay below it; it is ``2 sqrt(2 (d ln 5 + 40 ln 2) V)`` for large
+    ``V``, which tends to 3.6 ``sqrt(d V)`` as ``d`` grows (docs/secagg.md)."""
+    rng = np.random.default_rng(3)
+    for variance, dim in ((1e6, 22), (4e8, 1000), (50.0, 8)):
+        bound = noise_norm_bound(variance, dim)
+        draws = np.stack([skellam_noise(rng, variance, dim) for _ in range(2000)])
+        assert np.linalg.norm(draws, axis=1).max() < bound, (variance, dim)
+    for variance, dim in ((1e6, 22), (4e8, 1000)):
+        spread = dim * np.log(5.0) + 40 * np.log(2.0)
+        expected = 2 * np.sqrt(2 * spread * variance)
+        assert noise_norm_bound(variance, dim) == pytest.approx(expected, rel=1e-3)
+    assert noise_norm_bound(4e8, 1000) < 3.7 * np.sqrt(1000 * 4e8)
+    assert noise_norm_bound(0.0, 5) == 0.0

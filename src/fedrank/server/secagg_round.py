@@ -98,8 +98,9 @@ def noise_norm_bound(variance: float, dimension: int) -> float:
     the unit sphere has at most ``5**d`` points and ``||Z|| <= 2 max_a <a, Z>`` over it
     (Vershynin, *High-Dimensional Probability*, Cor. 4.2.13 and Lemma 4.4.1), so
     ``P(||Z|| >= 2 r) <= 5**d exp(V (cosh s - 1) - s r)``; the bound is ``2 r`` for the ``r``
-    that makes the right side ``2**-40``. It is about ``3.6 sqrt(d V)`` for large ``V``
-    (the norm itself is about ``sqrt(d V)``)."""
+    that makes the right side ``2**-40``. For ``V`` large against ``d``, it is about
+    ``2 sqrt(2 (d ln 5 + 40 ln 2) V)``: ``3.6 sqrt(d V)`` for large ``d``, where the norm
+    itself is about ``sqrt(d V)``."""
     if variance <= 0:
         return 0.0
     target = -(dimension * math.log(5.0) + NOISE_NORM_LOG_FAILURE)
