@@ -189,7 +189,10 @@ def send_secure(
                 raise FedrankError(f"the secure aggregation was aborted: {view.get('reason')}")
             if view["stage"] == stage:
                 if not view.get("expected"):
-                    raise FedrankError(f"this client is not expected at {stage}: it dropped out")
+                    raise FedrankError(
+                        f"this client is not expected at {stage}: it dropped out, or the share "
+                        "check excluded it"
+                    )
                 return view
             if stage != "end" and (
                 view["stage"] in ("finishing", "finished")

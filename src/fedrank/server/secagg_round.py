@@ -304,11 +304,13 @@ class SecAggRound:
 
     def receive_sum(self, body: Any, max_senders: int, now: float) -> None:
         """``POST /v1/secagg`` from a proxy (``[[proxies]]``; the app checked its token):
-        ``{session, stage: "masked_sum", message: {senders, masked}}``, the sum of at most
-        ``max_senders`` cohort clients' masked inputs
-        (:class:`~fedrank.secagg.proxy.MaskedInputProxy`). Its senders join ``U3`` as if
-        their inputs had come one by one; the proxy learns nothing the server does not
-        (their self masks stay on the sum)."""
+        ``{session, stage: "masked_sum", message: {senders, masked, digests,
+        signatures}}``, the sum of at most ``max_senders`` cohort clients' masked inputs
+        (:class:`~fedrank.secagg.proxy.MaskedInputProxy`) with each sender's signature of
+        its own. Its senders join ``U3`` as if their inputs had come one by one; a sender
+        without its own signature gets the sum refused (403, naming it) and may still send
+        its input; the proxy learns nothing the server does not (their self masks stay on
+        the sum)."""
         if not isinstance(body, dict) or set(body) != {"session", "stage", "message"}:
             raise BadRequest(
                 422, "invalid", "a proxy sends {session, stage: 'masked_sum', message}"
