@@ -48,7 +48,7 @@ def bench(n: int, d: int, drop: float, progress: Progress) -> dict:
     drop_before = {int(u): "masked_input" for u in ids[:k]}
     drop_before |= {int(u): "unmasking" for u in ids[k : 2 * k]}
     params = SecAggParams(SecAggParams.new_session_id(), n // 2 + 1, d)
-    task = progress.add_task(f"{n} x {d}", total=4 * n - 3 * k)  # messages clients send
+    task = progress.add_task(f"{n} x {d}", total=5 * n - 3 * k)  # messages clients send
     state = {"round": None, "base": 0}
 
     def report(name: str, done: int, total: int) -> None:

@@ -56,8 +56,9 @@ def _deltas(k: int, d: int) -> np.ndarray:
 
 
 def _drop(i: int, k: int) -> str | None:
-    """5% drop out before their masked input (after their shares), 5% after it."""
-    return "share_keys" if i < k // 20 else "masked_input" if i < k // 10 else None
+    """5% drop out before their masked input (after their shares and their share check),
+    5% after it."""
+    return "check_shares" if i < k // 20 else "masked_input" if i < k // 10 else None
 
 
 def _clients(
@@ -74,7 +75,7 @@ def _clients(
     # among them: at K = 1,000 at most 46 had sent theirs when a 400 s stage closed); one
     # at a time, they finish one after the other, as devices working in parallel would.
     compute = threading.Lock()
-    for name in ("share_keys", "masked_input"):
+    for name in ("share_keys", "check_shares", "masked_input"):
         original = getattr(SecAggClient, name)
 
         def one_at_a_time(self: SecAggClient, *args: Any, _f: Any = original) -> Any:
@@ -145,13 +146,13 @@ def run(k: int, d: int, stage_seconds: float, processes: int, max_poll: float) -
     sent = np.concatenate([b[0] for b in bytes_of])
     received = np.concatenate([b[1] for b in bytes_of])
     encoder = FixedPointEncoder.with_max_scale(k, l2_bound=L2_BOUND)
-    contributors = [i for i in range(k) if _drop(i, k) != "share_keys"]
+    contributors = [i for i in range(k) if _drop(i, k) != "check_shares"]
     clear = np.mean([encoder.clip(deltas[i]) for i in contributors], axis=0)
     return {
         "clients": k,
         "dimension": d,
         "threshold": k // 2 + 1,
-        "dropped_before_masked_input": sum(_drop(i, k) == "share_keys" for i in range(k)),
+        "dropped_before_masked_input": sum(_drop(i, k) == "check_shares" for i in range(k)),
         "dropped_after_masked_input": sum(_drop(i, k) == "masked_input" for i in range(k)),
         "client_processes": processes,
         "max_poll_seconds": max_poll,

@@ -14,12 +14,13 @@ import pytest
 from scipy import stats
 
 from fedrank.errors import ConfigError, DataFormatError
-from fedrank.secagg import field, masks, shamir
+from fedrank.secagg import field, masks, shamir, signing
 from fedrank.secagg.errors import (
+    DuplicateKeyError,
     ProtocolError,
     RoundAbortedError,
-    ShareAuthenticationError,
     ShareReconstructionError,
+    SignatureError,
 )
 from fedrank.secagg.field import FixedPointEncoder
 from fedrank.secagg.inprocess import run_session
@@ -28,11 +29,15 @@ from fedrank.secagg.protocol import (
     ForwardedShares,
     KeyDirectory,
     MaskedInput,
+    MaskingSet,
     SecAggClient,
     SecAggParams,
     SecAggServer,
+    ShareCheck,
+    ShareKeys,
     UnmaskingShares,
     UnmaskRequest,
+    exclusions,
 )
 
 SESSION = b"fedrank-test-session"
@@ -67,10 +72,17 @@ class Session:
             self.server.receive_share_keys(self.clients[u].share_keys(directory))
         return self.server.close_share_keys()
 
+    def check(self, forwarded: dict[int, ForwardedShares]) -> MaskingSet:
+        """Every client that shared keys (and has not aborted) checks the shares it got."""
+        for u, f in forwarded.items():
+            if not self.clients[u].aborted:
+                self.server.receive_share_check(self.clients[u].check_shares(f))
+        return self.server.close_share_check()
+
     def mask(
-        self, ids: list[int], forwarded: dict[int, ForwardedShares], inputs: dict[int, np.ndarray]
+        self, ids: list[int], masking: MaskingSet, inputs: dict[int, np.ndarray]
     ) -> tuple[UnmaskRequest, dict[int, MaskedInput]]:
-        sent = {u: self.clients[u].masked_input(forwarded[u], inputs[u]) for u in ids}
+        sent = {u: self.clients[u].masked_input(masking, inputs[u]) for u in ids}
         for message in sent.values():
             self.server.receive_masked_input(message)
         return self.server.close_masked_input(), sent
@@ -134,10 +146,12 @@ def test_dropouts_at_every_round_at_once() -> None:
     assert result.contributors == tuple(range(8, 21)) and result.dropped == (5, 6, 7)
     assert result.responders == tuple(range(11, 21))
     assert np.array_equal(result.total, field.sum_vectors([inputs[u] for u in range(8, 21)]))
-    assert [len(trace.client_seconds[r]) for r in trace.client_seconds] == [18, 16, 13, 10]
+    assert [len(trace.client_seconds[r]) for r in trace.client_seconds] == [18, 16, 16, 13, 10]
 
 
-@pytest.mark.parametrize("stage", ["advertise_keys", "share_keys", "masked_input", "unmasking"])
+@pytest.mark.parametrize(
+    "stage", ["advertise_keys", "share_keys", "check_shares", "masked_input", "unmasking"]
+)
 def test_too_many_dropouts_abort_the_round(stage: str) -> None:
     n, t, d = 20, 11, 4
     inputs = {u: np.zeros(d, dtype=np.uint64) for u in range(1, n + 1)}
@@ -185,7 +199,7 @@ def test_a_masked_input_looks_uniform_and_differs_from_the_input_everywhere() ->
     s = Session(n, t, d, seed=4)
     ids = list(range(1, n + 1))
     forwarded = s.share(ids, s.advertise(ids))
-    _, sent = s.mask(ids, forwarded, inputs)
+    _, sent = s.mask(ids, s.check(forwarded), inputs)
     _assert_uniform_and_unlike(sent[1].masked, x)
 
 
@@ -199,8 +213,9 @@ def test_a_delayed_client_is_still_hidden_by_its_self_mask() -> None:
     ids = list(range(1, n + 1))
     directory = s.advertise(ids)
     forwarded = s.share(ids, directory)
-    late = s.clients[10].masked_input(forwarded[10], x)
-    request, _ = s.mask(ids[:-1], forwarded, dict.fromkeys(ids, x))
+    masking = s.check(forwarded)
+    late = s.clients[10].masked_input(masking, x)
+    request, _ = s.mask(ids[:-1], masking, dict.fromkeys(ids, x))
     with pytest.raises(ProtocolError, match="late message"):
         s.server.receive_masked_input(late)
     result, revealed = s.unmask(ids[:-1], request)
@@ -245,7 +260,7 @@ def test_the_server_never_holds_an_individual_unmasked_vector() -> None:
     s = Session(n, t, d, seed=6)
     ids = list(range(1, n + 1))
     forwarded = s.share(ids, s.advertise(ids))
-    request, sent = s.mask(ids[1:], forwarded, inputs)  # client 1 drops before masking
+    request, sent = s.mask(ids[1:], s.check(forwarded), inputs)  # 1 drops before masking
     for stage in ("after MaskedInputCollection", "after Unmasking"):
         held = _arrays(s.server)
         assert len(held) == 1, stage  # the running sum of masked inputs, nothing else
@@ -265,6 +280,8 @@ def test_the_server_never_holds_an_individual_unmasked_vector() -> None:
 
 
 def test_an_altered_encrypted_share_is_detected_and_the_round_continues_without_it() -> None:
+    """One accusation between two clients: the server cannot tell which one lies, so both
+    leave the round; the others get their exact sum, and nothing of either is revealed."""
     n, t, d = 8, 5, 6
     inputs = {u: masks.prg(bytes([u]) * 32, d) for u in range(1, n + 1)}
     s = Session(n, t, d, seed=7)
@@ -273,28 +290,119 @@ def test_an_altered_encrypted_share_is_detected_and_the_round_continues_without_
     tampered = bytearray(forwarded[2].ciphertexts[5])
     tampered[30] ^= 0x01
     forwarded[2] = ForwardedShares(2, {**forwarded[2].ciphertexts, 5: bytes(tampered)})
-    with pytest.raises(ShareAuthenticationError, match="from client 5 to client 2"):
-        s.clients[2].masked_input(forwarded[2], inputs[2])
-    assert s.clients[2].aborted
-    with pytest.raises(ProtocolError, match="aborted"):
-        s.clients[2].masked_input(forwarded[2], inputs[2])
-    # Client 2 sent nothing: it is a dropout, and the others still get their exact sum.
-    others = [u for u in ids if u != 2]
-    request, _ = s.mask(others, forwarded, inputs)
-    result, _ = s.unmask(others, request)
-    assert result.dropped == (2,)
+    assert s.clients[2].check_shares(forwarded[2]) == ShareCheck(2, (5,))
+    assert not s.clients[2].aborted
+    with pytest.raises(ProtocolError, match="Round 1b"):
+        s.clients[2].check_shares(forwarded[2])
+    for u in ids:
+        if u != 2:
+            s.server.receive_share_check(s.clients[u].check_shares(forwarded[u]))
+    s.server.receive_share_check(ShareCheck(2, (5,)))
+    masking = s.server.close_share_check()
+    assert masking == MaskingSet((1, 3, 4, 6, 7, 8), (2, 5))
+    others = list(masking.members)
+    request, _ = s.mask(others, masking, inputs)
+    result, revealed = s.unmask(others, request)
+    assert result.dropped == () and result.excluded == (2, 5)
     assert np.array_equal(result.total, field.sum_vectors([inputs[u] for u in others]))
+    for m in revealed.values():  # nothing of the excluded: neither b nor the mask key
+        assert not {2, 5} & (set(m.self_mask_shares) | set(m.key_shares))
 
 
-def test_a_share_relayed_under_another_sender_is_detected() -> None:
+def test_a_share_relayed_under_another_sender_is_named() -> None:
     n, t, d = 5, 3, 4
     s = Session(n, t, d, seed=8)
     ids = list(range(1, n + 1))
     forwarded = s.share(ids, s.advertise(ids))
     cts = dict(forwarded[1].ciphertexts)
     cts[2], cts[3] = cts[3], cts[2]
-    with pytest.raises(ShareAuthenticationError):
-        s.clients[1].masked_input(ForwardedShares(1, cts), np.zeros(d, dtype=np.uint64))
+    assert s.clients[1].check_shares(ForwardedShares(1, cts)).rejected == (2, 3)
+    with pytest.raises(ProtocolError, match="keeps clients \\[2, 3\\]"):
+        s.clients[1].masked_input(MaskingSet(tuple(ids), ()), np.zeros(d, dtype=np.uint64))
+    assert s.clients[1].aborted
+
+
+def test_a_client_that_zeroes_its_ciphertexts_is_excluded_alone() -> None:
+    """Client 3 sends zeroed ciphertexts (finding 4 of issue 51): every other client names
+    it, the server excludes it alone and the round gives the others' exact sum."""
+    n, t, d = 6, 4, 5
+    inputs = {u: masks.prg(bytes([u]) * 32, d) for u in range(1, n + 1)}
+    s = Session(n, t, d, seed=9)
+    ids = list(range(1, n + 1))
+    directory = s.advertise(ids)
+    for u in ids:
+        message = s.clients[u].share_keys(directory)
+        if u == 3:
+            message = ShareKeys(3, {v: bytes(len(c)) for v, c in message.ciphertexts.items()})
+        s.server.receive_share_keys(message)
+    masking = s.check(s.server.close_share_keys())
+    assert masking == MaskingSet((1, 2, 4, 5, 6), (3,))
+    with pytest.raises(ProtocolError, match="must list this client"):
+        s.clients[3].masked_input(masking, inputs[3])
+    with pytest.raises(ProtocolError, match="not in U2"):
+        s.server.receive_masked_input(MaskedInput(3, inputs[3], b""))
+    request, _ = s.mask(list(masking.members), masking, inputs)
+    result, _ = s.unmask(list(masking.members), request)
+    assert result.excluded == (3,) and result.contributors == masking.members
+    assert np.array_equal(result.total, field.sum_vectors([inputs[u] for u in masking.members]))
+
+
+@pytest.mark.parametrize(
+    ("accusations", "excluded"),
+    [
+        ({}, set()),
+        ({1: (2,)}, {1, 2}),  # one edge: either may lie
+        ({1: (3,), 2: (3,), 4: (3,)}, {3}),  # a liar named by three
+        ({5: (1, 2, 3, 4)}, {5}),  # a false accuser of four
+        ({1: (2,), 2: (1,)}, {1, 2}),  # both ways: one edge
+        ({5: (1, 2), 6: (1,)}, {1, 5}),  # 1 and 5 have two edges each; then no edge is left
+    ],
+)
+def test_exclusions_remove_the_most_accused_until_no_accusation_is_left(
+    accusations: dict[int, tuple[int, ...]], excluded: set[int]
+) -> None:
+    assert exclusions(accusations) == excluded
+
+
+def test_the_server_refuses_duplicate_keys_and_bad_signatures() -> None:
+    """A second client advertising keys already in the directory (finding 4 of issue 51) is
+    refused; so is an advert or a masked input not signed by its sender's key."""
+    n, t, d = 4, 3, 2
+    s = Session(n, t, d, seed=10)
+    adverts = {u: s.clients[u].advertise_keys() for u in range(1, n + 1)}
+    s.server.receive_advertise(adverts[1])
+    own = signing.generate_signing_key()
+    public = signing.public_bytes(own)
+    for replay in (
+        dataclasses.replace(adverts[2], mask_public_key=adverts[1].mask_public_key),
+        dataclasses.replace(adverts[2], share_public_key=adverts[1].share_public_key),
+        dataclasses.replace(adverts[1], sender=2),  # 1's whole advert under id 2
+    ):
+        signed = dataclasses.replace(replay, signing_public_key=public, signature=b"")
+        signed = dataclasses.replace(
+            signed,
+            signature=signing.sign(
+                own, session_id=SESSION, sender=2, stage="AdvertiseKeys", digest=signed.digest
+            ),
+        )
+        with pytest.raises(DuplicateKeyError, match="client 2 advertised a public key of client 1"):
+            s.server.receive_advertise(signed)
+    with pytest.raises(SignatureError, match="client 2's AdvertiseKeys"):
+        s.server.receive_advertise(dataclasses.replace(adverts[1], sender=2))
+    with pytest.raises(SignatureError, match="client 2's AdvertiseKeys"):
+        s.server.receive_advertise(dataclasses.replace(adverts[2], signing_public_key=public))
+    for u in (2, 3, 4):
+        s.server.receive_advertise(adverts[u])
+    directory = s.server.close_advertise()
+    forwarded = s.share(list(range(1, n + 1)), directory)
+    masking = s.check(forwarded)
+    zero = np.zeros(d, dtype=np.uint64)
+    y1 = s.clients[1].masked_input(masking, zero)
+    with pytest.raises(SignatureError, match="client 2's MaskedInputCollection"):
+        s.server.receive_masked_input(dataclasses.replace(y1, sender=2))
+    with pytest.raises(SignatureError, match="client 1's MaskedInputCollection"):
+        s.server.receive_masked_input(MaskedInput(1, y1.masked + np.uint64(1), y1.signature))
+    s.server.receive_masked_input(y1)
 
 
 @pytest.mark.parametrize("which", ["self_mask", "key"])
@@ -303,7 +411,8 @@ def test_an_altered_revealed_share_fails_reconstruction(which: str) -> None:
     s = Session(n, t, d, seed=9)
     ids = list(range(1, n + 1))
     forwarded = s.share(ids, s.advertise(ids))
-    request, _ = s.mask(ids[1:], forwarded, dict.fromkeys(ids, np.zeros(d, dtype=np.uint64)))
+    zeros = dict.fromkeys(ids, np.zeros(d, dtype=np.uint64))
+    request, _ = s.mask(ids[1:], s.check(forwarded), zeros)
     replies = {u: s.clients[u].unmask(request) for u in ids[1:]}
     target = replies[3]  # among the first t + 1 responders, which the server uses
     if which == "self_mask":
@@ -325,7 +434,8 @@ def test_with_exactly_t_responders_an_altered_key_share_fails_the_public_key_che
     s = Session(n, t, d, seed=10)
     ids = list(range(1, n + 1))
     forwarded = s.share(ids, s.advertise(ids))
-    request, _ = s.mask(ids[1:], forwarded, dict.fromkeys(ids, np.zeros(d, dtype=np.uint64)))
+    zeros = dict.fromkeys(ids, np.zeros(d, dtype=np.uint64))
+    request, _ = s.mask(ids[1:], s.check(forwarded), zeros)
     replies = {u: s.clients[u].unmask(request) for u in ids[2:]}  # 5 = t responders
     replies[4] = dataclasses.replace(replies[4], key_shares={1: 12345})
     for message in replies.values():
@@ -347,7 +457,7 @@ def test_each_round_runs_once_and_in_order() -> None:
     with pytest.raises(ProtocolError, match="advertised keys twice|Round 0"):
         s.server.receive_advertise(s.clients[1].advertise_keys())
     forwarded = s.share(ids, directory)
-    request, _ = s.mask(ids, forwarded, dict.fromkeys(ids, np.zeros(d, dtype=np.uint64)))
+    request, _ = s.mask(ids, s.check(forwarded), dict.fromkeys(ids, np.zeros(d, dtype=np.uint64)))
     s.clients[1].unmask(request)
     with pytest.raises(ProtocolError, match="cannot run Round 4"):
         s.clients[1].unmask(request)  # a second answer could reveal both secrets
@@ -364,8 +474,9 @@ def test_the_client_checks_what_the_server_tells_it() -> None:
     forwarded = s.share(ids, s.advertise(ids))
     few = ForwardedShares(1, {2: forwarded[1].ciphertexts[2]})  # |U2| = 2 < t
     with pytest.raises(RoundAbortedError, match="client 1: only 2 clients remain"):
-        s.clients[1].masked_input(few, np.zeros(d, dtype=np.uint64))
-    request, _ = s.mask(ids[1:], forwarded, dict.fromkeys(ids, np.zeros(d, dtype=np.uint64)))
+        s.clients[1].check_shares(few)
+    zeros = dict.fromkeys(ids, np.zeros(d, dtype=np.uint64))
+    request, _ = s.mask(ids[1:], s.check(forwarded), zeros)
     with pytest.raises(ProtocolError, match="must contain this client"):
         s.clients[2].unmask(UnmaskRequest((3, 4, 5)))
     with pytest.raises(ProtocolError, match="aborted"):
@@ -382,12 +493,19 @@ def test_the_server_refuses_messages_from_outside_the_round_set() -> None:
             dataclasses.replace(s.clients[1].share_keys(directory), sender=5)
         )
     forwarded = s.share(ids[1:-1], directory)  # client 1 drops: not in U2
+    with pytest.raises(ProtocolError, match="Round 2"):  # the share check is open
+        s.server.receive_masked_input(MaskedInput(2, np.zeros(d, dtype=np.uint64), b""))
+    with pytest.raises(ProtocolError, match="did not share keys"):
+        s.server.receive_share_check(ShareCheck(1, ()))
+    with pytest.raises(ProtocolError, match="only other clients that shared keys"):
+        s.server.receive_share_check(ShareCheck(2, (1,)))
+    masking = s.check(forwarded)
     with pytest.raises(ProtocolError, match="not in U2"):
-        s.server.receive_masked_input(MaskedInput(1, np.zeros(d, dtype=np.uint64)))
+        s.server.receive_masked_input(MaskedInput(1, np.zeros(d, dtype=np.uint64), b""))
     with pytest.raises(DataFormatError, match="length 3"):
-        s.server.receive_masked_input(MaskedInput(2, np.zeros(d + 1, dtype=np.uint64)))
+        s.server.receive_masked_input(MaskedInput(2, np.zeros(d + 1, dtype=np.uint64), b""))
     with pytest.raises(DataFormatError, match="encode floats"):
-        s.clients[2].masked_input(forwarded[2], np.zeros(d))
+        s.clients[2].masked_input(masking, np.zeros(d))
 
 
 def test_duplicate_or_replayed_keys_are_refused_by_clients() -> None:
@@ -416,7 +534,8 @@ def test_seeded_randomness_makes_a_session_reproducible() -> None:
         s = Session(4, 3, 8, seed=seed)
         ids = [1, 2, 3, 4]
         forwarded = s.share(ids, s.advertise(ids))
-        return s.mask(ids, forwarded, dict.fromkeys(ids, np.zeros(8, dtype=np.uint64)))[1][2].masked
+        zeros = dict.fromkeys(ids, np.zeros(8, dtype=np.uint64))
+        return s.mask(ids, s.check(forwarded), zeros)[1][2].masked
 
     assert np.array_equal(masked(15), masked(15))
     assert not np.array_equal(masked(15), masked(16))
@@ -427,9 +546,11 @@ def test_message_sizes() -> None:
     inputs = {u: np.zeros(d, dtype=np.uint64) for u in range(1, n + 1)}
     _, trace = run_session(SecAggParams(SESSION, t, d), inputs, drop_before={1: "masked_input"})
     summary = trace.summary()
-    assert summary["advertise_keys"]["upload_bytes_per_client"] == 4 + 32 + 32
+    # Three 32-byte keys and a 64-byte signature.
+    assert summary["advertise_keys"]["upload_bytes_per_client"] == 4 + 3 * 32 + 64
     # n - 1 ciphertexts of 4 + 4 + 66 + 66 plaintext bytes + 28 (nonce, tag), with 4-byte ids.
     assert summary["share_keys"]["upload_bytes_per_client"] == 4 + (n - 1) * (4 + 168)
-    assert summary["masked_input"]["upload_bytes_per_client"] == 4 + 4 * d
+    assert summary["check_shares"]["upload_bytes_per_client"] == 4  # no one is named
+    assert summary["masked_input"]["upload_bytes_per_client"] == 4 + 4 * d + 64
     # 9 shares of b (U3) and 1 of a key (U2 - U3), each 4 + 66 bytes.
     assert summary["unmasking"]["upload_bytes_per_client"] == 4 + 10 * 70

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from fedrank.secagg import field
-from fedrank.secagg.errors import ProtocolError
+from fedrank.secagg.errors import ProtocolError, SignatureError
 from fedrank.secagg.field import FixedPointEncoder
 from fedrank.secagg.inprocess import run_session
-from fedrank.secagg.protocol import MaskedInput, MaskedSum, SecAggParams
+from fedrank.secagg.protocol import MaskedSum, SecAggParams
 from fedrank.secagg.proxy import MaskedInputProxy
 from tests.secagg.test_secagg_protocol import (
     SESSION,
@@ -50,16 +50,16 @@ def test_a_proxys_sum_looks_uniform_to_the_proxy() -> None:
     x = enc.encode(np.linspace(-1.0, 1.0, d))
     s = Session(n, t, d, seed=6)
     ids = list(range(1, n + 1))
-    forwarded = s.share(ids, s.advertise(ids))
+    masking = s.check(s.share(ids, s.advertise(ids)))
     proxy = MaskedInputProxy(d)
     for u in ids[:4]:
-        proxy.receive(s.clients[u].masked_input(forwarded[u], x))
+        proxy.receive(s.clients[u].masked_input(masking, x))
     forwarded_sum = proxy.forward()
     assert forwarded_sum.senders == (1, 2, 3, 4)
     _assert_uniform_and_unlike(forwarded_sum.masked, field.sum_vectors([x] * 4))
     s.server.receive_masked_sum(forwarded_sum)
     for u in ids[4:]:
-        s.server.receive_masked_input(s.clients[u].masked_input(forwarded[u], x))
+        s.server.receive_masked_input(s.clients[u].masked_input(masking, x))
     request = s.server.close_masked_input()
     result, _ = s.unmask(ids, request)
     assert np.array_equal(result.total, field.sum_vectors([x] * n))
@@ -69,25 +69,39 @@ def test_malformed_masked_sums_are_refused() -> None:
     n, t, d = 5, 3, 8
     s = Session(n, t, d, seed=7)
     ids = [1, 2, 3, 4]  # client 5 never shares keys: not in U2
-    forwarded = s.share(ids, s.advertise(list(range(1, n + 1))[:4]))
+    masking = s.check(s.share(ids, s.advertise(list(range(1, n + 1))[:4])))
     x = np.zeros(d, dtype=np.uint64)
-    y1 = s.clients[1].masked_input(forwarded[1], x)
+    y = {u: s.clients[u].masked_input(masking, x) for u in ids}
     zero = np.zeros(d, dtype=np.uint64)
-    for senders, match in (((), "distinct senders"), ((2, 2), "distinct senders"),
-                           ((2, 5), r"\[5\].*not in U2")):  # fmt: skip
+
+    def signed(senders: tuple[int, ...]) -> MaskedSum:
+        digests = tuple(y[u].digest if u in y else b"" for u in senders)
+        return MaskedSum(senders, zero, digests, tuple(y[u].signature for u in senders))
+
+    for message, match in ((MaskedSum((), zero, (), ()), "distinct senders"),
+                           (MaskedSum((2, 2), zero, (), ()), "distinct senders"),
+                           (MaskedSum((2,), zero, (), ()), "one digest and one signature"),
+                           (MaskedSum((2, 5), zero, (b"", b""), (b"", b"")),
+                            r"\[5\].*not in U2")):  # fmt: skip
         with pytest.raises(ProtocolError, match=match):
-            s.server.receive_masked_sum(MaskedSum(senders, zero))
-    s.server.receive_masked_input(y1)
+            s.server.receive_masked_sum(message)
+    # A sender whose signature is not its own (the proxy claims client 3 with 2's): refused,
+    # naming it; client 3's own input is still accepted.
+    forged = MaskedSum((2, 3), zero, (y[2].digest, y[2].digest), (y[2].signature,) * 2)
+    with pytest.raises(SignatureError, match="client 3's MaskedInputCollection"):
+        s.server.receive_masked_sum(forged)
+    s.server.receive_masked_input(y[3])
+    s.server.receive_masked_input(y[1])
     with pytest.raises(ProtocolError, match=r"\[1\] sent a masked input twice"):
-        s.server.receive_masked_sum(MaskedSum((1, 2), zero))
+        s.server.receive_masked_sum(signed((1, 2)))
     proxy = MaskedInputProxy(d)
     with pytest.raises(ProtocolError, match="nothing to forward"):
         proxy.forward()
-    proxy.receive(MaskedInput(2, zero))
+    proxy.receive(y[2])
     with pytest.raises(ProtocolError, match="twice"):
-        proxy.receive(MaskedInput(2, zero))
-    proxy.forward()
+        proxy.receive(y[2])
+    s.server.receive_masked_sum(proxy.forward())
     with pytest.raises(ProtocolError, match="once"):
         proxy.forward()
     with pytest.raises(ProtocolError, match="Round 2 is over"):
-        proxy.receive(MaskedInput(3, zero))
+        proxy.receive(y[4])

@@ -40,9 +40,13 @@ def _session() -> dict[str, Any]:
         text = trip(wire.share_keys_to_json(c.share_keys(directory)))
         server.receive_share_keys(wire.share_keys_from_json(text, frozenset(clients) - {u}))
     forwarded = server.close_share_keys()
-    for u in (1, 2, 3):
+    for u, c in clients.items():
         f = wire.forwarded_from_json(trip(wire.forwarded_to_json(forwarded[u])), 4)
-        masked = clients[u].masked_input(f, encoder.encode(x[u]))
+        check = trip(wire.share_check_to_json(c.check_shares(f)))
+        server.receive_share_check(wire.share_check_from_json(check, 4))
+    masking = wire.masking_from_json(trip(wire.masking_to_json(server.close_share_check())), 4)
+    for u in (1, 2, 3):
+        masked = clients[u].masked_input(masking, encoder.encode(x[u]))
         server.receive_masked_input(wire.masked_from_json(trip(wire.masked_to_json(masked)), 5))
     request = wire.request_from_json(trip(wire.request_to_json(server.close_masked_input())), 4)
     for u in request.contributors:
@@ -61,20 +65,25 @@ def test_a_session_through_json_gives_the_sum() -> None:
 
 
 KEY = "A" * 43 + "="  # 32 bytes
+SIGNATURE = "A" * 86 + "=="  # 64 bytes
+KEYS = {"mask_public_key": KEY, "share_public_key": KEY, "signing_public_key": KEY,
+        "signature": SIGNATURE}  # fmt: skip
+MASKED = {"senders": [1, 2], "masked": "A" * 27 + "=", "digests": [KEY, KEY],
+          "signatures": [SIGNATURE, SIGNATURE]}  # fmt: skip
 
 
 @pytest.mark.parametrize(
     ("reader", "value", "reason"),
     [
         (lambda v: wire.advertise_from_json(v), {"sender": 1}, "exactly"),
+        (lambda v: wire.advertise_from_json(v), {**KEYS, "sender": True}, "client id"),
+        (lambda v: wire.advertise_from_json(v), {**KEYS, "sender": 2**32}, "client id"),
         (lambda v: wire.advertise_from_json(v),
-         {"sender": True, "mask_public_key": KEY, "share_public_key": KEY}, "client id"),
+         {**KEYS, "sender": 1, "mask_public_key": "AAAA"}, "32 bytes"),
         (lambda v: wire.advertise_from_json(v),
-         {"sender": 2**32, "mask_public_key": KEY, "share_public_key": KEY}, "client id"),
+         {**KEYS, "sender": 1, "mask_public_key": "!" * 44}, "base64"),
         (lambda v: wire.advertise_from_json(v),
-         {"sender": 1, "mask_public_key": "AAAA", "share_public_key": KEY}, "32 bytes"),
-        (lambda v: wire.advertise_from_json(v),
-         {"sender": 1, "mask_public_key": "!" * 44, "share_public_key": KEY}, "base64"),
+         {**KEYS, "sender": 1, "signature": KEY}, "64 bytes"),
         (lambda v: wire.directory_from_json(v, 2), [{}] * 3, "1..2 entries"),
         (lambda v: wire.share_keys_from_json(v, frozenset({2, 3})),
          {"sender": 1, "ciphertexts": {"2": "AAAA"}}, "2 entries"),
@@ -84,7 +93,19 @@ KEY = "A" * 43 + "="  # 32 bytes
          {"sender": 1, "ciphertexts": {"3": "AAAA"}}, "exactly the round's clients"),
         (lambda v: wire.share_keys_from_json(v, frozenset({2})),
          {"sender": 1, "ciphertexts": {"2": "AAAA"}}, f"{wire.CIPHERTEXT_BYTES} bytes"),
-        (lambda v: wire.masked_from_json(v, 5), {"sender": 1, "masked": "AAAA"}, "20 bytes"),
+        (lambda v: wire.masked_from_json(v, 5),
+         {"sender": 1, "masked": "AAAA", "signature": SIGNATURE}, "20 bytes"),
+        (lambda v: wire.masked_from_json(v, 5), {"sender": 1, "masked": "AAAA"}, "exactly"),
+        (lambda v: wire.masked_sum_from_json(v, 5, 4), {**MASKED, "digests": [KEY]},
+         "digests must be a list of one per sender"),
+        (lambda v: wire.masked_sum_from_json(v, 5, 4), {**MASKED, "signatures": [KEY, KEY]},
+         "64 bytes"),
+        (lambda v: wire.masked_sum_from_json(v, 5, 1), MASKED, "1..1"),
+        (lambda v: wire.share_check_from_json(v, 4), {"sender": 1, "rejected": [3, 2]},
+         "sorted"),
+        (lambda v: wire.share_check_from_json(v, 2), {"sender": 1, "rejected": [2, 3, 4]},
+         "0..2"),
+        (lambda v: wire.masking_from_json(v, 4), {"members": [], "excluded": []}, "1..4"),
         (lambda v: wire.request_from_json(v, 4), [3, 1], "sorted"),
         (lambda v: wire.request_from_json(v, 4), [1, 1], "sorted and distinct"),
         (lambda v: wire.request_from_json(v, 2), [1, 2, 3], "1..2"),

@@ -24,12 +24,14 @@ from fedrank.client import Client
 from fedrank.client.sdk import Checkin
 from fedrank.client.secagg import SecureProxy, send_secure
 from fedrank.errors import ConfigError, FedrankError
-from fedrank.secagg import wire
+from fedrank.privacy.skellam import skellam_noise
+from fedrank.secagg import signing, wire
 from fedrank.secagg.field import FixedPointEncoder
 from fedrank.secagg.protocol import SecAggClient
+from fedrank.secagg.proxy import MaskedInputProxy
 from fedrank.server.app import create_app
 from fedrank.server.envelope import BadRequest
-from fedrank.server.secagg_round import SecAggRound
+from fedrank.server.secagg_round import SecAggRound, noise_norm_bound
 from fedrank.strategies.base import SafeguardError
 from tests.server.serverkit import (
     assert_error,
@@ -57,7 +59,7 @@ enabled = true
 l2_bound = {L2}
 stage_seconds = 12.0
 """
-BEFORE_MASKED = range(0, 10)  # send keys and shares, then drop: in U2 - U3
+BEFORE_MASKED = range(0, 10)  # send keys, shares and the check, then drop: in U2 - U3
 AFTER_MASKED = range(10, 40)  # send the masked input, then drop: in U3, not in U5
 
 
@@ -79,7 +81,7 @@ def _client_run(url: str, i: int, delta: np.ndarray, drop: str | None = None) ->
 
 
 def _drop(i: int) -> str | None:
-    return "share_keys" if i in BEFORE_MASKED else "masked_input" if i in AFTER_MASKED else None
+    return "check_shares" if i in BEFORE_MASKED else "masked_input" if i in AFTER_MASKED else None
 
 
 def _assert_step_is_the_clear_mean(step: np.ndarray, contributed: np.ndarray, k: int) -> None:
@@ -111,7 +113,7 @@ def test_100_sdk_clients_with_dropouts_give_the_model_of_the_clear_aggregate(
             what="the secure round's close and the next round",
         )
         params1 = np.array(live.client.get("/v1/model").json()["params"])
-    assert outcomes.count("share_keys") == 10 and outcomes.count("masked_input") == 30
+    assert outcomes.count("check_shares") == 10 and outcomes.count("masked_input") == 30
     assert outcomes.count("finished") == 60
     # The clear aggregate of the same updates: the contributors' (U3) clipped deltas,
     # unweighted, times the server learning rate 1 (within about 1 / (2 * 2**24) = 3e-8).
@@ -120,7 +122,10 @@ def test_100_sdk_clients_with_dropouts_give_the_model_of_the_clear_aggregate(
     _assert_step_is_the_clear_mean(step, deltas[contributors], K)
     assert not np.allclose(step, np.mean(deltas[contributors], axis=0))  # clipping mattered
     assert final["updates_accepted_total"] == 1 and final["updates_counted_total"] == 90
-    assert final["secagg"] == {"round": 1, "stage": "advertise", "cohort": 0}  # the next
+    assert final["secagg"] == {  # the next round, and how the first ended
+        "round": 1, "stage": "advertise", "cohort": 0, "excluded": [], "reason": None,
+        "previous": {"round": 0, "stage": "finished", "cohort": K, "excluded": [], "reason": None},
+    }  # fmt: skip
     # Nothing of one client is stored or logged: one aggregate row; no delta's coordinates
     # (float64 or float32 bytes, or their JSON text) in any file of the store or the log.
     rows = stored_rows(live.store)
@@ -177,6 +182,7 @@ def test_a_round_refuses_bad_messages_and_aborts_below_the_threshold() -> None:
     [
         ("", "l2_bound"),
         ("l2_bound = 1.0\nthreshold = 1\n", "threshold"),
+        ("l2_bound = 1.0\nthreshold = 50\n", "at least a majority of clients_per_round"),
         ("l2_bound = 1.0\nstage_seconds = 0.0\n", "stage_seconds"),
     ],
 )
@@ -232,7 +238,10 @@ def test_a_failed_close_after_a_secure_round_is_retried_without_a_second_aggrega
             assert failed["model_version"] == 0
             assert failed["last_close_error"]["error"] == "close_failed"
             assert "safeguard" in failed["last_close_error"]["detail"]
-            assert failed["secagg"] == {"round": 0, "stage": "finished", "cohort": k}
+            assert failed["secagg"] == {
+                "round": 0, "stage": "finished", "cohort": k, "excluded": [], "reason": None,
+                "previous": None,
+            }  # fmt: skip
             assert failed["updates_accepted_total"] == 1  # the sum, stored once
             strategy.server_step = real_step
             final = wait_until(
@@ -274,7 +283,7 @@ def test_proxies_sum_their_clients_masked_inputs_and_the_model_is_the_clear_mean
         "stage_seconds = 12.0", "stage_seconds = 8.0"
     )
     deltas = _deltas()[:k]
-    drop = {0: "share_keys", 6: "masked_input"}
+    drop = {0: "check_shares", 6: "masked_input"}
     with live_server(tmp_path, toml + PROXIES_TOML) as live:
         url = live.process.url
         params0 = np.array(live.client.get("/v1/model").json()["params"])
@@ -327,7 +336,7 @@ def test_proxies_sum_their_clients_masked_inputs_and_the_model_is_the_clear_mean
             )
             params1 = np.array(live.client.get("/v1/model").json()["params"])
     assert forwarded == {"a": 5, "b": 4}
-    assert outcomes == ["share_keys"] + ["finished"] * 5 + ["masked_input"] + ["finished"] * 5
+    assert outcomes == ["check_shares"] + ["finished"] * 5 + ["masked_input"] + ["finished"] * 5
     contributors = [i for i in range(k) if i != 0]
     _assert_step_is_the_clear_mean(params1 - params0, deltas[contributors], k)
 
@@ -343,14 +352,16 @@ def test_a_round_checks_a_proxys_masked_sum() -> None:
         assert sa.join(name, now=0.0)["id"] == u
         clients[u] = SecAggClient(u, sa.params)
     zeros = base64.b64encode(bytes(4 * DIM)).decode()
+    nothing = base64.b64encode(bytes(32)).decode(), base64.b64encode(bytes(64)).decode()
 
     def body(senders: list[int], **extra: object) -> dict[str, object]:
-        message = {"senders": senders, "masked": zeros}
+        message = {"senders": senders, "masked": zeros, "digests": [nothing[0]] * len(senders),
+                   "signatures": [nothing[1]] * len(senders)}  # fmt: skip
         return {"session": sa.session, "stage": "masked_sum", "message": message} | extra
 
-    def send(u: int, stage: str, message: dict[str, object]) -> None:
+    def send(u: int, stage: str, message: dict[str, object], now: float = 1.0) -> None:
         sa.receive({"client_id": names[u], "session": sa.session, "stage": stage,
-                    "message": message}, now=1.0)  # fmt: skip
+                    "message": message}, now=now)  # fmt: skip
 
     with pytest.raises(BadRequest) as err:
         sa.receive_sum(body([1]), 6, now=0.0)
@@ -362,10 +373,16 @@ def test_a_round_checks_a_proxys_masked_sum() -> None:
         directory = wire.directory_from_json(view["directory"], 4)
         send(u, "share_keys", wire.share_keys_to_json(clients[u].share_keys(directory)))
     sa.advance(now=100.0)  # client 4's shares never come: the stage closes at its deadline
+    assert sa.stage_name == "check_shares"
+    for u in (1, 2, 3):
+        view = sa.view(names[u], sa.session, now=100.0)
+        forwarded = wire.forwarded_from_json(view["forwarded"], 4)
+        check = clients[u].check_shares(forwarded)
+        send(u, "check_shares", wire.share_check_to_json(check), now=100.0)
     assert sa.stage_name == "masked_input"
-    forwarded = wire.forwarded_from_json(sa.view("c1", sa.session, now=100.0)["forwarded"], 4)
-    own = clients[1].masked_input(forwarded, np.zeros(DIM, np.uint64))
-    send(1, "masked_input", wire.masked_to_json(own))
+    masking = wire.masking_from_json(sa.view("c1", sa.session, now=100.0)["masking"], 4)
+    inputs = {u: clients[u].masked_input(masking, np.zeros(DIM, np.uint64)) for u in (1, 2, 3)}
+    send(1, "masked_input", wire.masked_to_json(inputs[1]), now=100.0)
     cases = [
         (body([2], extra=1), 422, "invalid"),
         ({**body([2]), "session": "AAAA"}, 409, "secagg_wrong_session"),
@@ -376,6 +393,7 @@ def test_a_round_checks_a_proxys_masked_sum() -> None:
         (body([2], message={"senders": [2], "masked": "AA=="}), 422, "invalid_secagg_message"),
         (body([2, 4]), 409, "secagg_dropped"),  # 4 shared no keys
         (body([1, 2]), 409, "secagg_repeated"),  # 1 sent its own
+        (body([2, 3]), 403, "secagg_bad_signature"),  # neither signed these
     ]  # fmt: skip
     for case, status_code, code in cases:
         with pytest.raises(BadRequest) as err:
@@ -385,7 +403,11 @@ def test_a_round_checks_a_proxys_masked_sum() -> None:
         sa.receive_sum(body([2, 3, 4, 5, 6]), 10**9, now=100.0)
     assert (err.value.status, err.value.code) == (422, "invalid_secagg_message")
     assert sa.done == {1} and sa.server._s.u3 == {1}
-    sa.receive_sum(body([2, 3]), 2, now=100.0)  # a good sum closes the stage: all of U2 sent
+    proxy = MaskedInputProxy(DIM)
+    for u in (2, 3):
+        proxy.receive(inputs[u])
+    good = {**body([2, 3]), "message": wire.masked_sum_to_json(proxy.forward())}
+    sa.receive_sum(good, 2, now=100.0)  # a good sum closes the stage: all of U2 sent
     assert sa.stage_name == "unmasking" and sa.done == set()
 
 
@@ -411,9 +433,10 @@ def test_a_secure_proxy_refuses_what_it_cannot_sum() -> None:
     only masked inputs of one session, of the model's dimension, each sender once, at most
     `max_clients` of them; nothing to forward before the first."""
     vector = base64.b64encode(bytes(4 * DIM)).decode()
+    signature = base64.b64encode(bytes(64)).decode()
 
     def body(sender: int, session: str = "s1", **extra: object) -> dict[str, object]:
-        message = {"sender": sender, "masked": vector}
+        message = {"sender": sender, "masked": vector, "signature": signature}
         return {"client_id": f"c{sender}", "session": session, "stage": "masked_input",
                 "message": message} | extra  # fmt: skip
 
@@ -425,7 +448,7 @@ def test_a_secure_proxy_refuses_what_it_cannot_sum() -> None:
         cases = [
             ({"session": "s1"}, "client_id, session, stage, message"),
             (body(2, stage="share_keys"), "masked inputs only"),
-            (body(2, message={"sender": 2, "masked": "AA=="}), "bytes"),
+            (body(2, message={"sender": 2, "masked": "AA==", "signature": signature}), "bytes"),
             (body(2, session="s2"), "another session"),
             (body(1), "twice"),
         ]
@@ -436,3 +459,50 @@ def test_a_secure_proxy_refuses_what_it_cannot_sum() -> None:
         with pytest.raises(FedrankError, match="at most 2"):
             proxy.receive(body(3))
         assert proxy.senders == (1, 2)
+
+
+def test_a_registry_key_is_the_only_one_a_device_may_advertise() -> None:
+    """With a device registry (`public_key_of`, the lead's wiring of `fedrank.identity`), a
+    member must advertise its enrolled key (403 `secagg_wrong_key` otherwise); a client the
+    registry does not know binds the key it advertises."""
+    device = signing.generate_signing_key()
+    registry = {"device": signing.public_bytes(device)}
+    sa = SecAggRound(0, DIM, 3, 2, L2, 60.0, public_key_of=registry.get)
+    members = {}
+    for name in ("device", "other", "unknown"):
+        block = sa.join(name, now=0.0)
+        key = device if name == "device" else None
+        members[name] = SecAggClient(block["id"], sa.params, signing_key=key)
+
+    def advertise(name: str, client: SecAggClient) -> None:
+        message = wire.advertise_to_json(client.advertise_keys())
+        body = {"client_id": name, "session": sa.session, "stage": "advertise"}
+        sa.receive({**body, "message": message}, now=1.0)
+
+    with pytest.raises(BadRequest) as err:  # "device" signs with a key of its own
+        advertise("device", SecAggClient(1, sa.params))
+    assert (err.value.status, err.value.code) == (403, "secagg_wrong_key")
+    registry["other"] = signing.public_bytes(signing.generate_signing_key())
+    with pytest.raises(BadRequest) as err:
+        advertise("other", members["other"])
+    assert (err.value.status, err.value.code) == (403, "secagg_wrong_key")
+    advertise("device", members["device"])
+    advertise("unknown", members["unknown"])
+    assert sa.done == {1, 3}
+
+
+def test_the_noise_norm_bound_holds_and_is_a_few_times_the_typical_norm() -> None:
+    """`noise_norm_bound` (the decoded sum's check under distributed DP): 2,000 draws of
+    Skellam vectors stay below it; it is ``2 sqrt(2 (d ln 5 + 40 ln 2) V)`` for large
+    ``V``, which tends to 3.6 ``sqrt(d V)`` as ``d`` grows (docs/secagg.md)."""
+    rng = np.random.default_rng(3)
+    for variance, dim in ((1e6, 22), (4e8, 1000), (50.0, 8)):
+        bound = noise_norm_bound(variance, dim)
+        draws = np.stack([skellam_noise(rng, variance, dim) for _ in range(2000)])
+        assert np.linalg.norm(draws, axis=1).max() < bound, (variance, dim)
+    for variance, dim in ((1e6, 22), (4e8, 1000)):
+        spread = dim * np.log(5.0) + 40 * np.log(2.0)
+        expected = 2 * np.sqrt(2 * spread * variance)
+        assert noise_norm_bound(variance, dim) == pytest.approx(expected, rel=1e-3)
+    assert noise_norm_bound(4e8, 1000) < 3.7 * np.sqrt(1000 * 4e8)
+    assert noise_norm_bound(0.0, 5) == 0.0

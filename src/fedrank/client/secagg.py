@@ -3,9 +3,11 @@
 
 :func:`send_secure` takes a selected client's check-in (its ``secagg`` block) and its
 FedAvg delta, and runs the protocol with the server: advertise two fresh X25519 public
-keys, Shamir-share its secrets with the cohort (encrypted to each peer), send its delta
-clipped to the round's ``l2_bound``, fixed-point encoded in ``Z_{2^32}`` and masked, then
-reveal the shares the server needs to unmask the sum. The server never receives the delta
+keys (signed with the device's Ed25519 key), Shamir-share its secrets with the cohort
+(encrypted to each peer), check the shares the others sent it (naming any that fail to
+decrypt, whom the server then excludes), send its delta clipped to the round's
+``l2_bound``, fixed-point encoded in ``Z_{2^32}``, masked and signed, then reveal the shares
+the server needs to unmask the sum. The server never receives the delta
 in the clear. When the server runs distributed DP (``[privacy] mode = 'distributed'``), the
 block's ``noise_variance`` is this client's share of the noise: Skellam noise of that
 variance (:mod:`fedrank.privacy.skellam`) is added to the encoded delta before masking.
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fedrank.client.sdk import Checkin, Client, ClientError, _body
 from fedrank.client.user_ledger import PrivacyBudgetError
@@ -39,7 +42,7 @@ MAX_POLL_SECONDS = 1.0
 #: protocol's 32-bit sums (its standard deviation would exceed ``2**31``).
 MAX_NOISE_VARIANCE = 2.0**62
 #: The stages a client sends in, in order.
-STAGES = ("advertise", "share_keys", "masked_input", "unmasking")
+STAGES = ("advertise", "share_keys", "check_shares", "masked_input", "unmasking")
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,7 @@ def send_secure(
     drop_after: str | None = None,
     noise_rng: np.random.Generator | None = None,
     masked_input_to: Callable[[dict[str, Any]], None] | None = None,
+    signing_key: Ed25519PrivateKey | None = None,
 ) -> SecureReport:
     """Take part in the round's secure aggregation with ``delta`` (module docstring).
 
@@ -133,6 +137,10 @@ def send_secure(
         masked_input_to: hand the masked input (its request body) to this client's proxy
             (:meth:`SecureProxy.receive`, over whatever transport joins them) instead of
             sending it to the server; every other stage goes to the server.
+        signing_key: the device's Ed25519 key (:mod:`fedrank.identity`), which signs the
+            key advert and the masked input; a server with a device registry refuses any
+            other. ``None``: a fresh key for this session (a server without identity binds
+            it to this client at the advert).
 
     Raises:
         ClientError: the server refused a message (e.g. this client dropped out of a stage
@@ -159,7 +167,7 @@ def send_secure(
         rng = np.random.default_rng() if noise_rng is None else noise_rng
         noise = skellam_noise(rng, noise_variance, params.dimension)
         encoded = field.add(encoded, noise.astype(np.uint64))  # two's complement, mod q
-    me = SecAggClient(uid, params)
+    me = SecAggClient(uid, params, signing_key=signing_key)
     limit = encoder.max_clients
     ident = {"client_id": checkin.client_id, "session": session}
     deadline = time.monotonic() + timeout
@@ -181,7 +189,10 @@ def send_secure(
                 raise FedrankError(f"the secure aggregation was aborted: {view.get('reason')}")
             if view["stage"] == stage:
                 if not view.get("expected"):
-                    raise FedrankError(f"this client is not expected at {stage}: it dropped out")
+                    raise FedrankError(
+                        f"this client is not expected at {stage}: it dropped out, or the share "
+                        "check excluded it"
+                    )
                 return view
             if stage != "end" and (
                 view["stage"] in ("finishing", "finished")
@@ -202,9 +213,12 @@ def send_secure(
         if stage == "share_keys":
             directory = wire.directory_from_json(view["directory"], limit)
             return wire.share_keys_to_json(me.share_keys(directory))
-        if stage == "masked_input":
+        if stage == "check_shares":
             forwarded = wire.forwarded_from_json(view["forwarded"], limit)
-            return wire.masked_to_json(me.masked_input(forwarded, encoded))
+            return wire.share_check_to_json(me.check_shares(forwarded))
+        if stage == "masked_input":
+            masking = wire.masking_from_json(view["masking"], limit)
+            return wire.masked_to_json(me.masked_input(masking, encoded))
         request = wire.request_from_json(view["contributors"], limit)
         return wire.unmasking_to_json(me.unmask(request))
 
@@ -225,9 +239,10 @@ class SecureProxy:
     docs/secagg.md, "Through proxies in the service"): it takes its clients' masked inputs
     (the bodies their :func:`send_secure` hands to ``masked_input_to``), adds them
     (:class:`~fedrank.secagg.proxy.MaskedInputProxy`) and sends the server one sum with its
-    bearer token (``[[proxies]]``). It sees each client's masked input, which still carries
-    the client's self mask: nothing of a delta. Thread-safe: many clients may hand in at
-    once.
+    bearer token (``[[proxies]]``), with each client's signature of its masked input (the
+    server accepts a sender only with its own signature). It sees each client's masked
+    input, which still carries the client's self mask: nothing of a delta. Thread-safe: many
+    clients may hand in at once.
 
     Args:
         client: the SDK client whose connection (and retries) the proxy uses.

@@ -6,6 +6,7 @@ vectors and nothing else about any one of them, even when clients drop out.
 * :mod:`.shamir`: Shamir ``t``-of-``n`` secret sharing over ``GF(2**521 - 1)``.
 * :mod:`.masks`: X25519 + HKDF pairwise seeds, AES-CTR PRG, pairwise and self masks.
 * :mod:`.channel`: AES-GCM encryption of shares between clients through the server.
+* :mod:`.signing`: Ed25519 signatures of the key adverts and masked inputs.
 * :mod:`.protocol`: the rounds as :class:`SecAggClient` and :class:`SecAggServer`.
 * :mod:`.proxy`: a proxy that sums its clients' masked inputs (:class:`MaskedInputProxy`).
 * :mod:`.inprocess`: one session with every client in this process (:func:`run_session`).
@@ -15,11 +16,13 @@ See ``docs/secagg.md`` for the parameters, the threat model and the measured cos
 """
 
 from fedrank.secagg.errors import (
+    DuplicateKeyError,
     ProtocolError,
     RoundAbortedError,
     SecAggError,
     ShareAuthenticationError,
     ShareReconstructionError,
+    SignatureError,
 )
 from fedrank.secagg.field import MODULUS, FixedPointEncoder
 from fedrank.secagg.inprocess import SessionTrace, run_session
@@ -30,9 +33,11 @@ from fedrank.secagg.protocol import (
     KeyDirectory,
     MaskedInput,
     MaskedSum,
+    MaskingSet,
     SecAggClient,
     SecAggParams,
     SecAggServer,
+    ShareCheck,
     ShareKeys,
     UnmaskingShares,
     UnmaskRequest,
@@ -43,12 +48,14 @@ __all__ = [
     "MODULUS",
     "AdvertiseKeys",
     "AggregationResult",
+    "DuplicateKeyError",
     "FixedPointEncoder",
     "ForwardedShares",
     "KeyDirectory",
     "MaskedInput",
     "MaskedInputProxy",
     "MaskedSum",
+    "MaskingSet",
     "ProtocolError",
     "RoundAbortedError",
     "SecAggClient",
@@ -56,9 +63,11 @@ __all__ = [
     "SecAggParams",
     "SecAggServer",
     "SessionTrace",
+    "ShareCheck",
     "ShareAuthenticationError",
     "ShareKeys",
     "ShareReconstructionError",
+    "SignatureError",
     "UnmaskRequest",
     "UnmaskingShares",
     "run_session",

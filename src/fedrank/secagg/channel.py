@@ -85,6 +85,6 @@ def decrypt(
         raise ShareAuthenticationError(
             f"the encrypted shares from client {sender} to client {recipient} fail AES-GCM "
             "authentication: they were altered, relayed under the wrong sender or recipient, "
-            "or belong to another session. The recipient aborts the round (it sends no masked "
-            "input); investigate the relay"
+            "or belong to another session (or the sender lied). The recipient names the sender "
+            "in its share check, and the round goes on without that sender"
         ) from err

@@ -24,7 +24,7 @@ from fedrank.secagg.protocol import (
 from fedrank.secagg.proxy import MaskedInputProxy
 
 #: The rounds at which a client can drop out (it sends nothing from that round on).
-ROUNDS = ("advertise_keys", "share_keys", "masked_input", "unmasking")
+ROUNDS = ("advertise_keys", "share_keys", "check_shares", "masked_input", "unmasking")
 
 RandBits = Callable[[int], int]
 
@@ -155,14 +155,19 @@ def run_session(
     trace.server_seconds["share_keys"] += _clock() - start
     trace.download_bytes["share_keys"] = [f.nbytes() for f in forwarded.values()]
 
-    # Round 2: MaskedInputCollection
-    ids = [u for u in ids if active(u, "masked_input")]
-
-    def mask(u: int) -> object:
-        return clients[u].masked_input(forwarded.pop(u), inputs[u])
-
-    sent = client_step("masked_input", ids, mask)
+    # Round 1b: ShareCheck
+    ids = [u for u in ids if active(u, "check_shares")]
+    sent = client_step("check_shares", ids, lambda u: clients[u].check_shares(forwarded.pop(u)))
     forwarded.clear()
+    deliver("check_shares", server.receive_share_check, sent)
+    start = _clock()
+    masking = server.close_share_check()
+    trace.server_seconds["check_shares"] += _clock() - start
+    trace.download_bytes["check_shares"] = [masking.nbytes()] * len(masking.members)
+
+    # Round 2: MaskedInputCollection
+    ids = [u for u in ids if active(u, "masked_input") and u in masking.members]
+    sent = client_step("masked_input", ids, lambda u: clients[u].masked_input(masking, inputs[u]))
     via = dict(proxies or {})
     relays = {p: MaskedInputProxy(params.dimension) for p in sorted(set(via.values()))}
     direct = []

@@ -1,10 +1,11 @@
 """JSON forms of the secure-aggregation messages (:mod:`fedrank.secagg.protocol`), for the
 service (:mod:`fedrank.server.secagg_round`) and the SDK (:mod:`fedrank.client.secagg`).
 
-Bytes travel as base64, Shamir shares (integers below ``2**521 - 1``) as hexadecimal, client
-ids as JSON integers and masked vectors as base64 of little-endian ``uint32``. Every reader
-checks types, sizes and ranges against the session (``dimension``, the ids of the round)
-and raises :class:`WireError` with what is wrong: a peer or a client controls every field.
+Bytes (keys, ciphertexts, digests, Ed25519 signatures) travel as base64, Shamir shares
+(integers below ``2**521 - 1``) as hexadecimal, client ids as JSON integers and masked
+vectors as base64 of little-endian ``uint32``. Every reader checks types, sizes and ranges
+against the session (``dimension``, the ids of the round) and raises :class:`WireError` with
+what is wrong: a peer or a client controls every field.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from fedrank.errors import FedrankError
-from fedrank.secagg import channel, field, masks, shamir
+from fedrank.secagg import channel, field, masks, shamir, signing
 from fedrank.secagg.protocol import (
     MAX_CLIENT_ID,
     AdvertiseKeys,
@@ -25,6 +26,8 @@ from fedrank.secagg.protocol import (
     KeyDirectory,
     MaskedInput,
     MaskedSum,
+    MaskingSet,
+    ShareCheck,
     ShareKeys,
     UnmaskingShares,
     UnmaskRequest,
@@ -87,20 +90,27 @@ def _object(value: Any, keys: set[str], what: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------- Round 0
 
 
+_ADVERTISE = {"sender", "mask_public_key", "share_public_key", "signing_public_key", "signature"}
+
+
 def advertise_to_json(m: AdvertiseKeys) -> dict[str, Any]:
     return {
         "sender": m.sender,
         "mask_public_key": _b64(m.mask_public_key),
         "share_public_key": _b64(m.share_public_key),
+        "signing_public_key": _b64(m.signing_public_key),
+        "signature": _b64(m.signature),
     }
 
 
 def advertise_from_json(value: Any) -> AdvertiseKeys:
-    v = _object(value, {"sender", "mask_public_key", "share_public_key"}, "advertise")
+    v = _object(value, _ADVERTISE, "advertise")
     return AdvertiseKeys(
         _id(v["sender"], "sender"),
         _bytes(v["mask_public_key"], masks.KEY_BYTES, "mask_public_key"),
         _bytes(v["share_public_key"], masks.KEY_BYTES, "share_public_key"),
+        _bytes(v["signing_public_key"], signing.PUBLIC_KEY_BYTES, "signing_public_key"),
+        _bytes(v["signature"], signing.SIGNATURE_BYTES, "signature"),
     )
 
 
@@ -150,38 +160,84 @@ def forwarded_from_json(value: Any, limit: int) -> ForwardedShares:
     )
 
 
+# ---------------------------------------------------------------------- Round 1b
+
+
+def _ids(value: Any, limit: int, what: str, low: int = 0) -> tuple[int, ...]:
+    """A sorted list of ``low..limit`` distinct client ids."""
+    if not isinstance(value, list) or not low <= len(value) <= limit:
+        raise WireError(f"{what} must be a list of {low}..{limit} client ids")
+    ids = [_id(v, f"{what}: an entry") for v in value]
+    if ids != sorted(set(ids)):
+        raise WireError(f"{what} must be sorted and distinct")
+    return tuple(ids)
+
+
+def share_check_to_json(m: ShareCheck) -> dict[str, Any]:
+    return {"sender": m.sender, "rejected": list(m.rejected)}
+
+
+def share_check_from_json(value: Any, limit: int) -> ShareCheck:
+    v = _object(value, {"sender", "rejected"}, "share_check")
+    return ShareCheck(_id(v["sender"], "sender"), _ids(v["rejected"], limit, "rejected"))
+
+
+def masking_to_json(m: MaskingSet) -> dict[str, Any]:
+    return {"members": list(m.members), "excluded": list(m.excluded)}
+
+
+def masking_from_json(value: Any, limit: int) -> MaskingSet:
+    v = _object(value, {"members", "excluded"}, "the masking set")
+    return MaskingSet(
+        _ids(v["members"], limit, "members", 1), _ids(v["excluded"], limit, "excluded")
+    )
+
+
 # ---------------------------------------------------------------------- Round 2
+
+
+def _vector(value: Any, dimension: int) -> np.ndarray:
+    data = _bytes(value, field.ELEMENT_BYTES * dimension, "masked")
+    return np.frombuffer(data, dtype="<u4").astype(np.uint64)
 
 
 def masked_to_json(m: MaskedInput) -> dict[str, Any]:
     data = np.asarray(m.masked, dtype="<u4").tobytes()
-    return {"sender": m.sender, "masked": _b64(data)}
+    return {"sender": m.sender, "masked": _b64(data), "signature": _b64(m.signature)}
 
 
 def masked_from_json(value: Any, dimension: int) -> MaskedInput:
-    v = _object(value, {"sender", "masked"}, "masked_input")
-    data = _bytes(v["masked"], field.ELEMENT_BYTES * dimension, "masked")
-    vector = np.frombuffer(data, dtype="<u4").astype(np.uint64)
-    return MaskedInput(_id(v["sender"], "sender"), vector)
+    v = _object(value, {"sender", "masked", "signature"}, "masked_input")
+    return MaskedInput(
+        _id(v["sender"], "sender"),
+        _vector(v["masked"], dimension),
+        _bytes(v["signature"], signing.SIGNATURE_BYTES, "signature"),
+    )
 
 
 def masked_sum_to_json(m: MaskedSum) -> dict[str, Any]:
     data = np.asarray(m.masked, dtype="<u4").tobytes()
-    return {"senders": list(m.senders), "masked": _b64(data)}
+    return {
+        "senders": list(m.senders),
+        "masked": _b64(data),
+        "digests": [_b64(d) for d in m.digests],
+        "signatures": [_b64(s) for s in m.signatures],
+    }
 
 
 def masked_sum_from_json(value: Any, dimension: int, limit: int) -> MaskedSum:
     """A proxy's sum (:class:`~fedrank.secagg.proxy.MaskedInputProxy`): 1..``limit`` sorted,
-    distinct senders and one masked vector."""
-    v = _object(value, {"senders", "masked"}, "masked_sum")
-    senders = v["senders"]
-    if not isinstance(senders, list) or not 1 <= len(senders) <= limit:
-        raise WireError(f"a masked sum's senders must be a list of 1..{limit} client ids")
-    ids = [_id(s, "a sender") for s in senders]
-    if ids != sorted(set(ids)):
-        raise WireError("a masked sum's senders must be sorted and distinct")
-    data = _bytes(v["masked"], field.ELEMENT_BYTES * dimension, "masked")
-    return MaskedSum(tuple(ids), np.frombuffer(data, dtype="<u4").astype(np.uint64))
+    distinct senders, one masked vector, and each sender's digest and signature of its
+    masked input (in the order of the senders)."""
+    v = _object(value, {"senders", "masked", "digests", "signatures"}, "masked_sum")
+    senders = _ids(v["senders"], limit, "a masked sum's senders", 1)
+    signed = []
+    for name, size in (("digests", signing.DIGEST_BYTES), ("signatures", signing.SIGNATURE_BYTES)):
+        items = v[name]
+        if not isinstance(items, list) or len(items) != len(senders):
+            raise WireError(f"a masked sum's {name} must be a list of one per sender")
+        signed.append(tuple(_bytes(item, size, f"one of {name}") for item in items))
+    return MaskedSum(senders, _vector(v["masked"], dimension), signed[0], signed[1])
 
 
 def request_to_json(r: UnmaskRequest) -> list[int]:
@@ -189,12 +245,7 @@ def request_to_json(r: UnmaskRequest) -> list[int]:
 
 
 def request_from_json(value: Any, limit: int) -> UnmaskRequest:
-    if not isinstance(value, list) or not 1 <= len(value) <= limit:
-        raise WireError(f"the contributors must be a list of 1..{limit} client ids")
-    ids = [_id(v, "a contributor") for v in value]
-    if ids != sorted(set(ids)):
-        raise WireError("the contributors must be sorted and distinct")
-    return UnmaskRequest(tuple(ids))
+    return UnmaskRequest(_ids(value, limit, "the contributors", 1))
 
 
 # ---------------------------------------------------------------------- Round 4

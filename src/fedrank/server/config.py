@@ -102,6 +102,7 @@ A complete example (every key optional; these are the defaults)::
     threshold = 0                # t: clients needed to finish a round; 0: K // 2 + 1
     l2_bound = 0.0               # clients clip their delta to this L2 norm (required)
     stage_seconds = 30.0         # each protocol stage closes after this (or when all sent)
+    allow_low_threshold = false  # true: accept threshold < K // 2 + 1 (logged as a warning)
 
     [privacy]                    # DP of the model (frecency, fedavg; docs/privacy.md)
     mode = "central"             # central: the server clips and adds Gaussian noise;
@@ -343,6 +344,21 @@ class ServerConfig(Validated):
             lambda c: not c.secagg.enabled or c.secagg.threshold <= c.rounds.clients_per_round,
             "[secagg] threshold must be 0 (a majority) or in 2..{rounds.clients_per_round} "
             "(clients_per_round), got {secagg.threshold}",
+        ),
+        Rule(
+            lambda c: (
+                not c.secagg.enabled
+                or c.secagg.allow_low_threshold
+                or c.secagg.threshold_for(c.rounds.clients_per_round)
+                > c.rounds.clients_per_round // 2
+            ),
+            lambda c: (
+                f"[secagg] threshold ({c.secagg.threshold}) must be at least a majority of "
+                f"clients_per_round ({c.rounds.clients_per_round // 2 + 1} of "
+                f"{c.rounds.clients_per_round}; 0 picks it): with fewer, the sum of fewer than "
+                "half the cohort is published and fewer colluding members can unmask one. Set "
+                "allow_low_threshold = true to accept it (a warning is logged at start)"
+            ),
         ),
         Rule(
             lambda c: (

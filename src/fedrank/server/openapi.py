@@ -231,6 +231,7 @@ def openapi_document() -> dict[str, Any]:
                                                     "enum": [
                                                         "advertise",
                                                         "share_keys",
+                                                        "check_shares",
                                                         "masked_input",
                                                         "unmasking",
                                                     ]
@@ -246,13 +247,26 @@ def openapi_document() -> dict[str, Any]:
                                                 "stage": {"enum": ["masked_sum"]},
                                                 "message": {
                                                     "type": "object",
-                                                    "required": ["senders", "masked"],
+                                                    "required": [
+                                                        "senders",
+                                                        "masked",
+                                                        "digests",
+                                                        "signatures",
+                                                    ],
                                                     "properties": {
                                                         "senders": {
                                                             "type": "array",
                                                             "items": {"type": "integer"},
                                                         },
                                                         "masked": {"type": "string"},
+                                                        "digests": {
+                                                            "type": "array",
+                                                            "items": {"type": "string"},
+                                                        },
+                                                        "signatures": {
+                                                            "type": "array",
+                                                            "items": {"type": "string"},
+                                                        },
                                                     },
                                                 },
                                             },

@@ -146,6 +146,8 @@ class SecAggSection(Validated):
     threshold: int = 0
     l2_bound: float = 0.0
     stage_seconds: float = 30.0
+    #: Accept a ``threshold`` below a majority of the cohort (logged as a warning).
+    allow_low_threshold: bool = False
 
     ACCEPTS = {
         "enabled": bool,
@@ -154,6 +156,7 @@ class SecAggSection(Validated):
         ),
         "l2_bound": Interval(Real, 0, None),
         "stage_seconds": Interval(Real, 0, 3600, closed="right"),
+        "allow_low_threshold": bool,
     }
     RULES = (
         Rule(

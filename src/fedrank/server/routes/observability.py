@@ -108,6 +108,7 @@ class Observability:
         if withheld:
             counts = dict.fromkeys(counts)
         secagg = service.secagg
+        previous = None if service.rounds is None else service.rounds.secagg_previous
         return json_response(
             {
                 "model_version": snap.version,
@@ -120,7 +121,7 @@ class Observability:
                 "paused": snap.paused,
                 "policy": scheduler.policy.name if service.rounds is None else "rounds",
                 "privacy": e.privacy.status(snap.iteration),
-                "secagg": None if secagg is None else secagg.summary(),
+                "secagg": None if secagg is None else secagg.summary(previous),
             }
         )
 
