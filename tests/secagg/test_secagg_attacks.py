@@ -47,11 +47,27 @@ class Member:
     over HTTP), so that a test can make it lie at one stage."""
 
     def __init__(self, http: httpx.Client, name: str) -> None:
-        answer = http.post("/v1/checkin", json={"client_id": name})
-        assert answer.status_code == 200, answer.text
-        block = answer.json()["secagg"]
+        """Check in; :meth:`join` waits for the round's draw."""
         self.http, self.name = http, name
-        self.ident = {"client_id": name, "session": block["session"]}
+        self.answer = self._checkin()
+
+    def _checkin(self) -> dict[str, Any]:
+        answer = self.http.post("/v1/checkin", json={"client_id": self.name})
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    def join(self) -> Member:
+        """Wait until the check-in window's draw has seated this member (every test's cohort
+        is exactly K check-ins, so all are seated) and take its secure-aggregation block."""
+        answer = self.answer
+        if not answer["selected"]:
+            answer = wait_until(
+                lambda: (a := self._checkin())["selected"] and a,
+                timeout=60,
+                what=f"{self.name}'s seat",
+            )
+        block = answer["secagg"]
+        self.ident = {"client_id": self.name, "session": block["session"]}
         params = SecAggParams(
             base64.b64decode(block["session"]), block["threshold"], block["dimension"]
         )
@@ -60,6 +76,7 @@ class Member:
         )
         self.id = int(block["id"])
         self.me = SecAggClient(self.id, params)
+        return self
 
     def view(self) -> dict[str, Any]:
         answer = self.http.get("/v1/secagg", params=self.ident)
@@ -107,6 +124,8 @@ def test_a_member_replaying_anothers_keys_is_refused_and_the_round_goes_on(
     k = 3
     with live_server(tmp_path, _toml(k)) as live:
         a, b, c = (Member(live.client, f"member-{i}") for i in range(k))
+        for member in (a, b, c):
+            member.join()
         advert = a.me.advertise_keys()
         assert a.post("advertise", wire.advertise_to_json(advert)).status_code == 202
         own = c.me.advertise_keys()
@@ -128,7 +147,7 @@ def test_a_member_replaying_anothers_keys_is_refused_and_the_round_goes_on(
                 digest=digest,
             )
         ).decode()
-        assert_error(c.post("advertise", replay), 409, "secagg_duplicate_keys", "client 1")
+        assert_error(c.post("advertise", replay), 409, "secagg_duplicate_keys", f"of client {a.id}")
         # c's own keys are accepted; then everyone runs the protocol to the end
         deltas = {m.id: _deltas()[i] * 0.5 for i, m in enumerate((a, b, c))}
         members = (a, b, c)
@@ -179,7 +198,7 @@ def test_a_member_zeroing_its_shares_is_excluded_and_the_honest_sum_published(
 
         with ThreadPoolExecutor(max_workers=k - 1) as pool:
             runs = [pool.submit(_client_run, url, i, deltas[i]) for i in range(1, k)]
-            me = liar.me
+            me = liar.join().me
             assert liar.post("advertise", wire.advertise_to_json(me.advertise_keys())).is_success
             directory = wire.directory_from_json(liar.wait("share_keys")["directory"], k)
             shares = zeroed(wire.share_keys_to_json(me.share_keys(directory)))
@@ -271,9 +290,10 @@ def test_an_unclipped_input_gets_the_round_refused_and_the_next_round_is_unaffec
         url = live.process.url
         params0 = np.array(live.client.get("/v1/model").json()["params"])
         attacker = Member(live.client, "attacker")
-        big = np.rint(attacker.encoder.scale * np.full(DIM, 1.5)).astype(np.int64)
         with ThreadPoolExecutor(max_workers=k - 1) as pool:
             runs = [pool.submit(_client_run, url, i, small[i]) for i in range(1, k)]
+            attacker.join()
+            big = np.rint(attacker.encoder.scale * np.full(DIM, 1.5)).astype(np.int64)
             attacker.run(big.astype(np.uint64) & np.uint64(2**32 - 1))
             refusals = [run.exception() for run in runs]
         first = wait_until(
@@ -304,7 +324,8 @@ def test_a_threshold_below_a_majority_needs_an_override_which_is_logged(tmp_path
     offline_config(low.replace("threshold = 2\n", "threshold = 3\n"), tmp_path)
     allowed = low.replace("threshold = 2\n", "threshold = 2\nallow_low_threshold = true\n")
     with live_server(tmp_path, allowed) as live:
-        block = Member(live.client, "m").ident
+        members = [Member(live.client, f"m{i}") for i in range(5)]
+        block = members[0].join().ident
         assert block["session"]
     log = live.process.log.read_text()
     assert "threshold t=2 is below a majority of the cohort (3 of K=5" in log

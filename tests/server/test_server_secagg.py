@@ -54,6 +54,7 @@ dim = {DIM}
 enabled = true
 clients_per_round = {K}
 t_max_seconds = 120.0
+checkin_seconds = 0.5
 [secagg]
 enabled = true
 l2_bound = {L2}
