@@ -115,6 +115,7 @@ def run(k: int, d: int, stage_seconds: float, processes: int, max_poll: float) -
         f'[server]\nworkload = "fedavg"\nmax_connections = {k + 100}\n'
         f"[iteration]\nseconds = 0.0\n[fedavg]\ndim = {d}\n"
         f"[rounds]\nenabled = true\nclients_per_round = {k}\nt_max_seconds = 3600.0\n"
+        "checkin_seconds = 1.0\n"
         f"[secagg]\nenabled = true\nl2_bound = {L2_BOUND}\nstage_seconds = {stage_seconds}\n"
     )
     deltas = _deltas(k, d)
