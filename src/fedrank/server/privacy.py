@@ -13,11 +13,20 @@ of ``k`` rounds, the same for all users, and a per-user ledger reduces to the co
 closed iterations. After ``rounds`` closes the budget is spent: the server refuses updates,
 check-ins and closes (``403 privacy_budget_spent``) for good.
 
-The guarantee assumes what the SDK does: one update per user and iteration. The server
-cannot tell users apart (ids are random per message), so a client that sends ``m`` updates
-in one iteration moves the sum by up to ``m C``; its own guarantee is then that of
-``z / m``. The metric summaries (``/v1/summary``) are not noised: they are outside the
-guarantee.
+The guarantee assumes one update per user and iteration. A message that names its device
+(:attr:`~fedrank.server.messages.Incoming.client`, the authenticated device) is held to it:
+the ledger keeps, per device, the closed iterations it contributed an update to (from the
+store's ``client`` column: it survives restarts and ``fedrank store recover``), refuses a
+second update of a device in one iteration (``409 one_update_per_iteration``) and a device
+whose own epsilon would exceed the budget (``403 privacy_budget_spent``, naming its spend;
+:meth:`PrivacyLedger.client_refusal`, which the routes may also ask before accepting).
+A device's epsilon is that of the closes it contributed to: a close it sent nothing to
+does not read its data (individual privacy accounting, Feldman & Zrnic 2021, "Individual
+Privacy Accounting via a Renyi Filter", NeurIPS). ``/v1/status`` reports the largest
+per-device spend and how many devices are at the budget, never which. A message without a
+device cannot be told apart from another user's: a client sending ``m`` of them in one
+iteration moves the sum by up to ``m C`` and has the guarantee of ``z / m``. The metric
+summaries (``/v1/summary``) are not noised: they are outside the guarantee.
 
 With ``[privacy] mode = 'distributed'`` (and ``[secagg]``) the server adds no noise and sees
 no single update: every client of a secure round adds a share of Skellam noise to its encoded
@@ -42,6 +51,7 @@ nothing is released twice with different noise, which would average it away.
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +68,7 @@ from fedrank.privacy.report import (
     skellam_privacy,
 )
 from fedrank.privacy.skellam import SkellamPlan
+from fedrank.server.messages import UPDATE, Messages, Outcome
 
 if TYPE_CHECKING:
     from fedrank.server.config import ServerConfig
@@ -122,6 +133,12 @@ class PrivacyLedger:
         self.current_clip: float | None = None
         #: The clients' noise under secure aggregation (``mode = 'distributed'``).
         self.plan = distributed_plan(config)
+        #: Per device, the closed iterations it contributed an update to; the devices of
+        #: the open iteration (module docstring). Written by the writer thread only.
+        self._closed_by: dict[str, int] = {}
+        self._open_by: set[str] = set()
+        self._devices: dict[str, Any] | None = None
+        self._epsilon_after: dict[int, float] = {}
         if self.enabled and self.plan is None:
             noise_multiplier(self.section)  # calibrate at start: a bad budget fails here
 
@@ -187,6 +204,96 @@ class PrivacyLedger:
         """Whether ``closed`` closes have used the whole budget."""
         return self.enabled and closed >= self.section.rounds
 
+    # -- per device (module docstring) ---------------------------------------------------
+
+    def load(self, store: Store, open_iteration: int) -> None:
+        """Read each device's closed contributions from ``store``; the open iteration's
+        are noted again as its stored messages are replayed (:meth:`note`)."""
+        if self.enabled:
+            self._closed_by = store.contributions(open_iteration)[0]
+            self._open_by = set()
+            self._devices = self._device_summary()
+
+    def client_refusal(self, client: str | None) -> Outcome | None:
+        """Why an update of device ``client`` cannot be taken in the open iteration
+        (``403 privacy_budget_spent``: its budget; ``409 one_update_per_iteration``: it
+        sent one already), or ``None``. The routes may ask before accepting; the writer
+        decides (:meth:`screen`)."""
+        if not self.enabled or client is None:
+            return None
+        spent = self._closed_by.get(client, 0)
+        s = self.section
+        if spent >= s.rounds:
+            detail = (
+                f"device {client} has contributed to {spent} closed iterations: epsilon "
+                f"{self.epsilon_after(spent):.4g} at delta {s.delta:g}, its whole budget "
+                f"([privacy] epsilon {s.epsilon:g} over {s.rounds} iterations); it can send no "
+                "more updates"
+            )
+            return Outcome(403, {"error": "privacy_budget_spent", "detail": detail})
+        return _second_update(client) if client in self._open_by else None
+
+    def screen(self, msgs: Messages, status: np.ndarray, bodies: dict[int, Any]) -> Counter[str]:
+        """Refuse, in a group the writer is about to store, the updates (status 202) of a
+        device that :meth:`client_refusal` refuses, or that the group already holds one of
+        (its first is taken); sets their status and body, returns the refusals by reason."""
+        refused: Counter[str] = Counter()
+        if not self.enabled or msgs.clients is None:
+            return refused
+        clients, kinds = msgs.clients, msgs.kind_codes
+        taken: set[str] = set()
+        for k in np.flatnonzero((status == 202) & (kinds == UPDATE)).tolist():
+            client = clients[k]
+            if client is None:
+                continue
+            outcome = self.client_refusal(client)
+            if outcome is None and client in taken:
+                outcome = _second_update(client)
+            if outcome is None:
+                taken.add(client)
+                continue
+            status[k] = outcome.status
+            bodies[k] = outcome.body
+            refused[outcome.body["error"]] += 1
+        return refused
+
+    def note(self, msgs: Messages, accepted: np.ndarray) -> None:
+        """Note the devices of the stored updates at positions ``accepted`` as
+        contributors to the open iteration."""
+        if self.enabled and msgs.clients is not None and accepted.size:
+            kinds, clients = msgs.kind_codes, msgs.clients
+            self._open_by.update(
+                c for k in accepted.tolist() if kinds[k] == UPDATE and (c := clients[k]) is not None
+            )
+
+    def closed_iteration(self) -> None:
+        """The open iteration closed: its devices have contributed to one more close."""
+        if self.enabled:
+            for client in self._open_by:
+                self._closed_by[client] = self._closed_by.get(client, 0) + 1
+            self._open_by = set()
+            self._devices = self._device_summary()
+
+    def epsilon_after(self, closes: int) -> float:
+        """The epsilon of a device that contributed to ``closes`` closes."""
+        value = self._epsilon_after.get(closes)
+        if value is None:
+            status = self._status.get(closes) or self._compute(closes)
+            value = float(status["epsilon"] or 0.0)
+            self._epsilon_after[closes] = value
+        return value
+
+    def _device_summary(self) -> dict[str, Any]:
+        """``/v1/status``'s ``devices``: the largest per-device spend and how many devices
+        reached the budget (never which)."""
+        most = max(self._closed_by.values(), default=0)
+        at_budget = sum(1 for k in self._closed_by.values() if k >= self.section.rounds)
+        return {
+            "max_iterations": most,
+            "max_epsilon": self.epsilon_after(most),
+            "at_budget": at_budget,
+        }
+
     def noise_rng(self, iteration: int, count: bool = False) -> np.random.Generator:
         """The generator of the noise added when ``iteration`` closes (``count``: of the
         adaptive clip's count), from ``noise_seed`` or the store's secret."""
@@ -206,6 +313,8 @@ class PrivacyLedger:
         """:meth:`guarantees` of ``closed`` iterations, and the open iteration's clip
         (``clip_current``) when it adapts."""
         value = self.guarantees(closed)
+        if self._devices is not None:
+            value = {**value, "devices": self._devices}
         return value if self.current_clip is None else {**value, "clip_current": self.current_clip}
 
     def guarantees(self, closed: int) -> dict[str, Any]:
@@ -236,6 +345,16 @@ class PrivacyLedger:
             "budget": budget if self.enabled else None,
             "budget_spent": self.spent(closed),
         }
+
+
+def _second_update(client: str) -> Outcome:
+    """The refusal of a device's second update in one iteration."""
+    detail = (
+        f"device {client} has an update in this iteration already: under [privacy] a device "
+        "contributes one update per iteration (its guarantee assumes it); send the next one "
+        "after the iteration closes"
+    )
+    return Outcome(409, {"error": "one_update_per_iteration", "detail": detail})
 
 
 def _describe_adaptive_clip(out: SystemPrivacy, ps: PrivacySection, z: float) -> None:
