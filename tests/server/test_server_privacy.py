@@ -395,6 +395,7 @@ def test_a_device_contributes_one_update_per_iteration_and_its_spend_is_counted(
     ledger counts per device the closes it contributed to (from the store: a restart keeps
     it), ``/v1/status`` reports the largest spend and the devices at the budget, never which;
     a device at its budget is refused with its spend named."""
+
     def update(k: int, i: int, device: str, version: int) -> dict[str, object]:
         return {"message_id": f"d{k}-{i}", "model_version": version, "client_id": device,
                 "payload": {"delta": [0.05 * (i % 5)] * 6, "n": 1}}  # fmt: skip

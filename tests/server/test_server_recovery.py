@@ -200,8 +200,7 @@ def test_recovery_reproduces_released_private_models_bit_for_bit(tmp_path: Path)
     with ServerProcess(store, config=config) as server, httpx.Client(base_url=server.url) as c:
         after = status(c)["privacy"]
         recovered = [
-            np.array(c.get(f"/v1/model/{v}").json()["params"]).tobytes()
-            for v in (1, 2, 3)
+            np.array(c.get(f"/v1/model/{v}").json()["params"]).tobytes() for v in (1, 2, 3)
         ]
         text = json.dumps(c.get("/v1/status").json())
     assert recovered == published

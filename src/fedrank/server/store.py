@@ -272,9 +272,7 @@ class Store:
     and so is one behind its audit log, unless ``recovering`` (:mod:`fedrank.server.recovery`
     rebuilds the database from the log)."""
 
-    def __init__(
-        self, directory: Path, read_only: bool = False, recovering: bool = False
-    ) -> None:
+    def __init__(self, directory: Path, read_only: bool = False, recovering: bool = False) -> None:
         self.directory = Path(directory)
         path = self.directory / DATABASE
         if read_only:
