@@ -27,6 +27,7 @@ from fedrank.privacy.accounting import (
     randomized_response_message_epsilon,
 )
 from fedrank.privacy.adaptive_clip import AdaptiveClip
+from fedrank.privacy.discrete_gaussian import KeyStream, LatticeGaussian, noise_key
 from fedrank.server.engine import Engine
 from fedrank.server.messages import Incoming, Outcome
 from fedrank.server.privacy import PrivacyLedger, report_config
@@ -454,3 +455,54 @@ def test_a_device_at_its_budget_is_refused_naming_its_spend(tmp_path: Path) -> N
     assert refusal is not None and refusal.status == 403
     assert refusal.body["error"] == "privacy_budget_spent"
     assert f"dev-a has contributed to {ROUNDS} closed iterations" in refusal.body["detail"]
+
+
+SECURE = TOML.replace("[privacy]\n", '[privacy]\nnoise = "secure"\naccountant = "rdp"\n')
+
+
+def test_secure_noise_end_to_end(tmp_path: Path) -> None:
+    """``noise = "secure"``: each close is DPStrategy's step with the discrete Gaussian on
+    the lattice, keyed by the seed and the iteration (the same bytes offline); the status
+    reports the noise, the lattice and the Renyi epsilon of the budget's multiplier."""
+    config = offline_config(SECURE, tmp_path)
+    z = gaussian_noise_multiplier(EPSILON, DELTA, ROUNDS, accountant="rdp")
+    updates = [_deltas(1, 5), _deltas(2, 4)]
+    with live_server(tmp_path, SECURE) as live:
+        client = live.client
+        params = [np.array(client.get("/v1/model").json()["params"])]
+        for k, rows in enumerate(updates):
+            for i, row in enumerate(rows):
+                body = {"message_id": f"s{k}-{i}", "model_version": k,
+                        "payload": {"delta": row.tolist(), "n": 1}}  # fmt: skip
+                assert client.post("/v1/updates", json=body).status_code == 202
+            assert admin(client, "close").status_code == 200
+            params.append(np.array(client.get("/v1/model").json()["params"]))
+        privacy = status(client)["privacy"]
+    assert privacy["noise"] == "secure" and privacy["noise_multiplier"] == pytest.approx(z)
+    mech = LatticeGaussian(CLIP, z, 6)
+    assert privacy["lattice"]["lattice_step"] == pytest.approx(mech.step)
+    accountant = dp_accounting.rdp.RdpAccountant()
+    accountant.compose(dp_accounting.GaussianDpEvent(z), ROUNDS)
+    assert privacy["epsilon"] == pytest.approx(accountant.get_epsilon(DELTA), rel=1e-6)
+    for k, rows in enumerate(updates):
+        dp = DPStrategy(FedAvgStrategy(config.sections["fedavg"]), z, CLIP, 0)
+        dp.use_rng(KeyStream(noise_key(NOISE_SEED, f"iteration {k}")))
+        state = dp.accumulate(dp.zero(), MessageBatch.of_vectors(rows, np.ones(len(rows))))
+        step = dp.server_step(state, params[k], dp.init(params[k]))
+        assert params[k + 1].tobytes() == step.params.tobytes()
+        clipped = rows * np.minimum(1.0, CLIP / np.linalg.norm(rows, axis=1))[:, None]
+        lattice = (params[k + 1] - params[k]) * len(rows) / mech.step
+        assert np.allclose(lattice, np.rint(lattice), atol=1e-6)  # the noised sum is on it
+        assert not np.allclose(params[k + 1] - params[k], clipped.mean(axis=0))
+
+
+def test_secure_noise_settings_that_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="accountant = 'rdp'"):
+        offline_config(TOML.replace("[privacy]\n", '[privacy]\nnoise = "secure"\n'), tmp_path)
+    with pytest.raises(ConfigError, match="drop clip_quantile"):
+        offline_config(
+            ADAPTIVE.replace("[privacy]\n", '[privacy]\nnoise = "secure"\naccountant = "rdp"\n'),
+            tmp_path,
+        )
+    with pytest.raises(ConfigError, match="noise must be one of numpy, secure"):
+        offline_config(TOML.replace("[privacy]\n", '[privacy]\nnoise = "os"\n'), tmp_path)

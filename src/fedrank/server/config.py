@@ -118,6 +118,9 @@ A complete example (every key optional; these are the defaults)::
     public_counts = false        # true: /v1/status's counts, /v1/summary and /metrics answer
                                  # anyone, as without [privacy] (their exact counts reveal who
                                  # took part); false: only to the admin token
+    noise = "numpy"              # central only: numpy (PCG64 floats, for experiments) | secure
+                                 # (discrete Gaussian on a lattice from ChaCha20, keyed by the
+                                 # store's secret; needs accountant = "rdp", a fixed clip)
 
     [metrics]                    # the metrics clients may report: name = [low, high]
     loss = [0.0, 1e9]            # (given, the table replaces the workload's defaults,

@@ -39,13 +39,19 @@ With ``clip_quantile`` (central only) the clip adapts by a private quantile esti
 releases the noised count of updates within the clip and sets the next iteration's clip
 from it; the budget's multiplier covers both releases.
 
-Noise source (central): each close's noise is drawn from ``default_rng([secret,
-iteration])`` and the adaptive clip's count noise from ``default_rng([secret, iteration,
-1])``, ``secret`` 128 bits of OS entropy drawn once and kept in the store (never served;
+Noise source (central): with ``noise = "numpy"`` each close's noise is drawn from
+``default_rng([secret, iteration])`` and the adaptive clip's count noise from
+``default_rng([secret, iteration, 1])``; with ``noise = "secure"`` it is the discrete
+Gaussian on a lattice sampled exactly from the ChaCha20 keystream keyed by HMAC-SHA256 of
+the secret and the iteration (:mod:`fedrank.privacy.discrete_gaussian`, Canonne, Kamath &
+Steinke 2020), accounted by its Renyi bound, which is the Gaussian mechanism's for the same
+multiplier (the report lists the lattice). ``secret`` is 128 bits of OS entropy drawn once
+and kept beside the store's database (never served or logged;
 :meth:`~fedrank.server.store.Store.noise_secret`), or ``noise_seed`` when it is set
-(reproducible, for tests only). A retried close draws the same noise, and a restarted
-server recomputes the open iteration's clip from the closed one's count with the same noise:
-nothing is released twice with different noise, which would average it away.
+(reproducible, for tests only). A retried close draws the same noise, a restarted server
+recomputes the open iteration's clip from the closed one's count with the same noise, and
+``fedrank store recover`` closes every iteration again with the noise it had: nothing is
+released twice with different noise, which would average it away.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ import numpy as np
 
 from fedrank.errors import ConfigError
 from fedrank.federation.privacy import PrivacyConfig, private
+from fedrank.privacy.discrete_gaussian import KeyStream, LatticeGaussian, noise_key
 from fedrank.privacy.report import (
     SystemPrivacy,
     budget_noise_multiplier,
@@ -172,7 +179,11 @@ class PrivacyLedger:
         """Give the DP wrapper the noise generators of ``iteration``'s close (nothing
         without central DP). Also called before a restart recomputes the next clip from
         ``iteration``'s stored aggregate, so that it replays the same count noise."""
-        if self._dp is not None:
+        if self._dp is None:
+            return
+        if self.section.noise == "secure":
+            self._dp.use_rng(KeyStream(noise_key(self._seed(), f"iteration {iteration}")))
+        else:
             self._dp.use_rng(self.noise_rng(iteration), self.noise_rng(iteration, count=True))
 
     def track(self, state: Any) -> None:
@@ -297,10 +308,15 @@ class PrivacyLedger:
     def noise_rng(self, iteration: int, count: bool = False) -> np.random.Generator:
         """The generator of the noise added when ``iteration`` closes (``count``: of the
         adaptive clip's count), from ``noise_seed`` or the store's secret."""
+        seed = self._seed()
+        return np.random.default_rng([seed, iteration, 1] if count else [seed, iteration])
+
+    def _seed(self) -> int:
+        """``noise_seed``, or the store's secret."""
         seed = self.section.noise_seed if self.section.noise_seed >= 0 else self._secret
         if seed is None:
             raise RuntimeError("attach the store before the first close: no noise secret")
-        return np.random.default_rng([seed, iteration, 1] if count else [seed, iteration])
+        return seed
 
     def refusal(self) -> str:
         s = self.section
@@ -339,8 +355,11 @@ class PrivacyLedger:
         s = self.section
         row = report_config(self.config, closed)[0]
         budget = {"epsilon": s.epsilon, "delta": s.delta, "rounds": s.rounds}
+        central = self.enabled and self.plan is None
         return {
             **run_privacy(row),
+            **({"noise": s.noise} if central else {}),
+            **({"lattice": secure_noise(self.config).describe()} if s.noise == "secure" else {}),
             "per_message": row.per_message,
             "budget": budget if self.enabled else None,
             "budget_spent": self.spent(closed),
@@ -355,6 +374,28 @@ def _second_update(client: str) -> Outcome:
         "after the iteration closes"
     )
     return Outcome(409, {"error": "one_update_per_iteration", "detail": detail})
+
+
+def secure_noise(config: ServerConfig) -> LatticeGaussian:
+    """The lattice mechanism of ``[privacy] noise = 'secure'`` for the workload's model."""
+    ps = config.privacy
+    dim = config.system.strategy(config.system_config).dim
+    return LatticeGaussian(ps.clip, noise_multiplier(ps), dim)
+
+
+def _describe_secure_noise(out: SystemPrivacy, config: ServerConfig, z: float) -> None:
+    """Add the secure noise's lattice and why its accounting is the Gaussian's (Renyi)."""
+    mechanism = secure_noise(config)
+    out.parameters.update(mechanism.describe())
+    out.notes.append(
+        f"secure noise: the sum is rounded to the lattice of step {mechanism.step:.4g} and "
+        f"discrete Gaussian noise of sigma {mechanism.describe()['lattice_sigma']:.6g} lattice "
+        f"units is added, sampled exactly from ChaCha20 (Canonne, Kamath & Steinke 2020); "
+        f"rounding makes the L2 sensitivity {mechanism.sensitivity:.6g} lattice units "
+        f"(clip / step + sqrt(dim)), so the noise is {z:.4g} x the sensitivity: "
+        f"1 / (2 * {z:.4g}^2)-zCDP per round (their Theorem 14), the Renyi bound of the "
+        "Gaussian mechanism the budget is accounted with (accountant rdp)"
+    )
 
 
 def _describe_adaptive_clip(out: SystemPrivacy, ps: PrivacySection, z: float) -> None:
@@ -403,6 +444,8 @@ def report_config(config: ServerConfig, rounds: int | None) -> list[SystemPrivac
             if ps.denominator:
                 block["denominator"] = ps.denominator
             out = gaussian_privacy(workload, block, {"budget_epsilon": ps.epsilon})
+            if ps.noise == "secure":
+                _describe_secure_noise(out, config, block["noise_multiplier"])
             if ps.adaptive:
                 _describe_adaptive_clip(out, ps, block["noise_multiplier"])
             if ps.denominator:
