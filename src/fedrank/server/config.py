@@ -66,9 +66,12 @@ A complete example (every key optional; these are the defaults)::
     server_learning_rate = 1.0
     aggregator = "mean"          # mean (n-weighted) | median | trimmed-mean (unweighted)
     trim = 0.1
-    norm_bound = 0.0             # deltas scaled down to this L2 norm; 0: as sent
+    norm_bound = 0.0             # deltas scaled down to this L2 norm; 0: the default bound
+                                 # (1.0 adapting to the 0.9-quantile of the norms; none under
+                                 # [privacy] or [secagg], which bound deltas themselves)
     # norm_quantile = 0.5        # adaptive bound (see [frecency])
     max_rows = 100000
+    unbounded = false            # true: no default bound, deltas averaged as sent (a warning)
 
     [fpdgd]                      # FPDGD (Wang et al. 2021): FedAvg of PDGD deltas
     ranker = "linear"            # linear | two-layer
@@ -593,8 +596,13 @@ def load_config(path: Path | None = None, **overrides: Any) -> ServerConfig:
     branches = _branches(data["branches"]) if "branches" in data else chosen.branches
     metrics = _metrics(data["metrics"]) if "metrics" in data else chosen.metrics
     proxies = _proxies(data["proxies"]) if "proxies" in data else ()
+    resolved = {name: _resolved(section) for name, section in sections.items()}
+    if service["server"].workload == "fedavg" and not (
+        service["privacy"].enabled or service["secagg"].enabled  # they bound deltas themselves
+    ):
+        resolved["fedavg"] = resolved["fedavg"].with_default_bound()
     return ServerConfig(
-        sections={name: _resolved(section) for name, section in sections.items()},
+        sections=resolved,
         branches=branches,
         metrics=metrics,
         proxies=proxies,
