@@ -597,10 +597,11 @@ def load_config(path: Path | None = None, **overrides: Any) -> ServerConfig:
     metrics = _metrics(data["metrics"]) if "metrics" in data else chosen.metrics
     proxies = _proxies(data["proxies"]) if "proxies" in data else ()
     resolved = {name: _resolved(section) for name, section in sections.items()}
-    if service["server"].workload == "fedavg" and not (
-        service["privacy"].enabled or service["secagg"].enabled  # they bound deltas themselves
-    ):
-        resolved["fedavg"] = resolved["fedavg"].with_default_bound()
+    # The workload's default norm bound, where its section has one (FedAvg's), unless
+    # [privacy] or [secagg] bound the updates themselves.
+    default_bound = getattr(resolved[chosen.section], "with_default_bound", None)
+    if default_bound is not None and not (service["privacy"].enabled or service["secagg"].enabled):
+        resolved[chosen.section] = default_bound()
     return ServerConfig(
         sections=resolved,
         branches=branches,
