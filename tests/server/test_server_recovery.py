@@ -183,11 +183,16 @@ def _private_run(c: httpx.Client, iterations: range) -> list[bytes]:
     return published
 
 
-def test_recovery_reproduces_released_private_models_bit_for_bit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("noise", ["numpy", "secure"])
+def test_recovery_reproduces_released_private_models_bit_for_bit(
+    tmp_path: Path, noise: str
+) -> None:
     """Issue 51, finding 6: the DP noise derives from a secret kept beside the database
     (mode 0600), so recovering a lost database closes v1..v3 with the noise the server
-    drew: the same bytes, the same epsilon; nothing released twice with other noise."""
-    config = write_config(tmp_path, PRIVATE)
+    drew (numpy's or the secure discrete one): the same bytes, the same epsilon; nothing
+    released twice with other noise."""
+    extra = f'noise = "{noise}"\naccountant = "rdp"\n' if noise == "secure" else ""
+    config = write_config(tmp_path, PRIVATE + extra)
     store = tmp_path / "store"
     with ServerProcess(store, config=config) as server, httpx.Client(base_url=server.url) as c:
         published = _private_run(c, range(3))
