@@ -221,7 +221,7 @@ class PrivacyLedger:
         """Read each device's closed contributions from ``store``; the open iteration's
         are noted again as its stored messages are replayed (:meth:`note`)."""
         if self.enabled:
-            self._closed_by = store.contributions(open_iteration)[0]
+            self._closed_by = store.contributions(open_iteration)
             self._open_by = set()
             self._devices = self._device_summary()
 

@@ -549,22 +549,20 @@ class Store:
         for r in cursor:
             yield Row(*r)
 
-    def contributions(self, open_iteration: int) -> tuple[dict[str, int], set[str]]:
+    def contributions(self, open_iteration: int) -> dict[str, int]:
         """Per client (device), the number of closed iterations (before
-        ``open_iteration``) it sent at least one message in, and the clients of the open
-        iteration: what the privacy ledger counts (:mod:`fedrank.server.privacy`)."""
+        ``open_iteration``) it sent at least one update in (pings do not count): what the
+        privacy ledger counts (:mod:`fedrank.server.privacy`)."""
         closed: dict[str, int] = {}
-        current: set[str] = set()
         cursor = self.db.execute(
             "SELECT DISTINCT g.iteration, j.value ->> 7 FROM groups AS g, "
-            "json_each(g.messages) AS j WHERE j.value ->> 7 IS NOT NULL"
+            "json_each(g.messages) AS j WHERE g.iteration < ? AND j.value ->> 7 IS NOT NULL "
+            "AND j.value ->> 3 = 'update'",
+            (open_iteration,),
         )
-        for iteration, client in cursor:
-            if iteration >= open_iteration:
-                current.add(client)
-            else:
-                closed[client] = closed.get(client, 0) + 1
-        return closed, current
+        for _, client in cursor:
+            closed[client] = closed.get(client, 0) + 1
+        return closed
 
     def counts(self) -> tuple[int, int]:
         """``(stored messages, updates they count for)`` over all iterations."""
