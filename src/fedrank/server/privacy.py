@@ -356,10 +356,11 @@ class PrivacyLedger:
         row = report_config(self.config, closed)[0]
         budget = {"epsilon": s.epsilon, "delta": s.delta, "rounds": s.rounds}
         central = self.enabled and self.plan is None
+        secure = central and s.noise == "secure"
         return {
             **run_privacy(row),
             **({"noise": s.noise} if central else {}),
-            **({"lattice": secure_noise(self.config).describe()} if s.noise == "secure" else {}),
+            **({"lattice": secure_noise(self.config).describe()} if secure else {}),
             "per_message": row.per_message,
             "budget": budget if self.enabled else None,
             "budget_spent": self.spent(closed),
@@ -386,10 +387,11 @@ def secure_noise(config: ServerConfig) -> LatticeGaussian:
 def _describe_secure_noise(out: SystemPrivacy, config: ServerConfig, z: float) -> None:
     """Add the secure noise's lattice and why its accounting is the Gaussian's (Renyi)."""
     mechanism = secure_noise(config)
-    out.parameters.update(mechanism.describe())
+    described = mechanism.describe()
+    out.parameters.update(described)
     out.notes.append(
         f"secure noise: the sum is rounded to the lattice of step {mechanism.step:.4g} and "
-        f"discrete Gaussian noise of sigma {mechanism.describe()['lattice_sigma']:.6g} lattice "
+        f"discrete Gaussian noise of sigma {described['lattice_sigma']:.6g} lattice "
         f"units is added, sampled exactly from ChaCha20 (Canonne, Kamath & Steinke 2020); "
         f"rounding makes the L2 sensitivity {mechanism.sensitivity:.6g} lattice units "
         f"(clip / step + sqrt(dim)), so the noise is {z:.4g} x the sensitivity: "
