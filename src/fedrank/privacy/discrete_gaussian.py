@@ -64,11 +64,12 @@ _CHUNK = 1 << 16
 
 def noise_key(secret: int, label: str) -> bytes:
     """The 256-bit ChaCha20 key of one noise draw: HMAC-SHA256 of ``label`` (e.g. the
-    iteration) under the 128-bit ``secret``, so draws of different labels are independent
-    and none reveals the secret."""
-    if not 0 <= secret < 1 << 128:
-        raise ConfigError(f"the noise secret must be a 128-bit integer, got {secret}")
-    return hmac.digest(secret.to_bytes(16, "big"), label.encode(), hashlib.sha256)
+    iteration) under ``secret`` (the store's 128 random bits, or a test's seed), so draws of
+    different labels are independent and none reveals the secret."""
+    if secret < 0:
+        raise ConfigError(f"the noise secret must be an integer >= 0, got {secret}")
+    width = max(16, (secret.bit_length() + 7) // 8)
+    return hmac.digest(secret.to_bytes(width, "big"), label.encode(), hashlib.sha256)
 
 
 class KeyStream:
