@@ -236,7 +236,7 @@ class Engine:
         accepted = decided.accepted
         try:
             if accepted.size:
-                group = stored_group(msgs, accepted)
+                group = stored_group(msgs, accepted, self.privacy.enabled)
                 started = time.perf_counter()
                 self.store.insert_group(number, time.time(), group, int(accepted.size))
                 self.commit_seconds.observe(time.perf_counter() - started)

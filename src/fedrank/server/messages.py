@@ -149,10 +149,11 @@ def pick(values: list[Any], index: list[int], everything: bool) -> list[Any]:
     return list(operator.itemgetter(*index)(values)) if len(index) > 1 else [values[index[0]]]
 
 
-def stored_group(msgs: Messages, accepted: np.ndarray) -> bytes:
+def stored_group(msgs: Messages, accepted: np.ndarray, clients: bool) -> bytes:
     """The stored form of a group: ``[message_id, model_version, branch, kind, payload,
-    metrics, count]`` per accepted message, and its ``client`` last when any message of
-    the group names one (see :mod:`fedrank.server.store`), built with
+    metrics, count]`` per accepted message, and its ``client`` last when ``clients`` (the
+    privacy ledger counts devices: only then is who sent what kept) and any message of the
+    group names one (see :mod:`fedrank.server.store`), built with
     C-level iteration (``zip``): this runs for every message at full ingestion speed.
     Payloads that are JSON text are embedded as they are."""
     index = accepted.tolist()
@@ -169,7 +170,7 @@ def stored_group(msgs: Messages, accepted: np.ndarray) -> bytes:
         pick(msgs.metrics, index, everything),
         msgs.counts[accepted].tolist(),
     ]
-    if msgs.clients is not None:
+    if clients and msgs.clients is not None:
         columns.append(pick(msgs.clients, index, everything))
     return orjson.dumps(list(zip(*columns, strict=True)))
 

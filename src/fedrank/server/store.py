@@ -34,9 +34,10 @@ missing after a crash is written at the next start; an existing one is never rep
 audit log: the server refuses to start on it (:func:`check_not_behind`) and
 ``fedrank store recover`` rebuilds it from the log (:mod:`fedrank.server.recovery`).
 
-Each stored message may name its ``client`` (the authenticated device): the privacy ledger
-counts a device's contributions from it (:mod:`fedrank.server.privacy`), so they survive a
-restart and, through the audit log's ``client`` column, a recovery.
+Under ``[privacy]`` each stored message names its ``client`` (the authenticated device;
+without ``[privacy]`` who sent what is not kept): the privacy ledger counts a device's
+contributions from it (:mod:`fedrank.server.privacy`), so they survive a restart and,
+through the audit log's ``client`` column, a recovery.
 
 The secret of the DP noise lives next to the database, in its own file
 (:data:`NOISE_SECRET`, mode 0600; :meth:`Store.noise_secret`), not in it: a recovery or a
