@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -42,20 +41,14 @@ from fedrank.server.store import (
     database_files,
     last_iteration,
     move_aside,
-    partition_numbers,
+    partitions,
 )
-
-_PARTITION = re.compile(r"iteration=(\d{6})")
 
 
 def audit_partitions(directory: Path) -> list[tuple[int, Path]]:
     """``(iteration, path)`` of every Parquet partition, in iteration order; refuses a log
     with a gap (an iteration's messages missing: its close cannot be recomputed)."""
-    found = []
-    for path in sorted(Path(directory).glob("parquet/iteration=*/updates.parquet")):
-        match = _PARTITION.fullmatch(path.parent.name)
-        if match:
-            found.append((int(match.group(1)), path))
+    found = partitions(directory)
     numbers = [n for n, _ in found]
     if numbers != list(range(len(numbers))):
         missing = sorted(set(range(max(numbers, default=-1) + 1)) - set(numbers))
@@ -74,15 +67,15 @@ def recover_store(config: ServerConfig) -> dict[str, Any]:
     database = directory / DATABASE
     superseded = None
     if database.exists() and database.stat().st_size > 0:
-        numbers = partition_numbers(directory)
-        if not numbers or numbers[-1] < last_iteration(directory):
+        found = partitions(directory)
+        if not found or found[-1][0] < last_iteration(directory):
             raise ConfigError(
                 f"the store {directory} has a database that is not behind its audit log: "
                 "there is nothing to recover"
             )
         superseded = move_aside(directory, database_files(directory), "superseded")
-    partitions = audit_partitions(directory)
-    if not partitions:
+    log = audit_partitions(directory)
+    if not log:
         raise ConfigError(f"the store {directory} has no Parquet audit log to recover from")
     for stale in (database, database.with_name(DATABASE + "-wal")):
         stale.unlink(missing_ok=True)  # an empty (truncated) file, or a WAL of the lost one
@@ -96,7 +89,7 @@ def recover_store(config: ServerConfig) -> dict[str, Any]:
     engine = Engine(config, loop, recovering=True)
     try:
         messages = 0
-        for iteration, path in partitions:
+        for iteration, path in log:
             table = pq.read_table(path).to_pylist()
             rows = [
                 Row(r["message_id"], iteration, r["model_version"], r["branch"], r["kind"],
@@ -107,7 +100,7 @@ def recover_store(config: ServerConfig) -> dict[str, Any]:
             messages += len(rows)
         return {
             "store": str(directory),
-            "iterations": len(partitions),
+            "iterations": len(log),
             "messages": messages,
             "model_version": engine.round.version,
             "superseded": None if superseded is None else str(superseded),

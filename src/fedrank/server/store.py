@@ -49,6 +49,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import secrets
 import sqlite3
 import threading
@@ -118,6 +119,8 @@ KINDS = ("update", "ping", "aggregate")
 #: The database file and the identity file of a store directory.
 DATABASE = "fedrank.sqlite3"
 IDENTITY = "STORE.json"
+#: The name of a Parquet partition's directory.
+_PARTITION = re.compile(r"iteration=(\d{6})")
 #: The file of the DP noise's secret (:meth:`Store.noise_secret`): 32 hex digits, mode 0600.
 NOISE_SECRET = "noise.secret"
 
@@ -131,13 +134,13 @@ def leftovers(directory: Path) -> list[Path]:
     return [f for f in files if f.exists()] + found
 
 
-def partition_numbers(directory: Path) -> list[int]:
-    """The iterations of the audit log's partitions, in order."""
+def partitions(directory: Path) -> list[tuple[int, Path]]:
+    """``(iteration, path)`` of every partition of the audit log, in iteration order."""
     found = []
     for path in Path(directory).glob("parquet/iteration=*/updates.parquet"):
-        name = path.parent.name.removeprefix("iteration=")
-        if name.isdigit():
-            found.append(int(name))
+        match = _PARTITION.fullmatch(path.parent.name)
+        if match:
+            found.append((int(match.group(1)), path))
     return sorted(found)
 
 
@@ -159,7 +162,7 @@ def check_not_behind(directory: Path, open_iteration: int) -> None:
     was restored from an older backup (or replaced). Starting on it would accept again the
     message ids acknowledged after the backup and overwrite the log. Raises
     :class:`~fedrank.errors.ConfigError` naming the way out, ``fedrank store recover``."""
-    ahead = [n for n in partition_numbers(directory) if n >= open_iteration]
+    ahead = [n for n, _ in partitions(directory) if n >= open_iteration]
     if ahead:
         raise ConfigError(
             f"the database of {directory} is behind its audit log: it has closed "
