@@ -86,6 +86,7 @@ admin_token = "{ADMIN_TOKEN}"
 [fedavg]
 dim = 8
 server_learning_rate = 0.5
+unbounded = true  # the weighted mean of deltas as sent, which proxies fold
 {PROXIES_TOML}"""
 
 

@@ -27,8 +27,9 @@ from fedrank.privacy.accounting import (
     randomized_response_message_epsilon,
 )
 from fedrank.privacy.adaptive_clip import AdaptiveClip
+from fedrank.privacy.discrete_gaussian import KeyStream, LatticeGaussian, noise_key
 from fedrank.server.engine import Engine
-from fedrank.server.messages import Incoming
+from fedrank.server.messages import Incoming, Outcome
 from fedrank.server.privacy import PrivacyLedger, report_config
 from fedrank.server.store import Store
 from fedrank.server.workloads import make_workload
@@ -315,13 +316,16 @@ def test_adaptive_clip_settings_that_are_refused(tmp_path: Path) -> None:
         make_workload(small, PrivacyLedger(small).wrap)
 
 
-def _incoming(engine: Engine, message_id: str, delta: np.ndarray | None = None) -> Incoming:
+def _incoming(
+    engine: Engine, message_id: str, delta: np.ndarray | None = None, client: str | None = None
+) -> Incoming:
     payload = {"delta": [0.1] * 6 if delta is None else delta.tolist(), "n": 1}
     parsed = engine.workload.wire.parse(payload)
     text = orjson.dumps(payload).decode()
     return Incoming(
-        message_id, engine.round.version, "treatment", "update", text, {}, parsed=parsed
-    )
+        message_id, engine.round.version, "treatment", "update", text, {}, parsed=parsed,
+        client=client,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -382,3 +386,123 @@ def test_status_of_randomized_sign_messages(tmp_path: Path) -> None:
     assert three["mechanism"] == "randomized response on signs (local)"
     assert math.isclose(three["per_message"]["epsilon"], 22 * 0.5)
     assert math.isclose(three["epsilon"], 3 * 22 * 0.5) and three["rounds"] == 3
+
+
+def test_a_device_contributes_one_update_per_iteration_and_its_spend_is_counted(
+    tmp_path: Path,
+) -> None:
+    """Issue 51, finding 10: one device sending 20 updates in one iteration (singly, then
+    as a JSON batch) gets one counted, the others 409 ``one_update_per_iteration``; the
+    ledger counts per device the closes it contributed to (from the store: a restart keeps
+    it), ``/v1/status`` reports the largest spend and the devices at the budget, never which;
+    a device at its budget is refused with its spend named."""
+
+    def update(k: int, i: int, device: str, version: int) -> dict[str, object]:
+        return {"message_id": f"d{k}-{i}", "model_version": version, "client_id": device,
+                "payload": {"delta": [0.05 * (i % 5)] * 6, "n": 1}}  # fmt: skip
+
+    with live_server(tmp_path, TOML) as live:
+        client = live.client
+        answers = [client.post("/v1/updates", json=update(0, i, "dev-a", 0)) for i in range(20)]
+        assert [a.status_code for a in answers] == [202] + [409] * 19
+        assert_error(answers[1], 409, "one_update_per_iteration", "dev-a")
+        batch = {"messages": [update(1, i, "dev-b", 0) for i in range(20)]}
+        result = client.post("/v1/updates:batch", json=batch).json()
+        assert result["accepted"] == 1 and result["statuses"] == [202] + [409] * 19
+        assert status(client)["updates_in_iteration"] == 2
+        assert admin(client, "close").status_code == 200
+        devices = status(client)["privacy"]["devices"]
+        assert devices == {
+            "max_iterations": 1,
+            "max_epsilon": pytest.approx(status(client)["privacy"]["epsilon"]),
+            "at_budget": 0,
+        }
+        assert "dev-a" not in client.get("/v1/status").text
+        assert client.post("/v1/updates", json=update(2, 0, "dev-a", 1)).status_code == 202
+    # A restart counts the same from the store; after the second close dev-a is at budget.
+    with live_server(tmp_path, TOML) as live:
+        client = live.client
+        assert_error(
+            client.post("/v1/updates", json=update(2, 1, "dev-a", 1)),
+            409,
+            "one_update_per_iteration",
+        )
+        assert admin(client, "close").status_code == 200
+        devices = status(client)["privacy"]["devices"]
+        assert devices["max_iterations"] == ROUNDS and devices["at_budget"] == 1
+
+
+def test_a_device_at_its_budget_is_refused_naming_its_spend(tmp_path: Path) -> None:
+    config = offline_config(TOML, tmp_path, store=str(tmp_path / "store"))
+
+    async def scenario() -> Outcome | None:
+        engine = Engine(config, asyncio.get_running_loop())
+        try:
+            for k in range(ROUNDS):
+                item = _incoming(engine, f"m{k}", client="dev-a")
+                assert engine.privacy.client_refusal("dev-a") is None
+                await engine.writer.submit([item])
+                second = engine.privacy.client_refusal("dev-a")
+                assert second is not None and second.status == 409
+                assert engine.privacy.client_refusal("dev-b") is None
+                closed = await engine.writer.command("close", reason="t", force=True)
+                assert closed.status == 200
+            return engine.privacy.client_refusal("dev-a")
+        finally:
+            engine.stop()
+
+    refusal = asyncio.run(scenario())
+    assert refusal is not None and refusal.status == 403
+    assert refusal.body["error"] == "privacy_budget_spent"
+    assert f"dev-a has contributed to {ROUNDS} closed iterations" in refusal.body["detail"]
+
+
+SECURE = TOML.replace("[privacy]\n", '[privacy]\nnoise = "secure"\naccountant = "rdp"\n')
+
+
+def test_secure_noise_end_to_end(tmp_path: Path) -> None:
+    """``noise = "secure"``: each close is DPStrategy's step with the discrete Gaussian on
+    the lattice, keyed by the seed and the iteration (the same bytes offline); the status
+    reports the noise, the lattice and the Renyi epsilon of the budget's multiplier."""
+    config = offline_config(SECURE, tmp_path)
+    z = gaussian_noise_multiplier(EPSILON, DELTA, ROUNDS, accountant="rdp")
+    updates = [_deltas(1, 5), _deltas(2, 4)]
+    with live_server(tmp_path, SECURE) as live:
+        client = live.client
+        params = [np.array(client.get("/v1/model").json()["params"])]
+        for k, rows in enumerate(updates):
+            for i, row in enumerate(rows):
+                body = {"message_id": f"s{k}-{i}", "model_version": k,
+                        "payload": {"delta": row.tolist(), "n": 1}}  # fmt: skip
+                assert client.post("/v1/updates", json=body).status_code == 202
+            assert admin(client, "close").status_code == 200
+            params.append(np.array(client.get("/v1/model").json()["params"]))
+        privacy = status(client)["privacy"]
+    assert privacy["noise"] == "secure" and privacy["noise_multiplier"] == pytest.approx(z)
+    mech = LatticeGaussian(CLIP, z, 6)
+    assert privacy["lattice"]["lattice_step"] == pytest.approx(mech.step)
+    accountant = dp_accounting.rdp.RdpAccountant()
+    accountant.compose(dp_accounting.GaussianDpEvent(z), ROUNDS)
+    assert privacy["epsilon"] == pytest.approx(accountant.get_epsilon(DELTA), rel=1e-6)
+    for k, rows in enumerate(updates):
+        dp = DPStrategy(FedAvgStrategy(config.sections["fedavg"]), z, CLIP, 0)
+        dp.use_rng(KeyStream(noise_key(NOISE_SEED, f"iteration {k}")))
+        state = dp.accumulate(dp.zero(), MessageBatch.of_vectors(rows, np.ones(len(rows))))
+        step = dp.server_step(state, params[k], dp.init(params[k]))
+        assert params[k + 1].tobytes() == step.params.tobytes()
+        clipped = rows * np.minimum(1.0, CLIP / np.linalg.norm(rows, axis=1))[:, None]
+        lattice = (params[k + 1] - params[k]) * len(rows) / mech.step
+        assert np.allclose(lattice, np.rint(lattice), atol=1e-6)  # the noised sum is on it
+        assert not np.allclose(params[k + 1] - params[k], clipped.mean(axis=0))
+
+
+def test_secure_noise_settings_that_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="accountant = 'rdp'"):
+        offline_config(TOML.replace("[privacy]\n", '[privacy]\nnoise = "secure"\n'), tmp_path)
+    with pytest.raises(ConfigError, match="drop clip_quantile"):
+        offline_config(
+            ADAPTIVE.replace("[privacy]\n", '[privacy]\nnoise = "secure"\naccountant = "rdp"\n'),
+            tmp_path,
+        )
+    with pytest.raises(ConfigError, match="noise must be one of numpy, secure"):
+        offline_config(TOML.replace("[privacy]\n", '[privacy]\nnoise = "os"\n'), tmp_path)

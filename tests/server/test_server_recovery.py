@@ -1,4 +1,5 @@
-"""A store whose database is lost is never silently reset (issue 15, F2).
+"""A store whose database is lost, or restored from an older backup, is never silently reset
+(issue 15, F2; issue 51, findings 6 and 7).
 
 Before: deleting or truncating ``fedrank.sqlite3`` and restarting started again at version
 0 without a word, accepted acknowledged ids a second time and overwrote the audit log's
@@ -11,6 +12,7 @@ starts an empty store after moving the old files aside."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import httpx
@@ -20,7 +22,7 @@ import pytest
 
 from fedrank.errors import FedrankError
 from fedrank.server.process import ServerProcess
-from fedrank.server.store import DATABASE, IDENTITY
+from fedrank.server.store import DATABASE, IDENTITY, NOISE_SECRET, Store
 from tests.cli.clirun import assert_clean_failure, ok, run
 from tests.server.serverkit import ADMIN_TOKEN, admin, es_message, status, write_config
 
@@ -146,3 +148,116 @@ def test_a_partition_that_cannot_be_written_does_not_stop_the_start(tmp_path: Pa
     with ServerProcess(store, config=config):
         pass
     assert pq.read_table(partition / "updates.parquet").equals(table)
+
+
+PRIVATE = f"""
+[server]
+workload = "fedavg"
+admin_token = "{ADMIN_TOKEN}"
+max_staleness = 3
+[iteration]
+seconds = 0
+min_updates = 1000000
+[fedavg]
+dim = 4
+[privacy]
+epsilon = 4.0
+delta = 1e-6
+clip = 1.0
+rounds = 5
+"""
+
+
+def _private_run(c: httpx.Client, iterations: range) -> list[bytes]:
+    """Three updates and a close per iteration of ``iterations``; each published model's
+    bytes (``/v1/model``'s parameters as sent)."""
+    published = []
+    for iteration in iterations:
+        for i in range(3):
+            delta = [0.1 * (i + 1), -0.2, 0.05 * iteration, 0.3]
+            body = {"message_id": f"p-{iteration}-{i}", "model_version": iteration,
+                    "payload": {"delta": delta, "n": 1}, "client_id": f"dev-{i}"}  # fmt: skip
+            assert c.post("/v1/updates", json=body).status_code == 202
+        assert admin(c, "close").status_code == 200
+        published.append(np.array(c.get("/v1/model").json()["params"]).tobytes())
+    return published
+
+
+@pytest.mark.parametrize("noise", ["numpy", "secure"])
+def test_recovery_reproduces_released_private_models_bit_for_bit(
+    tmp_path: Path, noise: str
+) -> None:
+    """Issue 51, finding 6: the DP noise derives from a secret kept beside the database
+    (mode 0600), so recovering a lost database closes v1..v3 with the noise the server
+    drew (numpy's or the secure discrete one): the same bytes, the same epsilon; nothing
+    released twice with other noise."""
+    extra = f'noise = "{noise}"\naccountant = "rdp"\n' if noise == "secure" else ""
+    config = write_config(tmp_path, PRIVATE + extra)
+    store = tmp_path / "store"
+    with ServerProcess(store, config=config) as server, httpx.Client(base_url=server.url) as c:
+        published = _private_run(c, range(3))
+        before = status(c)["privacy"]
+    secret = store / NOISE_SECRET
+    assert secret.stat().st_mode & 0o777 == 0o600
+    for name in (DATABASE, DATABASE + "-wal", DATABASE + "-shm"):
+        (store / name).unlink(missing_ok=True)
+    ok(["store", "recover", "--store", str(store), "--config", str(config)])
+    with ServerProcess(store, config=config) as server, httpx.Client(base_url=server.url) as c:
+        after = status(c)["privacy"]
+        recovered = [
+            np.array(c.get(f"/v1/model/{v}").json()["params"]).tobytes() for v in (1, 2, 3)
+        ]
+        text = json.dumps(c.get("/v1/status").json())
+    assert recovered == published
+    assert after["epsilon"] == before["epsilon"] and after["devices"] == before["devices"]
+    assert secret.read_text() not in text  # the secret is never served
+
+
+def test_a_database_restored_from_an_older_backup_is_refused_then_recovered(
+    tmp_path: Path,
+) -> None:
+    """Issue 51, finding 7: a database copied after v1 and restored when the audit log
+    holds v1..v4 is refused at start with one line naming `fedrank store recover`;
+    recovery rebuilds the database from the log (the backup is kept aside); an id
+    acknowledged after the backup stays a duplicate and no partition is overwritten."""
+    config = write_config(tmp_path, PRIVATE)
+    store = tmp_path / "store"
+    with ServerProcess(store, config=config) as server, httpx.Client(base_url=server.url) as c:
+        _private_run(c, range(1))
+    backup = tmp_path / "backup.sqlite3"
+    shutil.copy(store / DATABASE, backup)
+    with ServerProcess(store, config=config) as server, httpx.Client(base_url=server.url) as c:
+        published = _private_run(c, range(1, 4))
+    audit = {p: p.read_bytes() for p in store.glob("parquet/*/updates.parquet")}
+    for name in (DATABASE + "-wal", DATABASE + "-shm"):
+        (store / name).unlink(missing_ok=True)
+    shutil.copy(backup, store / DATABASE)
+    refused = run(["serve", "--store", str(store), "--config", str(config)])
+    assert_clean_failure(refused, "fedrank store recover")
+    assert "behind its audit log" in refused.output
+
+    done = ok(["store", "recover", "--store", str(store), "--config", str(config)])
+    assert "4 iterations" in done.output and "superseded-" in done.output
+    (superseded,) = store.glob("superseded-*")
+    assert (superseded / DATABASE).read_bytes() == backup.read_bytes()
+    with ServerProcess(store, config=config) as server, httpx.Client(base_url=server.url) as c:
+        assert status(c)["model_version"] == 4
+        last = np.array(c.get("/v1/model").json()["params"]).tobytes()
+        again = {"message_id": "p-3-0", "model_version": 3,
+                 "payload": {"delta": [0.1, -0.2, 0.15, 0.3], "n": 1}}  # fmt: skip
+        assert c.post("/v1/updates", json=again).status_code == 200  # still a duplicate
+        _private_run(c, range(4, 5))
+    assert last == published[-1]
+    assert {p: p.read_bytes() for p in audit} == audit  # never overwritten
+
+
+def test_the_next_close_never_overwrites_a_partition(tmp_path: Path) -> None:
+    """Defence in depth for finding 7: a partition already in the audit log is kept."""
+    store = Store(tmp_path / "store")
+    try:
+        store.publish_first(np.zeros(2), {})
+        store.export_parquet(0)
+        with pytest.raises(FileExistsError):
+            store.export_parquet(0)
+    finally:
+        store.close()

@@ -360,6 +360,7 @@ tick_seconds = 0.05
 [fedavg]
 dim = 5
 server_learning_rate = 0.5
+unbounded = true  # the weighted mean of deltas as sent
 [rounds]
 enabled = true
 clients_per_round = 2

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from fedrank.errors import ConfigError
-from fedrank.server.store import Row, Store
+from fedrank.server.store import NOISE_SECRET, Row, Store
 
 
 def _row(message_id: str, iteration: int = 0, kind: str = "update", count: int = 1) -> Row:
@@ -156,3 +156,29 @@ def test_the_wal_is_checkpointed_in_the_background_and_truncated_on_close(tmp_pa
     reopened = Store(tmp_path / "s", read_only=True)
     assert reopened.counts()[0] == 300
     reopened.close()
+
+
+def test_the_noise_secret_is_a_private_file_beside_the_database(tmp_path: Path) -> None:
+    """Created once (0600) and read back; a secret a database still holds (as stores once
+    kept it) moves to the file; a changed file is refused, not replaced."""
+    store = Store(tmp_path / "a")
+    try:
+        secret = store.noise_secret()
+        assert store.noise_secret() == secret
+    finally:
+        store.close()
+    path = tmp_path / "a" / NOISE_SECRET
+    assert path.stat().st_mode & 0o777 == 0o600 and int(path.read_text(), 16) == secret
+    old = Store(tmp_path / "b")
+    try:
+        old.db.execute("INSERT INTO meta VALUES ('noise_secret', ?)", ("ab" * 16,))
+        assert old.noise_secret() == int("ab" * 16, 16)
+        assert (
+            old.db.execute("SELECT value FROM meta WHERE key = 'noise_secret'").fetchone() is None
+        )
+        assert (tmp_path / "b" / NOISE_SECRET).read_text() == "ab" * 16
+        (tmp_path / "b" / NOISE_SECRET).write_text("not a secret")
+        with pytest.raises(ConfigError, match="32 hex digits"):
+            old.noise_secret()
+    finally:
+        old.close()

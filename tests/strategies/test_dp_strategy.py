@@ -11,6 +11,7 @@ from fedrank.errors import ConfigError
 from fedrank.federation.privacy import PrivacyConfig, private, run_record
 from fedrank.privacy.accounting import gaussian_epsilon
 from fedrank.privacy.adaptive_clip import AdaptiveClip
+from fedrank.privacy.discrete_gaussian import KeyStream, LatticeGaussian, noise_key
 from fedrank.strategies.dp import DPStrategy
 from fedrank.systems.fedavg.config import FedAvgConfig
 from fedrank.systems.fedavg.strategy import FedAvgStrategy
@@ -251,3 +252,24 @@ def test_adaptive_settings_are_checked() -> None:
             rounds=1,
             rng=0,
         )
+
+
+def test_a_keystream_gives_the_secure_lattice_noise() -> None:
+    """``use_rng(KeyStream)``: the round's sum is rounded to the lattice and noised with the
+    discrete Gaussian (:mod:`fedrank.privacy.discrete_gaussian`), reproducibly by key; the
+    adaptive clip's count noise cannot come from it."""
+    dp = DPStrategy(_fedavg(), noise_multiplier=2.0, clip=0.5, rng=0)
+    updates = np.full((4, DIM), 0.05)
+    key = noise_key(99, "iteration 0")
+    dp.use_rng(KeyStream(key))
+    first = _round(dp, updates)
+    dp.use_rng(KeyStream(key))
+    assert np.array_equal(first, _round(dp, updates))
+    lattice = LatticeGaussian(0.5, 2.0, DIM)
+    units = first * 4 / lattice.step
+    assert np.allclose(units, np.rint(units), atol=1e-6)
+    adaptive = DPStrategy(_fedavg(), 2.0, 0.5, 0, AdaptiveClip(0.5, 5.0))
+    with pytest.raises(ConfigError, match="fixed clip"):
+        adaptive.use_rng(KeyStream(key))
+    with pytest.raises(ConfigError, match="Generator or a KeyStream"):
+        dp.use_rng("not a generator")  # type: ignore[arg-type]

@@ -126,8 +126,10 @@ def store() -> None:
 )
 @click.option("--store", "store_dir", default=None, help="The store directory.")
 def store_recover(config_path: Path | None, store_dir: str | None) -> None:
-    """Rebuild a store's lost database from its Parquet audit log: every closed iteration
-    replayed through the server's engine (the open iteration's messages are lost)."""
+    """Rebuild a store's lost database, or one restored from an older backup (moved to
+    superseded-<time>/), from its Parquet audit log: every closed iteration replayed
+    through the server's engine, with the DP noise the server drew (the open iteration's
+    messages are lost)."""
     from fedrank.server.config import load_config
     from fedrank.server.recovery import recover_store
 
@@ -137,3 +139,5 @@ def store_recover(config_path: Path | None, store_dir: str | None) -> None:
         f"recovered {done['store']}: {done['iterations']} iterations, {done['messages']} "
         f"messages; the model is at version {done['model_version']}"
     )
+    if done["superseded"] is not None:
+        click.echo(f"the database that was behind the audit log is in {done['superseded']}")

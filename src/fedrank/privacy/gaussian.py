@@ -24,8 +24,11 @@ divide by a fixed denominator instead. Here every user weighs the same.
 The noise comes from a ``numpy.random.Generator`` the caller seeds (reproducible runs). That
 is right for simulation, not for a deployment: numpy's PCG64 is not a cryptographically
 secure generator, and floating-point Gaussian samples leak through their low bits (Mironov
-2012 showed it for the Laplace mechanism); a production server needs a CSPRNG-seeded, ideally
-discrete Gaussian sampler (Canonne, Kamath & Steinke 2020).
+2012 showed it for the Laplace mechanism). Given a
+:class:`~fedrank.privacy.discrete_gaussian.KeyStream` instead, :meth:`noisy_mean` rounds the
+sum to a lattice and adds discrete Gaussian noise sampled exactly from a CSPRNG (Canonne,
+Kamath & Steinke 2020; :class:`~fedrank.privacy.discrete_gaussian.LatticeGaussian`), with
+the Renyi guarantee of the same multiplier.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from fedrank.errors import ConfigError
 from fedrank.optim.serialization import check_hyperparameter
 from fedrank.privacy.accounting import PrivacyGuarantee, gaussian_guarantee
 from fedrank.privacy.clipping import clip_l2
+from fedrank.privacy.discrete_gaussian import KeyStream, LatticeGaussian
 
 
 class GaussianSumMechanism:
@@ -83,7 +87,7 @@ class GaussianSumMechanism:
         self,
         total: np.ndarray,
         count: int,
-        rng: np.random.Generator,
+        rng: np.random.Generator | KeyStream,
         denominator: float | None = None,
     ) -> np.ndarray:
         """``(total + noise) / count`` for ``total`` the sum of ``count`` updates already
@@ -92,18 +96,25 @@ class GaussianSumMechanism:
         hide); its noise is drawn all the same, so every round takes the same numbers from
         ``rng``. With a fixed ``denominator`` ``W`` (McMahan et al. 2018): ``(total +
         noise) / W`` every round, an empty one included, so the result depends on the
-        noised sum only and not on ``count``."""
+        noised sum only and not on ``count``. ``rng`` a
+        :class:`~fedrank.privacy.discrete_gaussian.KeyStream`: the secure noise (module
+        docstring) instead of numpy's normals."""
         vec = np.asarray(total, dtype=np.float64)
         if vec.ndim != 1:
             raise ConfigError(f"total must be a vector (the sum of updates), got {vec.shape}")
         if count < 0:
             raise ConfigError(f"count (updates in the round) must be >= 0, got {count}")
-        noise = self.noise(vec.size, rng)
+        if isinstance(rng, KeyStream):
+            noised = LatticeGaussian(self.clip, self.noise_multiplier, vec.size).noised_sum(
+                vec, rng
+            )
+        else:
+            noised = vec + self.noise(vec.size, rng)
         if denominator is not None:
-            return (vec + noise) / denominator
+            return noised / denominator
         if count == 0:
             return np.zeros(vec.size)
-        return (vec + noise) / int(count)
+        return noised / int(count)
 
     def privatize(self, updates: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """The noisy unweighted mean of ``(m, d)`` raw ``updates``: each row clipped to

@@ -66,9 +66,12 @@ A complete example (every key optional; these are the defaults)::
     server_learning_rate = 1.0
     aggregator = "mean"          # mean (n-weighted) | median | trimmed-mean (unweighted)
     trim = 0.1
-    norm_bound = 0.0             # deltas scaled down to this L2 norm; 0: as sent
+    norm_bound = 0.0             # deltas scaled down to this L2 norm; 0: the default bound
+                                 # (1.0 adapting to the 0.9-quantile of the norms; none under
+                                 # [privacy] or [secagg], which bound deltas themselves)
     # norm_quantile = 0.5        # adaptive bound (see [frecency])
     max_rows = 100000
+    unbounded = false            # true: no default bound, deltas averaged as sent (a warning)
 
     [fpdgd]                      # FPDGD (Wang et al. 2021): FedAvg of PDGD deltas
     ranker = "linear"            # linear | two-layer
@@ -128,6 +131,9 @@ A complete example (every key optional; these are the defaults)::
     public_counts = false        # true: /v1/status's counts, /v1/summary and /metrics answer
                                  # anyone, as without [privacy] (their exact counts reveal who
                                  # took part); false: only to the admin token
+    noise = "numpy"              # central only: numpy (PCG64 floats, for experiments) | secure
+                                 # (discrete Gaussian on a lattice from ChaCha20, keyed by the
+                                 # store's secret; needs accountant = "rdp", a fixed clip)
 
     [metrics]                    # the metrics clients may report: name = [low, high]
     loss = [0.0, 1e9]            # (given, the table replaces the workload's defaults,
@@ -615,8 +621,14 @@ def load_config(path: Path | None = None, **overrides: Any) -> ServerConfig:
     branches = _branches(data["branches"]) if "branches" in data else chosen.branches
     metrics = _metrics(data["metrics"]) if "metrics" in data else chosen.metrics
     proxies = _proxies(data["proxies"]) if "proxies" in data else ()
+    resolved = {name: _resolved(section) for name, section in sections.items()}
+    # The workload's default norm bound, where its section has one (FedAvg's), unless
+    # [privacy] or [secagg] bound the updates themselves.
+    default_bound = getattr(resolved[chosen.section], "with_default_bound", None)
+    if default_bound is not None and not (service["privacy"].enabled or service["secagg"].enabled):
+        resolved[chosen.section] = default_bound()
     return ServerConfig(
-        sections={name: _resolved(section) for name, section in sections.items()},
+        sections=resolved,
         branches=branches,
         metrics=metrics,
         proxies=proxies,

@@ -40,7 +40,7 @@ from fedrank.server.log_limit import RateLimit
 from fedrank.server.messages import UPDATE, Incoming, Messages, Outcome, reparse, stored_group
 from fedrank.server.privacy import PrivacyLedger
 from fedrank.server.recent_ids import RecentIds
-from fedrank.server.store import Row, Store
+from fedrank.server.store import Row, Store, check_not_behind
 from fedrank.server.workloads import Workload, make_workload
 from fedrank.server.writer import MAX_GROUP, Writer
 
@@ -52,14 +52,19 @@ class Engine:
     """Owns the store, the model and the running aggregate (module docstring); requests
     reach it through :attr:`writer`."""
 
-    def __init__(self, config: ServerConfig, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, config: ServerConfig, loop: asyncio.AbstractEventLoop, recovering: bool = False
+    ) -> None:
         self.config = config
+        #: Rebuilding the database from its audit log (:meth:`recover_iteration`): the log
+        #: is ahead of the database by design, and its partitions are kept as they are.
+        self.recovering = recovering
         self.privacy = PrivacyLedger(config)
         self.workload: Workload = make_workload(config, self.privacy.wrap)
         self.strategy = self.workload.strategy
         self.aggregator = self.strategy.aggregator
         self.optimizer = self.strategy.optimizer
-        self.store = Store(config.server.store)
+        self.store = Store(config.server.store, recovering=recovering)
         self.privacy.attach(self.store)
         # The writer's counts; the front door counts the messages it refuses itself.
         self._rejected: Counter[str] = Counter()  # by reason (stale, iteration_full, ...)
@@ -93,10 +98,13 @@ class Engine:
             raise ConfigError(
                 f"the store's open iteration serves version {version}, not the latest"
             )
+        if not self.recovering:
+            check_not_behind(self.store.directory, iteration)
         window = self.config.server.max_staleness + 1
         ids = RecentIds(window, self.store.message_ids(iteration - window + 1))
         self.current = Iteration(iteration, opened_at, ids)
         self.accepted_total = self.counted_total = 0  # set from the store after the replay
+        self.privacy.load(self.store, iteration)
         self.round = Round.resume(
             self.strategy,
             model.params,
@@ -221,13 +229,14 @@ class Engine:
             self.workload.name,
         )
         self.duplicates_total += decided.duplicates
-        if decided.refused:
+        refused = decided.refused + self.privacy.screen(msgs, decided.status, decided.bodies)
+        if refused:
             with self._rejected_lock:
-                self._rejected.update(decided.refused)
+                self._rejected.update(refused)
         accepted = decided.accepted
         try:
             if accepted.size:
-                group = stored_group(msgs, accepted)
+                group = stored_group(msgs, accepted, self.privacy.enabled)
                 started = time.perf_counter()
                 self.store.insert_group(number, time.time(), group, int(accepted.size))
                 self.commit_seconds.observe(time.perf_counter() - started)
@@ -255,6 +264,7 @@ class Engine:
             if taken[k]:
                 self.round.merge(aggregate)
         self.current.fold(msgs, accepted)
+        self.privacy.note(msgs, accepted)
         self.counted_total += int(msgs.counts[accepted].sum())
         self.accepted_total += int(accepted.size)
 
@@ -321,10 +331,19 @@ class Engine:
         self.current.advance(time.time())
         self.privacy.track(self.round.aggregate)  # e.g. the adaptive clip's next bound
         self.privacy.status(self.current.number)  # the accountant runs here, not in a request
+        self.privacy.closed_iteration()  # each device's spend, after the accountant ran
         # the partition before the snapshot: whoever sees the new version finds the closed
         # iteration's Parquet written (unless writing failed; the next start retries)
         try:
             self.store.export_parquet(closed)
+        except FileExistsError:
+            if not self.recovering:  # recovery keeps the log it rebuilds from
+                log.error(
+                    "the audit log already holds iteration %d: the database is behind it "
+                    "(restored from a backup while the server ran?); the partition is kept. "
+                    "Stop the server and run `fedrank store recover`",
+                    closed,
+                )
         except OSError:
             log.exception(
                 "writing the Parquet partition of iteration %d failed; the next start writes it",

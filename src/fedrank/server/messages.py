@@ -29,7 +29,9 @@ class Incoming:
     """A validated message waiting for the writer.
 
     ``kind`` is ``update`` (``parsed`` set), ``ping`` (metrics only) or ``aggregate`` (a
-    proxy's merged state in ``aggregate``, standing for ``count`` updates).
+    proxy's merged state in ``aggregate``, standing for ``count`` updates). ``client`` is
+    the device that sent it (the authenticated one; ``None``: unknown): the privacy ledger
+    counts its contributions (:mod:`fedrank.server.privacy`).
     """
 
     message_id: str
@@ -41,6 +43,7 @@ class Incoming:
     parsed: Parsed = EMPTY
     aggregate: Any = None
     count: int = 1
+    client: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,9 @@ class Messages:
     """Validated messages column by column: what the writer decides, stores and folds in.
 
     ``columns`` holds the payloads of the ``update`` messages only, in their order;
-    ``aggregates`` maps the position of each ``aggregate`` message to its state.
+    ``aggregates`` maps the position of each ``aggregate`` message to its state;
+    ``clients`` the device of each message (:attr:`Incoming.client`), ``None`` when no
+    message names one.
     """
 
     ids: list[str]
@@ -77,6 +82,7 @@ class Messages:
     counts: np.ndarray
     columns: MessageBatch
     aggregates: dict[int, Any]
+    clients: list[str | None] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -92,6 +98,7 @@ class Messages:
     @staticmethod
     def of(items: list[Incoming], workload: Workload) -> Messages:
         updates = [i.parsed for i in items if i.kind == "update"]
+        clients = [i.client for i in items]
         return Messages(
             ids=[i.message_id for i in items],
             versions=np.array([i.model_version for i in items], dtype=np.int64),
@@ -102,6 +109,7 @@ class Messages:
             counts=np.array([i.count for i in items], dtype=np.int64),
             columns=workload.wire.columns(updates) if updates else MessageBatch(0),
             aggregates={k: i.aggregate for k, i in enumerate(items) if i.kind == "aggregate"},
+            clients=clients if any(c is not None for c in clients) else None,
         )
 
     @staticmethod
@@ -122,7 +130,16 @@ class Messages:
             counts=np.concatenate([m.counts for m in parts]),
             columns=MessageBatch.concat([m.columns for m in parts]),
             aggregates=aggregates,
+            clients=(
+                [c for m in parts for c in m.client_list()]
+                if any(m.clients is not None for m in parts)
+                else None
+            ),
         )
+
+    def client_list(self) -> list[str | None]:
+        """The device of every message (``None`` where unknown)."""
+        return [None] * len(self) if self.clients is None else self.clients
 
 
 def pick(values: list[Any], index: list[int], everything: bool) -> list[Any]:
@@ -132,9 +149,11 @@ def pick(values: list[Any], index: list[int], everything: bool) -> list[Any]:
     return list(operator.itemgetter(*index)(values)) if len(index) > 1 else [values[index[0]]]
 
 
-def stored_group(msgs: Messages, accepted: np.ndarray) -> bytes:
+def stored_group(msgs: Messages, accepted: np.ndarray, clients: bool) -> bytes:
     """The stored form of a group: ``[message_id, model_version, branch, kind, payload,
-    metrics, count]`` per accepted message (see :mod:`fedrank.server.store`), built with
+    metrics, count]`` per accepted message, and its ``client`` last when ``clients`` (the
+    privacy ledger counts devices: only then is who sent what kept) and any message of the
+    group names one (see :mod:`fedrank.server.store`), built with
     C-level iteration (``zip``): this runs for every message at full ingestion speed.
     Payloads that are JSON text are embedded as they are."""
     index = accepted.tolist()
@@ -142,20 +161,18 @@ def stored_group(msgs: Messages, accepted: np.ndarray) -> bytes:
     payloads = pick(msgs.payloads, index, everything)
     if any(type(p) is str for p in payloads):
         payloads = [orjson.Fragment(p) if type(p) is str else p for p in payloads]
-    return orjson.dumps(
-        list(
-            zip(
-                pick(msgs.ids, index, everything),
-                msgs.versions[accepted].tolist(),
-                pick(msgs.branches, index, everything),
-                pick(msgs.kinds, index, everything),
-                payloads,
-                pick(msgs.metrics, index, everything),
-                msgs.counts[accepted].tolist(),
-                strict=True,
-            )
-        )
-    )
+    columns = [
+        pick(msgs.ids, index, everything),
+        msgs.versions[accepted].tolist(),
+        pick(msgs.branches, index, everything),
+        pick(msgs.kinds, index, everything),
+        payloads,
+        pick(msgs.metrics, index, everything),
+        msgs.counts[accepted].tolist(),
+    ]
+    if clients and msgs.clients is not None:
+        columns.append(pick(msgs.clients, index, everything))
+    return orjson.dumps(list(zip(*columns, strict=True)))
 
 
 def reparse(row: Row, workload: Workload) -> Incoming:
@@ -165,8 +182,9 @@ def reparse(row: Row, workload: Workload) -> Incoming:
     stored = (row.message_id, row.model_version, row.branch, row.kind, row.payload)
     metrics = json.loads(row.metrics)
     if row.kind == "update":
-        return Incoming(*stored, metrics, parsed=workload.wire.parse(payload))
+        parsed = workload.wire.parse(payload)
+        return Incoming(*stored, metrics, parsed=parsed, client=row.client)
     if row.kind == "aggregate":
         state = workload.strategy.aggregator.state_from_json(payload)
-        return Incoming(*stored, metrics, aggregate=state, count=row.count)
-    return Incoming(*stored, metrics)
+        return Incoming(*stored, metrics, aggregate=state, count=row.count, client=row.client)
+    return Incoming(*stored, metrics, client=row.client)

@@ -69,7 +69,8 @@ class UpdateParser:
                 parsed = self.service.engine.workload.wire.parse(payload)
             except PayloadError as exc:
                 raise BadRequest(422, exc.code, str(exc)) from exc
-        return self._make(message_id, version, enrollment, payload, metrics, parsed), client
+        item = self._make(message_id, version, enrollment, payload, metrics, parsed, client)
+        return item, client
 
     def binary_message(self, h: Mapping[str, str], body: bytes, current: int) -> Sent:
         """A compact binary update: its ids in ``X-Message-Id``, ``X-Model-Version``,
@@ -87,7 +88,7 @@ class UpdateParser:
         except PayloadError as exc:
             raise BadRequest(422, exc.code, str(exc)) from exc
         payload = wire.stored_payload(parsed)
-        return self._make(message_id, version, enrollment, payload, {}, parsed), client
+        return self._make(message_id, version, enrollment, payload, {}, parsed, client), client
 
     def _make(
         self,
@@ -97,7 +98,10 @@ class UpdateParser:
         payload: dict[str, Any],
         metrics: dict[str, float],
         parsed: Parsed,
+        client: str | None,
     ) -> Incoming:
+        """The message, of the device ``client`` (its ``client_id``; the privacy ledger
+        counts a device's updates, :mod:`fedrank.server.privacy`)."""
         assert message_id is not None
         branches = self.service.branches
         branch = branches.of(enrollment)
@@ -110,7 +114,9 @@ class UpdateParser:
                 "(an empty payload)",
             )
         text = orjson.dumps(payload).decode()
-        return Incoming(message_id, version, branch, kind, text, metrics, parsed=parsed)
+        return Incoming(
+            message_id, version, branch, kind, text, metrics, parsed=parsed, client=client
+        )
 
     # -- batches validated at once ------------------------------------------------------
 
@@ -165,6 +171,7 @@ class UpdateParser:
             columns = wire.parse_batch(updates) if updates else MessageBatch(0)
         except PayloadError:
             return None
+        clients = [m.get("client_id") for m in messages]
         return Messages(
             ids=ids,
             versions=versions,
@@ -175,6 +182,7 @@ class UpdateParser:
             counts=np.ones(len(messages), dtype=np.int64),
             columns=columns,
             aggregates={},
+            clients=clients if any(c is not None for c in clients) else None,
         )
 
     def binary_batch(self, body: bytes, current: int) -> Messages:

@@ -13,11 +13,20 @@ of ``k`` rounds, the same for all users, and a per-user ledger reduces to the co
 closed iterations. After ``rounds`` closes the budget is spent: the server refuses updates,
 check-ins and closes (``403 privacy_budget_spent``) for good.
 
-The guarantee assumes what the SDK does: one update per user and iteration. The server
-cannot tell users apart (ids are random per message), so a client that sends ``m`` updates
-in one iteration moves the sum by up to ``m C``; its own guarantee is then that of
-``z / m``. The metric summaries (``/v1/summary``) are not noised: they are outside the
-guarantee.
+The guarantee assumes one update per user and iteration. A message that names its device
+(:attr:`~fedrank.server.messages.Incoming.client`, the authenticated device) is held to it:
+the ledger keeps, per device, the closed iterations it contributed an update to (from the
+store's ``client`` column: it survives restarts and ``fedrank store recover``), refuses a
+second update of a device in one iteration (``409 one_update_per_iteration``) and a device
+whose own epsilon would exceed the budget (``403 privacy_budget_spent``, naming its spend;
+:meth:`PrivacyLedger.client_refusal`, which the routes may also ask before accepting).
+A device's epsilon is that of the closes it contributed to: a close it sent nothing to
+does not read its data (individual privacy accounting, Feldman & Zrnic 2021, "Individual
+Privacy Accounting via a Renyi Filter", NeurIPS). ``/v1/status`` reports the largest
+per-device spend and how many devices are at the budget, never which. A message without a
+device cannot be told apart from another user's: a client sending ``m`` of them in one
+iteration moves the sum by up to ``m C`` and has the guarantee of ``z / m``. The metric
+summaries (``/v1/summary``) are not noised: they are outside the guarantee.
 
 With ``[privacy] mode = 'distributed'`` (and ``[secagg]``) the server adds no noise and sees
 no single update: every client of a secure round adds a share of Skellam noise to its encoded
@@ -30,18 +39,25 @@ With ``clip_quantile`` (central only) the clip adapts by a private quantile esti
 releases the noised count of updates within the clip and sets the next iteration's clip
 from it; the budget's multiplier covers both releases.
 
-Noise source (central): each close's noise is drawn from ``default_rng([secret,
-iteration])`` and the adaptive clip's count noise from ``default_rng([secret, iteration,
-1])``, ``secret`` 128 bits of OS entropy drawn once and kept in the store (never served;
+Noise source (central): with ``noise = "numpy"`` each close's noise is drawn from
+``default_rng([secret, iteration])`` and the adaptive clip's count noise from
+``default_rng([secret, iteration, 1])``; with ``noise = "secure"`` it is the discrete
+Gaussian on a lattice sampled exactly from the ChaCha20 keystream keyed by HMAC-SHA256 of
+the secret and the iteration (:mod:`fedrank.privacy.discrete_gaussian`, Canonne, Kamath &
+Steinke 2020), accounted by its Renyi bound, which is the Gaussian mechanism's for the same
+multiplier (the report lists the lattice). ``secret`` is 128 bits of OS entropy drawn once
+and kept beside the store's database (never served or logged;
 :meth:`~fedrank.server.store.Store.noise_secret`), or ``noise_seed`` when it is set
-(reproducible, for tests only). A retried close draws the same noise, and a restarted
-server recomputes the open iteration's clip from the closed one's count with the same noise:
-nothing is released twice with different noise, which would average it away.
+(reproducible, for tests only). A retried close draws the same noise, a restarted server
+recomputes the open iteration's clip from the closed one's count with the same noise, and
+``fedrank store recover`` closes every iteration again with the noise it had: nothing is
+released twice with different noise, which would average it away.
 """
 
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +65,7 @@ import numpy as np
 
 from fedrank.errors import ConfigError
 from fedrank.federation.privacy import PrivacyConfig, private
+from fedrank.privacy.discrete_gaussian import KeyStream, LatticeGaussian, noise_key
 from fedrank.privacy.report import (
     SystemPrivacy,
     budget_noise_multiplier,
@@ -58,6 +75,7 @@ from fedrank.privacy.report import (
     skellam_privacy,
 )
 from fedrank.privacy.skellam import SkellamPlan
+from fedrank.server.messages import UPDATE, Messages, Outcome
 
 if TYPE_CHECKING:
     from fedrank.server.config import ServerConfig
@@ -122,6 +140,12 @@ class PrivacyLedger:
         self.current_clip: float | None = None
         #: The clients' noise under secure aggregation (``mode = 'distributed'``).
         self.plan = distributed_plan(config)
+        #: Per device, the closed iterations it contributed an update to; the devices of
+        #: the open iteration (module docstring). Written by the writer thread only.
+        self._closed_by: dict[str, int] = {}
+        self._open_by: set[str] = set()
+        self._devices: dict[str, Any] | None = None
+        self._epsilon_after: dict[int, float] = {}
         if self.enabled and self.plan is None:
             noise_multiplier(self.section)  # calibrate at start: a bad budget fails here
 
@@ -155,7 +179,11 @@ class PrivacyLedger:
         """Give the DP wrapper the noise generators of ``iteration``'s close (nothing
         without central DP). Also called before a restart recomputes the next clip from
         ``iteration``'s stored aggregate, so that it replays the same count noise."""
-        if self._dp is not None:
+        if self._dp is None:
+            return
+        if self.section.noise == "secure":
+            self._dp.use_rng(KeyStream(noise_key(self._seed(), f"iteration {iteration}")))
+        else:
             self._dp.use_rng(self.noise_rng(iteration), self.noise_rng(iteration, count=True))
 
     def track(self, state: Any) -> None:
@@ -187,13 +215,108 @@ class PrivacyLedger:
         """Whether ``closed`` closes have used the whole budget."""
         return self.enabled and closed >= self.section.rounds
 
+    # -- per device (module docstring) ---------------------------------------------------
+
+    def load(self, store: Store, open_iteration: int) -> None:
+        """Read each device's closed contributions from ``store``; the open iteration's
+        are noted again as its stored messages are replayed (:meth:`note`)."""
+        if self.enabled:
+            self._closed_by = store.contributions(open_iteration)
+            self._open_by = set()
+            self._devices = self._device_summary()
+
+    def client_refusal(self, client: str | None) -> Outcome | None:
+        """Why an update of device ``client`` cannot be taken in the open iteration
+        (``403 privacy_budget_spent``: its budget; ``409 one_update_per_iteration``: it
+        sent one already), or ``None``. The routes may ask before accepting; the writer
+        decides (:meth:`screen`)."""
+        if not self.enabled or client is None:
+            return None
+        spent = self._closed_by.get(client, 0)
+        s = self.section
+        if spent >= s.rounds:
+            detail = (
+                f"device {client} has contributed to {spent} closed iterations: epsilon "
+                f"{self.epsilon_after(spent):.4g} at delta {s.delta:g}, its whole budget "
+                f"([privacy] epsilon {s.epsilon:g} over {s.rounds} iterations); it can send no "
+                "more updates"
+            )
+            return Outcome(403, {"error": "privacy_budget_spent", "detail": detail})
+        return _second_update(client) if client in self._open_by else None
+
+    def screen(self, msgs: Messages, status: np.ndarray, bodies: dict[int, Any]) -> Counter[str]:
+        """Refuse, in a group the writer is about to store, the updates (status 202) of a
+        device that :meth:`client_refusal` refuses, or that the group already holds one of
+        (its first is taken); sets their status and body, returns the refusals by reason."""
+        refused: Counter[str] = Counter()
+        if not self.enabled or msgs.clients is None:
+            return refused
+        clients, kinds = msgs.clients, msgs.kind_codes
+        taken: set[str] = set()
+        for k in np.flatnonzero((status == 202) & (kinds == UPDATE)).tolist():
+            client = clients[k]
+            if client is None:
+                continue
+            outcome = self.client_refusal(client)
+            if outcome is None and client in taken:
+                outcome = _second_update(client)
+            if outcome is None:
+                taken.add(client)
+                continue
+            status[k] = outcome.status
+            bodies[k] = outcome.body
+            refused[outcome.body["error"]] += 1
+        return refused
+
+    def note(self, msgs: Messages, accepted: np.ndarray) -> None:
+        """Note the devices of the stored updates at positions ``accepted`` as
+        contributors to the open iteration."""
+        if self.enabled and msgs.clients is not None and accepted.size:
+            kinds, clients = msgs.kind_codes, msgs.clients
+            self._open_by.update(
+                c for k in accepted.tolist() if kinds[k] == UPDATE and (c := clients[k]) is not None
+            )
+
+    def closed_iteration(self) -> None:
+        """The open iteration closed: its devices have contributed to one more close."""
+        if self.enabled:
+            for client in self._open_by:
+                self._closed_by[client] = self._closed_by.get(client, 0) + 1
+            self._open_by = set()
+            self._devices = self._device_summary()
+
+    def epsilon_after(self, closes: int) -> float:
+        """The epsilon of a device that contributed to ``closes`` closes."""
+        value = self._epsilon_after.get(closes)
+        if value is None:
+            status = self._status.get(closes) or self._compute(closes)
+            value = float(status["epsilon"] or 0.0)
+            self._epsilon_after[closes] = value
+        return value
+
+    def _device_summary(self) -> dict[str, Any]:
+        """``/v1/status``'s ``devices``: the largest per-device spend and how many devices
+        reached the budget (never which)."""
+        most = max(self._closed_by.values(), default=0)
+        at_budget = sum(1 for k in self._closed_by.values() if k >= self.section.rounds)
+        return {
+            "max_iterations": most,
+            "max_epsilon": self.epsilon_after(most),
+            "at_budget": at_budget,
+        }
+
     def noise_rng(self, iteration: int, count: bool = False) -> np.random.Generator:
         """The generator of the noise added when ``iteration`` closes (``count``: of the
         adaptive clip's count), from ``noise_seed`` or the store's secret."""
+        seed = self._seed()
+        return np.random.default_rng([seed, iteration, 1] if count else [seed, iteration])
+
+    def _seed(self) -> int:
+        """``noise_seed``, or the store's secret."""
         seed = self.section.noise_seed if self.section.noise_seed >= 0 else self._secret
         if seed is None:
             raise RuntimeError("attach the store before the first close: no noise secret")
-        return np.random.default_rng([seed, iteration, 1] if count else [seed, iteration])
+        return seed
 
     def refusal(self) -> str:
         s = self.section
@@ -206,6 +329,8 @@ class PrivacyLedger:
         """:meth:`guarantees` of ``closed`` iterations, and the open iteration's clip
         (``clip_current``) when it adapts."""
         value = self.guarantees(closed)
+        if self._devices is not None:
+            value = {**value, "devices": self._devices}
         return value if self.current_clip is None else {**value, "clip_current": self.current_clip}
 
     def guarantees(self, closed: int) -> dict[str, Any]:
@@ -230,12 +355,49 @@ class PrivacyLedger:
         s = self.section
         row = report_config(self.config, closed)[0]
         budget = {"epsilon": s.epsilon, "delta": s.delta, "rounds": s.rounds}
+        central = self.enabled and self.plan is None
+        secure = central and s.noise == "secure"
         return {
             **run_privacy(row),
+            **({"noise": s.noise} if central else {}),
+            **({"lattice": secure_noise(self.config).describe()} if secure else {}),
             "per_message": row.per_message,
             "budget": budget if self.enabled else None,
             "budget_spent": self.spent(closed),
         }
+
+
+def _second_update(client: str) -> Outcome:
+    """The refusal of a device's second update in one iteration."""
+    detail = (
+        f"device {client} has an update in this iteration already: under [privacy] a device "
+        "contributes one update per iteration (its guarantee assumes it); send the next one "
+        "after the iteration closes"
+    )
+    return Outcome(409, {"error": "one_update_per_iteration", "detail": detail})
+
+
+def secure_noise(config: ServerConfig) -> LatticeGaussian:
+    """The lattice mechanism of ``[privacy] noise = 'secure'`` for the workload's model."""
+    ps = config.privacy
+    dim = config.system.strategy(config.system_config).dim
+    return LatticeGaussian(ps.clip, noise_multiplier(ps), dim)
+
+
+def _describe_secure_noise(out: SystemPrivacy, config: ServerConfig, z: float) -> None:
+    """Add the secure noise's lattice and why its accounting is the Gaussian's (Renyi)."""
+    mechanism = secure_noise(config)
+    described = mechanism.describe()
+    out.parameters.update(described)
+    out.notes.append(
+        f"secure noise: the sum is rounded to the lattice of step {mechanism.step:.4g} and "
+        f"discrete Gaussian noise of sigma {described['lattice_sigma']:.6g} lattice "
+        f"units is added, sampled exactly from ChaCha20 (Canonne, Kamath & Steinke 2020); "
+        f"rounding makes the L2 sensitivity {mechanism.sensitivity:.6g} lattice units "
+        f"(clip / step + sqrt(dim)), so the noise is {z:.4g} x the sensitivity: "
+        f"1 / (2 * {z:.4g}^2)-zCDP per round (their Theorem 14), the Renyi bound of the "
+        "Gaussian mechanism the budget is accounted with (accountant rdp)"
+    )
 
 
 def _describe_adaptive_clip(out: SystemPrivacy, ps: PrivacySection, z: float) -> None:
@@ -284,6 +446,8 @@ def report_config(config: ServerConfig, rounds: int | None) -> list[SystemPrivac
             if ps.denominator:
                 block["denominator"] = ps.denominator
             out = gaussian_privacy(workload, block, {"budget_epsilon": ps.epsilon})
+            if ps.noise == "secure":
+                _describe_secure_noise(out, config, block["noise_multiplier"])
             if ps.adaptive:
                 _describe_adaptive_clip(out, ps, block["noise_multiplier"])
             if ps.denominator:

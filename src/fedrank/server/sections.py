@@ -198,6 +198,10 @@ class PrivacySection(Validated):
     #: Whether the exact counts (``/v1/status``'s counts, ``/v1/summary``, ``/metrics``)
     #: answer anyone while DP is on; by default only the admin token sees them.
     public_counts: bool = False
+    #: Central only: ``numpy`` (Gaussian floats from PCG64, for experiments) or ``secure``
+    #: (the discrete Gaussian on a lattice from ChaCha20, :mod:`fedrank.privacy.
+    #: discrete_gaussian`; accounted in Renyi DP).
+    noise: str = "numpy"
 
     ACCEPTS = {
         "epsilon": Accepts(Interval(Real, 0, None), note="each user's budget; 0: off"),
@@ -220,6 +224,7 @@ class PrivacySection(Validated):
             note="W, about the expected updates per iteration; 0: the iteration's count",
         ),
         "public_counts": bool,
+        "noise": Options("numpy", "secure"),
     }
     RULES = (
         Rule(
@@ -249,6 +254,21 @@ class PrivacySection(Validated):
             lambda p: not p.enabled or not (p.adaptive and p.mode == "distributed"),
             "clip_quantile is central DP's: under mode = 'distributed' the clients clip to "
             "the fixed [secagg] l2_bound",
+        ),
+        Rule(
+            lambda p: not p.enabled or p.noise == "numpy" or p.mode == "central",
+            "noise = 'secure' is the server's noise (central DP); under mode = 'distributed' "
+            "the clients add it",
+        ),
+        Rule(
+            lambda p: not p.enabled or p.noise == "numpy" or p.accountant == "rdp",
+            "noise = 'secure' (the discrete Gaussian) is accounted by its Renyi bound: set "
+            "accountant = 'rdp', got {accountant!r}",
+        ),
+        Rule(
+            lambda p: not p.enabled or p.noise == "numpy" or not p.adaptive,
+            "noise = 'secure' noises the updates' sum; the adaptive clip's count noise is "
+            "numpy's: drop clip_quantile (a fixed clip)",
         ),
     )
 

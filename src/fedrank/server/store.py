@@ -29,13 +29,27 @@ new state, never half.
 Parquet: when an iteration closes, its updates are written to
 ``parquet/iteration=<n>/updates.parquet`` (Hive-style partitions, readable by pyarrow,
 pandas, Spark or DuckDB) for audit and offline analysis, as the paper did. A partition
-missing after a crash is written at the next start.
+missing after a crash is written at the next start; an existing one is never replaced
+(:meth:`Store.export_parquet`). A database restored from an older backup is behind its
+audit log: the server refuses to start on it (:func:`check_not_behind`) and
+``fedrank store recover`` rebuilds it from the log (:mod:`fedrank.server.recovery`).
+
+Under ``[privacy]`` each stored message names its ``client`` (the authenticated device;
+without ``[privacy]`` who sent what is not kept): the privacy ledger counts a device's
+contributions from it (:mod:`fedrank.server.privacy`), so they survive a restart and,
+through the audit log's ``client`` column, a recovery.
+
+The secret of the DP noise lives next to the database, in its own file
+(:data:`NOISE_SECRET`, mode 0600; :meth:`Store.noise_secret`), not in it: a recovery or a
+restored backup keeps it, and so draws exactly the noise the server released.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 import secrets
 import sqlite3
 import threading
@@ -95,7 +109,8 @@ SELECT g.seq * 1000000 + j.key AS seq,
        j.value ->> 4 AS payload,
        j.value ->> 5 AS metrics,
        j.value ->> 6 AS count,
-       g.received_at AS received_at
+       g.received_at AS received_at,
+       j.value ->> 7 AS client
 FROM groups AS g, json_each(g.messages) AS j;
 """
 
@@ -104,6 +119,10 @@ KINDS = ("update", "ping", "aggregate")
 #: The database file and the identity file of a store directory.
 DATABASE = "fedrank.sqlite3"
 IDENTITY = "STORE.json"
+#: The name of a Parquet partition's directory.
+_PARTITION = re.compile(r"iteration=(\d{6})")
+#: The file of the DP noise's secret (:meth:`Store.noise_secret`): 32 hex digits, mode 0600.
+NOISE_SECRET = "noise.secret"
 
 
 def leftovers(directory: Path) -> list[Path]:
@@ -111,18 +130,59 @@ def leftovers(directory: Path) -> list[Path]:
     Parquet partitions (evidence that a database existed)."""
     directory = Path(directory)
     found = sorted(directory.glob("parquet/iteration=*/updates.parquet"))
-    return ([directory / IDENTITY] if (directory / IDENTITY).exists() else []) + found
+    files = [directory / name for name in (IDENTITY, NOISE_SECRET)]
+    return [f for f in files if f.exists()] + found
+
+
+def partitions(directory: Path) -> list[tuple[int, Path]]:
+    """``(iteration, path)`` of every partition of the audit log, in iteration order."""
+    found = []
+    for path in Path(directory).glob("parquet/iteration=*/updates.parquet"):
+        match = _PARTITION.fullmatch(path.parent.name)
+        if match:
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def last_iteration(directory: Path) -> int:
+    """The newest iteration the store's database has opened (-1: none yet)."""
+    db = sqlite3.connect(Path(directory) / DATABASE, isolation_level=None)
+    try:
+        row = db.execute("SELECT MAX(iteration) FROM iterations").fetchone()
+    except sqlite3.OperationalError:  # a database without the schema yet
+        return -1
+    finally:
+        db.close()
+    return -1 if row[0] is None else int(row[0])
+
+
+def check_not_behind(directory: Path, open_iteration: int) -> None:
+    """Refuse a database that is behind its audit log: the log holds the partition of an
+    iteration the database has not closed (``open_iteration`` or later), so the database
+    was restored from an older backup (or replaced). Starting on it would accept again the
+    message ids acknowledged after the backup and overwrite the log. Raises
+    :class:`~fedrank.errors.ConfigError` naming the way out, ``fedrank store recover``."""
+    ahead = [n for n, _ in partitions(directory) if n >= open_iteration]
+    if ahead:
+        raise ConfigError(
+            f"the database of {directory} is behind its audit log: it has closed "
+            f"{open_iteration} iterations, the audit log {ahead[-1] + 1} (restored from an "
+            f"older backup?). Run `fedrank store recover --store {directory} --config "
+            "<server.toml>` to rebuild the database from the audit log (the old one is kept "
+            "in superseded-<time>/)."
+        )
 
 
 def check_directory(directory: Path) -> None:
     """Refuse to start on a store whose database is gone (deleted, or truncated to
-    nothing) while its identity file or Parquet audit log remain: starting anyway would
-    begin again at version 0, accept acknowledged message ids a second time and overwrite
-    the audit log. Raises :class:`~fedrank.errors.ConfigError` saying how to
-    recover."""
+    nothing) while its identity file or Parquet audit log remain, or is behind its audit
+    log (:func:`check_not_behind`): starting anyway would begin again at an older version,
+    accept acknowledged message ids a second time and overwrite the audit log. Raises
+    :class:`~fedrank.errors.ConfigError` saying how to recover."""
     directory = Path(directory)
     database = directory / DATABASE
     if database.exists() and database.stat().st_size > 0:
+        check_not_behind(directory, last_iteration(directory))
         return
     left = leftovers(directory)
     if not left:
@@ -151,21 +211,42 @@ def abandon(directory: Path) -> Path | None:
             f"the store {directory} has a database; --new-store only replaces a store whose "
             "database is gone. Use another --store directory for a new store."
         )
-    moved = [p for p in (directory / IDENTITY, directory / "parquet", database,
-                         database.with_name(DATABASE + "-wal"),
-                         database.with_name(DATABASE + "-shm")) if p.exists()]  # fmt: skip
-    if not moved:
-        return None
-    target = directory / time.strftime("abandoned-%Y%m%dT%H%M%SZ", time.gmtime())
+    moved = [p for p in (directory / IDENTITY, directory / NOISE_SECRET, directory / "parquet",
+                         *database_files(directory)) if p.exists()]  # fmt: skip
+    return move_aside(directory, moved, "abandoned") if moved else None
+
+
+def database_files(directory: Path) -> list[Path]:
+    """The database of a store directory and its WAL and shared-memory files."""
+    database = Path(directory) / DATABASE
+    return [database, database.with_name(DATABASE + "-wal"), database.with_name(DATABASE + "-shm")]
+
+
+def move_aside(directory: Path, paths: list[Path], label: str) -> Path:
+    """Move ``paths`` (those that exist) into ``<label>-<UTC time>/`` in ``directory``
+    (kept, never deleted); returns that directory."""
+    target = Path(directory) / time.strftime(f"{label}-%Y%m%dT%H%M%SZ", time.gmtime())
     target.mkdir()
-    for path in moved:
-        path.rename(target / path.name)
+    for path in paths:
+        if path.exists():
+            path.rename(target / path.name)
     return target
 
 
+def _fsync_directory(directory: Path) -> None:
+    """Make a file created or renamed in ``directory`` durable (POSIX: fsync the
+    directory)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class Row(NamedTuple):
-    """One stored message (``payload`` and ``metrics`` are JSON text); a tuple, so rows go
-    to ``executemany`` as they are."""
+    """One stored message (``payload`` and ``metrics`` are JSON text; ``client`` the
+    device that sent it, ``None`` when unknown); a tuple, so rows go to ``executemany`` as
+    they are."""
 
     message_id: str
     iteration: int
@@ -176,6 +257,7 @@ class Row(NamedTuple):
     metrics: str
     count: int
     received_at: float
+    client: str | None = None
 
 
 @dataclass(frozen=True)
@@ -191,11 +273,10 @@ class Store:
     """The SQLite database and Parquet log of one server. The writer uses one instance from
     one thread; readers open their own with ``read_only=True``. A directory whose database
     is gone but whose identity file or audit log remain is refused (:func:`check_directory`)
-    unless ``allow_missing_database`` (recovery, :mod:`fedrank.server.recovery`)."""
+    and so is one behind its audit log, unless ``recovering`` (:mod:`fedrank.server.recovery`
+    rebuilds the database from the log)."""
 
-    def __init__(
-        self, directory: Path, read_only: bool = False, allow_missing_database: bool = False
-    ) -> None:
+    def __init__(self, directory: Path, read_only: bool = False, recovering: bool = False) -> None:
         self.directory = Path(directory)
         path = self.directory / DATABASE
         if read_only:
@@ -203,7 +284,7 @@ class Store:
             self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
             return
         self.directory.mkdir(parents=True, exist_ok=True)
-        if not allow_missing_database:  # only recovery creates a database among leftovers
+        if not recovering:  # only recovery creates a database among leftovers
             check_directory(self.directory)
         # Opened at start-up, then used by the writer thread alone.
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -261,15 +342,37 @@ class Store:
 
     def noise_secret(self) -> int:
         """The store's secret seed of the DP noise (128 random bits, drawn on first use from
-        the OS, kept with the store, never served): each close's noise is drawn from it and
-        the iteration, so a restart replays neither more nor other noise than was released
-        (:mod:`fedrank.server.privacy`)."""
+        the OS, never served or logged): each close's noise is drawn from it and the
+        iteration, so a restart, a recovery or a restored backup replays neither more nor
+        other noise than was released (:mod:`fedrank.server.privacy`).
+
+        It is kept in :data:`NOISE_SECRET` beside the database (created once, mode 0600,
+        fsynced), not in the database, which a recovery rebuilds and a backup may replace.
+        A store whose database still holds the secret (as stores once did) has it moved to
+        the file."""
+        path = self.directory / NOISE_SECRET
+        if path.exists():
+            text = path.read_text().strip()
+            if len(text) != 32 or not all(c in "0123456789abcdef" for c in text):
+                raise ConfigError(
+                    f"{path} must hold the store's noise secret (32 hex digits); it was "
+                    "changed: put the original back, or the noise of released models is lost"
+                )
+            return int(text, 16)
         row = self.db.execute("SELECT value FROM meta WHERE key = 'noise_secret'").fetchone()
-        if row is None:
-            secret = secrets.token_hex(16)
-            self.db.execute("INSERT INTO meta VALUES ('noise_secret', ?)", (secret,))
-            return int(secret, 16)
-        return int(row[0], 16)
+        secret = secrets.token_hex(16) if row is None else str(row[0])
+        partial = path.with_suffix(".partial")
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, secret.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        partial.replace(path)
+        _fsync_directory(self.directory)
+        if row is not None:
+            self.db.execute("DELETE FROM meta WHERE key = 'noise_secret'")
+        return int(secret, 16)
 
     def paused(self) -> bool:
         """Whether the operator paused the server (kept across restarts)."""
@@ -411,6 +514,7 @@ class Store:
                     orjson.Fragment(r.payload),
                     orjson.Fragment(r.metrics),
                     r.count,
+                    r.client,
                 ]
                 for r in rows
             ]
@@ -441,13 +545,28 @@ class Store:
     def iteration_rows(self, iteration: int) -> Iterator[Row]:
         cursor = self.db.execute(
             "SELECT j.value ->> 0, g.iteration, j.value ->> 1, j.value ->> 2, j.value ->> 3, "
-            "j.value ->> 4, j.value ->> 5, j.value ->> 6, g.received_at "
+            "j.value ->> 4, j.value ->> 5, j.value ->> 6, g.received_at, j.value ->> 7 "
             "FROM groups AS g, json_each(g.messages) AS j WHERE g.iteration = ? "
             "ORDER BY g.seq, j.key",
             (iteration,),
         )
         for r in cursor:
             yield Row(*r)
+
+    def contributions(self, open_iteration: int) -> dict[str, int]:
+        """Per client (device), the number of closed iterations (before
+        ``open_iteration``) it sent at least one update in (pings do not count): what the
+        privacy ledger counts (:mod:`fedrank.server.privacy`)."""
+        closed: dict[str, int] = {}
+        cursor = self.db.execute(
+            "SELECT DISTINCT g.iteration, j.value ->> 7 FROM groups AS g, "
+            "json_each(g.messages) AS j WHERE g.iteration < ? AND j.value ->> 7 IS NOT NULL "
+            "AND j.value ->> 3 = 'update'",
+            (open_iteration,),
+        )
+        for _, client in cursor:
+            closed[client] = closed.get(client, 0) + 1
+        return closed
 
     def counts(self) -> tuple[int, int]:
         """``(stored messages, updates they count for)`` over all iterations."""
@@ -463,7 +582,10 @@ class Store:
         return self.directory / "parquet" / f"iteration={iteration:06d}" / "updates.parquet"
 
     def export_parquet(self, iteration: int) -> Path:
-        """Write the updates of ``iteration`` to its Parquet partition (atomically)."""
+        """Write the updates of ``iteration`` to its Parquet partition (atomically), never
+        replacing one that exists: the audit log outlives the database (a restored backup,
+        :func:`check_not_behind`), so a partition already there is the original record.
+        Raises :class:`FileExistsError` then."""
         rows = list(self.iteration_rows(iteration))
         table = pa.table(
             {
@@ -475,13 +597,17 @@ class Store:
                 "metrics": [r.metrics for r in rows],
                 "count": pa.array([r.count for r in rows], pa.int64()),
                 "received_at": pa.array([r.received_at for r in rows], pa.float64()),
+                "client": pa.array([r.client for r in rows], pa.string()),
             }
         )
         path = self.parquet_path(iteration)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(".parquet.partial")
         pq.write_table(table, partial)
-        partial.replace(path)
+        try:
+            os.link(partial, path)  # atomic, and fails where the partition exists
+        finally:
+            partial.unlink()
         return path
 
     def export_missing_parquet(self) -> list[Path]:

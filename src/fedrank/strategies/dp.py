@@ -41,8 +41,10 @@ participants (replace-one) the guarantee is that of multiplier ``z / 2``
 (``adjacency="replace-one"``).
 
 The noise comes from a seeded ``numpy.random.Generator`` (reproducible; one draw of ``d``
-normals per :meth:`~DPStrategy.server_step`, empty rounds included). A deployment needs a
-cryptographically secure source (docs/privacy.md). ``server_step`` is the only place the
+normals per :meth:`~DPStrategy.server_step`, empty rounds included), or, for a deployment,
+from a :class:`~fedrank.privacy.discrete_gaussian.KeyStream` given to :meth:`DPStrategy.
+use_rng`: the discrete Gaussian on a lattice, sampled exactly from a CSPRNG (docs/privacy.md,
+"Noise source"). ``server_step`` is the only place the
 noise is drawn: call it once per round, and publish only what it returns (the aggregator
 state holds the exact sum, for the trusted server's eyes: stored, never served).
 """
@@ -66,6 +68,7 @@ from fedrank.privacy.accounting import (
     gaussian_epsilon,
 )
 from fedrank.privacy.adaptive_clip import AdaptiveClip
+from fedrank.privacy.discrete_gaussian import KeyStream
 from fedrank.privacy.gaussian import GaussianSumMechanism
 from fedrank.strategies.base import ServerStep, Strategy, WrappedStrategy
 
@@ -168,7 +171,9 @@ class DPStrategy(WrappedStrategy):
         self.clips: list[float] = []  # the clip of every round stepped, in order
         self.optimizer = inner.optimizer
         self.constraints = inner.constraints
-        self.rng_ = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+        self.rng_: np.random.Generator | KeyStream = (
+            rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+        )
         self.count_rng_: np.random.Generator | None = None
 
     def __repr__(self) -> str:
@@ -179,15 +184,24 @@ class DPStrategy(WrappedStrategy):
         )
 
     def use_rng(
-        self, rng: np.random.Generator, count_rng: np.random.Generator | None = None
+        self, rng: np.random.Generator | KeyStream, count_rng: np.random.Generator | None = None
     ) -> None:
-        """Draw the noise from ``rng`` from now on, and the adaptive clip's count noise from
-        ``count_rng`` (``None``: from ``rng`` too, after the round's update noise). The
-        server gives each close its own pair (:mod:`fedrank.server.privacy`), so that a
-        restart can replay a closed round's count release exactly."""
-        for name, g in (("rng", rng), ("count_rng", count_rng)):
-            if g is not None and not isinstance(g, np.random.Generator):
-                raise ConfigError(f"{name} must be a numpy Generator, got {g!r}")
+        """Draw the noise from ``rng`` from now on (a
+        :class:`~fedrank.privacy.discrete_gaussian.KeyStream`: the secure discrete noise, fixed
+        clip only), and the adaptive clip's count noise from ``count_rng`` (``None``: from
+        ``rng`` too, after the round's update noise). The server gives each close its own
+        pair (:mod:`fedrank.server.privacy`), so that a restart can replay a closed round's
+        count release exactly."""
+        if isinstance(rng, KeyStream):
+            if self.adaptive is not None or count_rng is not None:
+                raise ConfigError(
+                    "the secure discrete noise covers the updates' sum only: the adaptive "
+                    "clip's count noise is numpy's; use a fixed clip"
+                )
+        elif not isinstance(rng, np.random.Generator):
+            raise ConfigError(f"rng must be a numpy Generator or a KeyStream, got {rng!r}")
+        if count_rng is not None and not isinstance(count_rng, np.random.Generator):
+            raise ConfigError(f"count_rng must be a numpy Generator, got {count_rng!r}")
         self.rng_ = rng
         self.count_rng_ = count_rng
 
@@ -248,6 +262,7 @@ class DPStrategy(WrappedStrategy):
             return self.aggregator.zero()
         agg = self.aggregator
         rng = self.rng_ if self.count_rng_ is None else self.count_rng_
+        assert isinstance(rng, np.random.Generator)  # use_rng refuses a KeyStream here
         clip = self.adaptive.next_clip(
             state.bound, state.within, state.count, rng, agg.min_bound, agg.max_bound
         )
