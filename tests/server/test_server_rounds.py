@@ -430,6 +430,7 @@ admin_token = "{ADMIN_TOKEN}"
 tick_seconds = 0.05
 [fedavg]
 dim = {DIM}
+unbounded = true  # the proxies fold plain weighted means
 {PROXIES_TOML}[rounds]
 enabled = true
 clients_per_round = 3
