@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import socket
+import struct
 from asyncio import TimerHandle
 from collections import Counter
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from fedrank.errors import ConfigError
 from fedrank.server.sections import ServerSection
@@ -58,6 +60,7 @@ def guarded_protocol(server: ServerSection) -> type[HttpToolsProtocol]:
         _request_timer: TimerHandle | None = None
         _write_timer: TimerHandle | None = None
         _address: str | None = None  # set while counted in open_by_address
+        _running: RequestResponseCycle | None = None  # the request being answered
 
         def _close(self) -> None:
             if not self.transport.is_closing():
@@ -77,7 +80,12 @@ def guarded_protocol(server: ServerSection) -> type[HttpToolsProtocol]:
 
         def _write_stalled(self) -> None:
             self._write_timer = None
-            self.transport.abort()  # close() would wait for the buffer the client never reads
+            # a reset, not a close: close() would wait for the buffers the client never
+            # reads, the process's and the kernel's
+            sock = self.transport.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.transport.abort()
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -94,12 +102,21 @@ def guarded_protocol(server: ServerSection) -> type[HttpToolsProtocol]:
             for timer in (self._header_timer, self._request_timer, self._write_timer):
                 _cancel(timer)
             self._header_timer = self._request_timer = self._write_timer = None
+            running = self._running
+            if running is not None and not running.response_complete:
+                # uvicorn marks only the last parsed request disconnected; with pipelined
+                # requests the one still writing would write to the closed transport
+                running.disconnected = True
             if self._address is not None:
                 open_by_address[self._address] -= 1
                 if not open_by_address[self._address]:
                     del open_by_address[self._address]
                 self._address = None
             super().connection_lost(exc)
+
+        def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+            self._running = cycle
+            super()._start_asgi_task(cycle, app)
 
         def data_received(self, data: bytes) -> None:
             idle = self.timeout_keep_alive_task is not None  # uvicorn cancels it on any data
