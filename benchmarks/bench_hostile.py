@@ -26,6 +26,7 @@ Run: python benchmarks/bench_hostile.py [--slow-body 1000 --slow-readers 1000 --
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -172,10 +173,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 next_trickle = now + args.trickle_seconds
                 for _, sock in slow_body:
                     if id(sock) not in closed_at:
-                        try:
+                        with contextlib.suppress(OSError):  # closed meanwhile
                             sock.send(b"x")
-                        except OSError:
-                            pass
             if now >= next_probe:
                 next_probe = now + args.probe_seconds
                 seconds, status = probe(server.url)
@@ -219,6 +218,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "p50_s": float(np.median(lat)),
             "max_s": float(lat.max()),
             "statuses": sorted(set(statuses)),
+            "latencies_s": [round(x, 4) for x in latencies],
         },
         "server_rss_mb": {
             "idle": idle["VmRSS"],
@@ -249,7 +249,9 @@ def main() -> None:
     parser.add_argument("--probe-seconds", type=float, default=1.0)
     parser.add_argument("--per-address", type=int, default=40)
     parser.add_argument("--one-address", type=int, default=100)
-    parser.add_argument("--dim", type=int, default=300_000, help="FedAvg model dimension")
+    parser.add_argument(
+        "--dim", type=int, default=1_500_000, help="FedAvg model dimension (zeros: 4 B each)"
+    )
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks/hostile.json"))
     args = parser.parse_args()
     report = {
