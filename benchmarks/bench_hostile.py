@@ -13,7 +13,8 @@ is large) on loopback, and, spread over source addresses 127.0.0.2, 127.0.0.3, .
 Measured while they are open: a fresh ``GET /v1/status`` (a new connection each time,
 from 127.0.0.1) every ``--probe-seconds``: its latency (p50, max) and status; the server's
 resident memory (``/proc/<pid>/status``: VmRSS sampled, VmHWM its peak); how many hostile
-sockets the server closed, and when (a socket is closed by the server when its TCP state,
+sockets the server closed, and when (seconds on the probes' clock, which starts as the first
+hostile socket opens) (a socket is closed by the server when its TCP state,
 ``TCP_INFO``, leaves ESTABLISHED: no need to read). Before that, ``--one-address`` silent
 sockets from one address show what the per-address cap does.
 
@@ -34,6 +35,7 @@ import selectors
 import socket
 import struct
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -117,13 +119,30 @@ def one_address_cap(port: int, count: int) -> dict[str, Any]:
     return {"opened": count, "closed_within_1s": closed, "kept": count - closed}
 
 
-def probe(url: str) -> tuple[float, int]:
-    start = time.perf_counter()
-    try:
-        status = httpx.get(url + "/v1/status", timeout=10.0).status_code
-    except httpx.HTTPError:
-        status = 0
-    return time.perf_counter() - start, status
+class Prober(threading.Thread):
+    """A fresh ``GET /v1/status`` (new connection, from 127.0.0.1) every ``every`` seconds,
+    and the server's resident memory then, in a thread of its own (the sockets' loop never
+    delays it, and it never delays theirs)."""
+
+    def __init__(self, url: str, pid: int, every: float) -> None:
+        super().__init__(daemon=True)
+        self.url, self.pid, self.every = url, pid, every
+        self.origin = time.monotonic()
+        self.tries: list[dict[str, float]] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(self.every):
+            start = time.monotonic()
+            try:
+                status = httpx.get(self.url + "/v1/status", timeout=10.0).status_code
+            except httpx.HTTPError:
+                status = 0
+            latency = time.monotonic() - start
+            rss = memory(self.pid)["VmRSS"]
+            self.tries.append(
+                {"at_s": start - self.origin, "latency_s": latency, "status": status, "rss_mb": rss}
+            )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -140,6 +159,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cap = one_address_cap(port, args.one_address)
         addresses = Addresses(args.per_address)
         selector = selectors.DefaultSelector()
+        prober = Prober(server.url, pid, args.probe_seconds)
+        prober.start()  # its clock starts before the first hostile socket opens
         slow_body: list[tuple[str, socket.socket]] = []
         for i in range(args.slow_body):
             name, line = SLOW_BODY_TARGETS[i % len(SLOW_BODY_TARGETS)]
@@ -153,12 +174,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             sock = connect(port, addresses.next(), rcvbuf=4096)
             sock.sendall(pipelined)
             readers.append(sock)
-        opened = time.monotonic()
-        closed_at: dict[int, float] = {}  # id(sock) -> seconds after all were opened
+        opened = time.monotonic() - prober.origin
+        closed_at: dict[int, float] = {}  # id(sock) -> seconds on the prober's clock
         kinds = {id(s): name for name, s in slow_body} | {id(s): "slow_reader" for s in readers}
-        latencies, statuses, rss = [], [], []
-        next_trickle = next_probe = opened
-        while (now := time.monotonic()) - opened < args.seconds:
+        next_trickle = next_check = time.monotonic()
+        while (now := time.monotonic()) - prober.origin < opened + args.seconds:
             for key, _ in selector.select(timeout=0.05):
                 sock = key.fileobj
                 assert isinstance(sock, socket.socket)
@@ -167,7 +187,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 except OSError:
                     data = b""
                 if not data:
-                    closed_at[id(sock)] = time.monotonic() - opened
+                    closed_at[id(sock)] = time.monotonic() - prober.origin
                     selector.unregister(sock)
             if now >= next_trickle:
                 next_trickle = now + args.trickle_seconds
@@ -175,15 +195,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     if id(sock) not in closed_at:
                         with contextlib.suppress(OSError):  # closed meanwhile
                             sock.send(b"x")
-            if now >= next_probe:
-                next_probe = now + args.probe_seconds
-                seconds, status = probe(server.url)
-                latencies.append(seconds)
-                statuses.append(status)
-                rss.append(memory(pid)["VmRSS"])
+            if now >= next_check:
+                next_check = now + 0.5
                 for sock in readers:
                     if id(sock) not in closed_at and not established(sock):
-                        closed_at[id(sock)] = time.monotonic() - opened
+                        closed_at[id(sock)] = time.monotonic() - prober.origin
+        prober.done.set()
+        prober.join()
         peak = memory(pid)
         by_kind: dict[str, dict[str, Any]] = {}
         for sock_id, kind in kinds.items():
@@ -194,12 +212,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 entry["closed_at_s"].append(closed_at[sock_id])
         for entry in by_kind.values():
             times = entry.pop("closed_at_s")
-            entry["closed_after_s"] = (
-                {
-                    "min": min(times),
-                    "median": float(np.median(times)),
-                    "max": max(times),
-                }
+            entry["closed_at_s"] = (
+                {"min": min(times), "median": float(np.median(times)), "max": max(times)}
                 if times
                 else None
             )
@@ -207,28 +221,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             sock.close()
         for sock in readers:
             sock.close()
-    lat = np.array(latencies)
+    tries = prober.tries
+    lat = np.array([t["latency_s"] for t in tries])
+    statuses = {t["status"] for t in tries}
     return {
         "model_body_bytes": model_bytes,
         "hostile_sockets": {"slow_body": args.slow_body, "slow_readers": args.slow_readers},
         "source_addresses": -(-(args.slow_body + args.slow_readers) // args.per_address),
-        "seconds": args.seconds,
+        "all_open_at_s": opened,
+        "seconds_open": args.seconds,
         "status_probe": {
             "tries": len(lat),
             "p50_s": float(np.median(lat)),
             "max_s": float(lat.max()),
-            "statuses": sorted(set(statuses)),
-            "latencies_s": [round(x, 4) for x in latencies],
+            "statuses": sorted(statuses),
+            "each": [{k: round(v, 4) for k, v in t.items()} for t in tries],
         },
         "server_rss_mb": {
             "idle": idle["VmRSS"],
-            "max_sampled": max(rss),
+            "max_sampled": max(t["rss_mb"] for t in tries),
             "peak_vmhwm": peak["VmHWM"],
         },
         "closed_by_server": by_kind,
         "one_address_cap": cap,
         "targets": {
-            "status_under_1s": bool(lat.max() < 1.0) and set(statuses) == {200},
+            "status_under_1s": bool(lat.max() < 1.0) and statuses == {200},
             "rss_under_1gb": peak["VmHWM"] < 1024,
         },
     }

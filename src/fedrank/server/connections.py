@@ -43,6 +43,10 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from fedrank.errors import ConfigError
 from fedrank.server.sections import ServerSection
 
+#: Most bytes the kernel holds unsent per connection (``TCP_NOTSENT_LOWAT``): what a client
+#: that never reads costs the kernel beyond its receive window, while the bytes in flight to
+#: a client that reads still grow with the path (the kernel's send-buffer autotuning).
+UNSENT_BYTES = 131_072
 #: File descriptors the server needs besides its connections: the listening socket, the
 #: store's SQLite and Parquet files, the executor's threads, logs.
 FD_RESERVE = 256
@@ -96,6 +100,9 @@ def guarded_protocol(server: ServerSection) -> type[HttpToolsProtocol]:
             if address is not None:
                 open_by_address[address] += 1
                 self._address = address
+            sock = transport.get_extra_info("socket")
+            if sock is not None and hasattr(socket, "TCP_NOTSENT_LOWAT"):  # Linux, macOS
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, UNSENT_BYTES)
             self._arm_headers()
 
         def connection_lost(self, exc: Exception | None) -> None:
