@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -279,3 +281,31 @@ def test_clients_that_never_read_are_closed_and_share_one_copy_of_the_model(
         growth = _memory_mb(pid, "VmHWM") - before
         assert growth < 4 * size, (growth, size)
         assert big.client.get("/v1/status").status_code == 200
+
+
+def _fd_limits_after(soft: int, hard: int, max_connections: int) -> str:
+    """In a child process with ``RLIMIT_NOFILE`` = (soft, hard): ``fedrank serve``'s
+    :func:`raise_fd_limit`, and the limits it leaves (or its error)."""
+    code = f"""
+import resource
+from fedrank.errors import ConfigError
+from fedrank.server.connections import raise_fd_limit
+resource.setrlimit(resource.RLIMIT_NOFILE, ({soft}, {hard}))
+try:
+    raise_fd_limit({max_connections})
+except ConfigError as err:
+    print(err)
+else:
+    print(resource.getrlimit(resource.RLIMIT_NOFILE))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_the_open_files_limit_is_raised_for_max_connections_or_refused_with_the_fix() -> None:
+    assert _fd_limits_after(512, 4096, 1000) == "(4096, 4096)"  # soft raised to hard
+    assert _fd_limits_after(2048, 4096, 1000) == "(2048, 4096)"  # enough already
+    refusal = _fd_limits_after(512, 600, 1000)
+    assert "max_connections = 1000" in refusal and "600" in refusal
+    assert "ulimit" in refusal and "lower max_connections" in refusal
