@@ -120,20 +120,21 @@ def json_body(body: bytes) -> Any:
 
 def _key_count(data: Any, objects: int) -> int:
     """The keys of every object in parsed JSON ``data`` that has at most ``objects``
-    objects (its count of ``{``), counted level by level with C-level passes (``map``,
-    ``set``, ``chain``), and no deeper once all ``objects`` are found: a batch of 10,000
-    messages or a long vector costs a few passes, not a Python step per value."""
-    count, found, level = 0, 0, [data]
-    while level and found < objects:
-        kinds = set(map(type, level))
-        dicts = [v for v in level if type(v) is dict] if dict in kinds else []
-        lists = [v for v in level if type(v) is list] if list in kinds else []
-        count += sum(map(len, dicts))
-        found += len(dicts)
-        level = list(itertools.chain.from_iterable(map(dict.values, dicts)))
-        for values in lists if found < objects else ():
-            if not set(map(type, values)).isdisjoint((dict, list)):
-                level.extend(values)
+    objects (its count of ``{``), found list by list of values with C-level passes
+    (``map``, ``set``, ``chain``) and no deeper once all ``objects`` are found: a batch of
+    10,000 messages costs a few passes, and a long vector of numbers none."""
+    count = found = 0
+    pending: list[list[Any]] = [[data]]
+    while pending and found < objects:
+        values = pending.pop()
+        kinds = set(map(type, values))
+        if dict in kinds:
+            dicts = values if len(kinds) == 1 else [v for v in values if type(v) is dict]
+            count += sum(map(len, dicts))
+            found += len(dicts)
+            pending.append(list(itertools.chain.from_iterable(map(dict.values, dicts))))
+        if list in kinds:
+            pending.extend(v for v in values if type(v) is list)
     return count
 
 
