@@ -1,5 +1,5 @@
 """Connection limits of the service: no client can hold a connection, or the server's
-memory, for free (docs/service.md, "Connections").
+memory, for free (docs/service.md, "No connection is free").
 
 uvicorn closes an idle keep-alive connection after ``timeout_keep_alive`` and answers 503
 beyond ``limit_concurrency``, but a connection that trickles bytes is never timed out (every
@@ -17,7 +17,10 @@ after the answer, and a client that never reads its answers makes the server buf
   body cannot hold it;
 * a *write* deadline: when the transport's write buffer stays above its high-water mark
   (asyncio flow control: ``pause_writing`` without ``resume_writing``) for
-  ``write_timeout`` seconds, the client is not reading and the connection is aborted;
+  ``write_timeout`` seconds, the client is not reading and the connection is reset;
+* at most :data:`UNSENT_BYTES` unsent bytes in the kernel per connection
+  (``TCP_NOTSENT_LOWAT``): without it, the kernel took up to 4 MB of a large answer into
+  the buffer of each client that never reads, copying it at the cost of the event loop;
 * at most ``max_connections_per_address`` open connections per client address; further
   connections from it are closed at once.
 
