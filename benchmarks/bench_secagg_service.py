@@ -113,6 +113,7 @@ def _clients(
 def run(k: int, d: int, stage_seconds: float, processes: int, max_poll: float) -> dict[str, Any]:
     toml = (  # every client holds a connection while it polls: room for all of them
         f'[server]\nworkload = "fedavg"\nmax_connections = {k + 100}\n'
+        f"max_connections_per_address = {k + 100}\n"  # all from one loopback address
         f"[iteration]\nseconds = 0.0\n[fedavg]\ndim = {d}\n"
         f"[rounds]\nenabled = true\nclients_per_round = {k}\nt_max_seconds = 3600.0\n"
         "checkin_seconds = 1.0\n"

@@ -386,6 +386,78 @@ def test_batches(es: Live, body: Any) -> None:
     check(es, lambda c: c.post("/v1/updates:batch", json=body))
 
 
+#: Beyond int64 (numpy's conversion raised ``OverflowError``), beyond uint64, and huge.
+HUGE_INTEGERS = [2**63, 2**64, -(2**63) - 1, 10**30]
+
+
+@pytest.mark.parametrize("value", HUGE_INTEGERS)
+def test_a_huge_model_version_is_refused_on_every_path(es: Live, value: int) -> None:
+    """Issue 51, finding 8: ``"model_version": 9223372036854775808`` in a JSON batch raised
+    ``OverflowError`` in the batch fast path (500, a traceback per request); now every path
+    answers 422 naming the field."""
+    message = {"message_id": "huge-version", "model_version": value, "payload": {}}
+    single = check(es, lambda c: c.post("/v1/updates", json=message))
+    assert single.status_code == 422 and "model_version" in single.json()["detail"]
+    batch = check(es, lambda c: c.post("/v1/updates:batch", json={"messages": [message]}))
+    assert batch.status_code == 200, batch.text
+    (error,) = batch.json()["errors"]
+    assert error["status"] == 422 and "model_version" in error["detail"]
+    columnar = {"batch": {"size": 1}, "message_ids": ["huge-version"], "model_version": value}
+    answer = check(es, lambda c: c.post("/v1/updates:batch", json=columnar))
+    assert answer.status_code == 422 and "model_version" in answer.json()["detail"]
+
+
+def test_many_bad_requests_write_no_traceback(es: Live) -> None:
+    """Issue 51, finding 8: 2,000 such requests wrote 2,000 tracebacks (5.8 MB); the log
+    stays as it was (and uvicorn's error log is rate-limited, for the failures that are
+    bugs)."""
+    before = es.process.log.stat().st_size
+    message = {"message_id": "huge-version", "model_version": 2**63, "payload": {}}
+    for _ in range(300):
+        answer = es.client.post("/v1/updates:batch", json={"messages": [message]})
+        assert answer.status_code == 200
+    assert es.process.log.stat().st_size - before < 1000
+    assert_clean_log(es)
+
+
+_UPDATE = b'"message_id": "a", "model_version": 0'
+DUPLICATE_KEYS = [  # (server, path, body, the key sent twice)
+    ("es", "/v1/updates", b'{"message_id": "b", ' + _UPDATE + b"}", "message_id"),
+    (
+        "es",
+        "/v1/updates",
+        b"{" + _UPDATE + b', "payload": {"seed": 1, "seed": 2, "metric": 0.5}}',
+        "seed",
+    ),
+    (  # the same key spelled with an escape, and a colon in a string (the slow check)
+        "es",
+        "/v1/updates",
+        b'{"message_id": "a:1", "model_version": 0, "payload": {"metric": 0.5, "\\u006detric": 1}}',
+        "metric",
+    ),
+    (
+        "es",
+        "/v1/updates:batch",
+        b'{"messages": [{' + _UPDATE + b', "model_version": 0}]}',
+        "model_version",
+    ),
+    ("fedavg", "/v1/checkin", b'{"client_id": "a", "client_id": "b"}', "client_id"),
+]
+
+
+@pytest.mark.parametrize(("server", "path", "raw", "key"), DUPLICATE_KEYS)
+def test_duplicate_json_keys_are_refused(
+    request: pytest.FixtureRequest, server: str, path: str, raw: bytes, key: str
+) -> None:
+    """Issue 51, finding 10: a key sent twice was accepted (the parser kept the last one,
+    and another parser on the way may keep the first); now 422 naming the key."""
+    live = request.getfixturevalue(server)
+    headers = {"Content-Type": "application/json"}
+    answer = check(live, lambda c: c.post(path, content=raw, headers=headers))
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"] == "duplicate_key" and repr(key) in answer.json()["detail"]
+
+
 def _aggregate(count: int) -> dict[str, Any]:
     mean = WeightedMean(DIM)
     rng = np.random.default_rng(count)

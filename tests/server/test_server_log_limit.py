@@ -69,3 +69,28 @@ def test_different_failures_and_info_records_are_not_held_back() -> None:
 def test_the_interval_must_be_positive() -> None:
     with pytest.raises(ValueError, match="interval"):
         RateLimit(interval=0)
+
+
+def test_uvicorn_error_log_of_the_server_is_rate_limited() -> None:
+    """Issue 51, finding 8: 2,000 failed requests wrote 2,000 tracebacks through uvicorn's
+    error logger; with the server's app loaded, a flood of one failure logs once."""
+    import fedrank.server.app  # noqa: F401  (the app limits uvicorn's error logger)
+
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    logger = logging.getLogger("uvicorn.error")
+    keep = Keep()
+    logger.addHandler(keep)
+    try:
+        for _ in range(2000):
+            try:
+                raise OverflowError("Python int too large to convert to C long")
+            except OverflowError as exc:
+                logger.error("Exception in ASGI application (test)\n", exc_info=exc)
+    finally:
+        logger.removeHandler(keep)
+    assert len(records) == 1 and records[0].exc_info is not None

@@ -46,6 +46,7 @@ K, DIM, L2 = 100, 8, 1.0
 TOML = f"""
 [server]
 workload = "fedavg"
+max_connections_per_address = 1000  # every client polls from 127.0.0.1 at once
 [iteration]
 seconds = 0.0
 [fedavg]

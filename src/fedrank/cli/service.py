@@ -74,7 +74,7 @@ def serve(
 
     from fedrank.server.app import create_app
     from fedrank.server.config import load_config
-    from fedrank.server.connections import uvicorn_limits
+    from fedrank.server.connections import raise_fd_limit, uvicorn_limits
     from fedrank.server.store import abandon, check_directory
 
     config = load_config(config_path, **overrides)
@@ -83,6 +83,7 @@ def serve(
         if moved is not None:
             click.echo(f"moved the old store's files to {moved}")
     check_directory(Path(config.server.store))  # before binding the port: a clear refusal
+    raise_fd_limit(config.server.max_connections)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     # Bound here, so that --port 0 takes a free port without a race and reports it.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -34,6 +34,7 @@ from starlette.routing import Route
 from fedrank.server.config import ServerConfig
 from fedrank.server.engine import Engine
 from fedrank.server.envelope import JSON
+from fedrank.server.log_limit import RateLimit
 from fedrank.server.openapi import openapi
 from fedrank.server.rounds import Rounds
 from fedrank.server.routes.admin import Admin
@@ -47,6 +48,10 @@ from fedrank.server.seeds import SeedChecks, open_seeds
 from fedrank.server.service import Service
 
 log = logging.getLogger("fedrank.server")
+# uvicorn logs a traceback per failed request and a warning per malformed or refused
+# connection: a flood of them is one record per kind per 10 s (the app's own logger,
+# "fedrank.server", is limited where the engine defines it)
+logging.getLogger("uvicorn.error").addFilter(RateLimit())
 
 ASGIApp = Callable[
     [MutableMapping[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],

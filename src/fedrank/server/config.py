@@ -18,6 +18,10 @@ A complete example (every key optional; these are the defaults)::
     body_timeout = 60.0          # its body within this (s), or 408
     keep_alive_timeout = 5.0     # an idle connection between requests is closed after this
     max_connections = 1000       # concurrent connections; beyond, new requests get 503
+    request_timeout = 70.0       # a whole request, first byte to last body byte (s), or closed
+    write_timeout = 30.0         # a client that reads none of its answer for this long: closed
+    max_connections_per_address = 64  # open connections from one client address; beyond,
+                                 # closed at once (behind a reverse proxy: max_connections)
 
     [iteration]
     seconds = 1800.0             # fixed-time policy (the paper's 30 minutes); 0: off

@@ -137,9 +137,9 @@ class UpdateParser:
         raw_versions = [m.get("model_version") for m in messages]
         if not set(map(type, raw_versions)) <= {int}:
             return None
-        versions = np.array(raw_versions, dtype=np.int64)
-        if versions.min() < 0 or versions.max() > current:
+        if min(raw_versions) < 0 or max(raw_versions) > current:  # before int64: no overflow
             return None
+        versions = np.array(raw_versions, dtype=np.int64)
         payloads = [m.get("payload", {}) for m in messages]
         metrics = [m.get("metrics") for m in messages]
         if not set(map(type, payloads)) <= {dict} or not set(map(type, metrics)) <= {

@@ -51,6 +51,9 @@ class ServerSection(Validated):
     body_timeout: float = 60.0
     keep_alive_timeout: float = 5.0
     max_connections: int = 1000
+    request_timeout: float = 70.0
+    write_timeout: float = 30.0
+    max_connections_per_address: int = 64
 
     ACCEPTS = {
         "workload": Options(*SYSTEMS),
@@ -65,6 +68,9 @@ class ServerSection(Validated):
         "body_timeout": _POSITIVE,
         "keep_alive_timeout": _POSITIVE,
         "max_connections": Interval(Integral, 1, None),
+        "request_timeout": _POSITIVE,
+        "write_timeout": _POSITIVE,
+        "max_connections_per_address": Interval(Integral, 1, None),
     }
     RULES = (
         Rule(lambda s: bool(s.store), "store must name a directory"),
@@ -72,6 +78,11 @@ class ServerSection(Validated):
             lambda s: not s.admin_token or _strong_token(s.admin_token),
             f"admin_token must have at least {MIN_TOKEN_LENGTH} characters and no surrounding "
             f"spaces (or be empty: admin disabled); {_MAKE_TOKEN}",
+        ),
+        Rule(
+            lambda s: s.request_timeout >= max(s.header_timeout, s.body_timeout),
+            "request_timeout must be at least header_timeout and body_timeout (it bounds "
+            "a whole request: its headers and its body)",
         ),
     )
 
