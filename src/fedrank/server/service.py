@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from fedrank.identity.server import Identity
 from fedrank.server.branches import Branches
 from fedrank.server.config import ServerConfig
 from fedrank.server.engine import Engine
@@ -16,12 +17,14 @@ from fedrank.server.seeds import SeedChecks
 
 class Service:
     """The configuration, the study's branches and the request counts from the start; the
-    engine, the scheduler, the open round (``[rounds]``) and the checks of server-issued
-    seeds (``[foltr_es] server_seeds``) once the lifespan has started them."""
+    engine, the scheduler, the enrolled devices (:mod:`fedrank.identity`), the open round
+    (``[rounds]``) and the checks of server-issued seeds (``[foltr_es] server_seeds``) once
+    the lifespan has started them."""
 
     #: Set by the lifespan.
     engine: Engine
     scheduler: Scheduler
+    identity: Identity
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config

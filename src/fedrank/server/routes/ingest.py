@@ -19,9 +19,9 @@ import numpy as np
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Receive
+from starlette.types import Receive, Scope
 
-from fedrank.server.auth import proxy_of
+from fedrank.server.auth import as_client, device_of, proxy_of
 from fedrank.server.envelope import (
     BINARY,
     BINARY_BATCH,
@@ -88,12 +88,15 @@ class Ingest:
     # -- POST /v1/updates ---------------------------------------------------------------
 
     async def updates(self, request: Request) -> Response:
-        status, body = await self.update(request.headers, request.receive)
+        status, body = await self.update(request.headers, request.receive, request.scope)
         return Response(body, status_code=status, media_type=JSON)
 
-    async def update(self, headers: Mapping[str, str], receive: Receive) -> tuple[int, bytes]:
+    async def update(
+        self, headers: Mapping[str, str], receive: Receive, scope: Scope
+    ) -> tuple[int, bytes]:
         """``POST /v1/updates`` without a framework (the hot path, see
-        :func:`fedrank.server.app.create_app`): ``(status, JSON body)``."""
+        :func:`fedrank.server.app.create_app`): ``(status, JSON body)``; the client of a
+        device's update is the device (:func:`~fedrank.server.auth.as_client`)."""
         engine = self.service.engine
         counts = self.service.counts
         try:
@@ -107,6 +110,8 @@ class Ingest:
                 sent = self.parse.json_message(json_body(body), current)
             else:
                 raise BadRequest(415, "media_type", f"send {JSON} or {BINARY}, not {ctype!r}")
+            device = device_of(self.service, scope, headers, body)
+            sent = (sent[0], as_client(device, sent[1]))
             claims = self._check(sent)
         except BadRequest as err:
             counts.refuse("updates", err)
@@ -126,14 +131,16 @@ class Ingest:
             body = await read_body(request.headers, request.receive, service.config.server)
             ctype = media_type(request.headers)
             if ctype == BINARY_BATCH:
+                device_of(service, request.scope, request.headers, body)
                 return await self._binary_batch(body)
             if ctype not in (JSON, ""):
                 raise BadRequest(415, "media_type", f"send {JSON} or {BINARY_BATCH}")
             data = json_body(body)
             if not isinstance(data, dict):
                 raise BadRequest(422, "invalid", "send {'messages': [...]} or {'aggregate': ...}")
-            if "aggregate" in data:
+            if "aggregate" in data:  # a proxy's, authenticated by its token
                 return await self._aggregate(data, request.headers)
+            device = device_of(service, request.scope, request.headers, body)
             if "batch" in data:
                 columns = self.parse.columnar_batch(data, engine.snapshot().version)
                 result = await engine.writer.submit_columns(columns)
@@ -148,13 +155,13 @@ class Ingest:
             return service.counts.reject("batch", err)
         current = engine.snapshot().version
         # the fast path checks no rounds or issued seeds: with them, one by one
-        plain = service.rounds is None and service.seeds.issuer is None
+        plain = service.rounds is None and service.seeds.issuer is None and device is None
         fast = self.parse.batch_columns(messages, current) if plain else None
         if fast is not None:
             result = await engine.writer.submit_columns(fast)
             statuses, errors = result.statuses, result.bodies
         else:
-            statuses, errors = await self._one_by_one(messages, current)
+            statuses, errors = await self._one_by_one(messages, current, device)
         service.counts.answered("batch", 200)
         return json_response(batch_answer(statuses, errors))
 
@@ -188,10 +195,10 @@ class Ingest:
         return json_response(outcome.body, outcome.status)
 
     async def _one_by_one(
-        self, messages: list[Any], current: int
+        self, messages: list[Any], current: int, device: str | None
     ) -> tuple[np.ndarray, dict[int, dict[str, Any]]]:
         """The batch path for batches the fast path declines: every message validated
-        alone, with its exact reason."""
+        alone, with its exact reason (a device's messages are its own)."""
         service = self.service
         statuses = np.zeros(len(messages), dtype=np.int64)
         errors: dict[int, dict[str, Any]] = {}
@@ -200,7 +207,8 @@ class Ingest:
         claimed: list[list[Claim]] = []
         for i, m in enumerate(messages):
             try:
-                sent = self.parse.json_message(m, current)
+                item, named = self.parse.json_message(m, current)
+                sent = (item, as_client(device, named))
                 claims = self._check(sent)
             except BadRequest as err:
                 service.counts.refuse_message(err)
