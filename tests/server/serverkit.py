@@ -4,6 +4,10 @@ store read-only, build update messages, parse Prometheus text, wait for conditio
 Every server here is a real ``fedrank serve`` child process
 (:class:`fedrank.server.process.ServerProcess`); the tests talk to it over HTTP with
 ``httpx`` only, and read the store the way an auditor would (``sqlite3`` in read-only mode).
+Where a server requires enrolled devices (``[rounds]``, ``[secagg]``, ``[privacy]``;
+docs/devices.md), :func:`enroll_devices` enrolls keys the way a device does, with tokens
+the operator's ``fedrank devices enroll`` would print; each :class:`Device`'s ``auth``
+signs a request (``client.post(..., auth=device.auth)``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from typing import Any
 import httpx
 import numpy as np
 
+from fedrank.identity.device import DeviceAuth, enroll
+from fedrank.identity.protocol import DeviceKey
+from fedrank.identity.registry import DeviceRegistry
 from fedrank.server.config import ServerConfig, load_config
 from fedrank.server.process import ServerProcess
 
@@ -151,6 +158,37 @@ def assert_error(response: httpx.Response, status_code: int, code: str, detail: 
     assert body["error"] == code, body
     assert isinstance(body["detail"], str) and body["detail"], body
     assert detail in body["detail"], body
+
+
+# -- enrolled devices -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Device:
+    """An enrolled device: its id (the client id of its requests) and the ``httpx.Auth``
+    that signs them."""
+
+    id: str
+    auth: DeviceAuth
+
+
+def issue_tokens(store: Path, count: int = 1, label: str = "tests") -> list[str]:
+    """Enrollment tokens of a server's store, as ``fedrank devices enroll`` issues them."""
+    registry = DeviceRegistry(store)
+    try:
+        return registry.issue(count, label, 1.0)
+    finally:
+        registry.close()
+
+
+def enroll_devices(live: Live, count: int) -> list[Device]:
+    """``count`` new devices enrolled on ``live``'s server (each its own key and token)."""
+    out = []
+    for token in issue_tokens(live.store, count):
+        key = DeviceKey.generate()
+        enroll(live.client, live.process.url, key, token)
+        out.append(Device(key.id, DeviceAuth(key, live.process.url)))
+    return out
 
 
 # -- the store, read like an auditor ----------------------------------------------------

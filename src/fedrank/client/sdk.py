@@ -24,8 +24,13 @@ round with distributed noise, and only while the user's epsilon over the rounds 
 part in stays within the budget.
 
 Identity: the client's study branch comes from its ``enrollment_id``, a random UUID it
-makes itself and keeps in ``state_dir`` (never anything identifying). Nothing else about
-the user is sent: updates are gradients, signs, seeds and metrics computed on the device.
+makes itself and keeps in ``state_dir`` (never anything identifying). On a server that
+requires enrolled devices (docs/devices.md) the client is also a device: given the
+operator's ``enrollment_token`` it makes an Ed25519 key in ``state_dir`` (0600), enrolls it
+once, and signs every request with a session key (:class:`fedrank.identity.device.
+DeviceAuth`); its check-ins, updates and secure-aggregation messages are then its device's.
+Nothing else about the user is sent: updates are gradients, signs, seeds and metrics
+computed on the device.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ from fedrank.client.user_ledger import PrivacyBudgetError, UserLedger
 from fedrank.core.message import MessageBatch
 from fedrank.errors import FedrankError
 from fedrank.federation.registry import system
+from fedrank.identity.device import DeviceAuth, enroll
+from fedrank.identity.protocol import DeviceKey
 from fedrank.systems.foltr_es.client import ESTask, FoltrEsClient
 from fedrank.systems.foltr_es.wire import es_payload
 
@@ -165,6 +172,9 @@ class Client:
             a secure round with distributed noise, and only while the user's epsilon over
             its own rounds stays within it; ``None``: no ledger.
         privacy_delta: the delta of ``privacy_budget``.
+        enrollment_token: the operator's single-use token: the device's key is enrolled
+            with it on the first request (once; later runs find the enrollment in
+            ``state_dir``). Without it a device enrolled before still signs its requests.
     """
 
     def __init__(
@@ -179,6 +189,7 @@ class Client:
         http: httpx.Client | None = None,
         privacy_budget: float | None = None,
         privacy_delta: float = 1e-6,
+        enrollment_token: str | None = None,
     ) -> None:
         if max_attempts < 1:
             raise FedrankError(f"max_attempts must be >= 1, got {max_attempts}")
@@ -190,6 +201,11 @@ class Client:
         self._own_http = http is None
         self.http = http or httpx.Client(timeout=timeout)
         self.enrollment_id = enrollment_id or self._stored_enrollment()
+        self._token = enrollment_token
+        self.device: DeviceAuth | None = None
+        enrolled = self._device_file()
+        if enrolled is not None and enrolled.exists():
+            self.device = DeviceAuth(self._device_key(), self.base_url)
         self.outbox = Outbox(self.state_dir)
         self._model: ServedModel | None = None
         self.ledger = (
@@ -235,6 +251,36 @@ class Client:
             time.sleep(0.01)
         raise FedrankError(f"{path} stays empty; delete it to enroll again")
 
+    def _device_file(self) -> Path | None:
+        """Where the device's enrollment is recorded (its id, once the server took it)."""
+        return None if self.state_dir is None else self.state_dir / "device.json"
+
+    def _device_key(self) -> DeviceKey:
+        if self.state_dir is None:
+            return DeviceKey.generate()
+        return DeviceKey.load_or_create(self.state_dir / "device.key")
+
+    def _enrolled(self) -> DeviceAuth | None:
+        """This client's device, enrolled first with the token given (once); ``None``: not
+        an enrolled device."""
+        if self.device is None and self._token is not None:
+            self._enroll()
+        return self.device
+
+    def _enroll(self) -> None:
+        key = self._device_key()
+        device = enroll(self.http, self.base_url, key, self._token)
+        path = self._device_file()
+        if path is not None:
+            path.write_text(json.dumps({"device_id": device, "server": self.base_url}))
+        self.device = DeviceAuth(key, self.base_url)
+        self._token = None
+
+    @property
+    def device_id(self) -> str | None:
+        """This client's enrolled device id (``None``: not an enrolled device)."""
+        return None if self.device is None else self.device.device_id
+
     def queued(self) -> list[dict[str, Any]]:
         """Messages waiting in the offline queue (:mod:`fedrank.client.outbox`)."""
         return self.outbox.messages()
@@ -242,14 +288,17 @@ class Client:
     # -- requests -------------------------------------------------------------------------
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """One request with retries and backoff; raises the last error when all fail."""
+        """One request with retries and backoff, signed as this device when it is one
+        (enrolled first, with the token given); raises the last error when all fail."""
+        device = self._enrolled()
         last: Exception | None = None
         for attempt in range(self.max_attempts):
             if attempt:
                 delay = self.backoff * 2 ** (attempt - 1)
                 time.sleep(delay * (0.5 + self.rng.random()))
             try:
-                response = self.http.request(method, self.base_url + path, **kwargs)
+                auth = device or httpx.USE_CLIENT_DEFAULT
+                response = self.http.request(method, self.base_url + path, auth=auth, **kwargs)
             except httpx.TransportError as exc:
                 last = exc
                 continue
@@ -440,9 +489,14 @@ class Client:
             raise ClientError(response.status_code, _body(response))
         return dict(response.json())
 
-    def checkin(self, client_id: str) -> Checkin:
+    def checkin(self, client_id: str | None = None) -> Checkin:
         """Ask to be selected for the current round (``client_id``: the client's own random
-        id for rounds); the answer holds the issued seed when the server issues them."""
+        id for rounds; an enrolled device is its device id, the default); the answer holds
+        the issued seed when the server issues them."""
+        device = self._enrolled()
+        client_id = client_id or (None if device is None else device.device_id)
+        if client_id is None:
+            raise FedrankError("checkin needs a client_id, or an enrolled device")
         response = self._request("POST", "/v1/checkin", json={"client_id": client_id})
         if response.status_code != 200:
             raise ClientError(response.status_code, _body(response))
