@@ -12,6 +12,7 @@ import pytest
 from fedrank.client import Client, ClientError
 from fedrank.server.branches import branch_of
 from fedrank.server.process import ServerProcess
+from tests.server.serverkit import issue_tokens
 
 SHARES = [("treatment", 0.6), ("control", 0.2), ("control-no-decay", 0.2)]
 GRADIENT = {"gradient": [0.1] + [0.0] * 21, "n": 2}
@@ -116,10 +117,17 @@ def test_checkin_on_a_round_server(tmp_path: Path) -> None:
         '[server]\nworkload = "fedavg"\n[fedavg]\ndim = 3\n'
         "[rounds]\nenabled = true\nclients_per_round = 2\nt_max_seconds = 30\n"
     )
-    with ServerProcess(tmp_path / "store", config=config) as s, Client(s.url) as c:
-        answers = [c.checkin(f"client{i}") for i in range(3)]
-        assert [a["selected"] for a in answers] == [True, True, False]
-        ok = c.send({"delta": [0.1, 0.2, 0.3], "n": 4}, 0, client_id="client0")
-        refused = c.send({"delta": [0.1, 0.2, 0.3], "n": 4}, 0, client_id="client2")
+    with ServerProcess(tmp_path / "store", config=config) as s:
+        # a server with [rounds] takes enrolled devices: one per client (docs/devices.md)
+        clients = [Client(s.url, enrollment_token=t) for t in issue_tokens(s.store, 3)]
+        try:
+            answers = [c.checkin() for c in clients]
+            assert [a["selected"] for a in answers] == [True, True, False]
+            delta = {"delta": [0.1, 0.2, 0.3], "n": 4}
+            ok = clients[0].send(delta, 0, client_id=answers[0].client_id)
+            refused = clients[2].send(delta, 0, client_id=answers[2].client_id)
+        finally:
+            for c in clients:
+                c.close()
     assert ok.status == "accepted" and refused.status == "refused"
     assert "not selected" in refused.body["detail"]
