@@ -55,11 +55,13 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
 def test_unenrolled_checkin_update_and_secagg_get_401_naming_how_to_enroll(live: Live) -> None:
     c = live.client
     before = state_of(c)
-    assert_error(c.post("/v1/checkin", json={"client_id": "c1"}), 401, "unenrolled", "enroll")
+    checkin = c.post("/v1/checkin", json={"client_id": "c1"}, auth=None)
+    assert_error(checkin, 401, "unenrolled", "enroll")
     update = es_message("m1", 0, 7, 0.5, 0.25, client_id="c1")
-    assert_error(c.post("/v1/updates", json=update), 401, "unenrolled", "fedrank devices enroll")
-    batch = {"messages": [update]}
-    assert_error(c.post("/v1/updates:batch", json=batch), 401, "unenrolled")
+    single = c.post("/v1/updates", json=update, auth=None)
+    assert_error(single, 401, "unenrolled", "fedrank devices enroll")
+    batch = c.post("/v1/updates:batch", json={"messages": [update]}, auth=None)
+    assert_error(batch, 401, "unenrolled")
     assert state_of(c) == before
 
 
@@ -88,16 +90,16 @@ def test_a_forged_mac_a_replayed_timestamp_and_a_revoked_device_get_401(live: Li
     forged = _signed(d.auth, "POST", url, b"{}")
     device, expires, stamp, mac = forged.headers[HEADER].split(" ")
     forged.headers[HEADER] = f"{device} {expires} {stamp} {'0' * len(mac)}"
-    assert_error(c.send(forged), 401, "bad_signature")
+    assert_error(c.send(forged, auth=None), 401, "bad_signature")
     # another body under the same MAC
     tampered = _signed(d.auth, "POST", url, b"{}")
     headers = {HEADER: tampered.headers[HEADER], "content-type": "application/json"}
     tampered = httpx.Request("POST", url, content=b'{"client_id": "x"}', headers=headers)
-    assert_error(c.send(tampered), 401, "bad_signature")
+    assert_error(c.send(tampered, auth=None), 401, "bad_signature")
     # a request signed now, replayed after the skew window (its clock is two minutes back)
     old = DeviceAuth(d.auth.key, live.process.url, clock=lambda: time.time() - 120)
     old.session = d.auth.session
-    assert_error(c.send(_signed(old, "POST", url, b"{}")), 401, "stale_timestamp")
+    assert_error(c.send(_signed(old, "POST", url, b"{}"), auth=None), 401, "stale_timestamp")
     # revoked by the operator while the server runs: refused at its next request
     ok(["devices", "revoke", "--store", str(live.store), d.id])
     assert_error(c.post("/v1/checkin", json={}, auth=d.auth), 401, "revoked")
@@ -123,7 +125,8 @@ def test_admin_issues_tokens_and_only_the_admin(live: Live) -> None:
     assert len(set(tokens)) == 3
     key = DeviceKey.generate()
     assert enroll(live.client, live.process.url, key, tokens[0]) == key.id
-    assert_error(live.client.post("/v1/admin/devices", json={"count": 1}), 401, "unauthorized")
+    anyone = live.client.post("/v1/admin/devices", json={"count": 1}, auth=None)
+    assert_error(anyone, 401, "unauthorized")
     too_many = live.client.post("/v1/admin/devices", json={"count": 10**6}, headers=ADMIN)
     assert_error(too_many, 422, "invalid", "count must be in 1..10000")
 
@@ -131,14 +134,14 @@ def test_admin_issues_tokens_and_only_the_admin(live: Live) -> None:
 def test_a_flood_of_fresh_ids_costs_only_401s_and_429s(tmp_path: Path) -> None:
     with live_server(tmp_path, ROUNDS, iteration_seconds=0) as live:
         codes = [
-            live.client.post("/v1/checkin", json={"client_id": f"sybil-{i}"}).status_code
+            live.client.post("/v1/checkin", json={"client_id": f"sybil-{i}"}, auth=None).status_code
             for i in range(100)
         ]
         assert set(codes) == {401, 429}
-        limited = live.client.post("/v1/checkin", json={"client_id": "sybil-x"})
+        limited = live.client.post("/v1/checkin", json={"client_id": "sybil-x"}, auth=None)
         assert_error(limited, 429, "rate_limited", "retry after")
         assert limited.headers["retry-after"] == "1"
-        answer = live.client.get("/v1/status", headers=ADMIN).json()
+        answer = live.client.get("/v1/status", headers=ADMIN, auth=None).json()
         assert answer["updates_accepted_total"] == 0
 
 

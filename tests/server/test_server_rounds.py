@@ -2,29 +2,24 @@
 first K clients with a deadline T_max, other reports are refused with the reason (not
 selected, already reported, late), and a complete round closes the iteration. First the
 :class:`~fedrank.server.cohort.Cohort` bookkeeping in-process, then real servers for foltr-es
-and fedavg, whose clients are enrolled devices (a server with [rounds] requires them,
-docs/devices.md)."""
+and fedavg (whose clients are enrolled devices: serverkit's ``NamedDevices``)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import numpy as np
 import pytest
 
 from fedrank.server.cohort import Cohort
 from tests.server.serverkit import (
     ADMIN_TOKEN,
-    Device,
     Live,
     assert_error,
     binary_headers,
     closed_iteration,
-    enroll_devices,
     es_bytes,
     es_message,
     live_server,
@@ -88,10 +83,9 @@ def test_round_completes_when_all_reported_or_all_deadlines_passed() -> None:
     assert r.complete(0.0)  # K reports
 
 
-def checkin_in_round(live: Live, device: Device, number: int) -> dict[str, object] | None:
+def checkin_in_round(live: Live, client_id: str, number: int) -> dict[str, object] | None:
     """Check in; the answer if it is for round ``number``, else ``None``."""
-    answer = live.client.post("/v1/checkin", json={"client_id": device.id}, auth=device.auth)
-    answer = answer.json()
+    answer = live.client.post("/v1/checkin", json={"client_id": client_id}).json()
     return answer if answer["round"] == number else None
 
 
@@ -125,62 +119,49 @@ def es_rounds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
 def test_checkin_selects_k_and_a_complete_round_closes_the_iteration(es_rounds: Live) -> None:
     client = es_rounds.client
     assert status(client)["policy"] == "rounds"
-    dev = dict(zip("abcd", enroll_devices(es_rounds, 4), strict=True))
-
-    def checkin(name: str) -> dict[str, object]:
-        d = dev[name]
-        return client.post("/v1/checkin", json={"client_id": d.id}, auth=d.auth).json()
-
-    def report(name: str, message: dict[str, object]) -> httpx.Response:
-        return client.post("/v1/updates", json=message, auth=dev[name].auth)
-
-    def es(message_id: str, version: int, seed: int, m: float, a: float, name: str) -> Any:
-        return es_message(message_id, version, seed, m, a, client_id=dev[name].id)
-
     before = time.time()
     selected = {}
     for name in ("a", "b", "c"):
-        answer = checkin(name)
+        answer = client.post("/v1/checkin", json={"client_id": f"es-{name}"}).json()
         assert answer["selected"] is True and answer["round"] == 0
         assert answer["model_version"] == 0
         assert before + 60.0 <= answer["deadline"] <= time.time() + 60.0
         selected[name] = answer
-    again = checkin("a")
+    again = client.post("/v1/checkin", json={"client_id": "es-a"}).json()
     assert again == selected["a"]
-    extra = checkin("d")
+    extra = client.post("/v1/checkin", json={"client_id": "es-d"}).json()
     assert extra == {"selected": False, "round": 0, "retry_after_seconds": 15.0}
 
     refused = state_of(client)
-    no_id = client.post("/v1/updates", json=es_message("r-0", 0, 1, 0.5, 0.5))
-    assert_error(no_id, 401, "unenrolled", "enroll")  # a report from nobody
-    outsider = report("d", es("r-1", 0, 1, 0.5, 0.5, "d"))
+    # a report from no device (the server requires enrolled devices with [rounds])
+    no_id = client.post("/v1/updates", json=es_message("r-0", 0, 1, 0.5, 0.5), auth=None)
+    assert_error(no_id, 401, "unenrolled", "enroll")
+    outsider = client.post("/v1/updates", json=es_message("r-1", 0, 1, 0.5, 0.5, client_id="es-d"))
     assert_error(outsider, 409, "not_selected", "not selected in round 0")
-    malformed = report("a", es("r-2", 0, 1, 9.0, 0.5, "a"))
+    malformed = client.post("/v1/updates", json=es_message("r-2", 0, 1, 9.0, 0.5, client_id="es-a"))
     assert_error(malformed, 422, "invalid_payload", "[0, 1]")
     assert state_of(client) == refused
-    ping = {"message_id": "r-ping", "model_version": 0, "client_id": dev["d"].id}
+    ping = {"message_id": "r-ping", "model_version": 0, "client_id": "es-d"}
     ping["metrics"] = {"clicks": 1}
-    assert report("d", ping).status_code == 202  # metrics need no selection
+    assert client.post("/v1/updates", json=ping).status_code == 202  # metrics need no selection
 
     # The three selected clients report: JSON, binary (X-Client-Id), batch.
-    first = report("a", es("r-a", 0, 1, 0.5, 0.25, "a"))
+    first = client.post("/v1/updates", json=es_message("r-a", 0, 1, 0.5, 0.25, client_id="es-a"))
     assert first.status_code == 202, first.text
-    twice = report("a", es("r-a2", 0, 2, 0.5, 0.25, "a"))
+    twice = client.post("/v1/updates", json=es_message("r-a2", 0, 2, 0.5, 0.25, client_id="es-a"))
     assert_error(twice, 409, "already_reported", "already reported in round 0")
     # A retry of the accepted report (its answer lost) is a duplicate, not a refusal.
-    resent = report("a", es("r-a", 0, 1, 0.5, 0.25, "a"))
+    resent = client.post("/v1/updates", json=es_message("r-a", 0, 1, 0.5, 0.25, client_id="es-a"))
     assert resent.status_code == 200 and resent.json()["status"] == "duplicate"
     binary = client.post(
         "/v1/updates",
         content=es_bytes(2, 0.75, 0.25),
-        headers=binary_headers("r-b", 0, client_id=dev["b"].id),
-        auth=dev["b"].auth,
+        headers=binary_headers("r-b", 0, client_id="es-b"),
     )
     assert binary.status_code == 202, binary.text
     batch = client.post(
         "/v1/updates:batch",
-        json={"messages": [es("r-c", 0, 3, 0.5, 0.0, "c")]},
-        auth=dev["c"].auth,
+        json={"messages": [es_message("r-c", 0, 3, 0.5, 0.0, client_id="es-c")]},
     )
     assert batch.json()["statuses"] == [202]
 
@@ -188,14 +169,13 @@ def test_checkin_selects_k_and_a_complete_round_closes_the_iteration(es_rounds: 
     record = closed_iteration(es_rounds.store, 0)
     assert record["reason"] == "round 0 complete" and record["n_updates"] == K
     # The next round starts right after the close (a check-in may still meet round 0).
-    nxt = wait_until(lambda: checkin_in_round(es_rounds, dev["a"], 1), what="round 1")
+    nxt = wait_until(lambda: checkin_in_round(es_rounds, "es-a", 1), what="round 1")
     assert nxt["selected"] is True and nxt["model_version"] == 1
-    old = report("d", es("r-d", 1, 4, 0.5, 0.5, "d"))
+    old = client.post("/v1/updates", json=es_message("r-d", 1, 4, 0.5, 0.5, client_id="es-d"))
     assert_error(old, 409, "not_selected", "not selected in round 1")
-    nope = client.post("/v1/checkin", json={"client_id": "bad id"}, auth=dev["a"].auth)
+    nope = client.post("/v1/checkin", json={"client_id": "bad id"})
     assert_error(nope, 422, "invalid", "client_id")
-    extra_key = client.post("/v1/checkin", json={"client_id": "x", "y": 1}, auth=dev["a"].auth)
-    assert_error(extra_key, 422, "invalid", "")
+    assert_error(client.post("/v1/checkin", json={"client_id": "x", "y": 1}), 422, "invalid", "")
     assert_error(
         client.post("/v1/checkin", content=b"{", headers={"Content-Type": "application/json"}),
         400,
@@ -220,25 +200,22 @@ t_max_seconds = 1.5
 def test_a_late_report_is_refused_with_the_reason(tmp_path: Path) -> None:
     with live_server(tmp_path, LATE, iteration_seconds=0, iteration_min_updates=1) as live:
         client = live.client
-        da, db = enroll_devices(live, 2)
-        a = client.post("/v1/checkin", json={"client_id": da.id}, auth=da.auth).json()
+        a = client.post("/v1/checkin", json={"client_id": "late-a"}).json()
         # A second client checks in shortly before a's deadline, so the round is still open
         # (b's deadline ahead) when a reports too late.
         wait_until(lambda: time.time() > a["deadline"] - 0.2, what="a's deadline to come near")
-        b = client.post("/v1/checkin", json={"client_id": db.id}, auth=db.auth).json()
+        b = client.post("/v1/checkin", json={"client_id": "late-b"}).json()
         assert b["selected"] is True and b["round"] == a["round"] == 0
         wait_until(lambda: time.time() > a["deadline"] + 0.05, what="a's deadline to pass")
         before = state_of(client)
         late = client.post(
-            "/v1/updates", json=es_message("late-1", 0, 1, 0.5, 0.5, client_id=da.id), auth=da.auth
+            "/v1/updates", json=es_message("late-1", 0, 1, 0.5, 0.5, client_id="late-a")
         )
         assert_error(late, 409, "late", "late: the reporting deadline passed")
         assert state_of(client) == before
         assert (
             client.post(
-                "/v1/updates",
-                json=es_message("late-2", 0, 2, 0.5, 0.5, client_id=db.id),
-                auth=db.auth,
+                "/v1/updates", json=es_message("late-2", 0, 2, 0.5, 0.5, client_id="late-b")
             ).status_code
             == 202
         )
@@ -246,7 +223,7 @@ def test_a_late_report_is_refused_with_the_reason(tmp_path: Path) -> None:
         wait_until(lambda: status(client)["model_version"] == 1, what="the round's close")
         assert closed_iteration(live.store, 0)["n_updates"] == 1
         # The next round starts right after the close.
-        wait_until(lambda: checkin_in_round(live, da, 1), what="round 1")
+        wait_until(lambda: checkin_in_round(live, "late-a", 1), what="round 1")
 
 
 # -- fedavg: the round's reports make one FedAvg step ------------------------------------------
@@ -273,42 +250,35 @@ def test_fedavg_round_steps_by_the_weighted_mean(tmp_path: Path) -> None:
     weights = np.array([3, 9])
     with live_server(tmp_path, FEDAVG_ROUNDS, iteration_seconds=0, iteration_min_updates=2) as live:
         client = live.client
-        devices = enroll_devices(live, 2)
-        for d in devices:
-            answer = client.post("/v1/checkin", json={"client_id": d.id}, auth=d.auth).json()
+        for i in range(2):
+            answer = client.post("/v1/checkin", json={"client_id": f"fa-{i}"}).json()
             assert answer["selected"] is True
         # The round's selection lives in memory: after a crash clients check in again, and
         # the report already stored stays counted.
         msg = {
             "message_id": "fa-r0",
             "model_version": 0,
-            "client_id": devices[0].id,
+            "client_id": "fa-0",
             "payload": {"delta": deltas[0].tolist(), "n": int(weights[0])},
         }
-        assert client.post("/v1/updates", json=msg, auth=devices[0].auth).status_code == 202
+        assert client.post("/v1/updates", json=msg).status_code == 202
         live.process.kill()
         live.process.start()
         assert status(client)["updates_in_iteration"] == 1
         msg1 = {
             "message_id": "fa-r1",
             "model_version": 0,
-            "client_id": devices[1].id,
+            "client_id": "fa-1",
             "payload": {"delta": deltas[1].tolist(), "n": int(weights[1])},
         }
-        a0, a1 = devices[0].auth, devices[1].auth
-        assert_error(
-            client.post("/v1/updates", json=msg1, auth=a1), 409, "not_selected", "check in"
-        )
-        for d in devices:
-            answer = client.post("/v1/checkin", json={"client_id": d.id}, auth=d.auth)
-            assert answer.json()["selected"]
-        assert client.post("/v1/updates", json=msg1, auth=a1).status_code == 202
-        retry = client.post("/v1/updates", json=msg, auth=a0)  # stored before the crash
+        assert_error(client.post("/v1/updates", json=msg1), 409, "not_selected", "check in")
+        for i in range(2):
+            assert client.post("/v1/checkin", json={"client_id": f"fa-{i}"}).json()["selected"]
+        assert client.post("/v1/updates", json=msg1).status_code == 202
+        retry = client.post("/v1/updates", json=msg)  # stored before the crash
         assert retry.status_code == 200 and retry.json()["status"] == "duplicate"
         resend = {**msg, "message_id": "fa-r0b"}
-        assert (
-            client.post("/v1/updates", json=resend, auth=a0).status_code == 202
-        )  # in the new round
+        assert client.post("/v1/updates", json=resend).status_code == 202  # fa-0 in the new round
         wait_until(lambda: status(client)["model_version"] == 1, what="the round's close")
         record = closed_iteration(live.store, 0)
         assert record["n_updates"] == 3 and record["reason"] == "round 0 complete"
