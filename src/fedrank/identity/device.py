@@ -104,6 +104,12 @@ class DeviceAuth(httpx.Auth):
         data = response.json()
         self.session = (b64decode(data["session_key"]), int(data["expires"]))
 
+    def open(self, http: httpx.Client) -> tuple[bytes, int]:
+        """Open a session now (``auth_flow`` does it when needed): its key and expiry."""
+        self._opened(http.send(self._session_request()))
+        assert self.session is not None
+        return self.session
+
     def sign(self, request: httpx.Request) -> None:
         """Set the request's :data:`~fedrank.identity.protocol.HEADER` under the open
         session."""

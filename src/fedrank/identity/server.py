@@ -55,6 +55,8 @@ HOW_TO_ENROLL = (
 MAX_HEADER = 160
 #: Session nonces remembered (each for the clock-skew window).
 MAX_NONCES = 1_000_000
+#: Session keys remembered (derived again when forgotten).
+MAX_SESSION_KEYS = 100_000
 
 Attestation = Callable[[bytes, Any], bool]
 
@@ -111,6 +113,7 @@ class Identity:
         self._devices = self.registry.active()
         self._version = self.registry.data_version()
         self._nonces: OrderedDict[str, float] = OrderedDict()
+        self._keys: dict[tuple[str, int], bytes] = {}
         self._per_device = TokenBuckets(section.device_rate, section.device_burst)
         self._per_address = TokenBuckets(section.address_rate, section.address_burst)
 
@@ -186,10 +189,15 @@ class Identity:
                 f"the request's timestamp is more than {self.skew:g} s from the server's clock "
                 "(a replay, or a clock to set right)",
             )
-        key = session_key(self._secret, device, expires)
+        known = self._keys.get((device, expires))
+        key = known or session_key(self._secret, device, expires)
         expected = request_mac(key, method, path, stamp, body)
         if not hmac.compare_digest(mac.encode(), expected.encode()):
             raise _unauthorized("bad_signature", "the request's MAC does not match its session")
+        if known is None:  # remembered once a request proved it (a forgery costs an HMAC)
+            if len(self._keys) >= MAX_SESSION_KEYS:
+                self._keys.clear()
+            self._keys[device, expires] = key
         if self.public_key(device) is None:
             raise _unknown(device)
         self._limited(self._per_device.take(device), "device")
