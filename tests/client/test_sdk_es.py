@@ -79,7 +79,7 @@ def _reports_the_issued_seed(
     assert b.seed is not None
     body = es_record(b.seed, 0.75, 0.25, b.seed_token)
     assert len(body) == 12 + 32
-    sent = httpx.post(s.url + "/v1/updates", content=body, headers=headers, auth=cb.device)
+    sent = httpx.post(s.url + "/v1/updates", content=body, headers=headers, auth=cb.device.auth)
     assert sent.status_code == 202
 
     # The model moves on: the old seed is for the old version, and check-in gives a new one.

@@ -50,8 +50,7 @@ from fedrank.client.user_ledger import PrivacyBudgetError, UserLedger
 from fedrank.core.message import MessageBatch
 from fedrank.errors import FedrankError
 from fedrank.federation.registry import system
-from fedrank.identity.device import DeviceAuth, enroll
-from fedrank.identity.protocol import DeviceKey
+from fedrank.identity.device import DeviceState
 from fedrank.systems.foltr_es.client import ESTask, FoltrEsClient
 from fedrank.systems.foltr_es.wire import es_payload
 
@@ -201,11 +200,7 @@ class Client:
         self._own_http = http is None
         self.http = http or httpx.Client(timeout=timeout)
         self.enrollment_id = enrollment_id or self._stored_enrollment()
-        self._token = enrollment_token
-        self.device: DeviceAuth | None = None
-        enrolled = self._device_file()
-        if enrolled is not None and enrolled.exists():
-            self.device = DeviceAuth(self._device_key(), self.base_url)
+        self.device = DeviceState(self.base_url, self.state_dir, enrollment_token)
         self.outbox = Outbox(self.state_dir)
         self._model: ServedModel | None = None
         self.ledger = (
@@ -251,35 +246,11 @@ class Client:
             time.sleep(0.01)
         raise FedrankError(f"{path} stays empty; delete it to enroll again")
 
-    def _device_file(self) -> Path | None:
-        """Where the device's enrollment is recorded (its id, once the server took it)."""
-        return None if self.state_dir is None else self.state_dir / "device.json"
-
-    def _device_key(self) -> DeviceKey:
-        if self.state_dir is None:
-            return DeviceKey.generate()
-        return DeviceKey.load_or_create(self.state_dir / "device.key")
-
-    def _enrolled(self) -> DeviceAuth | None:
-        """This client's device, enrolled first with the token given (once); ``None``: not
-        an enrolled device."""
-        if self.device is None and self._token is not None:
-            self._enroll()
-        return self.device
-
-    def _enroll(self) -> None:
-        key = self._device_key()
-        device = enroll(self.http, self.base_url, key, self._token)
-        path = self._device_file()
-        if path is not None:
-            path.write_text(json.dumps({"device_id": device, "server": self.base_url}))
-        self.device = DeviceAuth(key, self.base_url)
-        self._token = None
-
     @property
     def device_id(self) -> str | None:
         """This client's enrolled device id (``None``: not an enrolled device)."""
-        return None if self.device is None else self.device.device_id
+        auth = self.device.auth
+        return None if auth is None else auth.device_id
 
     def queued(self) -> list[dict[str, Any]]:
         """Messages waiting in the offline queue (:mod:`fedrank.client.outbox`)."""
@@ -290,7 +261,7 @@ class Client:
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One request with retries and backoff, signed as this device when it is one
         (enrolled first, with the token given); raises the last error when all fail."""
-        device = self._enrolled()
+        device = self.device.enrolled(self.http)
         last: Exception | None = None
         for attempt in range(self.max_attempts):
             if attempt:
@@ -493,7 +464,7 @@ class Client:
         """Ask to be selected for the current round (``client_id``: the client's own random
         id for rounds; an enrolled device is its device id, the default); the answer holds
         the issued seed when the server issues them."""
-        device = self._enrolled()
+        device = self.device.enrolled(self.http)
         client_id = client_id or (None if device is None else device.device_id)
         if client_id is None:
             raise FedrankError("checkin needs a client_id, or an enrolled device")

@@ -11,7 +11,9 @@ server checks in microseconds without a session table.
   server compute them here, in one place).
 * :mod:`.registry`: the enrolled devices and the enrollment tokens, in ``devices.sqlite``.
 * :mod:`.limits`: token-bucket rate limits per device and per address.
-* :mod:`.server`: :class:`Identity`, what the service's routes call.
+* :mod:`.device`: the device's side: enrollment, sessions and signed requests (the SDK's).
+
+The server's side, what the service's routes call, is :mod:`fedrank.server.identity`.
 """
 
 from fedrank.identity.protocol import DeviceKey, device_id

@@ -1,13 +1,16 @@
 """The device's side of identity (docs/devices.md): :class:`DeviceAuth`, an ``httpx.Auth``
 that opens a session with the device's Ed25519 key when it has none (or it is about to
 expire) and signs every request with the session key; :func:`enroll` admits a new key with
-an enrollment token. The SDK (:class:`fedrank.client.Client`) uses both; so can any httpx
-client (the tests do)."""
+an enrollment token; :class:`DeviceState` keeps a device's key and enrollment in a
+directory. The SDK (:class:`fedrank.client.Client`) uses them; so can any httpx client
+(the tests do)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Generator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -138,3 +141,37 @@ def _code(response: httpx.Response) -> str | None:
     except ValueError:
         return None
     return body.get("error") if isinstance(body, dict) else None
+
+
+class DeviceState:
+    """A device's key and enrollment, kept in ``state_dir`` (``None``: in memory): the key in
+    ``device.key`` (0600), the enrollment in ``device.json`` once the server took it.
+
+    Args:
+        base_url: the server.
+        state_dir: where the key and the enrollment live.
+        token: the operator's enrollment token, used once if the device is not enrolled.
+    """
+
+    def __init__(self, base_url: str, state_dir: Path | None, token: str | None) -> None:
+        self.base_url, self.state_dir, self.token = base_url, state_dir, token
+        self.auth: DeviceAuth | None = None
+        if state_dir is not None and (state_dir / "device.json").exists():
+            self.auth = DeviceAuth(self._key(), base_url)
+
+    def _key(self) -> DeviceKey:
+        if self.state_dir is None:
+            return DeviceKey.generate()
+        return DeviceKey.load_or_create(self.state_dir / "device.key")
+
+    def enrolled(self, http: httpx.Client) -> DeviceAuth | None:
+        """The device's auth, enrolled first with the token (once); ``None``: no
+        enrollment and no token."""
+        if self.auth is None and self.token is not None:
+            key = self._key()
+            device = enroll(http, self.base_url, key, self.token)
+            if self.state_dir is not None:
+                record = {"device_id": device, "server": self.base_url}
+                (self.state_dir / "device.json").write_text(json.dumps(record))
+            self.auth, self.token = DeviceAuth(key, self.base_url), None
+        return self.auth

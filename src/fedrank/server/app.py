@@ -35,10 +35,10 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import Route
 
 from fedrank.identity.limits import RETRY_AFTER_SECONDS
-from fedrank.identity.server import Identity
 from fedrank.server.config import ServerConfig
 from fedrank.server.engine import Engine
 from fedrank.server.envelope import JSON
+from fedrank.server.identity import Identity
 from fedrank.server.openapi import openapi
 from fedrank.server.rounds import Rounds
 from fedrank.server.routes.admin import Admin

@@ -53,7 +53,7 @@ def device_of(
     service: Service, scope: MutableMapping[str, Any], headers: Mapping[str, str], body: bytes
 ) -> str | None:
     """The enrolled device an ASGI request comes from (``None``: no identity, and none is
-    required); 401 or 429 otherwise (:meth:`fedrank.identity.server.Identity.authenticate`,
+    required); 401 or 429 otherwise (:meth:`fedrank.server.identity.Identity.authenticate`,
     with the request's target: its path and query string)."""
     query = scope.get("query_string", b"")
     target = scope["path"] + ("?" + query.decode("latin-1") if query else "")

@@ -4,10 +4,10 @@
 
 from __future__ import annotations
 
-from fedrank.identity.server import Identity
 from fedrank.server.branches import Branches
 from fedrank.server.config import ServerConfig
 from fedrank.server.engine import Engine
+from fedrank.server.identity import Identity
 from fedrank.server.rounds import Rounds
 from fedrank.server.routes.observability import RequestCounts
 from fedrank.server.scheduler import Scheduler
