@@ -180,3 +180,59 @@ def test_the_sdk_enrolls_once_and_signs_transparently(live: Live, tmp_path: Path
     with Client(live.process.url, state_dir=state) as again:  # no token: enrolled already
         assert again.device_id == device
         assert again.checkin().client_id == device
+
+
+SECAGG = """
+[server]
+workload = "fedavg"
+[fedavg]
+dim = 4
+[rounds]
+enabled = true
+clients_per_round = 3
+t_max_seconds = 60.0
+[secagg]
+enabled = true
+l2_bound = 1.0
+"""
+
+
+def test_unenrolled_secure_aggregation_messages_get_401(tmp_path: Path) -> None:
+    with live_server(tmp_path, SECAGG) as live:
+        c = live.client
+        body = {"client_id": "c1", "session": "s", "stage": "advertise", "message": {}}
+        assert_error(c.post("/v1/secagg", json=body, auth=None), 401, "unenrolled", "enroll")
+        view = c.get("/v1/secagg", params={"client_id": "c1", "session": "s"}, auth=None)
+        assert_error(view, 401, "unenrolled")
+        (d,) = enroll_devices(live, 1)
+        seat = c.post("/v1/checkin", json={}, auth=d.auth).json()
+        assert seat["selected"] and seat["secagg"]["id"] == 1
+        mine = {"client_id": d.id, "session": seat["secagg"]["session"]}
+        assert c.get("/v1/secagg", params=mine, auth=d.auth).status_code == 200
+        other = {**mine, "client_id": "someone-else"}
+        assert_error(c.get("/v1/secagg", params=other, auth=d.auth), 403, "client_mismatch")
+
+
+FRECENCY = """
+[server]
+workload = "frecency"
+[identity]
+required = true
+"""
+
+
+def test_fedrank_client_enrolls_with_its_token_and_fails_in_one_line(
+    tmp_path: Path, firefox_dir: Path
+) -> None:
+    state = tmp_path / "state"
+    args = ["client", "--server", "", "--places", str(firefox_dir / "places.sqlite"),
+            "--state", str(state)]  # fmt: skip
+    with live_server(tmp_path, FRECENCY) as live:
+        args[2] = live.process.url
+        assert_clean_failure(run(args), "enrolled devices only")
+        (token,) = issue_tokens(live.store, 1)
+        assert "-> accepted" in ok([*args, "--enrollment-token", token]).output
+        assert "-> accepted" in ok(args).output  # enrolled: the state remembers it
+        assert_clean_failure(run([*args[:5], "--state", str(tmp_path / "new"),
+                                  "--enrollment-token", token]), "already used")  # fmt: skip
+    assert_clean_failure(run(args), "cannot reach the server")
