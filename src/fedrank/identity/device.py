@@ -101,15 +101,19 @@ class DeviceAuth(httpx.Auth):
         }
         return httpx.Request("POST", self.session_url, json=body)
 
-    def _opened(self, response: httpx.Response) -> None:
+    def _opened(self, response: httpx.Response) -> bool:
+        """Keep the session a response opened; ``False`` when it was refused."""
         if response.status_code != 200:
-            raise IdentityError(f"opening a session for device {self.key.id} failed", response)
+            return False
         data = response.json()
         self.session = (b64decode(data["session_key"]), int(data["expires"]))
+        return True
 
     def open(self, http: httpx.Client) -> tuple[bytes, int]:
         """Open a session now (``auth_flow`` does it when needed): its key and expiry."""
-        self._opened(http.send(self._session_request()))
+        response = http.send(self._session_request())
+        if not self._opened(response):
+            raise IdentityError(f"opening a session for device {self.key.id} failed", response)
         assert self.session is not None
         return self.session
 
@@ -125,12 +129,17 @@ class DeviceAuth(httpx.Auth):
         request.headers[HEADER] = header_value(self.key.id, expires, stamp, mac)
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        if self.session is None or self.session[1] - self.clock() < RENEW_BEFORE:
-            self._opened((yield self._session_request()))
+        """Open a session if there is none (or it is about to expire), sign and send; a
+        session the server refuses ends the flow with its answer (the caller sees the 429
+        or the 401 and its reason)."""
+        expiring = self.session is None or self.session[1] - self.clock() < RENEW_BEFORE
+        if expiring and not self._opened((yield self._session_request())):
+            return
         self.sign(request)
         response = yield request
         if response.status_code == 401 and _code(response) in _RENEW_ON:
-            self._opened((yield self._session_request()))
+            if not self._opened((yield self._session_request())):
+                return
             self.sign(request)
             yield request
 

@@ -83,6 +83,9 @@ class DeviceRegistry:
         self.path = path
         self.db = sqlite3.connect(path, timeout=30.0, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
+        # durable against a crash of the process; an OS crash may lose the last moments'
+        # enrollments and last-seen times, and the server writes these on its event loop
+        self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(_SCHEMA)
         self.db.commit()
 
