@@ -34,8 +34,8 @@ class Checkin:
             if engine.snapshot().budget_spent:
                 raise BadRequest(403, "privacy_budget_spent", engine.privacy.refusal())
             body = await read_body(request.headers, request.receive, service.config.server)
-            data = json_body(body)
             device = device_of(service, request.scope, request.headers, body)
+            data = json_body(body)
             if not isinstance(data, dict) or set(data) != {"client_id"} and data != {}:
                 raise BadRequest(422, "invalid", "send {'client_id': <your random id>}")
             named = identifier(data.get("client_id"), "client_id", required=device is None)

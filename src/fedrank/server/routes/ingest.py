@@ -102,6 +102,7 @@ class Ingest:
         try:
             self._open_for_updates()
             body = await read_body(headers, receive, self.service.config.server)
+            device = device_of(self.service, scope, headers, body)
             current = engine.snapshot().version
             ctype = media_type(headers)
             if ctype == BINARY:
@@ -110,7 +111,6 @@ class Ingest:
                 sent = self.parse.json_message(json_body(body), current)
             else:
                 raise BadRequest(415, "media_type", f"send {JSON} or {BINARY}, not {ctype!r}")
-            device = device_of(self.service, scope, headers, body)
             sent = (sent[0], as_client(device, sent[1]))
             claims = self._check(sent)
         except BadRequest as err:
