@@ -27,7 +27,8 @@ from fedrank.identity.protocol import (
 from fedrank.identity.registry import DeviceRegistry, EnrollmentRefused
 from fedrank.server.config import load_config
 from fedrank.server.envelope import BadRequest
-from fedrank.server.identity import Identity
+from fedrank.server.identity import Identity, load_attestation
+from tests.cli.clirun import assert_clean_failure, run
 
 #: What the attestation test's check admits.
 ATTESTED = {"platform": "genuine"}
@@ -53,7 +54,9 @@ def _identity(tmp_path: Path, toml: str = "", clock: Callable[[], float] | None 
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "server.toml"
     path.write_text("[identity]\nrequired = true\n" + toml)
-    return Identity(load_config(path), tmp_path / "store", clock or Clock())
+    config = load_config(path)
+    attestation = load_attestation(config.identity.attestation)
+    return Identity(config, tmp_path / "store", attestation, clock or Clock())
 
 
 def _enrolled(identity: Identity, key: DeviceKey) -> None:
@@ -241,3 +244,10 @@ def test_identity_config(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> No
         with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")
                            .replace("[", r"\[").replace("]", r"\]")):  # fmt: skip
             config(f"[identity]\n{text}\n")
+
+
+def test_a_bad_attestation_stops_the_server_at_start_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "server.toml"
+    path.write_text('[identity]\nattestation = "no_such_module_here:check"\n')
+    args = ["serve", "--config", str(path), "--store", str(tmp_path / "store"), "--port", "0"]
+    assert_clean_failure(run(args), "[identity] attestation = 'no_such_module_here:check' cannot")

@@ -71,7 +71,7 @@ async def lifespan(service: Service, app: Starlette) -> AsyncIterator[None]:
     config = service.config
     loop = asyncio.get_running_loop()
     engine = service.engine = await loop.run_in_executor(None, Engine, config, loop)
-    service.identity = Identity(config, engine.store.directory)
+    service.identity = Identity(config, engine.store.directory, service.attestation)
     if config.server_seeds:
         oldest = engine.snapshot().version - config.server.max_staleness
         issuer, claims = await loop.run_in_executor(

@@ -414,11 +414,16 @@ class ServerConfig(Validated):
         return bool(getattr(self.system_config, "server_seeds", False))
 
     @property
+    def counts_clients(self) -> bool:
+        """Whether [rounds], [secagg] or [privacy] is on: cohorts, secure sums or budgets
+        that count clients, which hold only if clients are enrolled devices."""
+        return self.rounds.enabled or self.secagg.enabled or self.privacy.enabled
+
+    @property
     def identity_required(self) -> bool:
         """Whether requests must come from enrolled devices (``[identity] required``;
-        ``"auto"``: when [rounds], [secagg] or [privacy] is on)."""
-        protected = self.rounds.enabled or self.secagg.enabled or self.privacy.enabled
-        return self.identity.required_with(protected)
+        ``"auto"``: when :attr:`counts_clients`)."""
+        return self.identity.required_with(self.counts_clients)
 
     @property
     def max_n(self) -> int:

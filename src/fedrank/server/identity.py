@@ -68,7 +68,7 @@ def load_attestation(spec: str) -> Attestation | None:
     module, _, name = spec.partition(":")
     try:
         found = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
+    except (ImportError, AttributeError, SyntaxError) as exc:
         raise ConfigError(f"[identity] attestation = {spec!r} cannot be imported: {exc}") from exc
     if not callable(found):
         raise ConfigError(f"[identity] attestation = {spec!r} is not a function")
@@ -89,16 +89,20 @@ class Identity:
     Args:
         config: the server's configuration (``[identity]``).
         store: the store directory (``devices.sqlite`` lives there).
+        attestation: ``[identity] attestation``'s function (:func:`load_attestation`).
         clock: wall-clock seconds (timestamps and session expiries).
     """
 
     def __init__(
-        self, config: ServerConfig, store: Path, clock: Callable[[], float] = time.time
+        self,
+        config: ServerConfig,
+        store: Path,
+        attestation: Attestation | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         section = config.identity
         self.required = config.identity_required
-        protected = config.rounds.enabled or config.secagg.enabled or config.privacy.enabled
-        if protected and not self.required:
+        if config.counts_clients and not self.required:
             log.warning(
                 "[identity] required = false with [rounds], [secagg] or [privacy] on: anyone "
                 "can make clients, so cohorts, secure aggregation and privacy budgets hold "
@@ -107,7 +111,7 @@ class Identity:
         self.session_seconds = section.session_seconds
         self.skew = section.max_clock_skew_seconds
         self.clock = clock
-        self.attestation = load_attestation(section.attestation)
+        self.attestation = attestation
         self.registry = DeviceRegistry(store)
         self._secret = self.registry.secret()
         self._devices = self.registry.active()

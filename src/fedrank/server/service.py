@@ -7,7 +7,7 @@ from __future__ import annotations
 from fedrank.server.branches import Branches
 from fedrank.server.config import ServerConfig
 from fedrank.server.engine import Engine
-from fedrank.server.identity import Identity
+from fedrank.server.identity import Attestation, Identity, load_attestation
 from fedrank.server.rounds import Rounds
 from fedrank.server.routes.observability import RequestCounts
 from fedrank.server.scheduler import Scheduler
@@ -32,6 +32,8 @@ class Service:
         self.counts = RequestCounts()
         self.rounds: Rounds | None = None
         self.seeds = SeedChecks()
+        #: ``[identity] attestation``, imported here: a bad one stops the server at start.
+        self.attestation: Attestation | None = load_attestation(config.identity.attestation)
 
     @property
     def secagg(self) -> SecAggRound | None:
