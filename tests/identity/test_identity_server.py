@@ -141,6 +141,10 @@ def test_a_flood_of_fresh_ids_costs_only_401s_and_429s(tmp_path: Path) -> None:
         limited = live.client.post("/v1/checkin", json={"client_id": "sybil-x"}, auth=None)
         assert_error(limited, 429, "rate_limited", "retry after")
         assert limited.headers["retry-after"] == "1"
+        update = es_message("f1", 0, 7, 0.5, 0.25, client_id="sybil-y")
+        hot = live.client.post("/v1/updates", json=update, auth=None)  # the lean ASGI path
+        assert_error(hot, 429, "rate_limited")
+        assert hot.headers["retry-after"] == "1"
         answer = live.client.get("/v1/status", headers=ADMIN, auth=None).json()
         assert answer["updates_accepted_total"] == 0
 
