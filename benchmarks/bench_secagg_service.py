@@ -37,6 +37,7 @@ import numpy as np
 from fedrank.client import Client
 from fedrank.client.secagg import send_secure
 from fedrank.core.json_io import write_json
+from fedrank.identity.registry import DeviceRegistry
 from fedrank.secagg.field import FixedPointEncoder
 from fedrank.secagg.protocol import SecAggClient
 from fedrank.server.process import ServerProcess
@@ -62,11 +63,13 @@ def _drop(i: int, k: int) -> str | None:
 
 
 def _clients(
-    url: str, k: int, d: int, ids: list[int], max_poll: float
+    url: str, k: int, d: int, ids: list[int], tokens: list[str], max_poll: float
 ) -> tuple[list[float], list[float]]:
-    """SDK clients ``ids`` (threads of this process): check in and run the secure round;
-    the bytes each sent and received (request and response bodies)."""
+    """SDK clients ``ids`` (threads of this process), devices enrolled with ``tokens`` (one
+    each): check in and run the secure round; the bytes each sent and received (request and
+    response bodies)."""
     deltas = _deltas(k, d)
+    token_of = dict(zip(ids, tokens, strict=True))
     sent = dict.fromkeys(ids, 0.0)
     received = dict.fromkeys(ids, 0.0)
     lock = threading.Lock()
@@ -97,9 +100,9 @@ def _clients(
         hooks = {"request": [on_request], "response": [on_response]}
         with (
             httpx.Client(timeout=300.0, event_hooks=hooks) as http,
-            Client(url, http=http, rng=np.random.default_rng(i)) as c,
+            Client(url, http=http, rng=np.random.default_rng(i), enrollment_token=token_of[i]) as c,
         ):
-            checkin = c.checkin(f"bench-{i}")
+            checkin = c.checkin()
             send_secure(
                 c, checkin, deltas[i], poll_seconds=0.1, max_poll_seconds=max_poll,
                 drop_after=_drop(i, k), timeout=7200.0,
@@ -115,6 +118,7 @@ def run(k: int, d: int, stage_seconds: float, processes: int, max_poll: float) -
         f'[server]\nworkload = "fedavg"\nmax_connections = {k + 100}\n'
         f"max_connections_per_address = {k + 100}\n"  # all from one loopback address
         f"[iteration]\nseconds = 0.0\n[fedavg]\ndim = {d}\n"
+        "[identity]\naddress_rate = 0\n"  # every client on the loopback address
         f"[rounds]\nenabled = true\nclients_per_round = {k}\nt_max_seconds = 3600.0\n"
         "checkin_seconds = 1.0\n"
         f"[secagg]\nenabled = true\nl2_bound = {L2_BOUND}\nstage_seconds = {stage_seconds}\n"
@@ -123,6 +127,9 @@ def run(k: int, d: int, stage_seconds: float, processes: int, max_poll: float) -
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "server.toml"
         config.write_text(toml)
+        registry = DeviceRegistry(Path(tmp) / "store")  # the operator enrolls k devices
+        tokens = registry.issue(k, "bench", 24.0)
+        registry.close()
         server = ServerProcess(Path(tmp) / "store", config=config)
         server.start()
         try:
@@ -133,7 +140,12 @@ def run(k: int, d: int, stage_seconds: float, processes: int, max_poll: float) -
                 parts = [list(range(p, k, processes)) for p in range(processes)]
                 cpu0, wall0 = _cpu_seconds(pid), time.perf_counter()
                 with ProcessPoolExecutor(processes, mp_context=get_context("spawn")) as pool:
-                    runs = [pool.submit(_clients, server.url, k, d, ids, max_poll) for ids in parts]
+                    runs = [
+                        pool.submit(
+                            _clients, server.url, k, d, ids, [tokens[i] for i in ids], max_poll
+                        )
+                        for ids in parts
+                    ]
                     bytes_of = [r.result() for r in runs]
                 waited = time.perf_counter()
                 while probe.get("/v1/status").json()["model_version"] < 1:

@@ -54,8 +54,19 @@ job was running and the figures are low).
    not the target: a proxy's merged aggregate (``{"aggregate": ESGradient state, "count":
    10000, ...}``), reported as updates *represented* per second.
 
+``--identity``: every server requires enrolled devices (``[identity] required = true``,
+docs/devices.md) and every update request is signed by one of 64 enrolled devices (a session
+each, opened before the run; the server checks each request's HMAC, timestamp, session and
+device, and takes a token of its device's and its address's rate limits, set so high that
+they never refuse). wrk's Lua cannot compute an HMAC, so its requests are signed before the
+run (``--identity-max-rate`` per second of the run; the server accepts a timestamp up to an
+hour old here, ``max_clock_skew_seconds = 3600``, so that they stay valid): a run that uses
+them all up resends some and is not ``verified``. The open-loop and batch generators sign
+as they go. The merged aggregate is a proxy's, authenticated by its token as before. Run it
+back to back with a run without ``--identity`` to measure what identity costs.
+
 Run: python benchmarks/bench_service.py [--disk-seconds 20 --single-seconds 20
-     --latency-seconds 60 --batch-seconds 15 --threads 1 --connections 32]
+     --latency-seconds 60 --batch-seconds 15 --threads 1 --connections 32 --identity]
 Needs wrk (``apt-get install wrk``).
 """
 
@@ -88,6 +99,9 @@ from fedrank.aggregators.es_gradient import ESGradient
 from fedrank.core.codec import BATCH_MAGIC
 from fedrank.core.json_io import write_json
 from fedrank.core.message import MessageBatch
+from fedrank.identity.device import DeviceAuth, enroll
+from fedrank.identity.protocol import HEADER, DeviceKey, header_value, request_mac
+from fedrank.identity.registry import DeviceRegistry
 from fedrank.server.branches import branch_of
 from fedrank.server.config import load_config
 from fedrank.server.process import ServerProcess
@@ -103,6 +117,19 @@ FRECENCY_BRANCHES = [("treatment", 0.6), ("control", 0.2), ("control-no-decay", 
 QUIET_OTHER_CORES = 0.15
 #: iteration_seconds of the servers: no iteration closes during a run.
 NEVER = 10 * 86400
+#: ``[identity]`` of the ``--identity`` servers (module docstring).
+IDENTITY_TOML = """
+[identity]
+required = true
+session_seconds = 86400.0
+max_clock_skew_seconds = 3600.0
+device_rate = 1e9
+device_burst = 1000000000
+address_rate = 1e9
+address_burst = 1000000000
+"""
+#: Enrolled devices the ``--identity`` requests are spread over.
+DEVICES = 64
 
 
 # -- machine and servers ---------------------------------------------------------------
@@ -155,10 +182,15 @@ def _filesystem(path: Path) -> str | None:
 
 
 @contextlib.contextmanager
-def server(tmp: Path, name: str, workload: str, config_text: str | None = None) -> Iterator:
-    """A fresh ``fedrank serve`` (default configuration, or ``config_text``) with its store
-    under ``tmp``; always stopped."""
+def server(
+    tmp: Path, name: str, workload: str, config_text: str | None = None, identity: bool = False
+) -> Iterator:
+    """A fresh ``fedrank serve`` (default configuration, or ``config_text``; with
+    ``identity``, requiring enrolled devices) with its store under ``tmp``; always
+    stopped."""
     config = None
+    if identity:
+        config_text = (config_text or "") + IDENTITY_TOML
     if config_text is not None:
         config = tmp / f"{name}.toml"
         config.write_text(config_text)
@@ -298,6 +330,32 @@ class CpuMeter:
         self.result["quiet"] = self.result["other_cores"] <= QUIET_OTHER_CORES
 
 
+class Signer:
+    """:data:`DEVICES` devices enrolled on a running server, each with an open session; the
+    :data:`~fedrank.identity.protocol.HEADER` line of a request signed by one of them."""
+
+    def __init__(self, proc: ServerProcess) -> None:
+        registry = DeviceRegistry(proc.store)
+        tokens = registry.issue(DEVICES, "bench", 1.0)
+        registry.close()
+        self.sessions: list[tuple[str, bytes, int]] = []
+        with httpx.Client(timeout=30.0) as http:
+            for token in tokens:
+                key = DeviceKey.generate()
+                enroll(http, proc.url, key, token)
+                self.sessions.append((key.id, *DeviceAuth(key, proc.url).open(http)))
+
+    def value(self, i: int, path: str, body: bytes) -> str:
+        """The header's value for request ``i`` (device ``i mod DEVICES``)."""
+        device, key, expires = self.sessions[i % len(self.sessions)]
+        stamp = int(time.time() * 1000)
+        return header_value(device, expires, stamp, request_mac(key, "POST", path, stamp, body))
+
+    def line(self, i: int, path: str, body: bytes) -> str:
+        """The header as a line of a raw HTTP request."""
+        return f"{HEADER}: {self.value(i, path, body)}\r\n"
+
+
 def treatment_enrollments(n: int) -> list[str]:
     """Enrollment ids the frecency server maps to its trained branch."""
     out, i = [], 0
@@ -312,8 +370,40 @@ def treatment_enrollments(n: int) -> list[str]:
 # -- 1. sustained single updates (wrk) -------------------------------------------------
 
 
+def signed_requests(
+    signer: Signer, mode: str, tag: str, enrollment: str, n: int, threads: int, prefix: Path
+) -> None:
+    """``n`` signed requests per wrk thread, for :data:`LUA`'s signed modes: one a line in
+    ``<prefix>.<thread>``, ``<header value>\\t<JSON body>`` or (binary) ``<header
+    value>\\t<message id>\\t<hex body>``; bodies as the unsigned modes build them."""
+    rng = np.random.default_rng(7)
+    gradient = ",".join(f"{np.sin(i + 1) * 0.5:.6f}" for i in range(22))
+    for thread in range(threads):
+        lines = []
+        for counter in range(1, n + 1):
+            mid = f"{rng_hex()}-{tag}-{thread}-{counter}"
+            if mode == "binary":
+                body = struct.pack("<Iff", int(rng.integers(0, 2**32)), 0.5, 0.25)
+                header = signer.value(counter, "/v1/updates", body)
+                lines.append(f"{header}\t{mid}\t{body.hex()}\n")
+            else:
+                body = (
+                    f'{{"model_version":0,"enrollment_id":"{enrollment}","payload":{{"gradient":'
+                    f'[{gradient}],"n":3}},"message_id":"{mid}"}}'
+                ).encode()
+                lines.append(f"{signer.value(counter, '/v1/updates', body)}\t{body.decode()}\n")
+        Path(f"{prefix}.{thread}").write_text("".join(lines))
+
+
 def run_wrk(
-    url: str, mode: str, tag: str, seconds: float, threads: int, connections: int, enrollment: str
+    url: str,
+    mode: str,
+    tag: str,
+    seconds: float,
+    threads: int,
+    connections: int,
+    enrollment: str,
+    signed: Path | None = None,
 ) -> dict:
     wrk = shutil.which("wrk")
     if wrk is None:
@@ -329,9 +419,9 @@ def run_wrk(
         str(LUA),
         url + "/v1/updates",
         "--",
-        mode,
+        f"signed-{mode}" if signed else mode,
         tag,
-        enrollment,
+        str(signed) if signed else enrollment,
     ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
     match = re.search(r"^FEDRANK_COUNTS (.*)$", out.stdout, re.M)
@@ -344,8 +434,18 @@ def run_wrk(
 
 def single(tmp: Path, args: argparse.Namespace, workload: str, mode: str) -> dict:
     enrollment = treatment_enrollments(1)[0] if workload == "frecency" else "x"
-    with server(tmp, f"single-{workload}", workload) as proc:
-        run_wrk(proc.url, mode, "warm", 2, args.threads, args.connections, enrollment)
+    signed: dict[str, Path | None] = {"warm": None, "run": None}
+    precomputed = 0
+    with server(tmp, f"single-{workload}", workload, identity=args.identity) as proc:
+        if args.identity:
+            signer = Signer(proc)
+            for tag, seconds in (("warm", 2.0), ("run", args.single_seconds)):
+                precomputed = int(args.identity_max_rate * seconds / args.threads) + 1
+                prefix = tmp / f"signed-{workload}-{tag}"
+                signed_requests(signer, mode, tag, enrollment, precomputed, args.threads, prefix)
+                signed[tag] = prefix
+        run_wrk(proc.url, mode, "warm", 2, args.threads, args.connections, enrollment,
+                signed["warm"])  # fmt: skip
         before = settled_status(proc.url)
         with CpuMeter(proc.process.pid) as cpu:
             counts = run_wrk(
@@ -356,6 +456,7 @@ def single(tmp: Path, args: argparse.Namespace, workload: str, mode: str) -> dic
                 args.threads,
                 args.connections,
                 enrollment,
+                signed["run"],
             )
         after = settled_status(proc.url)
     seconds = counts["duration_us"] / 1e6
@@ -369,6 +470,8 @@ def single(tmp: Path, args: argparse.Namespace, workload: str, mode: str) -> dic
         else "foltr-es binary (12 bytes, antithetic)",
         "workload": workload,
         "tool": f"wrk -t{args.threads} -c{args.connections} (closed loop) + {LUA.name}",
+        "identity": args.identity,
+        "signed_requests_precomputed_per_thread": precomputed if args.identity else None,
         "seconds": seconds,
         "requests_per_second": rps,
         "responses_202": n202,
@@ -553,19 +656,25 @@ async def open_loop(
 def latency(tmp: Path, args: argparse.Namespace, workload: str) -> dict:
     rng = np.random.default_rng(1)
     enrollments = treatment_enrollments(64)
-    with server(tmp, f"latency-{workload}", workload) as proc:
+    with server(tmp, f"latency-{workload}", workload, identity=args.identity) as proc:
         port = proc.port
+        signer = Signer(proc) if args.identity else None
+
+        def signature(i: int, body: bytes) -> str:
+            return "" if signer is None else signer.line(i, "/v1/updates", body)
+
         if workload == "frecency":
             bodies = [frecency_message("MID", enrollments[k % 64], rng) for k in range(256)]
 
             def make(i: int) -> bytes:
                 body = bodies[i % 256].replace(b"MID", f"{rng_hex()}-lat-{i}".encode())
-                return post("/v1/updates", port, body)
+                return post("/v1/updates", port, body, extra=signature(i, body))
         else:
 
             def make(i: int) -> bytes:
                 body = struct.pack("<Iff", i, 0.5, 0.25)
                 extra = f"X-Message-Id: {rng_hex()}-lat-{i}\r\nX-Model-Version: 0\r\n"
+                extra += signature(i, body)
                 return post("/v1/updates", port, body, "application/vnd.fedrank.update", extra)
 
         before, commits_before = status(proc.url), commit_histogram(proc.url)
@@ -590,6 +699,7 @@ def latency(tmp: Path, args: argparse.Namespace, workload: str) -> dict:
             "warmup_seconds": 2.0,
             "connections": args.latency_connections,
             "tool": "open-loop asyncio generator (uvloop) in the benchmark process",
+            "identity": args.identity,
             "server_accepted_delta": accepted,
             "verified": accepted == report["completed"] + warm
             and report["statuses"] == {202: report["completed"]},
@@ -707,15 +817,19 @@ def batch(
 ) -> dict:
     pieces = batch_pieces(workload, size, seed=3)
     bin_pieces, records = binary_batch_pieces(size, seed=3)
-    with server(tmp, f"batch-{workload}-{form}", workload) as proc:
+    with server(tmp, f"batch-{workload}-{form}", workload, identity=args.identity) as proc:
         port = proc.port
+        signer = Signer(proc) if args.identity else None
 
         def make(k: int, tag: str = "run") -> tuple[bytes, int]:
             unique = f"{tag}{k}".encode()
             if form == "binary":
                 body = binary_batch_body(bin_pieces, records, unique)
-                return post("/v1/updates:batch", port, body, BINARY_BATCH), size
-            return post("/v1/updates:batch", port, unique.join(pieces)), size
+                ctype = BINARY_BATCH
+            else:
+                body, ctype = unique.join(pieces), "application/json"
+            extra = "" if signer is None else signer.line(k, "/v1/updates:batch", body)
+            return post("/v1/updates:batch", port, body, ctype, extra), size
 
         body_bytes = len(make(0)[0])
         run_async(closed_loop_batches(port, lambda k: make(k, "warm"), 2.0, args.batch_connections))
@@ -739,6 +853,7 @@ def batch(
         "request_body_bytes": body_bytes,
         "connections": args.batch_connections,
         "tool": "closed-loop asyncio client (uvloop) in the benchmark process",
+        "identity": args.identity,
         **report,
         "updates_per_second": rate,
         "requests_per_second": report["requests"] / report["seconds"],
@@ -766,7 +881,7 @@ def aggregate(tmp: Path, args: argparse.Namespace, count: int) -> dict:
     state_json = json.dumps(agg.state_to_json(state))
     token = "bench-proxy-token-0123456789"
     proxies = f'[[proxies]]\nname = "bench"\ntoken = "{token}"\nmax_clients = {count}\n'
-    with server(tmp, "aggregate-foltr-es", "foltr-es", proxies) as proc:
+    with server(tmp, "aggregate-foltr-es", "foltr-es", proxies, args.identity) as proc:
         port = proc.port
         auth = f"Authorization: Bearer {token}\r\n"
 
@@ -820,12 +935,23 @@ def main() -> None:
     parser.add_argument("--aggregate-seconds", type=float, default=5.0)
     parser.add_argument("--tmp", type=Path, default=None, help="parent of the stores")
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks/service.json"))
+    parser.add_argument(
+        "--identity",
+        action="store_true",
+        help="servers require enrolled devices; every update request signed (docstring)",
+    )
+    parser.add_argument(
+        "--identity-max-rate",
+        type=float,
+        default=12_000.0,
+        help="with --identity: signed wrk requests made per second of a run",
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed: apt-get install wrk (the single-update runs use it)")
     with tempfile.TemporaryDirectory(prefix="fedrank-bench-", dir=args.tmp) as name:
         tmp = Path(name)
-        report: dict = {"machine": machine(tmp), "targets": TARGETS}
+        report: dict = {"machine": machine(tmp), "targets": TARGETS, "identity": args.identity}
         report["disk_fsync"] = disk_probe(tmp, args.disk_seconds)
         report["single_update"] = {
             "frecency_json": single(tmp, args, "frecency", "json"),

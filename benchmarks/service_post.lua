@@ -6,7 +6,11 @@
 -- Ids: a random head and a unique tail (run tag, thread number, per-thread counter).
 -- MODE: "json" (frecency: 22-float gradient, n = 3, enrollment id of the trained branch)
 -- or "binary" (foltr-es: the 12-byte antithetic ES message, ids in X-Message-Id and
--- X-Model-Version). TAG keeps the ids of separate runs apart. done() prints one line,
+-- X-Model-Version). TAG keeps the ids of separate runs apart.
+-- MODE "signed-json" or "signed-binary" (bench_service.py --identity): the same messages,
+-- signed before the run by enrolled devices (Lua cannot compute their HMAC); ARG3 is a file
+-- prefix, and thread i sends the lines of <prefix>.<i> in order: "<X-Fedrank-Device>\t<JSON
+-- body>", or "<X-Fedrank-Device>\t<message id>\t<hex body>". done() prints one line,
 -- "FEDRANK_COUNTS <json>", with the requests each thread built (sent) and the statuses it
 -- read (a request still in flight when wrk stops is sent but never read).
 
@@ -20,6 +24,7 @@ end
 
 local mode, tag, enrollment
 local prefix, suffix
+local signed = {}
 -- globals, so that done() can read them with thread:get()
 statuses = {}
 sent = 0
@@ -37,9 +42,25 @@ function init(args)
   prefix = '{"model_version":0,"enrollment_id":"' .. enrollment .. '","payload":{"gradient":['
     .. table.concat(g, ",") .. '],"n":3},"message_id":"'
   suffix = '"}'
-  wrk.headers["Content-Type"] = mode == "binary" and "application/vnd.fedrank.update"
-    or "application/json"
+  wrk.headers["Content-Type"] = (mode == "binary" or mode == "signed-binary")
+    and "application/vnd.fedrank.update" or "application/json"
   wrk.method = "POST"
+  if mode == "signed-json" or mode == "signed-binary" then
+    for line in io.lines(args[3] .. "." .. id) do
+      local a = line:find("\t", 1, true)
+      local entry = {header = line:sub(1, a - 1)}
+      if mode == "signed-json" then
+        entry.body = line:sub(a + 1)
+      else
+        local b = line:find("\t", a + 1, true)
+        entry.mid = line:sub(a + 1, b - 1)
+        entry.body = line:sub(b + 1):gsub("..", function(cc)
+          return string.char(tonumber(cc, 16))
+        end)
+      end
+      table.insert(signed, entry)
+    end
+  end
 end
 
 local function le32(n)
@@ -52,6 +73,17 @@ local METRICS = string.char(0, 0, 0, 63) .. string.char(0, 0, 128, 62)  -- 0.5f,
 function request()
   counter = counter + 1
   sent = sent + 1
+  if #signed > 0 then
+    -- past the last line the requests repeat: duplicates, and the run is not verified
+    local entry = signed[(counter - 1) % #signed + 1]
+    if mode == "signed-binary" then
+      return wrk.format(nil, nil, {["Content-Type"] = "application/vnd.fedrank.update",
+        ["X-Message-Id"] = entry.mid, ["X-Model-Version"] = "0",
+        ["X-Fedrank-Device"] = entry.header}, entry.body)
+    end
+    return wrk.format(nil, nil, {["Content-Type"] = "application/json",
+      ["X-Fedrank-Device"] = entry.header}, entry.body)
+  end
   -- a random head (ids land all over the store's unique index, as random client ids do)
   -- and a unique tail (run tag, thread, counter)
   local mid = string.format("%04x%04x%04x-%s-%d-%d", math.random(0, 65535),

@@ -13,6 +13,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "fedrank"
 DEPLOYED = (
     "server", "client", "core", "models", "aggregators", "optim", "estimators", "privacy",
     "strategies", "systems", "federation", "data", "losses", "metrics", "retrieval",
+    "identity",
 )  # fmt: skip
 
 

@@ -13,6 +13,7 @@ import pytest
 from fedrank.client import Client, ClientError
 from fedrank.server.branches import branch_of
 from fedrank.server.process import ServerProcess
+from tests.server.serverkit import issue_tokens
 
 SHARES = [("treatment", 0.6), ("control", 0.2), ("control-no-decay", 0.2)]
 GRADIENT = {"gradient": [0.1] + [0.0] * 21, "n": 2}
@@ -118,13 +119,20 @@ def test_checkin_on_a_round_server(tmp_path: Path) -> None:
         "[rounds]\nenabled = true\nclients_per_round = 2\nt_max_seconds = 30\n"
         "checkin_seconds = 0.1\nmin_checkins = 3\n"
     )
-    with ServerProcess(tmp_path / "store", config=config) as s, Client(s.url) as c:
-        with ThreadPoolExecutor(max_workers=3) as pool:  # one window: 2 seats of 3 drawn
-            answers = list(pool.map(c.checkin, [f"client{i}" for i in range(3)]))
-        assert sorted(a["selected"] for a in answers) == [False, True, True]
-        seated = next(a.client_id for a in answers if a.selected)
-        left_out = next(a.client_id for a in answers if not a.selected)
-        ok = c.send({"delta": [0.1, 0.2, 0.3], "n": 4}, 0, client_id=seated)
-        refused = c.send({"delta": [0.1, 0.2, 0.3], "n": 4}, 0, client_id=left_out)
+    with ServerProcess(tmp_path / "store", config=config) as s:
+        # a server with [rounds] takes enrolled devices: one per client (docs/devices.md)
+        clients = [Client(s.url, enrollment_token=t) for t in issue_tokens(s.store, 3)]
+        try:
+            with ThreadPoolExecutor(max_workers=3) as pool:  # one window: 2 seats of 3 drawn
+                answers = list(pool.map(lambda c: c.checkin(), clients))
+            assert sorted(a["selected"] for a in answers) == [False, True, True]
+            seated = next(i for i, a in enumerate(answers) if a.selected)
+            left_out = next(i for i, a in enumerate(answers) if not a.selected)
+            delta = {"delta": [0.1, 0.2, 0.3], "n": 4}
+            ok = clients[seated].send(delta, 0, client_id=answers[seated].client_id)
+            refused = clients[left_out].send(delta, 0, client_id=answers[left_out].client_id)
+        finally:
+            for c in clients:
+                c.close()
     assert ok.status == "accepted" and refused.status == "refused"
     assert "not selected" in refused.body["detail"]

@@ -39,7 +39,7 @@ from fedrank.systems.frecency.client import FrecencyClient
 from fedrank.systems.frecency.config import FrecencyConfig
 from fedrank.systems.frecency.wire import FrecencyWire
 from tests.cli.clirun import assert_clean_failure, ok, run
-from tests.server.serverkit import ADMIN_TOKEN, admin, live_server, status
+from tests.server.serverkit import ADMIN_TOKEN, admin, issue_tokens, live_server, status
 from tests.server.test_server_privacy import DELTA, EPSILON, ROUNDS, TOML
 
 
@@ -148,7 +148,9 @@ def test_the_sdk_sends_only_what_the_users_budget_admits(tmp_path: Path) -> None
     update = {"delta": [0.1] * 6, "n": 1}
     with live_server(tmp_path, TOML) as live:
         url = live.process.url
-        with Client(url, state_dir=tmp_path / "user", privacy_budget=budget) as client:
+        (token,) = issue_tokens(live.store, 1)  # [privacy]: an enrolled device
+        user = tmp_path / "user"
+        with Client(url, state_dir=user, privacy_budget=budget, enrollment_token=token) as client:
             assert client.send(update, 0).status == "accepted"
             with pytest.raises(PrivacyBudgetError, match="already sent"):
                 client.send(update, 0)

@@ -4,6 +4,11 @@ store read-only, build update messages, parse Prometheus text, wait for conditio
 Every server here is a real ``fedrank serve`` child process
 (:class:`fedrank.server.process.ServerProcess`); the tests talk to it over HTTP with
 ``httpx`` only, and read the store the way an auditor would (``sqlite3`` in read-only mode).
+Where a server requires enrolled devices (``[rounds]``, ``[secagg]``, ``[privacy]``;
+docs/devices.md), :func:`enroll_devices` enrolls keys the way a device does, with tokens
+the operator's ``fedrank devices enroll`` would print; each :class:`Device`'s ``auth``
+signs a request (``client.post(..., auth=device.auth)``). :func:`live_server`'s client then
+signs every request with :class:`NamedDevices`: each client a test names is a device.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ import json
 import sqlite3
 import struct
 import time
-from collections.abc import Callable, Iterator
+import urllib.parse
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +27,11 @@ from typing import Any
 import httpx
 import numpy as np
 
+from fedrank.identity.device import DeviceAuth, enroll
+from fedrank.identity.protocol import DeviceKey
+from fedrank.identity.registry import DeviceRegistry
 from fedrank.server.config import ServerConfig, load_config
+from fedrank.server.envelope import ID
 from fedrank.server.process import ServerProcess
 
 BINARY = "application/vnd.fedrank.update"
@@ -95,11 +105,10 @@ def live_server(directory: Path, config_text: str | None = None, **flags: object
     renamed = {"iteration_seconds": "seconds", "iteration_min_updates": "min_updates"}
     overrides.update({renamed[k]: v for k, v in flags.items() if k in renamed})
     config = offline_config(config_text, directory, **overrides)
-    with (
-        running_server(directory, config_text, **flags) as process,
-        httpx.Client(base_url=process.url, timeout=30.0) as client,
-    ):
-        yield Live(process, client, config)
+    with running_server(directory, config_text, **flags) as process:
+        auth = NamedDevices(process.store, process.url) if config.identity_required else None
+        with httpx.Client(base_url=process.url, timeout=30.0, auth=auth) as client:
+            yield Live(process, client, config)
 
 
 def offline_config(config_text: str | None, tmp: Path, **overrides: Any) -> ServerConfig:
@@ -151,6 +160,105 @@ def assert_error(response: httpx.Response, status_code: int, code: str, detail: 
     assert body["error"] == code, body
     assert isinstance(body["detail"], str) and body["detail"], body
     assert detail in body["detail"], body
+
+
+# -- enrolled devices -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Device:
+    """An enrolled device: its id (the client id of its requests) and the ``httpx.Auth``
+    that signs them."""
+
+    id: str
+    auth: DeviceAuth
+
+
+class NamedDevices(httpx.Auth):
+    """Signs each request as the enrolled device of the client it names: a test's client
+    names (``"c1"``, ``"mallory"``) each stand for a device of their own, enrolled on first
+    use; the name is replaced by that device's id where the request carries it (a JSON
+    body's ``client_id``, its ``messages``' ones, ``X-Client-Id``, the ``client_id`` query
+    parameter). A request that names no client, or only ids the server refuses as ids
+    (``"bad id"``, sent as they are), is signed as the device ``""``. The device routes
+    themselves go unsigned."""
+
+    requires_response_body = True
+
+    def __init__(self, store: Path, url: str) -> None:
+        self.store, self.url = store, url
+        self.devices: dict[str, DeviceAuth] = {}
+
+    def device(self, name: str) -> DeviceAuth:
+        """The device of the client ``name`` (enrolled now if it is new)."""
+        if name not in self.devices:
+            key = DeviceKey.generate()
+            with httpx.Client(timeout=30.0) as http:
+                enroll(http, self.url, key, issue_tokens(self.store)[0])
+            self.devices[name] = DeviceAuth(key, self.url)
+        return self.devices[name]
+
+    def id(self, name: str) -> str:
+        """The device id of the client ``name``."""
+        return self.device(name).device_id
+
+    def _named(self, request: httpx.Request) -> tuple[str, httpx.Request]:
+        """The client the request names, and the request with its device id instead."""
+        url, headers, body = request.url, dict(request.headers), request.read()
+        names: list[str] = []
+        data: Any = None
+        if request.headers.get("content-type", "").startswith("application/json") and body:
+            with contextlib.suppress(ValueError):
+                data = json.loads(body)
+        messages = data.get("messages") if isinstance(data, dict) else None
+        holders = [data] + (messages if isinstance(messages, list) else [])
+        for held in holders:
+            if isinstance(held, dict) and _valid_id(held.get("client_id")):
+                names.append(held["client_id"])
+                held["client_id"] = self.id(held["client_id"])
+        if _valid_id(headers.get("x-client-id")):
+            names.append(headers["x-client-id"])
+            headers["x-client-id"] = self.id(headers["x-client-id"])
+        query = dict(urllib.parse.parse_qsl(url.query.decode()))
+        if _valid_id(query.get("client_id")):
+            names.append(query["client_id"])
+            query["client_id"] = self.id(query["client_id"])
+            url = url.copy_with(query=urllib.parse.urlencode(query).encode())
+        if data is not None and names:
+            body = json.dumps(data).encode()
+        headers.pop("content-length", None)
+        rebuilt = httpx.Request(request.method, url, headers=headers, content=body)
+        return (names[0] if names else ""), rebuilt
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        if request.url.path.startswith("/v1/devices/"):
+            yield request
+            return
+        name, rebuilt = self._named(request)
+        yield from self.device(name).auth_flow(rebuilt)
+
+
+def _valid_id(value: Any) -> bool:
+    return isinstance(value, str) and ID.fullmatch(value) is not None
+
+
+def issue_tokens(store: Path, count: int = 1, label: str = "tests") -> list[str]:
+    """Enrollment tokens of a server's store, as ``fedrank devices enroll`` issues them."""
+    registry = DeviceRegistry(store)
+    try:
+        return registry.issue(count, label, 1.0)
+    finally:
+        registry.close()
+
+
+def enroll_devices(live: Live, count: int) -> list[Device]:
+    """``count`` new devices enrolled on ``live``'s server (each its own key and token)."""
+    out = []
+    for token in issue_tokens(live.store, count):
+        key = DeviceKey.generate()
+        enroll(live.client, live.process.url, key, token)
+        out.append(Device(key.id, DeviceAuth(key, live.process.url)))
+    return out
 
 
 # -- the store, read like an auditor ----------------------------------------------------

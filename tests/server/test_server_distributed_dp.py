@@ -22,7 +22,14 @@ from fedrank.errors import ConfigError, FedrankError
 from fedrank.privacy.skellam import skellam_noise
 from fedrank.secagg.field import FixedPointEncoder
 from fedrank.server.privacy import distributed_plan, report_config
-from tests.server.serverkit import assert_error, live_server, offline_config, status, wait_until
+from tests.server.serverkit import (
+    assert_error,
+    issue_tokens,
+    live_server,
+    offline_config,
+    status,
+    wait_until,
+)
 from tests.server.test_server_secagg import DIM, L2
 from tests.server.test_server_secagg import TOML as SECAGG_TOML
 from tests.server.test_server_secagg import K as SECAGG_K
@@ -53,14 +60,17 @@ def _noise_rng(i: int) -> np.random.Generator:
     return np.random.default_rng([77, i])
 
 
-def _client_run(url: str, i: int, delta: np.ndarray, ledger_dir: Path | None = None) -> str:
-    """Client ``i``'s secure round; client 0 keeps a user's budget in ``ledger_dir``."""
+def _client_run(
+    url: str, token: str, i: int, delta: np.ndarray, ledger_dir: Path | None = None
+) -> str:
+    """Client ``i``'s secure round, a device enrolled with ``token``; client 0 keeps a
+    user's budget in ``ledger_dir``."""
     budget = 10.0 if i == 0 and ledger_dir is not None else None
     with Client(
         url, state_dir=ledger_dir if budget else None, rng=np.random.default_rng(i),
-        privacy_budget=budget,
+        privacy_budget=budget, enrollment_token=token,
     ) as client:  # fmt: skip
-        checkin = client.checkin(f"client-{i}")
+        checkin = client.checkin()
         assert checkin.selected and checkin.secagg is not None
         report = send_secure(client, checkin, delta, poll_seconds=0.05, noise_rng=_noise_rng(i))
         return report.outcome or report.sent
@@ -76,9 +86,13 @@ def test_clients_noise_the_sum_the_server_publishes_it_and_stops_at_the_budget(
         url = live.process.url
         first = status(live.client)["privacy"]
         params0 = np.array(live.client.get("/v1/model").json()["params"])
+        tokens = issue_tokens(live.store, K)
         with ThreadPoolExecutor(max_workers=K) as pool:
             outcomes = list(
-                pool.map(lambda i: _client_run(url, i, deltas[i], tmp_path / "user"), range(K))
+                pool.map(
+                    lambda i: _client_run(url, tokens[i], i, deltas[i], tmp_path / "user"),
+                    range(K),
+                )
             )
         final = wait_until(
             lambda: (s := status(live.client))["model_version"] == 1 and s,

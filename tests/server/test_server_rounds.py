@@ -4,7 +4,8 @@ deadline T_max from the draw; other reports are refused with the reason (not sel
 already reported, late), on every path a report takes, and a complete round closes the
 iteration. First the :class:`~fedrank.server.cohort.Cohort` bookkeeping in-process (with
 the fairness of the draw under a flood of fresh ids: issue 51, finding 4), then real servers
-for foltr-es and fedavg (every ingestion path obeys the round: finding 2)."""
+for foltr-es and fedavg (every ingestion path obeys the round: finding 2), whose clients are
+enrolled devices (serverkit's ``NamedDevices``)."""
 
 from __future__ import annotations
 
@@ -260,8 +261,9 @@ def test_checkin_draws_k_and_a_complete_round_closes_the_iteration(es_rounds: Li
     assert extra == {"selected": False, "round": 0, "retry_after_seconds": 15.0}
 
     refused = state_of(client)
-    no_id = client.post("/v1/updates", json=es_message("r-0", 0, 1, 0.5, 0.5))
-    assert_error(no_id, 409, "not_selected", "send client_id")
+    # a report from no device (the server requires enrolled devices with [rounds])
+    no_id = client.post("/v1/updates", json=es_message("r-0", 0, 1, 0.5, 0.5), auth=None)
+    assert_error(no_id, 401, "unenrolled", "enroll")
     outsider = client.post("/v1/updates", json=es_message("r-1", 0, 1, 0.5, 0.5, client_id="es-d"))
     assert_error(outsider, 409, "not_selected", "not selected in round 0")
     malformed = client.post("/v1/updates", json=es_message("r-2", 0, 1, 9.0, 0.5, client_id="es-a"))

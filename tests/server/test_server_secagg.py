@@ -35,6 +35,7 @@ from fedrank.server.secagg_round import SecAggRound, noise_norm_bound
 from fedrank.strategies.base import SafeguardError
 from tests.server.serverkit import (
     assert_error,
+    issue_tokens,
     live_server,
     offline_config,
     status,
@@ -51,6 +52,8 @@ max_connections_per_address = 1000  # every client polls from 127.0.0.1 at once
 seconds = 0.0
 [fedavg]
 dim = {DIM}
+[identity]
+address_rate = 0             # every client of these tests shares the loopback address
 [rounds]
 enabled = true
 clients_per_round = {K}
@@ -72,11 +75,12 @@ def _deltas() -> np.ndarray:
     return rows / np.linalg.norm(rows, axis=1, keepdims=True) * norms
 
 
-def _client_run(url: str, i: int, delta: np.ndarray, drop: str | None = None) -> str:
-    """SDK client ``i``: check in, run the secure round with ``delta`` (dropping out after
-    the ``drop`` stage, if given); returns how its round ended."""
-    with Client(url, rng=np.random.default_rng(i)) as client:
-        checkin = client.checkin(f"client-{i}")
+def _client_run(url: str, token: str, i: int, delta: np.ndarray, drop: str | None = None) -> str:
+    """SDK client ``i``, a device enrolled with ``token``: check in, run the secure round
+    with ``delta`` (dropping out after the ``drop`` stage, if given); returns how its round
+    ended."""
+    with Client(url, rng=np.random.default_rng(i), enrollment_token=token) as client:
+        checkin = client.checkin()
         assert checkin.selected and checkin.secagg is not None
         report = send_secure(client, checkin, delta, poll_seconds=0.05, drop_after=drop)
         return report.outcome or report.sent
@@ -104,8 +108,11 @@ def test_100_sdk_clients_with_dropouts_give_the_model_of_the_clear_aggregate(
         params0 = np.array(live.client.get("/v1/model").json()["params"])
         plain = {"message_id": "m", "model_version": 0, "payload": {"delta": [0.0] * DIM, "n": 1}}
         assert_error(live.client.post("/v1/updates", json=plain), 403, "secure_aggregation_only")
+        tokens = issue_tokens(live.store, K)
         with ThreadPoolExecutor(max_workers=K) as pool:
-            outcomes = list(pool.map(lambda i: _client_run(url, i, deltas[i], _drop(i)), range(K)))
+            outcomes = list(
+                pool.map(lambda i: _client_run(url, tokens[i], i, deltas[i], _drop(i)), range(K))
+            )
         # the close publishes version 1, then the scheduler opens the next round
         final = wait_until(
             lambda: (
@@ -211,6 +218,7 @@ def test_a_failed_close_after_a_secure_round_is_retried_without_a_second_aggrega
     k = 5
     toml = TOML.replace(f"clients_per_round = {K}", f"clients_per_round = {k}")
     config = offline_config(toml, tmp_path, store=str(tmp_path / "store"))
+    tokens = issue_tokens(tmp_path / "store", k)
     app = create_app(config)
     service = app.service  # type: ignore[attr-defined]
     web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
@@ -231,7 +239,9 @@ def test_a_failed_close_after_a_secure_round_is_retried_without_a_second_aggrega
         with httpx.Client(base_url=url, timeout=10.0) as http:
             params0 = np.array(http.get("/v1/model").json()["params"])
             with ThreadPoolExecutor(max_workers=k) as pool:
-                outcomes = list(pool.map(lambda i: _client_run(url, i, deltas[i]), range(k)))
+                outcomes = list(
+                    pool.map(lambda i: _client_run(url, tokens[i], i, deltas[i]), range(k))
+                )
             failed = wait_until(
                 lambda: (s := status(http))["close_failures_total"] >= 2 and s,
                 timeout=60,
@@ -319,10 +329,13 @@ def test_proxies_sum_their_clients_masked_inputs_and_the_model_is_the_clear_mean
 
                 return to_proxy
 
+            tokens = issue_tokens(live.store, k)
+
             def run(i: int) -> str:
                 name = next((n for n, ids in members.items() if i in ids), None)
-                with Client(url, rng=np.random.default_rng(i)) as client:
-                    checkin = client.checkin(f"client-{i}")
+                rng = np.random.default_rng(i)
+                with Client(url, rng=rng, enrollment_token=tokens[i]) as client:
+                    checkin = client.checkin()
                     report = send_secure(
                         client, checkin, deltas[i], poll_seconds=0.05, drop_after=drop.get(i),
                         masked_input_to=None if name is None else hand_in(name),

@@ -9,6 +9,7 @@ import click
 
 from fedrank.cli._common import FedrankGroup, progress_bar, write_json
 from fedrank.cli.client import client
+from fedrank.cli.devices import devices
 from fedrank.cli.fedps import fedps
 from fedrank.cli.foltr import foltr
 from fedrank.cli.frecency import frecency
@@ -27,6 +28,7 @@ main.add_command(foltr)
 main.add_command(serve)
 main.add_command(store)
 main.add_command(client)
+main.add_command(devices)
 main.add_command(fedps)
 main.add_command(privacy)
 

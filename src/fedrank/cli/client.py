@@ -41,6 +41,12 @@ from fedrank.cli._common import write_json
     "Default: no ledger.",
 )
 @click.option("--privacy-delta", type=float, default=1e-6, show_default=True)
+@click.option(
+    "--enrollment-token",
+    default=None,
+    help="The operator's single-use token (`fedrank devices enroll`): this device's key is "
+    "made in --state and enrolled with it once; later runs sign with it (docs/devices.md).",
+)
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
 def client(
     server_url: str,
@@ -49,10 +55,32 @@ def client(
     state_dir: Path,
     privacy_budget: float | None,
     privacy_delta: float,
+    enrollment_token: str | None,
     json_path: Path | None,
 ) -> None:
     """Fetch the model, compute this profile's update on the device, send it (retries,
     offline queue); a client in a control branch sends its metrics only."""
+    import httpx
+
+    from fedrank.errors import FedrankError
+
+    try:
+        _run(server_url, workload, places, state_dir, privacy_budget, privacy_delta,
+             enrollment_token, json_path)  # fmt: skip
+    except httpx.TransportError as exc:
+        raise FedrankError(f"cannot reach the server at {server_url}: {exc}") from exc
+
+
+def _run(
+    server_url: str,
+    workload: str,
+    places: Path,
+    state_dir: Path,
+    privacy_budget: float | None,
+    privacy_delta: float,
+    enrollment_token: str | None,
+    json_path: Path | None,
+) -> None:
     from fedrank.client import Client
     from fedrank.client.frecency_update import ProfileSearches, frecency_update
     from fedrank.errors import ConfigError
@@ -63,6 +91,7 @@ def client(
         state_dir=state_dir,
         privacy_budget=privacy_budget,
         privacy_delta=privacy_delta,
+        enrollment_token=enrollment_token,
     ) as c:
         flushed = c.flush()
         if flushed:

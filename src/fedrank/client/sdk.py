@@ -26,8 +26,13 @@ round with distributed noise, and only while the user's epsilon over the rounds 
 part in stays within the budget.
 
 Identity: the client's study branch comes from its ``enrollment_id``, a random UUID it
-makes itself and keeps in ``state_dir`` (never anything identifying). Nothing else about
-the user is sent: updates are gradients, signs, seeds and metrics computed on the device.
+makes itself and keeps in ``state_dir`` (never anything identifying). On a server that
+requires enrolled devices (docs/devices.md) the client is also a device: given the
+operator's ``enrollment_token`` it makes an Ed25519 key in ``state_dir`` (0600), enrolls it
+once, and signs every request with a session key (:class:`fedrank.identity.device.
+DeviceAuth`); its check-ins, updates and secure-aggregation messages are then its device's.
+Nothing else about the user is sent: updates are gradients, signs, seeds and metrics
+computed on the device.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from fedrank.client.user_ledger import PrivacyBudgetError, UserLedger
 from fedrank.core.message import MessageBatch
 from fedrank.errors import FedrankError
 from fedrank.federation.registry import system
+from fedrank.identity.device import DeviceState
 from fedrank.systems.foltr_es.client import ESTask, FoltrEsClient
 from fedrank.systems.foltr_es.wire import es_payload
 
@@ -168,6 +174,9 @@ class Client:
             a secure round with distributed noise, and only while the user's epsilon over
             its own rounds stays within it; ``None``: no ledger.
         privacy_delta: the delta of ``privacy_budget``.
+        enrollment_token: the operator's single-use token: the device's key is enrolled
+            with it on the first request (once; later runs find the enrollment in
+            ``state_dir``). Without it a device enrolled before still signs its requests.
     """
 
     def __init__(
@@ -182,6 +191,7 @@ class Client:
         http: httpx.Client | None = None,
         privacy_budget: float | None = None,
         privacy_delta: float = 1e-6,
+        enrollment_token: str | None = None,
     ) -> None:
         if max_attempts < 1:
             raise FedrankError(f"max_attempts must be >= 1, got {max_attempts}")
@@ -193,6 +203,7 @@ class Client:
         self._own_http = http is None
         self.http = http or httpx.Client(timeout=timeout)
         self.enrollment_id = enrollment_id or self._stored_enrollment()
+        self.device = DeviceState(self.base_url, self.state_dir, enrollment_token)
         self.outbox = Outbox(self.state_dir)
         self._model: ServedModel | None = None
         self.ledger = (
@@ -238,6 +249,12 @@ class Client:
             time.sleep(0.01)
         raise FedrankError(f"{path} stays empty; delete it to enroll again")
 
+    @property
+    def device_id(self) -> str | None:
+        """This client's enrolled device id (``None``: not an enrolled device)."""
+        auth = self.device.auth
+        return None if auth is None else auth.device_id
+
     def queued(self) -> list[dict[str, Any]]:
         """Messages waiting in the offline queue (:mod:`fedrank.client.outbox`)."""
         return self.outbox.messages()
@@ -245,14 +262,17 @@ class Client:
     # -- requests -------------------------------------------------------------------------
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """One request with retries and backoff; raises the last error when all fail."""
+        """One request with retries and backoff, signed as this device when it is one
+        (enrolled first, with the token given); raises the last error when all fail."""
+        device = self.device.enrolled(self.http)
         last: Exception | None = None
         for attempt in range(self.max_attempts):
             if attempt:
                 delay = self.backoff * 2 ** (attempt - 1)
                 time.sleep(delay * (0.5 + self.rng.random()))
             try:
-                response = self.http.request(method, self.base_url + path, **kwargs)
+                auth = device or httpx.USE_CLIENT_DEFAULT
+                response = self.http.request(method, self.base_url + path, auth=auth, **kwargs)
             except httpx.TransportError as exc:
                 last = exc
                 continue
@@ -443,12 +463,17 @@ class Client:
             raise ClientError(response.status_code, _body(response))
         return dict(response.json())
 
-    def checkin(self, client_id: str, wait_seconds: float = 120.0) -> Checkin:
+    def checkin(self, client_id: str | None = None, wait_seconds: float = 120.0) -> Checkin:
         """Ask to be selected for the current round (``client_id``: the client's own random
-        id for rounds). While the round's check-in window is open the server answers
-        "waiting" with when to poll again; this polls then, for at most ``wait_seconds``
-        (:class:`FedrankError` after that), and returns the server's decision: selected
-        (with the issued seed when the server issues them) or not (retry next round)."""
+        id for rounds; an enrolled device is its device id, the default). While the round's
+        check-in window is open the server answers "waiting" with when to poll again; this
+        polls then, for at most ``wait_seconds`` (:class:`FedrankError` after that), and
+        returns the server's decision: selected (with the issued seed when the server issues
+        them) or not (retry next round)."""
+        device = self.device.enrolled(self.http)
+        client_id = client_id or (None if device is None else device.device_id)
+        if client_id is None:
+            raise FedrankError("checkin needs a client_id, or an enrolled device")
         give_up = time.monotonic() + wait_seconds
         while True:
             response = self._request("POST", "/v1/checkin", json={"client_id": client_id})

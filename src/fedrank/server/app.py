@@ -11,8 +11,11 @@ module under :mod:`fedrank.server.routes`:
 * ``GET /v1/status``, ``GET /v1/summary``, ``GET /metrics`` --
   :mod:`~fedrank.server.routes.observability`.
 * ``POST /v1/admin/{close,pause,resume}`` -- :mod:`~fedrank.server.routes.admin`.
+* ``POST /v1/devices/enroll``, ``POST /v1/devices/session``, ``POST /v1/admin/devices`` --
+  :mod:`~fedrank.server.routes.devices`.
 
-The lifespan starts the engine (:mod:`fedrank.server.engine`), the checks of server-issued
+The lifespan starts the engine (:mod:`fedrank.server.engine`), the enrolled devices
+(:mod:`fedrank.identity`), the checks of server-issued
 seeds, the first round and the scheduler (:mod:`fedrank.server.scheduler`), and stops them
 at shutdown.
 """
@@ -31,14 +34,17 @@ from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect
 from starlette.routing import Route
 
+from fedrank.identity.limits import RETRY_AFTER_SECONDS
 from fedrank.server.config import ServerConfig
 from fedrank.server.engine import Engine
 from fedrank.server.envelope import JSON
+from fedrank.server.identity import Identity
 from fedrank.server.log_limit import RateLimit
 from fedrank.server.openapi import openapi
 from fedrank.server.rounds import Rounds
 from fedrank.server.routes.admin import Admin
 from fedrank.server.routes.checkin import Checkin
+from fedrank.server.routes.devices import DeviceRoutes
 from fedrank.server.routes.ingest import Ingest
 from fedrank.server.routes.model import ModelRoutes
 from fedrank.server.routes.observability import Observability
@@ -52,6 +58,9 @@ log = logging.getLogger("fedrank.server")
 # connection: a flood of them is one record per kind per 10 s (the app's own logger,
 # "fedrank.server", is limited where the engine defines it)
 logging.getLogger("uvicorn.error").addFilter(RateLimit())
+
+#: The header of a rate-limited answer (429).
+RETRY_AFTER = (b"retry-after", str(RETRY_AFTER_SECONDS).encode())
 
 ASGIApp = Callable[
     [MutableMapping[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
@@ -67,6 +76,7 @@ async def lifespan(service: Service, app: Starlette) -> AsyncIterator[None]:
     config = service.config
     loop = asyncio.get_running_loop()
     engine = service.engine = await loop.run_in_executor(None, Engine, config, loop)
+    service.identity = Identity(config, engine.store.directory, service.attestation)
     if config.server_seeds:
         oldest = engine.snapshot().version - config.server.max_staleness
         issuer, claims = await loop.run_in_executor(
@@ -85,6 +95,7 @@ async def lifespan(service: Service, app: Starlette) -> AsyncIterator[None]:
     finally:
         await scheduler.stop()
         await loop.run_in_executor(None, engine.stop)
+        service.identity.close()
 
 
 def create_app(config: ServerConfig) -> ASGIApp:
@@ -95,6 +106,7 @@ def create_app(config: ServerConfig) -> ASGIApp:
     service = Service(config)
     model, ingest, checkin = ModelRoutes(service), Ingest(service), Checkin(service)
     secagg, admin, observe = SecAggRoutes(service), Admin(service), Observability(service)
+    devices = DeviceRoutes(service)
     routes = [
         Route("/v1/model", model.model, methods=["GET"]),
         Route("/v1/model/{version}", model.model_version, methods=["GET"]),
@@ -105,6 +117,9 @@ def create_app(config: ServerConfig) -> ASGIApp:
         Route("/v1/secagg", secagg.get, methods=["GET"]),
         Route("/v1/status", observe.status, methods=["GET"]),
         Route("/v1/summary", observe.summary, methods=["GET"]),
+        Route("/v1/devices/enroll", devices.enroll, methods=["POST"]),
+        Route("/v1/devices/session", devices.session, methods=["POST"]),
+        Route("/v1/admin/devices", devices.issue, methods=["POST"]),
         Route("/v1/admin/{action}", admin.admin, methods=["POST"]),
         Route("/metrics", observe.metrics, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
@@ -121,13 +136,14 @@ def create_app(config: ServerConfig) -> ASGIApp:
         # ASGI servers send header names lowercased
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         try:
-            status, body = await ingest.update(headers, receive)
+            status, body = await ingest.update(headers, receive, scope)
         except ClientDisconnect:  # nobody to answer
             return
         except Exception:  # a bug, not bad input: answer 500 and keep serving
             log.exception("POST /v1/updates failed")
             status, body = 500, orjson.dumps({"error": "internal", "detail": "server error"})
-        await send({"type": "http.response.start", "status": status, "headers": response_headers})
+        answer = response_headers if status != 429 else [*response_headers, RETRY_AFTER]
+        await send({"type": "http.response.start", "status": status, "headers": answer})
         await send({"type": "http.response.body", "body": body})
 
     app.service = service  # type: ignore[attr-defined]

@@ -139,6 +139,20 @@ A complete example (every key optional; these are the defaults)::
                                  # (discrete Gaussian on a lattice from ChaCha20, keyed by the
                                  # store's secret; needs accountant = "rdp", a fixed clip)
 
+    [identity]                   # enrolled devices (docs/devices.md)
+    required = "auto"            # "auto": true when [rounds], [secagg] or [privacy] is on;
+                                 # true: every check-in, update and secagg message comes from
+                                 # an enrolled device; false: anyone (a warning with those on)
+    session_seconds = 3600.0     # a device's session key lasts this long (10..86400)
+    max_clock_skew_seconds = 60.0  # a signed request's timestamp within this of the server's
+                                 # clock (1..3600); older ones (replays) are refused
+    device_rate = 10.0           # requests/s per device (token bucket; >= 1, or 0: off)
+    device_burst = 100           # its bucket size
+    address_rate = 100.0         # requests/s per client address where identity is checked
+    address_burst = 1000         # (>= 1, or 0: off); beyond either limit: 429, Retry-After
+    attestation = ""             # "module:function": called with (public_key, evidence) at
+                                 # enrollment; true admits a device without a token
+
     [metrics]                    # the metrics clients may report: name = [low, high]
     loss = [0.0, 1e9]            # (given, the table replaces the workload's defaults,
     chars_typed = [0.0, 2048.0]  #  system's metrics; these are frecency's)
@@ -188,6 +202,7 @@ from fedrank.server.sections import (
     METRIC_LIMIT,
     METRIC_NAME,
     Branch,
+    IdentitySection,
     IterationSection,
     PrivacySection,
     Proxy,
@@ -242,6 +257,7 @@ class ServerConfig(Validated):
     rounds: RoundsSection = field(default_factory=RoundsSection)
     privacy: PrivacySection = field(default_factory=PrivacySection)
     secagg: SecAggSection = field(default_factory=SecAggSection)
+    identity: IdentitySection = field(default_factory=IdentitySection)
     #: Every system's section (``[frecency]``, ``[foltr_es]``, ...), by table name; the
     #: workload's is :attr:`system_config`.
     sections: dict[str, Any] = field(default_factory=_system_sections)
@@ -261,6 +277,7 @@ class ServerConfig(Validated):
         "rounds": RoundsSection,
         "privacy": PrivacySection,
         "secagg": SecAggSection,
+        "identity": IdentitySection,
         "sections": dict,
         "branches": tuple,
         "metrics": tuple,
@@ -432,6 +449,18 @@ class ServerConfig(Validated):
         return bool(getattr(self.system_config, "server_seeds", False))
 
     @property
+    def counts_clients(self) -> bool:
+        """Whether [rounds], [secagg] or [privacy] is on: cohorts, secure sums or budgets
+        that count clients, which hold only if clients are enrolled devices."""
+        return self.rounds.enabled or self.secagg.enabled or self.privacy.enabled
+
+    @property
+    def identity_required(self) -> bool:
+        """Whether requests must come from enrolled devices (``[identity] required``;
+        ``"auto"``: when :attr:`counts_clients`)."""
+        return self.identity.required_with(self.counts_clients)
+
+    @property
     def max_n(self) -> int:
         """``[server] max_n``, or the system's default when it is 0."""
         return self.server.max_n or self.system.max_n
@@ -455,6 +484,7 @@ _SERVICE_SECTIONS: dict[str, type] = {
     "rounds": RoundsSection,
     "privacy": PrivacySection,
     "secagg": SecAggSection,
+    "identity": IdentitySection,
 }
 #: Every section of the file: the service's and every system's.
 _SECTIONS: dict[str, type] = {
@@ -465,6 +495,8 @@ _SECTIONS: dict[str, type] = {
 
 def _typed(section: str, key: str, value: Any, kind: type) -> Any:
     where = f"[{section}] {key}"
+    if kind is object:
+        return value
     if kind is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{where} must be true or false, got {value!r}")
@@ -509,6 +541,8 @@ def _kind(hint: Any) -> type:
     args = [a for a in get_args(hint) if a is not type(None)]
     if get_origin(hint) is Literal:
         return str
+    if len(args) > 1:  # e.g. [identity] required = "auto" | true | false: the section checks
+        return object
     if args and get_origin(hint) is not Literal and len(args) == 1:
         return _kind(args[0])
     return hint if isinstance(hint, type) else str

@@ -41,6 +41,18 @@ _MESSAGE = {
 }
 
 
+#: The signature of an enrolled device's request (docs/devices.md).
+_DEVICE = {
+    "name": "X-Fedrank-Device",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "maxLength": 160},
+    "description": "'<device id> <session expiry> <timestamp ms> <HMAC>' of an enrolled "
+    "device (required where [identity] requires enrolled devices; docs/devices.md)",
+}
+_B64 = {"type": "string", "description": "URL-safe base64"}
+
+
 def _json_response(description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
     content = {"application/json": {"schema": schema or {"type": "object"}}}
     return {"description": description, "content": content}
@@ -87,6 +99,7 @@ def openapi_document() -> dict[str, Any]:
             "/v1/updates": {
                 "post": {
                     "summary": "Send one update (idempotent by message_id)",
+                    "parameters": [_DEVICE],
                     "requestBody": {
                         "required": True,
                         "content": {
@@ -102,7 +115,7 @@ def openapi_document() -> dict[str, Any]:
                     "responses": {
                         "202": _json_response("accepted and durably stored"),
                         "200": _json_response("duplicate message_id: already counted"),
-                        **_errors(400, 403, 408, 409, 413, 415, 422, 503),
+                        **_errors(400, 401, 403, 408, 409, 413, 415, 422, 429, 503),
                     },
                 }
             },
@@ -112,6 +125,7 @@ def openapi_document() -> dict[str, Any]:
                         "Many messages, one columnar batch (MessageBatch), or a proxy's "
                         "merged aggregator state"
                     ),
+                    "parameters": [_DEVICE],
                     "requestBody": {
                         "required": True,
                         "content": {
@@ -176,20 +190,22 @@ def openapi_document() -> dict[str, Any]:
                     "responses": {
                         "200": _json_response("per-message results"),
                         "202": _json_response("aggregate accepted"),
-                        **_errors(400, 401, 403, 408, 409, 413, 422, 503),
+                        **_errors(400, 401, 403, 408, 409, 413, 422, 429, 503),
                     },
                 }
             },
             "/v1/checkin": {
                 "post": {
                     "summary": "Ask to be selected for the current round",
+                    "parameters": [_DEVICE],
                     "requestBody": {
                         "required": True,
                         "content": {
                             "application/json": {
                                 "schema": {
                                     "type": "object",
-                                    "required": ["client_id"],
+                                    "description": "an enrolled device may send {} (it is "
+                                    "its own client_id)",
                                     "properties": {"client_id": _ID},
                                 }
                             }
@@ -199,7 +215,7 @@ def openapi_document() -> dict[str, Any]:
                         "200": _json_response(
                             "waiting (poll again at poll_at), selected (with deadline) or not"
                         ),
-                        **_errors(400, 403, 404, 422),
+                        **_errors(400, 401, 403, 404, 422, 429),
                     },
                 }
             },
@@ -210,6 +226,7 @@ def openapi_document() -> dict[str, Any]:
                         "or a proxy's sum of its clients' masked inputs (stage masked_sum, "
                         "with the proxy's bearer token)"
                     ),
+                    "parameters": [_DEVICE],
                     "requestBody": {
                         "required": True,
                         "content": {
@@ -278,7 +295,7 @@ def openapi_document() -> dict[str, Any]:
                     },
                     "responses": {
                         "202": _json_response("accepted"),
-                        **_errors(400, 401, 403, 404, 409, 413, 422),
+                        **_errors(400, 401, 403, 404, 409, 413, 422, 429),
                     },
                 },
                 "get": {
@@ -286,10 +303,11 @@ def openapi_document() -> dict[str, Any]:
                     "parameters": [
                         {"name": "client_id", "in": "query", "schema": _ID},
                         {"name": "session", "in": "query", "schema": {"type": "string"}},
+                        _DEVICE,
                     ],
                     "responses": {
                         "200": _json_response("stage, deadline, input"),
-                        **_errors(403, 404, 409),
+                        **_errors(401, 403, 404, 409, 429),
                     },
                 },
             },
@@ -314,6 +332,82 @@ def openapi_document() -> dict[str, Any]:
             },
             "/metrics": {
                 "get": {"responses": {"200": {"description": "Prometheus text"}, **_errors(403)}}
+            },
+            "/v1/devices/enroll": {
+                "post": {
+                    "summary": "Enroll a device's Ed25519 key with an operator's token (or "
+                    "evidence for [identity] attestation): its device id",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["public_key"],
+                                    "properties": {
+                                        "token": {"type": "string", "maxLength": 256},
+                                        "public_key": {**_B64, "description": "32 raw bytes"},
+                                        "evidence": {},
+                                    },
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "201": _json_response("enrolled: {device_id}"),
+                        **_errors(400, 401, 408, 413, 422, 429),
+                    },
+                }
+            },
+            "/v1/devices/session": {
+                "post": {
+                    "summary": "A session key for an Ed25519 signature of the device's key over "
+                    "'fedrank-session\\n<device_id>\\n<timestamp>\\n<nonce>'",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["device_id", "timestamp", "nonce", "signature"],
+                                    "properties": {
+                                        "device_id": {"type": "string"},
+                                        "timestamp": {"type": "integer"},
+                                        "nonce": {"type": "string"},
+                                        "signature": {**_B64, "description": "64 raw bytes"},
+                                    },
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "200": _json_response("{device_id, session_key, expires}"),
+                        **_errors(400, 401, 408, 413, 422, 429),
+                    },
+                }
+            },
+            "/v1/admin/devices": {
+                "post": {
+                    "summary": "Issue single-use enrollment tokens (bearer token)",
+                    "requestBody": {
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "properties": {
+                                        "count": {"type": "integer"},
+                                        "label": {"type": "string"},
+                                        "expires_hours": {"type": "number"},
+                                    },
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "201": _json_response("{tokens}"),
+                        **_errors(400, 401, 403, 408, 413, 422),
+                    },
+                }
             },
             "/v1/admin/{action}": {
                 "post": {

@@ -21,6 +21,8 @@ METRIC_LIMIT = 1e12
 #: Most metrics a schema (and so a message) may have.
 MAX_METRIC_NAMES = 32
 METRIC_NAME = re.compile(r"[A-Za-z0-9._:\-]{1,64}")
+#: ``[identity] attestation``: an importable ``module:function``.
+ATTESTATION = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
 #: Shortest accepted secret (admin and proxy tokens).
@@ -294,6 +296,44 @@ class PrivacySection(Validated):
     @property
     def enabled(self) -> bool:
         return self.epsilon > 0
+
+
+@dataclass(frozen=True)
+class IdentitySection(Validated):
+    """``[identity]``: enrolled devices (:mod:`fedrank.identity`, docs/devices.md)."""
+
+    #: ``"auto"``: required when [rounds], [secagg] or [privacy] is on.
+    required: bool | str = "auto"
+    session_seconds: float = 3600.0
+    max_clock_skew_seconds: float = 60.0
+    device_rate: float = 10.0
+    device_burst: int = 100
+    address_rate: float = 100.0
+    address_burst: int = 1000
+    attestation: str = ""
+
+    ACCEPTS = {
+        "required": Options("auto", True, False),
+        "session_seconds": Interval(Real, 10, 86_400),
+        "max_clock_skew_seconds": Interval(Real, 1, 3600),
+        "device_rate": Accepts(Options(0), Interval(Real, 1, None), note="requests/s; 0: off"),
+        "device_burst": Interval(Integral, 1, None),
+        "address_rate": Accepts(Options(0), Interval(Real, 1, None), note="requests/s; 0: off"),
+        "address_burst": Interval(Integral, 1, None),
+        "attestation": str,
+    }
+    RULES = (
+        Rule(
+            lambda s: not s.attestation or ATTESTATION.fullmatch(s.attestation) is not None,
+            "attestation must be 'module:function' (e.g. 'mycompany.attest:check'), got "
+            "{attestation!r}",
+        ),
+    )
+
+    def required_with(self, protected: bool) -> bool:
+        """Whether requests must come from enrolled devices, given whether [rounds],
+        [secagg] or [privacy] is on (``protected``)."""
+        return protected if self.required == "auto" else bool(self.required)
 
 
 #: A study branch: its name, share, what it is served and whether its clients decay.

@@ -7,6 +7,7 @@ from __future__ import annotations
 from fedrank.server.branches import Branches
 from fedrank.server.config import ServerConfig
 from fedrank.server.engine import Engine
+from fedrank.server.identity import Attestation, Identity, load_attestation
 from fedrank.server.rounds import Rounds
 from fedrank.server.routes.observability import RequestCounts
 from fedrank.server.scheduler import Scheduler
@@ -16,12 +17,14 @@ from fedrank.server.seeds import SeedChecks
 
 class Service:
     """The configuration, the study's branches and the request counts from the start; the
-    engine, the scheduler, the open round (``[rounds]``) and the checks of server-issued
-    seeds (``[foltr_es] server_seeds``) once the lifespan has started them."""
+    engine, the scheduler, the enrolled devices (:mod:`fedrank.identity`), the open round
+    (``[rounds]``) and the checks of server-issued seeds (``[foltr_es] server_seeds``) once
+    the lifespan has started them."""
 
     #: Set by the lifespan.
     engine: Engine
     scheduler: Scheduler
+    identity: Identity
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
@@ -29,6 +32,8 @@ class Service:
         self.counts = RequestCounts()
         self.rounds: Rounds | None = None
         self.seeds = SeedChecks()
+        #: ``[identity] attestation``, imported here: a bad one stops the server at start.
+        self.attestation: Attestation | None = load_attestation(config.identity.attestation)
 
     @property
     def secagg(self) -> SecAggRound | None:

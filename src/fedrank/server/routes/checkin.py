@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 from starlette.responses import Response
 
+from fedrank.server.auth import as_client, device_of
 from fedrank.server.envelope import BadRequest, identifier, json_body, json_response, read_body
 
 if TYPE_CHECKING:
@@ -34,10 +35,12 @@ class Checkin:
             if engine.snapshot().budget_spent:
                 raise BadRequest(403, "privacy_budget_spent", engine.privacy.refusal())
             body = await read_body(request.headers, request.receive, service.config.server)
+            device = device_of(service, request.scope, request.headers, body)
             data = json_body(body)
-            if not isinstance(data, dict) or set(data) != {"client_id"}:
+            if not isinstance(data, dict) or set(data) != {"client_id"} and data != {}:
                 raise BadRequest(422, "invalid", "send {'client_id': <your random id>}")
-            client = identifier(data["client_id"], "client_id")
+            named = identifier(data.get("client_id"), "client_id", required=device is None)
+            client = as_client(device, named)
         except BadRequest as err:
             return service.counts.reject("checkin", err)
         assert client is not None

@@ -15,6 +15,7 @@ refused (409 ``not_selected``, naming what to send instead).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -22,9 +23,9 @@ import numpy as np
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Receive
+from starlette.types import Receive, Scope
 
-from fedrank.server.auth import proxy_of
+from fedrank.server.auth import as_client, device_of, proxy_of
 from fedrank.server.envelope import (
     BINARY,
     BINARY_BATCH,
@@ -37,7 +38,7 @@ from fedrank.server.envelope import (
     media_type,
     read_body,
 )
-from fedrank.server.messages import Outcome
+from fedrank.server.messages import Messages, Outcome
 from fedrank.server.parse import Sent, UpdateParser
 from fedrank.server.seeds import Claim, report_of
 
@@ -91,17 +92,21 @@ class Ingest:
     # -- POST /v1/updates ---------------------------------------------------------------
 
     async def updates(self, request: Request) -> Response:
-        status, body = await self.update(request.headers, request.receive)
+        status, body = await self.update(request.headers, request.receive, request.scope)
         return Response(body, status_code=status, media_type=JSON)
 
-    async def update(self, headers: Mapping[str, str], receive: Receive) -> tuple[int, bytes]:
+    async def update(
+        self, headers: Mapping[str, str], receive: Receive, scope: Scope
+    ) -> tuple[int, bytes]:
         """``POST /v1/updates`` without a framework (the hot path, see
-        :func:`fedrank.server.app.create_app`): ``(status, JSON body)``."""
+        :func:`fedrank.server.app.create_app`): ``(status, JSON body)``; the client of a
+        device's update is the device (:func:`~fedrank.server.auth.as_client`)."""
         engine = self.service.engine
         counts = self.service.counts
         try:
             self._open_for_updates()
             body = await read_body(headers, receive, self.service.config.server)
+            device = device_of(self.service, scope, headers, body)
             current = engine.snapshot().version
             ctype = media_type(headers)
             if ctype == BINARY:
@@ -110,6 +115,7 @@ class Ingest:
                 sent = self.parse.json_message(json_body(body), current)
             else:
                 raise BadRequest(415, "media_type", f"send {JSON} or {BINARY}, not {ctype!r}")
+            sent = _attributed(sent, device)
             claim = self._check(sent)
         except BadRequest as err:
             counts.refuse("updates", err)
@@ -129,18 +135,22 @@ class Ingest:
             body = await read_body(request.headers, request.receive, service.config.server)
             ctype = media_type(request.headers)
             if ctype == BINARY_BATCH:
+                device = device_of(service, request.scope, request.headers, body)
                 self._named_clients("a binary batch")
-                return await self._binary_batch(body)
+                return await self._binary_batch(body, device)
             if ctype not in (JSON, ""):
                 raise BadRequest(415, "media_type", f"send {JSON} or {BINARY_BATCH}")
             data = json_body(body)
             if not isinstance(data, dict):
                 raise BadRequest(422, "invalid", "send {'messages': [...]} or {'aggregate': ...}")
-            if "aggregate" in data:
+            if "aggregate" in data:  # a proxy's, authenticated by its token
                 return await self._aggregate(data, request.headers)
+            device = device_of(service, request.scope, request.headers, body)
             if "batch" in data:
                 self._named_clients("a columnar batch")
-                columns = self.parse.columnar_batch(data, engine.snapshot().version)
+                columns = _of_device(
+                    self.parse.columnar_batch(data, engine.snapshot().version), device
+                )
                 result = await engine.writer.submit_columns(columns)
                 service.counts.answered("batch", 200)
                 return json_response(batch_answer(result.statuses, result.bodies))
@@ -153,13 +163,13 @@ class Ingest:
             return service.counts.reject("batch", err)
         current = engine.snapshot().version
         # the fast path checks no rounds or issued seeds: with them, one by one
-        plain = service.rounds is None and service.seeds.issuer is None
+        plain = service.rounds is None and service.seeds.issuer is None and device is None
         fast = self.parse.batch_columns(messages, current) if plain else None
         if fast is not None:
             result = await engine.writer.submit_columns(fast)
             statuses, errors = result.statuses, result.bodies
         else:
-            statuses, errors = await self._one_by_one(messages, current)
+            statuses, errors = await self._one_by_one(messages, current, device)
         service.counts.answered("batch", 200)
         return json_response(batch_answer(statuses, errors))
 
@@ -176,10 +186,11 @@ class Ingest:
                 "its contributors in clients",
             )
 
-    async def _binary_batch(self, body: bytes) -> Response:
-        """A binary batch, refused whole by any bad message."""
+    async def _binary_batch(self, body: bytes, device: str | None) -> Response:
+        """A binary batch, refused whole by any bad message (a device's messages are its
+        own)."""
         engine = self.service.engine
-        msgs = self.parse.binary_batch(body, engine.snapshot().version)
+        msgs = _of_device(self.parse.binary_batch(body, engine.snapshot().version), device)
         result = await engine.writer.submit_columns(msgs)
         self.service.counts.answered("batch", 200)
         return json_response(batch_answer(result.statuses, result.bodies))
@@ -214,10 +225,10 @@ class Ingest:
         return json_response(outcome.body, outcome.status)
 
     async def _one_by_one(
-        self, messages: list[Any], current: int
+        self, messages: list[Any], current: int, device: str | None
     ) -> tuple[np.ndarray, dict[int, dict[str, Any]]]:
         """The batch path for batches the fast path declines: every message validated
-        alone, with its exact reason."""
+        alone, with its exact reason (a device's messages are its own)."""
         service = self.service
         statuses = np.zeros(len(messages), dtype=np.int64)
         errors: dict[int, dict[str, Any]] = {}
@@ -226,7 +237,7 @@ class Ingest:
         claimed: list[Claim | None] = []
         for i, m in enumerate(messages):
             try:
-                sent = self.parse.json_message(m, current)
+                sent = _attributed(self.parse.json_message(m, current), device)
                 claim = self._check(sent)
             except BadRequest as err:
                 service.counts.refuse_message(err)
@@ -244,3 +255,21 @@ class Ingest:
                 if outcome.status >= 400:
                     errors[i] = outcome.body
         return statuses, errors
+
+
+def _attributed(sent: Sent, device: str | None) -> Sent:
+    """The message as its client's: its device when the request has one
+    (:func:`~fedrank.server.auth.as_client`), recorded on the message too
+    (:attr:`Incoming.client`: the privacy ledger counts a device's contributions)."""
+    item, named = sent
+    client = as_client(device, named)
+    if client != item.client:
+        item = dataclasses.replace(item, client=client)
+    return item, client
+
+
+def _of_device(msgs: Messages, device: str | None) -> Messages:
+    """A batch sent by ``device``: every message is the device's own."""
+    if device is None:
+        return msgs
+    return dataclasses.replace(msgs, clients=[device] * len(msgs))

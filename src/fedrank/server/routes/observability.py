@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from fedrank.identity.limits import RETRY_AFTER_SECONDS
 from fedrank.server.auth import is_admin
 from fedrank.server.envelope import BadRequest, json_response
 from fedrank.server.prometheus import prometheus_text
@@ -60,7 +61,8 @@ class RequestCounts:
     def reject(self, endpoint: str, err: BadRequest) -> Response:
         """Count the refusal and answer it."""
         self.refuse(endpoint, err)
-        return json_response({"error": err.code, "detail": err.detail}, err.status)
+        headers = {"retry-after": str(RETRY_AFTER_SECONDS)} if err.status == 429 else None
+        return json_response({"error": err.code, "detail": err.detail}, err.status, headers)
 
 
 class Observability:

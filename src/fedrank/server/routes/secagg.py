@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 from starlette.responses import Response
 
-from fedrank.server.auth import proxy_of
+from fedrank.server.auth import as_client, device_of, proxy_of
 from fedrank.server.envelope import BadRequest, json_body, json_response, read_body
 from fedrank.server.secagg_round import SecAggRound
 
@@ -43,6 +43,8 @@ class SecAggRoutes:
                 proxy = proxy_of(service.config, request.headers)
                 sa.receive_sum(data, proxy.max_clients, time.time())
             else:
+                device = device_of(service, request.scope, request.headers, body)
+                as_client(device, data.get("client_id") if isinstance(data, dict) else None)
                 sa.receive(data, time.time())
         except BadRequest as err:
             return service.counts.reject("secagg", err)
@@ -60,7 +62,8 @@ class SecAggRoutes:
             previous = service.rounds.secagg_previous
             if previous is not None and q.get("session") == previous.session:
                 sa = previous
-            answer = sa.view(q.get("client_id"), q.get("session"), time.time())
+            device = device_of(service, request.scope, request.headers, b"")
+            answer = sa.view(as_client(device, q.get("client_id")), q.get("session"), time.time())
         except BadRequest as err:
             return service.counts.reject("secagg", err)
         service.counts.answered("secagg", 200)
