@@ -38,8 +38,8 @@ from fedrank.client import Client
 from fedrank.client.secagg import send_secure
 from fedrank.core.json_io import write_json
 from fedrank.identity.registry import DeviceRegistry
+from fedrank.secagg.client import SecAggClient
 from fedrank.secagg.field import FixedPointEncoder
-from fedrank.secagg.protocol import SecAggClient
 from fedrank.server.process import ServerProcess
 
 L2_BOUND = 1.0

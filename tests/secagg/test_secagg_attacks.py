@@ -23,8 +23,10 @@ from fedrank.client import Client
 from fedrank.client.secagg import send_secure
 from fedrank.errors import ConfigError
 from fedrank.secagg import signing, wire
+from fedrank.secagg.client import SecAggClient
 from fedrank.secagg.field import FixedPointEncoder
-from fedrank.secagg.protocol import MaskedSum, SecAggClient, SecAggParams
+from fedrank.secagg.messages import MaskedSum
+from fedrank.secagg.protocol import SecAggParams
 from tests.server.serverkit import assert_error, live_server, offline_config, status, wait_until
 from tests.server.test_server_secagg import (
     DIM,

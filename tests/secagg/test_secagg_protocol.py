@@ -1,7 +1,7 @@
-"""The rounds of Bonawitz et al. 2017 (fedrank.secagg.protocol): exact sums with dropouts at
-every round, aborts below the threshold, masked inputs that look uniform, a delayed client
-still hidden by its self mask, detected tampering, and a server that never holds an
-individual unmasked vector."""
+"""The rounds of Bonawitz et al. 2017 (fedrank.secagg.client and fedrank.secagg.server):
+exact sums with dropouts at every round, aborts below the threshold, masked inputs that look
+uniform, a delayed client still hidden by its self mask, detected tampering, and a server
+that never holds an individual unmasked vector."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from scipy import stats
 
 from fedrank.errors import ConfigError, DataFormatError
 from fedrank.secagg import field, masks, shamir, signing
+from fedrank.secagg.client import SecAggClient
 from fedrank.secagg.errors import (
     DuplicateKeyError,
     ProtocolError,
@@ -24,21 +25,19 @@ from fedrank.secagg.errors import (
 )
 from fedrank.secagg.field import FixedPointEncoder
 from fedrank.secagg.inprocess import run_session
-from fedrank.secagg.protocol import (
+from fedrank.secagg.messages import (
     AggregationResult,
     ForwardedShares,
     KeyDirectory,
     MaskedInput,
     MaskingSet,
-    SecAggClient,
-    SecAggParams,
-    SecAggServer,
     ShareCheck,
     ShareKeys,
     UnmaskingShares,
     UnmaskRequest,
-    exclusions,
 )
+from fedrank.secagg.protocol import SecAggParams
+from fedrank.secagg.server import SecAggServer, exclusions
 
 SESSION = b"fedrank-test-session"
 

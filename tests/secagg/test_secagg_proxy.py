@@ -12,7 +12,8 @@ from fedrank.secagg import field
 from fedrank.secagg.errors import ProtocolError, SignatureError
 from fedrank.secagg.field import FixedPointEncoder
 from fedrank.secagg.inprocess import run_session
-from fedrank.secagg.protocol import MaskedSum, SecAggParams
+from fedrank.secagg.messages import MaskedSum
+from fedrank.secagg.protocol import SecAggParams
 from fedrank.secagg.proxy import MaskedInputProxy
 from tests.secagg.test_secagg_protocol import (
     SESSION,

@@ -26,8 +26,8 @@ from fedrank.client.secagg import SecureProxy, send_secure
 from fedrank.errors import ConfigError, FedrankError
 from fedrank.privacy.skellam import skellam_noise
 from fedrank.secagg import signing, wire
+from fedrank.secagg.client import SecAggClient
 from fedrank.secagg.field import FixedPointEncoder
-from fedrank.secagg.protocol import SecAggClient
 from fedrank.secagg.proxy import MaskedInputProxy
 from fedrank.server.app import create_app
 from fedrank.server.envelope import BadRequest

@@ -32,8 +32,9 @@ from fedrank.client.user_ledger import PrivacyBudgetError
 from fedrank.errors import FedrankError
 from fedrank.privacy.skellam import sensitivities, skellam_noise
 from fedrank.secagg import field, wire
+from fedrank.secagg.client import SecAggClient
 from fedrank.secagg.field import FixedPointEncoder
-from fedrank.secagg.protocol import SecAggClient, SecAggParams
+from fedrank.secagg.protocol import SecAggParams
 from fedrank.secagg.proxy import MaskedInputProxy
 
 #: The default longest pause between two polls (they start at ``poll_seconds`` and double).

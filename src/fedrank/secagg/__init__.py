@@ -7,7 +7,10 @@ vectors and nothing else about any one of them, even when clients drop out.
 * :mod:`.masks`: X25519 + HKDF pairwise seeds, AES-CTR PRG, pairwise and self masks.
 * :mod:`.channel`: AES-GCM encryption of shares between clients through the server.
 * :mod:`.signing`: Ed25519 signatures of the key adverts and masked inputs.
-* :mod:`.protocol`: the rounds as :class:`SecAggClient` and :class:`SecAggServer`.
+* :mod:`.protocol`: the rounds' overview and the session's parameters (:class:`SecAggParams`).
+* :mod:`.messages`: the messages of the rounds and the session's result.
+* :mod:`.client`, :mod:`.server`: the two sides, :class:`SecAggClient` and
+  :class:`SecAggServer` (the server also decides the share check's exclusions).
 * :mod:`.proxy`: a proxy that sums its clients' masked inputs (:class:`MaskedInputProxy`).
 * :mod:`.inprocess`: one session with every client in this process (:func:`run_session`).
 * :mod:`.wire`: the messages' JSON forms, for the service and the SDK.
@@ -15,6 +18,7 @@ vectors and nothing else about any one of them, even when clients drop out.
 See ``docs/secagg.md`` for the parameters, the threat model and the measured costs.
 """
 
+from fedrank.secagg.client import SecAggClient
 from fedrank.secagg.errors import (
     DuplicateKeyError,
     ProtocolError,
@@ -26,7 +30,7 @@ from fedrank.secagg.errors import (
 )
 from fedrank.secagg.field import MODULUS, FixedPointEncoder
 from fedrank.secagg.inprocess import SessionTrace, run_session
-from fedrank.secagg.protocol import (
+from fedrank.secagg.messages import (
     AdvertiseKeys,
     AggregationResult,
     ForwardedShares,
@@ -34,15 +38,14 @@ from fedrank.secagg.protocol import (
     MaskedInput,
     MaskedSum,
     MaskingSet,
-    SecAggClient,
-    SecAggParams,
-    SecAggServer,
     ShareCheck,
     ShareKeys,
     UnmaskingShares,
     UnmaskRequest,
 )
+from fedrank.secagg.protocol import SecAggParams
 from fedrank.secagg.proxy import MaskedInputProxy
+from fedrank.secagg.server import SecAggServer
 
 __all__ = [
     "MODULUS",

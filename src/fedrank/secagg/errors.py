@@ -34,7 +34,7 @@ class ShareAuthenticationError(SecAggError):
     """An encrypted share failed AES-GCM authentication: it was altered in transit, forwarded
     under the wrong sender or recipient, or encrypted under another session's key (or its
     sender lied). The recipient names the sender in its share check and goes on without it
-    (:meth:`fedrank.secagg.protocol.SecAggClient.check_shares`)."""
+    (:meth:`fedrank.secagg.client.SecAggClient.check_shares`)."""
 
 
 class ShareReconstructionError(SecAggError, ValueError):

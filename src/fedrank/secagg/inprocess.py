@@ -15,13 +15,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedrank.errors import ConfigError
-from fedrank.secagg.protocol import (
-    AggregationResult,
-    SecAggClient,
-    SecAggParams,
-    SecAggServer,
-)
+from fedrank.secagg.client import SecAggClient
+from fedrank.secagg.messages import AggregationResult
+from fedrank.secagg.protocol import SecAggParams
 from fedrank.secagg.proxy import MaskedInputProxy
+from fedrank.secagg.server import SecAggServer
 
 #: The rounds at which a client can drop out (it sends nothing from that round on).
 ROUNDS = ("advertise_keys", "share_keys", "check_shares", "masked_input", "unmasking")
@@ -96,7 +94,7 @@ def run_session(
         randbits: passed to every client (keep the default outside tests).
         progress: called as ``progress(round, done, total)`` after each client's step.
         proxies: client id -> proxy id: those clients' masked inputs reach the server as
-            one :class:`~fedrank.secagg.protocol.MaskedSum` per proxy
+            one :class:`~fedrank.secagg.messages.MaskedSum` per proxy
             (:class:`~fedrank.secagg.proxy.MaskedInputProxy`); the others directly.
 
     Returns:

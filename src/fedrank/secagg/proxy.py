@@ -3,7 +3,7 @@ FedPS Sec. 3.4; Bonawitz et al., CCS 2017, Round 2).
 
 In Round 2 each client ``u`` sends ``y_u = x_u + PRG(b_u) + sum_v +-PRG(s_uv) mod q``. A
 proxy between its clients and the server adds the ``y_u`` it receives and forwards one
-:class:`~fedrank.secagg.protocol.MaskedSum` (the sum, its senders, and each sender's digest
+:class:`~fedrank.secagg.messages.MaskedSum` (the sum, its senders, and each sender's digest
 and signature of its ``y_u``), so the server takes one vector per proxy instead of one per
 client; the server checks each sender's signature, adds the sum to its running sum and puts
 the senders in ``U3`` (:meth:`SecAggServer.receive_masked_sum`), and the rest of the
@@ -26,7 +26,7 @@ import numpy as np
 
 from fedrank.secagg import field, signing
 from fedrank.secagg.errors import ProtocolError
-from fedrank.secagg.protocol import MaskedInput, MaskedSum
+from fedrank.secagg.messages import MaskedInput, MaskedSum
 
 
 class MaskedInputProxy:

@@ -9,7 +9,7 @@ where ``digest`` is the SHA-256 of the message's payload
 (:func:`advertise_digest`, :func:`masked_digest`): it binds the session, the client's id in
 it and the stage, so a signature cannot be replayed in another session, under another id or
 for another message. A proxy that sums masked inputs forwards each sender's digest and
-signature (:class:`~fedrank.secagg.protocol.MaskedSum`): it cannot name a sender that did
+signature (:class:`~fedrank.secagg.messages.MaskedSum`): it cannot name a sender that did
 not hand it a signed input.
 """
 

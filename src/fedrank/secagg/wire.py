@@ -1,4 +1,4 @@
-"""JSON forms of the secure-aggregation messages (:mod:`fedrank.secagg.protocol`), for the
+"""JSON forms of the secure-aggregation messages (:mod:`fedrank.secagg.messages`), for the
 service (:mod:`fedrank.server.secagg_round`) and the SDK (:mod:`fedrank.client.secagg`).
 
 Bytes (keys, ciphertexts, digests, Ed25519 signatures) travel as base64, Shamir shares
@@ -19,8 +19,7 @@ import numpy as np
 
 from fedrank.errors import FedrankError
 from fedrank.secagg import channel, field, masks, shamir, signing
-from fedrank.secagg.protocol import (
-    MAX_CLIENT_ID,
+from fedrank.secagg.messages import (
     AdvertiseKeys,
     ForwardedShares,
     KeyDirectory,
@@ -32,6 +31,7 @@ from fedrank.secagg.protocol import (
     UnmaskingShares,
     UnmaskRequest,
 )
+from fedrank.secagg.protocol import MAX_CLIENT_ID
 
 #: Bytes of one encrypted share message: nonce, ``u || v || two shares``, tag.
 CIPHERTEXT_BYTES = channel.OVERHEAD_BYTES + 8 + 2 * shamir.SHARE_BYTES

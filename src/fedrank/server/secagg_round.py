@@ -18,7 +18,7 @@ protocol's five stages over two endpoints:
 
 A stage closes when every client expected in it has sent its message, or at its deadline
 (``[secagg] stage_seconds`` after it opened; the first opens at the first check-in). The
-server holds no masked input either: :class:`~fedrank.secagg.protocol.SecAggServer` adds each
+server holds no masked input either: :class:`~fedrank.secagg.server.SecAggServer` adds each
 into a running sum. When Unmasking completes, the round's result is the *sum* of the
 contributors' clipped deltas (decoded from ``Z_{2^32}``, error at most
 ``FixedPointEncoder.error_bound``), which the server folds into the iteration as one
@@ -58,14 +58,9 @@ from scipy.optimize import brentq
 from fedrank.secagg import wire
 from fedrank.secagg.errors import DuplicateKeyError, SecAggError, SignatureError
 from fedrank.secagg.field import FixedPointEncoder
-from fedrank.secagg.protocol import (
-    ForwardedShares,
-    KeyDirectory,
-    MaskingSet,
-    SecAggParams,
-    SecAggServer,
-    UnmaskRequest,
-)
+from fedrank.secagg.messages import ForwardedShares, KeyDirectory, MaskingSet, UnmaskRequest
+from fedrank.secagg.protocol import SecAggParams
+from fedrank.secagg.server import SecAggServer
 from fedrank.server.envelope import BadRequest
 
 if TYPE_CHECKING:
@@ -478,7 +473,7 @@ class SecAggRound:
             self._expected = frozenset(self._request.contributors)
 
 
-#: The :class:`~fedrank.secagg.protocol.SecAggServer` method that takes each stage's message.
+#: The :class:`~fedrank.secagg.server.SecAggServer` method that takes each stage's message.
 _RECEIVERS = {
     "advertise": "receive_advertise",
     "share_keys": "receive_share_keys",
