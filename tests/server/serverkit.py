@@ -83,16 +83,24 @@ def running_server(
 
 @dataclass
 class Live:
-    """A running server with an HTTP client, its store directory and its configuration
-    (loaded here the way the server loads it)."""
+    """A running server with an HTTP client, its store directory, its configuration
+    (loaded here the way the server loads it) and, where the server requires enrolled
+    devices, the :class:`NamedDevices` its client signs with."""
 
     process: ServerProcess
     client: httpx.Client
     config: ServerConfig
+    devices: NamedDevices | None
 
     @property
     def store(self) -> Path:
         return self.process.store
+
+    def device_id(self, name: str) -> str:
+        """The id of the device that stands for the client a test names ``name`` (what the
+        server calls that client in its answers and keys its state on)."""
+        assert self.devices is not None, "this server does not require enrolled devices"
+        return self.devices.id(name)
 
     def version(self) -> int:
         return int(status(self.client)["model_version"])
@@ -108,7 +116,7 @@ def live_server(directory: Path, config_text: str | None = None, **flags: object
     with running_server(directory, config_text, **flags) as process:
         auth = NamedDevices(process.store, process.url) if config.identity_required else None
         with httpx.Client(base_url=process.url, timeout=30.0, auth=auth) as client:
-            yield Live(process, client, config)
+            yield Live(process, client, config, auth)
 
 
 def offline_config(config_text: str | None, tmp: Path, **overrides: Any) -> ServerConfig:

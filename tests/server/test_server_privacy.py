@@ -130,6 +130,7 @@ def test_a_private_server_noises_each_close_reports_epsilon_and_stops_at_the_bud
                 body = {
                     "message_id": f"u{k}-{i}",
                     "model_version": k,
+                    "client_id": f"user-{i}",  # a device each: one update per iteration
                     "payload": {"delta": row.tolist(), "n": 1 + 10 * i},
                 }
                 assert client.post("/v1/updates", json=body).status_code == 202
@@ -276,6 +277,7 @@ def test_a_fixed_denominator_divides_every_close_by_it(tmp_path: Path) -> None:
             body = {
                 "message_id": f"d{i}",
                 "model_version": 0,
+                "client_id": f"user-{i}",  # a device each: one update per iteration
                 "payload": {"delta": row.tolist(), "n": 1},
             }
             assert client.post("/v1/updates", json=body).status_code == 202
@@ -405,7 +407,7 @@ def test_a_device_contributes_one_update_per_iteration_and_its_spend_is_counted(
         client = live.client
         answers = [client.post("/v1/updates", json=update(0, i, "dev-a", 0)) for i in range(20)]
         assert [a.status_code for a in answers] == [202] + [409] * 19
-        assert_error(answers[1], 409, "one_update_per_iteration", "dev-a")
+        assert_error(answers[1], 409, "one_update_per_iteration", live.device_id("dev-a"))
         batch = {"messages": [update(1, i, "dev-b", 0) for i in range(20)]}
         result = client.post("/v1/updates:batch", json=batch).json()
         assert result["accepted"] == 1 and result["statuses"] == [202] + [409] * 19
@@ -417,11 +419,12 @@ def test_a_device_contributes_one_update_per_iteration_and_its_spend_is_counted(
             "max_epsilon": pytest.approx(status(client)["privacy"]["epsilon"]),
             "at_budget": 0,
         }
-        assert "dev-a" not in client.get("/v1/status").text
+        assert live.device_id("dev-a") not in client.get("/v1/status").text
         assert client.post("/v1/updates", json=update(2, 0, "dev-a", 1)).status_code == 202
-    # A restart counts the same from the store; after the second close dev-a is at budget.
-    with live_server(tmp_path, TOML) as live:
-        client = live.client
+        # A restart (the same devices) counts the same from the store; after the second
+        # close dev-a is at budget.
+        live.process.stop()
+        live.process.start()
         assert_error(
             client.post("/v1/updates", json=update(2, 1, "dev-a", 1)),
             409,
@@ -472,7 +475,7 @@ def test_secure_noise_end_to_end(tmp_path: Path) -> None:
         params = [np.array(client.get("/v1/model").json()["params"])]
         for k, rows in enumerate(updates):
             for i, row in enumerate(rows):
-                body = {"message_id": f"s{k}-{i}", "model_version": k,
+                body = {"message_id": f"s{k}-{i}", "model_version": k, "client_id": f"user-{i}",
                         "payload": {"delta": row.tolist(), "n": 1}}  # fmt: skip
                 assert client.post("/v1/updates", json=body).status_code == 202
             assert admin(client, "close").status_code == 200

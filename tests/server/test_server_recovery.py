@@ -24,7 +24,14 @@ from fedrank.errors import FedrankError
 from fedrank.server.process import ServerProcess
 from fedrank.server.store import DATABASE, IDENTITY, NOISE_SECRET, Store
 from tests.cli.clirun import assert_clean_failure, ok, run
-from tests.server.serverkit import ADMIN_TOKEN, admin, es_message, status, write_config
+from tests.server.serverkit import (
+    ADMIN_TOKEN,
+    NamedDevices,
+    admin,
+    es_message,
+    status,
+    write_config,
+)
 
 CONFIG = f"""
 [server]
@@ -169,8 +176,9 @@ rounds = 5
 
 
 def _private_run(c: httpx.Client, iterations: range) -> list[bytes]:
-    """Three updates and a close per iteration of ``iterations``; each published model's
-    bytes (``/v1/model``'s parameters as sent)."""
+    """Three updates (from the devices ``dev-0`` to ``dev-2``: ``c`` signs with
+    :class:`NamedDevices`) and a close per iteration of ``iterations``; each published
+    model's bytes (``/v1/model``'s parameters as sent)."""
     published = []
     for iteration in iterations:
         for i in range(3):
@@ -194,9 +202,11 @@ def test_recovery_reproduces_released_private_models_bit_for_bit(
     extra = f'noise = "{noise}"\naccountant = "rdp"\n' if noise == "secure" else ""
     config = write_config(tmp_path, PRIVATE + extra)
     store = tmp_path / "store"
-    with ServerProcess(store, config=config) as server, httpx.Client(base_url=server.url) as c:
-        published = _private_run(c, range(3))
-        before = status(c)["privacy"]
+    with ServerProcess(store, config=config) as server:
+        devices = NamedDevices(store, server.url)
+        with httpx.Client(base_url=server.url, auth=devices) as c:
+            published = _private_run(c, range(3))
+            before = status(c)["privacy"]
     secret = store / NOISE_SECRET
     assert secret.stat().st_mode & 0o777 == 0o600
     for name in (DATABASE, DATABASE + "-wal", DATABASE + "-shm"):
@@ -222,11 +232,15 @@ def test_a_database_restored_from_an_older_backup_is_refused_then_recovered(
     acknowledged after the backup stays a duplicate and no partition is overwritten."""
     config = write_config(tmp_path, PRIVATE)
     store = tmp_path / "store"
-    with ServerProcess(store, config=config) as server, httpx.Client(base_url=server.url) as c:
-        _private_run(c, range(1))
+    # One process object restarted (it keeps its port): the same three devices throughout.
+    server = ServerProcess(store, config=config)
+    with server:
+        devices = NamedDevices(store, server.url)
+        with httpx.Client(base_url=server.url, auth=devices) as c:
+            _private_run(c, range(1))
     backup = tmp_path / "backup.sqlite3"
     shutil.copy(store / DATABASE, backup)
-    with ServerProcess(store, config=config) as server, httpx.Client(base_url=server.url) as c:
+    with server, httpx.Client(base_url=server.url, auth=devices) as c:
         published = _private_run(c, range(1, 4))
     audit = {p: p.read_bytes() for p in store.glob("parquet/*/updates.parquet")}
     for name in (DATABASE + "-wal", DATABASE + "-shm"):
@@ -240,10 +254,10 @@ def test_a_database_restored_from_an_older_backup_is_refused_then_recovered(
     assert "4 iterations" in done.output and "superseded-" in done.output
     (superseded,) = store.glob("superseded-*")
     assert (superseded / DATABASE).read_bytes() == backup.read_bytes()
-    with ServerProcess(store, config=config) as server, httpx.Client(base_url=server.url) as c:
+    with server, httpx.Client(base_url=server.url, auth=devices) as c:
         assert status(c)["model_version"] == 4
         last = np.array(c.get("/v1/model").json()["params"]).tobytes()
-        again = {"message_id": "p-3-0", "model_version": 3,
+        again = {"message_id": "p-3-0", "model_version": 3, "client_id": "dev-0",
                  "payload": {"delta": [0.1, -0.2, 0.15, 0.3], "n": 1}}  # fmt: skip
         assert c.post("/v1/updates", json=again).status_code == 200  # still a duplicate
         _private_run(c, range(4, 5))

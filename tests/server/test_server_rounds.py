@@ -488,20 +488,22 @@ def test_every_ingestion_path_refuses_a_client_that_never_checked_in(tmp_path: P
             "message_ids": [f"x-col{i}" for i in range(1000)]})  # fmt: skip
         assert_error(columnar, 409, "not_selected", "a columnar batch names no client")
         post = lambda body: client.post("/v1/updates:batch", headers=PROXY, json=body)  # noqa: E731
+        # A merged aggregate names its contributors by their device ids.
+        p_a, p_b, mallory = (live.device_id(name) for name in ("p-a", "p-b", "mallory"))
         assert_error(post(_aggregate("agg-0", 2, None)), 409, "not_selected", "name the")
-        assert_error(post(_aggregate("agg-1", 2, ["p-a", "mallory"])), 409, "not_selected",
-                     "client 'mallory' is not selected")  # fmt: skip
-        assert_error(post(_aggregate("agg-2", 2, ["p-a"])), 422, "invalid", "2 (count) distinct")
-        assert_error(post(_aggregate("agg-3", 2, ["p-a", "p-a"])), 422, "invalid", "distinct")
+        assert_error(post(_aggregate("agg-1", 2, [p_a, mallory])), 409, "not_selected",
+                     f"client '{mallory}' is not selected")  # fmt: skip
+        assert_error(post(_aggregate("agg-2", 2, [p_a])), 422, "invalid", "2 (count) distinct")
+        assert_error(post(_aggregate("agg-3", 2, [p_a, p_a])), 422, "invalid", "distinct")
         assert state_of(client) == before and row_count(live.store) == rows
 
         # Seated clients: an aggregate naming two of them counts once per contributor.
-        accepted = post(_aggregate("agg-4", 2, ["p-a", "p-b"]))
+        accepted = post(_aggregate("agg-4", 2, [p_a, p_b]))
         assert accepted.status_code == 202, accepted.text
-        assert post(_aggregate("agg-4", 2, ["p-a", "p-b"])).status_code == 200  # a retry
+        assert post(_aggregate("agg-4", 2, [p_a, p_b])).status_code == 200  # a retry
         again = client.post("/v1/updates", json=_update("p-a-1", "p-a"))
-        assert_error(again, 409, "already_reported", "'p-a' has already reported")
-        assert_error(post(_aggregate("agg-5", 1, ["p-b"])), 409, "already_reported", "'p-b'")
+        assert_error(again, 409, "already_reported", f"'{p_a}' has already reported")
+        assert_error(post(_aggregate("agg-5", 1, [p_b])), 409, "already_reported", f"'{p_b}'")
         last = client.post("/v1/updates", json=_update("p-c-1", "p-c"))
         assert last.status_code == 202, last.text
         assert status(client)["updates_in_iteration"] == 3
