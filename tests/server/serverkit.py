@@ -115,7 +115,11 @@ def live_server(directory: Path, config_text: str | None = None, **flags: object
     config = offline_config(config_text, directory, **overrides)
     with running_server(directory, config_text, **flags) as process:
         auth = NamedDevices(process.store, process.url) if config.identity_required else None
-        with httpx.Client(base_url=process.url, timeout=30.0, auth=auth) as client:
+        # A kept-alive connection idle for longer than the server's keep-alive timeout may be
+        # closed by the server just as the client reuses it ("server disconnected"): the
+        # client lets idle connections go well before the server does.
+        limits = httpx.Limits(keepalive_expiry=config.server.keep_alive_timeout / 5)
+        with httpx.Client(base_url=process.url, timeout=30.0, auth=auth, limits=limits) as client:
             yield Live(process, client, config, auth)
 
 
