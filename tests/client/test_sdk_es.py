@@ -143,13 +143,15 @@ def test_checkin_gives_up_after_wait_seconds(tmp_path: Path) -> None:
     """A window that waits for more clients than come: the SDK polls it for at most
     ``wait_seconds`` and then says so."""
     config = write_config(tmp_path, server_seeds=False, min_checkins=2)
+    tokens = issue_tokens(tmp_path / "store", 2)  # two devices: "alone" and the second
     with (
         ServerProcess(tmp_path / "store", config=config, iteration_seconds=0) as s,
-        Client(s.url) as c,
+        Client(s.url, enrollment_token=tokens[0]) as alone,
+        Client(s.url, enrollment_token=tokens[1]) as second,
     ):
         with pytest.raises(FedrankError, match="window is still open after 0.3 s"):
-            c.checkin("alone", wait_seconds=0.3)
+            alone.checkin(wait_seconds=0.3)
         with ThreadPoolExecutor(max_workers=1) as pool:
-            second = pool.submit(c.checkin, "second")
-            assert c.checkin("alone").selected  # the second arrival closes the window
-            assert second.result().selected
+            arrival = pool.submit(second.checkin)
+            assert alone.checkin().selected  # the second arrival closes the window
+            assert arrival.result().selected

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -21,6 +22,7 @@ from tests.cli.clirun import assert_clean_failure, ok, run
 from tests.server.serverkit import (
     ADMIN,
     ADMIN_TOKEN,
+    Device,
     Live,
     assert_error,
     enroll_devices,
@@ -28,6 +30,7 @@ from tests.server.serverkit import (
     issue_tokens,
     live_server,
     state_of,
+    wait_until,
 )
 
 ROUNDS = f"""
@@ -44,6 +47,10 @@ device_burst = 20
 address_rate = 5.0
 address_burst = 40
 """
+#: A round whose check-in window closes soon after the first check-in.
+WINDOW = ROUNDS.replace("t_max_seconds = 60.0\n", "t_max_seconds = 60.0\ncheckin_seconds = 0.5\n")
+#: Seconds between a test's polls of one device: within ``device_rate`` (5/s).
+POLL = 0.25
 
 
 @pytest.fixture(scope="module")
@@ -65,15 +72,29 @@ def test_unenrolled_checkin_update_and_secagg_get_401_naming_how_to_enroll(live:
     assert state_of(c) == before
 
 
-def test_an_enrolled_device_checks_in_as_itself_and_not_as_another(live: Live) -> None:
-    (a, b) = enroll_devices(live, 2)
-    answer = live.client.post("/v1/checkin", json={}, auth=a.auth)
-    assert answer.status_code == 200, answer.text
-    assert answer.json()["selected"] is True
-    same = live.client.post("/v1/checkin", json={"client_id": a.id}, auth=a.auth)
-    assert same.json() == answer.json()
-    other = live.client.post("/v1/checkin", json={"client_id": a.id}, auth=b.auth)
-    assert_error(other, 403, "client_mismatch", b.id)
+def _seat(live: Live, device: Device) -> dict[str, Any]:
+    """``device``'s check-in, polled through the round's window (every :data:`POLL`
+    seconds): the server's decision once it has drawn the seats."""
+
+    def ask() -> dict[str, Any] | None:
+        answer = live.client.post("/v1/checkin", json={}, auth=device.auth)
+        assert answer.status_code == 200, answer.text
+        decided: dict[str, Any] = answer.json()
+        return None if decided.get("waiting") else decided
+
+    seat: dict[str, Any] = wait_until(ask, interval=POLL, what="the check-in window's draw")
+    return seat
+
+
+def test_an_enrolled_device_checks_in_as_itself_and_not_as_another(tmp_path: Path) -> None:
+    with live_server(tmp_path, WINDOW, iteration_seconds=0) as live:
+        (a, b) = enroll_devices(live, 2)
+        answer = _seat(live, a)
+        assert answer["selected"] is True
+        same = live.client.post("/v1/checkin", json={"client_id": a.id}, auth=a.auth)
+        assert same.json() == answer
+        other = live.client.post("/v1/checkin", json={"client_id": a.id}, auth=b.auth)
+        assert_error(other, 403, "client_mismatch", b.id)
 
 
 def _signed(device_auth: DeviceAuth, method: str, url: str, body: bytes) -> httpx.Request:
@@ -195,6 +216,7 @@ dim = 4
 enabled = true
 clients_per_round = 3
 t_max_seconds = 60.0
+checkin_seconds = 0.5
 [secagg]
 enabled = true
 l2_bound = 1.0
@@ -208,9 +230,13 @@ def test_unenrolled_secure_aggregation_messages_get_401(tmp_path: Path) -> None:
         assert_error(c.post("/v1/secagg", json=body, auth=None), 401, "unenrolled", "enroll")
         view = c.get("/v1/secagg", params={"client_id": "c1", "session": "s"}, auth=None)
         assert_error(view, 401, "unenrolled")
-        (d,) = enroll_devices(live, 1)
-        seat = c.post("/v1/checkin", json={}, auth=d.auth).json()
-        assert seat["selected"] and seat["secagg"]["id"] == 1
+        cohort = enroll_devices(live, 3)  # a secure round waits for K = 3 devices
+        for device in cohort:
+            assert c.post("/v1/checkin", json={}, auth=device.auth).status_code == 200
+        seats = [_seat(live, device) for device in cohort]
+        assert all(seat["selected"] for seat in seats)
+        assert sorted(seat["secagg"]["id"] for seat in seats) == [1, 2, 3]
+        d, seat = cohort[0], seats[0]
         mine = {"client_id": d.id, "session": seat["secagg"]["session"]}
         assert c.get("/v1/secagg", params=mine, auth=d.auth).status_code == 200
         other = {**mine, "client_id": "someone-else"}

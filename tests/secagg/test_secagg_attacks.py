@@ -5,11 +5,14 @@ encrypted shares is excluded and reported while the honest members' sum is publi
 proxy naming a cohort client it has no signed input from is refused (naming it) and the
 client's own input is still accepted; an unclipped input gets the round refused with the
 reason, and the next round is unaffected; a threshold below a majority needs an explicit
-override, which is logged."""
+override, which is logged. Every member is an enrolled device (the server requires them
+with [secagg]): an advert signed with any key but its device's gets 403, and SDK devices
+sign with theirs."""
 
 from __future__ import annotations
 
 import base64
+import functools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,6 +23,7 @@ import numpy as np
 import pytest
 
 from fedrank.client import Client
+from fedrank.client.sdk import ClientError
 from fedrank.client.secagg import send_secure
 from fedrank.errors import ConfigError
 from fedrank.secagg import signing, wire
@@ -27,7 +31,15 @@ from fedrank.secagg.client import SecAggClient
 from fedrank.secagg.field import FixedPointEncoder
 from fedrank.secagg.messages import MaskedSum
 from fedrank.secagg.protocol import SecAggParams
-from tests.server.serverkit import assert_error, live_server, offline_config, status, wait_until
+from tests.server.serverkit import (
+    NamedDevices,
+    assert_error,
+    issue_tokens,
+    live_server,
+    offline_config,
+    status,
+    wait_until,
+)
 from tests.server.test_server_secagg import (
     DIM,
     PROXIES_TOML,
@@ -39,6 +51,9 @@ from tests.server.test_server_secagg import (
     _deltas,
 )
 
+#: Seconds between a hand-driven member's polls: within ``[identity] device_rate`` (10/s).
+POLL = 0.2
+
 
 def _toml(k: int) -> str:
     return TOML.replace(f"clients_per_round = {K}", f"clients_per_round = {k}")
@@ -46,11 +61,17 @@ def _toml(k: int) -> str:
 
 class Member:
     """A cohort member that runs the protocol by hand (the library's client and wire forms
-    over HTTP), so that a test can make it lie at one stage."""
+    over HTTP), so that a test can make it lie at one stage. It is the enrolled device that
+    ``http`` (a :func:`live_server`'s client, :class:`NamedDevices`) signs its requests as,
+    and signs its advert and masked input with that device's key."""
 
     def __init__(self, http: httpx.Client, name: str) -> None:
         """Check in; :meth:`join` waits for the round's draw."""
+        devices = http.auth
+        assert isinstance(devices, NamedDevices)
         self.http, self.name = http, name
+        self.device_id = devices.id(name)
+        self.key = devices.device(name).key.private_key
         self.answer = self._checkin()
 
     def _checkin(self) -> dict[str, Any]:
@@ -66,6 +87,7 @@ class Member:
             answer = wait_until(
                 lambda: (a := self._checkin())["selected"] and a,
                 timeout=60,
+                interval=POLL,
                 what=f"{self.name}'s seat",
             )
         block = answer["secagg"]
@@ -77,7 +99,7 @@ class Member:
             block["scale"], block["max_clients"], l2_bound=block["l2_bound"]
         )
         self.id = int(block["id"])
-        self.me = SecAggClient(self.id, params)
+        self.me = SecAggClient(self.id, params, signing_key=self.key)
         return self
 
     def view(self) -> dict[str, Any]:
@@ -89,6 +111,7 @@ class Member:
         return wait_until(
             lambda: (v := self.view())["stage"] == stage and v,
             timeout=60,
+            interval=POLL,
             what=f"{self.name} at {stage}",
         )
 
@@ -135,14 +158,12 @@ def test_a_member_replaying_anothers_keys_is_refused_and_the_round_goes_on(
             "mask_public_key": base64.b64encode(advert.mask_public_key).decode(),
             "share_public_key": base64.b64encode(advert.share_public_key).decode(),
         }
-        key = signing.generate_signing_key()  # signed properly, with c's own key
-        digest = signing.advertise_digest(
-            advert.mask_public_key, advert.share_public_key, signing.public_bytes(key)
+        digest = signing.advertise_digest(  # signed properly, with c's own device key
+            advert.mask_public_key, advert.share_public_key, signing.public_bytes(c.key)
         )
-        replay["signing_public_key"] = base64.b64encode(signing.public_bytes(key)).decode()
         replay["signature"] = base64.b64encode(
             signing.sign(
-                key,
+                c.key,
                 session_id=c.me.params.session_id,
                 sender=c.id,
                 stage="AdvertiseKeys",
@@ -162,6 +183,42 @@ def test_a_member_replaying_anothers_keys_is_refused_and_the_round_goes_on(
                 assert m.post(stage, message).status_code == 202, stage
         wait_until(lambda: live.version() == 1, timeout=60, what="the round's close")
         assert status(live.client)["secagg"]["previous"]["stage"] == "finished"
+
+
+def test_a_device_must_advertise_its_enrolled_key_and_sdk_devices_finish(tmp_path: Path) -> None:
+    """Finding 3 (Sybils): an advert's signing key was bound to whoever sent it first, so a
+    member could sign with any key. Now the server requires enrolled devices with [secagg]
+    and checks each advert against the device's enrolled key: one signed with another key
+    gets 403 `secagg_wrong_key`; the SDK signs with the device's key by default, and the
+    round of three SDK devices publishes their mean."""
+    k = 3
+    deltas = _deltas()[:k]
+    with live_server(tmp_path, _toml(k)) as live:
+        url = live.process.url
+        params0 = np.array(live.client.get("/v1/model").json()["params"])
+        tokens = issue_tokens(live.store, k)
+        refusals: list[ClientError] = []
+
+        def run(i: int) -> str:
+            with Client(url, rng=np.random.default_rng(i), enrollment_token=tokens[i]) as client:
+                checkin = client.checkin()
+                if i == 0:
+                    other = signing.generate_signing_key()
+                    with pytest.raises(ClientError) as refused:
+                        send_secure(client, checkin, deltas[i], signing_key=other)
+                    refusals.append(refused.value)
+                report = send_secure(client, checkin, deltas[i], poll_seconds=0.05)
+                return report.outcome or report.sent
+
+        with ThreadPoolExecutor(max_workers=k) as pool:
+            outcomes = list(pool.map(run, range(k)))
+        wait_until(lambda: live.version() == 1, timeout=60, what="the round's close")
+        params1 = np.array(live.client.get("/v1/model").json()["params"])
+    (refused,) = refusals
+    assert (refused.status, refused.body["error"]) == (403, "secagg_wrong_key")
+    assert "not this device's enrolled key" in refused.body["detail"]
+    assert outcomes == ["finished"] * k
+    _assert_step_is_the_clear_mean(params1 - params0, deltas, k)
 
 
 def _honest(m: Member, stage: str, view: dict[str, Any], encoded: np.ndarray) -> dict[str, Any]:
@@ -192,6 +249,7 @@ def test_a_member_zeroing_its_shares_is_excluded_and_the_honest_sum_published(
         url = live.process.url
         params0 = np.array(live.client.get("/v1/model").json()["params"])
         liar = Member(live.client, "liar")
+        tokens = issue_tokens(live.store, k)
 
         def zeroed(message: dict[str, Any]) -> dict[str, Any]:
             size = wire.CIPHERTEXT_BYTES
@@ -199,7 +257,7 @@ def test_a_member_zeroing_its_shares_is_excluded_and_the_honest_sum_published(
             return {**message, "ciphertexts": dict.fromkeys(message["ciphertexts"], zero)}
 
         with ThreadPoolExecutor(max_workers=k - 1) as pool:
-            runs = [pool.submit(_client_run, url, i, deltas[i]) for i in range(1, k)]
+            runs = [pool.submit(_client_run, url, tokens[i], i, deltas[i]) for i in range(1, k)]
             me = liar.join().me
             assert liar.post("advertise", wire.advertise_to_json(me.advertise_keys())).is_success
             directory = wire.directory_from_json(liar.wait("share_keys")["directory"], k)
@@ -225,7 +283,7 @@ def test_a_member_zeroing_its_shares_is_excluded_and_the_honest_sum_published(
     assert final["updates_counted_total"] == k - 1
     _assert_step_is_the_clear_mean(params1 - params0, deltas[1:], k)
     log = live.process.log.read_text()
-    assert "excluded liar" in log and "aborted" not in log
+    assert f"excluded {liar.device_id}" in log and "aborted" not in log
 
 
 def test_a_proxy_cannot_name_a_sender_that_did_not_sign_and_the_sender_still_counts(
@@ -241,12 +299,14 @@ def test_a_proxy_cannot_name_a_sender_that_did_not_sign_and_the_sender_still_cou
     with live_server(tmp_path, _toml(k) + PROXIES_TOML) as live:
         url = live.process.url
         params0 = np.array(live.client.get("/v1/model").json()["params"])
+        tokens = issue_tokens(live.store, k)
         attempts: list[httpx.Response] = []
         victims: list[int] = []
 
-        def forge_then_send(body: dict[str, Any]) -> None:
+        def forge_then_send(client: Client, body: dict[str, Any]) -> None:
             """Client 2's masked input is ready: the rogue proxy claims client 2 first (a
-            random vector, signed with the proxy's own key), then the client sends."""
+            random vector, signed with the proxy's own key), then the client sends (signed
+            as its device)."""
             victim = int(body["message"]["sender"])
             vector = np.random.default_rng(0).integers(0, 2**32, DIM, dtype=np.uint64)
             digest = signing.masked_digest(vector)
@@ -256,14 +316,15 @@ def test_a_proxy_cannot_name_a_sender_that_did_not_sign_and_the_sender_still_cou
                      "message": wire.masked_sum_to_json(forged)}  # fmt: skip
             victims.append(victim)
             attempts.append(live.client.post("/v1/secagg", json=claim, headers=auth))
-            attempts.append(live.client.post("/v1/secagg", json=body))
+            own = live.client.post("/v1/secagg", json=body, auth=client.device.auth)
+            attempts.append(own)
 
         def run(i: int) -> str:
-            with Client(url, rng=np.random.default_rng(i)) as client:
-                checkin = client.checkin(f"client-{i}")
+            with Client(url, rng=np.random.default_rng(i), enrollment_token=tokens[i]) as client:
+                checkin = client.checkin()
                 report = send_secure(
                     client, checkin, deltas[i], poll_seconds=0.05,
-                    masked_input_to=forge_then_send if i == 2 else None,
+                    masked_input_to=functools.partial(forge_then_send, client) if i == 2 else None,
                 )  # fmt: skip
                 return report.outcome or report.sent
 
@@ -292,8 +353,9 @@ def test_an_unclipped_input_gets_the_round_refused_and_the_next_round_is_unaffec
         url = live.process.url
         params0 = np.array(live.client.get("/v1/model").json()["params"])
         attacker = Member(live.client, "attacker")
+        tokens = issue_tokens(live.store, 2 * k)
         with ThreadPoolExecutor(max_workers=k - 1) as pool:
-            runs = [pool.submit(_client_run, url, i, small[i]) for i in range(1, k)]
+            runs = [pool.submit(_client_run, url, tokens[i], i, small[i]) for i in range(1, k)]
             attacker.join()
             big = np.rint(attacker.encoder.scale * np.full(DIM, 1.5)).astype(np.int64)
             attacker.run(big.astype(np.uint64) & np.uint64(2**32 - 1))
@@ -309,7 +371,10 @@ def test_an_unclipped_input_gets_the_round_refused_and_the_next_round_is_unaffec
         assert "L2 norm" in reason and "did not clip" in reason
         assert all("did not clip" in str(exc) for exc in refusals), refusals
         with ThreadPoolExecutor(max_workers=k) as pool:
-            outcomes = list(pool.map(lambda i: _client_run(url, 10 + i, small[i]), range(k)))
+            next_round = pool.map(
+                lambda i: _client_run(url, tokens[k + i], 10 + i, small[i]), range(k)
+            )
+            outcomes = list(next_round)
         wait_until(lambda: live.version() == 1, timeout=60, what="the next round's close")
         params1 = np.array(live.client.get("/v1/model").json()["params"])
     assert outcomes == ["finished"] * k

@@ -477,9 +477,10 @@ def test_a_secure_proxy_refuses_what_it_cannot_sum() -> None:
 
 
 def test_a_registry_key_is_the_only_one_a_device_may_advertise() -> None:
-    """With a device registry (`public_key_of`, the lead's wiring of `fedrank.identity`), a
-    member must advertise its enrolled key (403 `secagg_wrong_key` otherwise); a client the
-    registry does not know binds the key it advertises."""
+    """With a device registry (`public_key_of`: a server that requires enrolled devices
+    passes `Identity.public_key`, `fedrank.server.rounds`), a member must advertise its
+    enrolled key (403 `secagg_wrong_key` otherwise); a client the registry does not know
+    binds the key it advertises."""
     device = signing.generate_signing_key()
     registry = {"device": signing.public_bytes(device)}
     sa = SecAggRound(0, DIM, 3, 2, L2, 60.0, public_key_of=registry.get)

@@ -3,12 +3,13 @@
 
 :func:`send_secure` takes a selected client's check-in (its ``secagg`` block) and its
 FedAvg delta, and runs the protocol with the server: advertise two fresh X25519 public
-keys (signed with the device's Ed25519 key), Shamir-share its secrets with the cohort
-(encrypted to each peer), check the shares the others sent it (naming any that fail to
-decrypt, whom the server then excludes), send its delta clipped to the round's
-``l2_bound``, fixed-point encoded in ``Z_{2^32}``, masked and signed, then reveal the shares
-the server needs to unmask the sum. The server never receives the delta
-in the clear. When the server runs distributed DP (``[privacy] mode = 'distributed'``), the
+keys, signed with the device's enrolled Ed25519 key (the server checks the advert against
+it; a client that is no device signs with a fresh key), Shamir-share its secrets with the
+cohort (encrypted to each peer), check the shares the others sent it (naming any that fail
+to decrypt, whom the server then excludes), send its delta clipped to the round's
+``l2_bound``, fixed-point encoded in ``Z_{2^32}``, masked and signed, then reveal the
+shares the server needs to unmask the sum. The server never receives the delta in the
+clear. When the server runs distributed DP (``[privacy] mode = 'distributed'``), the
 block's ``noise_variance`` is this client's share of the noise: Skellam noise of that
 variance (:mod:`fedrank.privacy.skellam`) is added to the encoded delta before masking.
 Between stages the client polls ``GET /v1/secagg``.
@@ -138,10 +139,11 @@ def send_secure(
         masked_input_to: hand the masked input (its request body) to this client's proxy
             (:meth:`SecureProxy.receive`, over whatever transport joins them) instead of
             sending it to the server; every other stage goes to the server.
-        signing_key: the device's Ed25519 key (:mod:`fedrank.identity`), which signs the
-            key advert and the masked input; a server with a device registry refuses any
-            other. ``None``: a fresh key for this session (a server without identity binds
-            it to this client at the advert).
+        signing_key: the Ed25519 key that signs the key advert and the masked input; a
+            server that requires enrolled devices refuses any but the device's own (403
+            ``secagg_wrong_key``). ``None``: the device's own key when ``client`` is an
+            enrolled device (:mod:`fedrank.identity`), else a fresh key for this session
+            (which the server binds to this client at the advert).
 
     Raises:
         ClientError: the server refused a message (e.g. this client dropped out of a stage
@@ -168,6 +170,9 @@ def send_secure(
         rng = np.random.default_rng() if noise_rng is None else noise_rng
         noise = skellam_noise(rng, noise_variance, params.dimension)
         encoded = field.add(encoded, noise.astype(np.uint64))  # two's complement, mod q
+    if signing_key is None:
+        device = client.device.enrolled(client.http)
+        signing_key = None if device is None else device.key.private_key
     me = SecAggClient(uid, params, signing_key=signing_key)
     limit = encoder.max_clients
     ident = {"client_id": checkin.client_id, "session": session}

@@ -89,10 +89,13 @@ def verify(public_key: bytes, signature: bytes, data: bytes) -> bool:
 
 
 class DeviceKey:
-    """A device's Ed25519 key pair, kept in a file readable by its owner only (0600)."""
+    """A device's Ed25519 key pair, kept in a file readable by its owner only (0600). Its
+    private half opens the device's sessions and signs its secure-aggregation messages (the
+    long-term signing key ``d_u`` of Bonawitz et al., CCS 2017, Figure 4;
+    :func:`fedrank.client.secagg.send_secure`)."""
 
     def __init__(self, private: Ed25519PrivateKey) -> None:
-        self._private = private
+        self.private_key = private
         self.public_bytes = private.public_key().public_bytes(
             serialization.Encoding.Raw, serialization.PublicFormat.Raw
         )
@@ -124,7 +127,7 @@ class DeviceKey:
         return cls(key)
 
     def sign(self, data: bytes) -> bytes:
-        return self._private.sign(data)
+        return self.private_key.sign(data)
 
 
 def _read_key(path: Path) -> bytes:

@@ -85,7 +85,9 @@ async def lifespan(service: Service, app: Starlette) -> AsyncIterator[None]:
         service.seeds = SeedChecks(issuer, claims)
     if config.rounds.enabled:
         issue = None if service.seeds.issuer is None else service.seeds.issuer.issue
-        service.rounds = Rounds(config, engine.workload.dim, engine.privacy.plan, issue)
+        service.rounds = Rounds(
+            config, engine.workload.dim, engine.privacy.plan, issue, service.identity.public_key
+        )
     scheduler = service.scheduler = Scheduler(
         config, engine, service.rounds, service.branches.first
     )

@@ -15,14 +15,14 @@ from __future__ import annotations
 import random
 import secrets
 import time
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fedrank.server.cohort import Cohort, IssueSeed
 from fedrank.server.config import ServerConfig
 from fedrank.server.envelope import BadRequest
 from fedrank.server.messages import Incoming, Outcome
-from fedrank.server.secagg_round import SecAggRound
+from fedrank.server.secagg_round import SecAggRound, no_registry
 
 if TYPE_CHECKING:
     from fedrank.privacy.skellam import SkellamPlan
@@ -37,6 +37,11 @@ class Rounds:
         noise: the clients' distributed DP noise of a secure round, or ``None``.
         issue_seed: issues a seated client's FOLtR-ES seed for a model version, bound to
             the client (``[foltr_es] server_seeds``), or ``None`` when clients draw their own.
+        public_key_of: a device's enrolled Ed25519 key (the device registry,
+            :meth:`fedrank.server.identity.Identity.public_key`). Where enrolled devices are
+            required, a secure round's member must advertise that key (docs/secagg.md,
+            "Clients that lie"); elsewhere the key a member advertises is bound to it for
+            the session.
     """
 
     def __init__(
@@ -45,11 +50,13 @@ class Rounds:
         dim: int,
         noise: SkellamPlan | None,
         issue_seed: IssueSeed | None,
+        public_key_of: Callable[[str], bytes | None],
     ) -> None:
         self.config = config
         self.dim = dim
         self.noise = noise
         self.issue_seed = issue_seed
+        self.public_key_of = public_key_of if config.identity_required else no_registry
         seed = config.rounds.selection_seed
         #: Draws the seats (and the window's reservoir): a CSPRNG unless a seed is set.
         self.rng: random.Random = secrets.SystemRandom() if seed < 0 else random.Random(seed)
@@ -69,6 +76,7 @@ class Rounds:
                 sa.l2_bound,
                 sa.stage_seconds,
                 self.noise,
+                self.public_key_of,
             )
         return Cohort(
             number,
