@@ -30,6 +30,7 @@ from tests.server.serverkit import (
     issue_tokens,
     live_server,
     state_of,
+    status,
     wait_until,
 )
 
@@ -241,6 +242,30 @@ def test_unenrolled_secure_aggregation_messages_get_401(tmp_path: Path) -> None:
         assert c.get("/v1/secagg", params=mine, auth=d.auth).status_code == 200
         other = {**mine, "client_id": "someone-else"}
         assert_error(c.get("/v1/secagg", params=other, auth=d.auth), 403, "client_mismatch")
+
+
+def test_sybils_without_enrollment_get_no_seat_beside_a_secure_victim(tmp_path: Path) -> None:
+    """Issue 51, finding 3: with K = 5, an attacker checked in four ids, let the victim be
+    fifth, ran the protocol with zero deltas and read the victim's delta from two published
+    models. Without enrollment the four ids get 401 and no seat; the round waits for five
+    enrolled devices (the victim alone is never drawn), and when four honest devices arrive
+    the five are seated together."""
+    five = SECAGG.replace("clients_per_round = 3", "clients_per_round = 5")
+    with live_server(tmp_path, five) as live:
+        c = live.client
+        for i in range(4):
+            sybil = c.post("/v1/checkin", json={"client_id": f"sybil-{i}"}, auth=None)
+            assert_error(sybil, 401, "unenrolled", "enroll")
+        victim, *honest = enroll_devices(live, 5)
+        for _ in range(6):  # well past the 0.5 s window: still waiting for four more devices
+            assert c.post("/v1/checkin", json={}, auth=victim.auth).json()["waiting"] is True
+            time.sleep(POLL)
+        assert status(c)["secagg"]["cohort"] == 0
+        for device in honest:
+            assert c.post("/v1/checkin", json={}, auth=device.auth).status_code == 200
+        seats = [_seat(live, device) for device in (victim, *honest)]
+        assert all(seat["selected"] for seat in seats)
+        assert sorted(seat["secagg"]["id"] for seat in seats) == [1, 2, 3, 4, 5]
 
 
 FRECENCY = """
