@@ -66,7 +66,7 @@ def request_mac(key: bytes, method: str, target: str, timestamp_ms: int, body: b
     """The hex MAC of one request under a session key."""
     digest = hashlib.sha256(body).hexdigest()
     text = f"{method}\n{target}\n{timestamp_ms}\n{digest}".encode()
-    return hmac.digest(key, text, "sha256").hex()
+    return hmac.new(key, text, hashlib.sha256).hexdigest()
 
 
 def header_value(device: str, expires: int, timestamp_ms: int, mac: str) -> str:

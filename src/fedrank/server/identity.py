@@ -57,6 +57,10 @@ MAX_HEADER = 160
 MAX_NONCES = 1_000_000
 #: Session keys remembered (derived again when forgotten).
 MAX_SESSION_KEYS = 100_000
+#: Seconds between two looks at whether another process (the operator's ``fedrank
+#: devices``) changed the registry: a query per request would hand the GIL to the writer
+#: thread on every request (sqlite releases it), which costs far more than the query.
+REFRESH_SECONDS = 0.5
 
 Attestation = Callable[[bytes, Any], bool]
 
@@ -116,6 +120,7 @@ class Identity:
         self._secret = self.registry.secret()
         self._devices = self.registry.active()
         self._version = self.registry.data_version()
+        self._next_refresh = time.monotonic() + REFRESH_SECONDS
         self._nonces: OrderedDict[str, float] = OrderedDict()
         self._keys: dict[tuple[str, int], bytes] = {}
         self._per_device = TokenBuckets(section.device_rate, section.device_burst)
@@ -127,7 +132,12 @@ class Identity:
     # -- the registry, as this process sees it ---------------------------------------------
 
     def _refresh(self) -> None:
-        """Reload the devices when another process changed the registry."""
+        """Reload the devices when another process changed the registry (looked at once
+        every :data:`REFRESH_SECONDS`: a revocation holds from the next request after)."""
+        now = time.monotonic()
+        if now < self._next_refresh:
+            return
+        self._next_refresh = now + REFRESH_SECONDS
         version = self.registry.data_version()
         if version != self._version:
             self._version = version
@@ -196,7 +206,7 @@ class Identity:
         known = self._keys.get((device, expires))
         key = known or session_key(self._secret, device, expires)
         expected = request_mac(key, method, path, stamp, body)
-        if not hmac.compare_digest(mac.encode(), expected.encode()):
+        if not hmac.compare_digest(mac, expected):  # both ASCII (checked above)
             raise _unauthorized("bad_signature", "the request's MAC does not match its session")
         if known is None:  # remembered once a request proved it (a forgery costs an HMAC)
             if len(self._keys) >= MAX_SESSION_KEYS:

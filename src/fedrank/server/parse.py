@@ -18,6 +18,7 @@ import orjson
 from fedrank.core.codec import decode_batch
 from fedrank.core.message import MessageBatch
 from fedrank.errors import CodecError, DataFormatError, FedrankError
+from fedrank.server.auth import as_client
 from fedrank.server.envelope import (
     ENVELOPE,
     MAX_BATCH,
@@ -48,8 +49,10 @@ class UpdateParser:
 
     # -- one message --------------------------------------------------------------------
 
-    def json_message(self, data: Any, current: int) -> Sent:
-        """A JSON message envelope, validated; ``current`` is the served model version."""
+    def json_message(self, data: Any, current: int, device: str | None = None) -> Sent:
+        """A JSON message envelope, validated; ``current`` is the served model version,
+        ``device`` the request's enrolled device, if any: its client
+        (:func:`~fedrank.server.auth.as_client`)."""
         if not isinstance(data, dict):
             raise BadRequest(422, "invalid", "a message must be a JSON object")
         unknown = sorted(set(data) - ENVELOPE)
@@ -58,7 +61,7 @@ class UpdateParser:
         message_id = identifier(data.get("message_id"), "message_id")
         version = known_version(data.get("model_version"), current)
         enrollment = identifier(data.get("enrollment_id"), "enrollment_id", required=False)
-        client = identifier(data.get("client_id"), "client_id", required=False)
+        client = as_client(device, identifier(data.get("client_id"), "client_id", required=False))
         payload = data.get("payload", {})
         if not isinstance(payload, dict):
             raise BadRequest(422, "invalid", "payload must be a JSON object")
@@ -72,16 +75,19 @@ class UpdateParser:
         item = self._make(message_id, version, enrollment, payload, metrics, parsed, client)
         return item, client
 
-    def binary_message(self, h: Mapping[str, str], body: bytes, current: int) -> Sent:
+    def binary_message(
+        self, h: Mapping[str, str], body: bytes, current: int, device: str | None = None
+    ) -> Sent:
         """A compact binary update: its ids in ``X-Message-Id``, ``X-Model-Version``,
-        ``X-Enrollment-Id`` and ``X-Client-Id`` headers, its payload the body."""
+        ``X-Enrollment-Id`` and ``X-Client-Id`` headers, its payload the body (``device``:
+        as for :meth:`json_message`)."""
         message_id = identifier(h.get("x-message-id"), "X-Message-Id header")
         raw_version = h.get("x-model-version", "")
         if not (raw_version.isascii() and raw_version.isdigit()) or len(raw_version) > 12:
             raise BadRequest(422, "invalid", "X-Model-Version header must be an integer")
         version = known_version(int(raw_version), current)
         enrollment = identifier(h.get("x-enrollment-id"), "X-Enrollment-Id", required=False)
-        client = identifier(h.get("x-client-id"), "X-Client-Id", required=False)
+        client = as_client(device, identifier(h.get("x-client-id"), "X-Client-Id", required=False))
         wire = self.service.engine.workload.wire
         try:
             parsed = wire.parse_binary(body)

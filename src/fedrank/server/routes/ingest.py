@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope
 
-from fedrank.server.auth import as_client, device_of, proxy_of
+from fedrank.server.auth import device_of, proxy_of
 from fedrank.server.envelope import (
     BINARY,
     BINARY_BATCH,
@@ -110,12 +110,11 @@ class Ingest:
             current = engine.snapshot().version
             ctype = media_type(headers)
             if ctype == BINARY:
-                sent = self.parse.binary_message(headers, body, current)
+                sent = self.parse.binary_message(headers, body, current, device)
             elif ctype in (JSON, ""):
-                sent = self.parse.json_message(json_body(body), current)
+                sent = self.parse.json_message(json_body(body), current, device)
             else:
                 raise BadRequest(415, "media_type", f"send {JSON} or {BINARY}, not {ctype!r}")
-            sent = _attributed(sent, device)
             claim = self._check(sent)
         except BadRequest as err:
             counts.refuse("updates", err)
@@ -163,8 +162,11 @@ class Ingest:
             return service.counts.reject("batch", err)
         current = engine.snapshot().version
         # the fast path checks no rounds or issued seeds: with them, one by one
-        plain = service.rounds is None and service.seeds.issuer is None and device is None
+        plain = service.rounds is None and service.seeds.issuer is None
         fast = self.parse.batch_columns(messages, current) if plain else None
+        if fast is not None and device is not None:  # a device's batch: its own messages
+            mine = fast.clients is None or all(c in (None, device) for c in fast.clients)
+            fast = _of_device(fast, device) if mine else None  # one by one: who is refused
         if fast is not None:
             result = await engine.writer.submit_columns(fast)
             statuses, errors = result.statuses, result.bodies
@@ -237,7 +239,7 @@ class Ingest:
         claimed: list[Claim | None] = []
         for i, m in enumerate(messages):
             try:
-                sent = _attributed(self.parse.json_message(m, current), device)
+                sent = self.parse.json_message(m, current, device)
                 claim = self._check(sent)
             except BadRequest as err:
                 service.counts.refuse_message(err)
@@ -255,17 +257,6 @@ class Ingest:
                 if outcome.status >= 400:
                     errors[i] = outcome.body
         return statuses, errors
-
-
-def _attributed(sent: Sent, device: str | None) -> Sent:
-    """The message as its client's: its device when the request has one
-    (:func:`~fedrank.server.auth.as_client`), recorded on the message too
-    (:attr:`Incoming.client`: the privacy ledger counts a device's contributions)."""
-    item, named = sent
-    client = as_client(device, named)
-    if client != item.client:
-        item = dataclasses.replace(item, client=client)
-    return item, client
 
 
 def _of_device(msgs: Messages, device: str | None) -> Messages:
