@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -60,39 +62,21 @@ def client(
 ) -> None:
     """Fetch the model, compute this profile's update on the device, send it (retries,
     offline queue); a client in a control branch sends its metrics only."""
-    import httpx
-
-    from fedrank.errors import FedrankError
-
-    try:
-        _run(server_url, workload, places, state_dir, privacy_budget, privacy_delta,
-             enrollment_token, json_path)  # fmt: skip
-    except httpx.TransportError as exc:
-        raise FedrankError(f"cannot reach the server at {server_url}: {exc}") from exc
-
-
-def _run(
-    server_url: str,
-    workload: str,
-    places: Path,
-    state_dir: Path,
-    privacy_budget: float | None,
-    privacy_delta: float,
-    enrollment_token: str | None,
-    json_path: Path | None,
-) -> None:
     from fedrank.client import Client
     from fedrank.client.frecency_update import ProfileSearches, frecency_update
     from fedrank.errors import ConfigError
     from fedrank.systems.frecency.client import FrecencyClient
 
-    with Client(
-        server_url,
-        state_dir=state_dir,
-        privacy_budget=privacy_budget,
-        privacy_delta=privacy_delta,
-        enrollment_token=enrollment_token,
-    ) as c:
+    with (
+        _reachable(server_url),
+        Client(
+            server_url,
+            state_dir=state_dir,
+            privacy_budget=privacy_budget,
+            privacy_delta=privacy_delta,
+            enrollment_token=enrollment_token,
+        ) as c,
+    ):
         flushed = c.flush()
         if flushed:
             click.echo(f"resent {len(flushed)} queued message(s): {[r.status for r in flushed]}")
@@ -133,3 +117,16 @@ def _run(
         if json_path:
             write_json(report, json_path)
             click.echo(f"wrote {json_path}")
+
+
+@contextlib.contextmanager
+def _reachable(server_url: str) -> Iterator[None]:
+    """A server that cannot be reached ends the command in one line, not a traceback."""
+    import httpx
+
+    from fedrank.errors import FedrankError
+
+    try:
+        yield
+    except httpx.TransportError as exc:
+        raise FedrankError(f"cannot reach the server at {server_url}: {exc}") from exc
