@@ -97,10 +97,11 @@ import numpy as np
 
 from fedrank.aggregators.es_gradient import ESGradient
 from fedrank.core.codec import BATCH_MAGIC
+from fedrank.core.hmac_sha256 import HmacSha256
 from fedrank.core.json_io import write_json
 from fedrank.core.message import MessageBatch
 from fedrank.identity.device import DeviceAuth, enroll
-from fedrank.identity.protocol import HEADER, DeviceKey, header_value, request_mac
+from fedrank.identity.protocol import HEADER, DeviceKey, header_value, request_mac, session_mac
 from fedrank.identity.registry import DeviceRegistry
 from fedrank.server.branches import branch_of
 from fedrank.server.config import load_config
@@ -338,12 +339,13 @@ class Signer:
         registry = DeviceRegistry(proc.store)
         tokens = registry.issue(DEVICES, "bench", 1.0)
         registry.close()
-        self.sessions: list[tuple[str, bytes, int]] = []
+        self.sessions: list[tuple[str, HmacSha256, int]] = []
         with httpx.Client(timeout=30.0) as http:
             for token in tokens:
                 key = DeviceKey.generate()
                 enroll(http, proc.url, key, token)
-                self.sessions.append((key.id, *DeviceAuth(key, proc.url).open(http)))
+                session, expires = DeviceAuth(key, proc.url).open(http)
+                self.sessions.append((key.id, session_mac(session), expires))
 
     def value(self, i: int, path: str, body: bytes) -> str:
         """The header's value for request ``i`` (device ``i mod DEVICES``)."""
@@ -371,11 +373,22 @@ def treatment_enrollments(n: int) -> list[str]:
 
 
 def signed_requests(
-    signer: Signer, mode: str, tag: str, enrollment: str, n: int, threads: int, prefix: Path
+    signer: Signer | None,
+    mode: str,
+    tag: str,
+    enrollment: str,
+    n: int,
+    threads: int,
+    prefix: Path,
 ) -> None:
-    """``n`` signed requests per wrk thread, for :data:`LUA`'s signed modes: one a line in
-    ``<prefix>.<thread>``, ``<header value>\\t<JSON body>`` or (binary) ``<header
-    value>\\t<message id>\\t<hex body>``; bodies as the unsigned modes build them."""
+    """``n`` requests per wrk thread, for :data:`LUA`'s signed modes, signed by ``signer``
+    (``None``: unsigned, header ``-``): one a line in ``<prefix>.<thread>``, ``<header
+    value>\\t<JSON body>`` or (binary) ``<header value>\\t<message id>\\t<hex body>``;
+    bodies as the unsigned modes build them."""
+
+    def header(counter: int, body: bytes) -> str:
+        return "-" if signer is None else signer.value(counter, "/v1/updates", body)
+
     rng = np.random.default_rng(7)
     gradient = ",".join(f"{np.sin(i + 1) * 0.5:.6f}" for i in range(22))
     for thread in range(threads):
@@ -384,14 +397,13 @@ def signed_requests(
             mid = f"{rng_hex()}-{tag}-{thread}-{counter}"
             if mode == "binary":
                 body = struct.pack("<Iff", int(rng.integers(0, 2**32)), 0.5, 0.25)
-                header = signer.value(counter, "/v1/updates", body)
-                lines.append(f"{header}\t{mid}\t{body.hex()}\n")
+                lines.append(f"{header(counter, body)}\t{mid}\t{body.hex()}\n")
             else:
                 body = (
                     f'{{"model_version":0,"enrollment_id":"{enrollment}","payload":{{"gradient":'
                     f'[{gradient}],"n":3}},"message_id":"{mid}"}}'
                 ).encode()
-                lines.append(f"{signer.value(counter, '/v1/updates', body)}\t{body.decode()}\n")
+                lines.append(f"{header(counter, body)}\t{body.decode()}\n")
         Path(f"{prefix}.{thread}").write_text("".join(lines))
 
 
@@ -494,6 +506,89 @@ def single(tmp: Path, args: argparse.Namespace, workload: str, mode: str) -> dic
         "target_requests_per_second": TARGETS["single_requests_per_second"],
         "met": rps >= TARGETS["single_requests_per_second"],
     }
+
+
+def identity_cost(tmp: Path, args: argparse.Namespace, segments: int, seconds: float) -> dict:
+    """What identity costs single updates, interleaved: per message kind, two servers run
+    side by side, one requiring enrolled devices (every request signed) and one not, and wrk
+    loads them in turns of ``seconds`` (``segments`` turns each, in the order off-on, on-off,
+    off-on, ...), so that a drift of the machine's speed, which on this machine moves
+    throughput by tens of percent within a minute, falls on both alike. Both servers get
+    requests built before the turn (signed ones for the server with identity), so that wrk
+    does the same work for both: building a request in Lua and sending a prepared one cost
+    wrk differently, and with one wrk thread its time per request shows in the throughput.
+    Reported per kind: each server's requests/s and CPU per request over all its turns, and
+    the ratios on/off; the target (identity on within 10 % of off) is judged on the median
+    over turns of the throughput ratio of a turn's two runs (``out["target"]`` says why)."""
+    out: dict[str, Any] = {}
+    for workload, mode in (("frecency", "json"), ("foltr-es", "binary")):
+        enrollment = treatment_enrollments(1)[0] if workload == "frecency" else "x"
+        with (
+            server(tmp, f"cost-off-{workload}", workload) as off,
+            server(tmp, f"cost-on-{workload}", workload, identity=True) as on,
+        ):
+            signer = Signer(on)
+            per_turn = int(args.identity_max_rate * seconds) + 1
+            totals = {name: {"accepted": 0, "seconds": 0.0, "server_cpu": 0.0, "quiet": True,
+                             "turns": []} for name in ("off", "on")}  # fmt: skip
+            verified = True
+            for turn in range(-1, segments):  # turn -1: warm-up of both, not counted
+                order = (off, on) if turn % 2 == 0 else (on, off)
+                for proc in order:
+                    name = "on" if proc is on else "off"
+                    tag, built = f"t{turn + 1}", tmp / f"cost-{workload}-{name}"
+                    signed_requests(
+                        signer if proc is on else None, mode, tag, enrollment, per_turn, 1, built
+                    )
+                    before = settled_status(proc.url)
+                    with CpuMeter(proc.process.pid) as cpu:
+                        counts = run_wrk(proc.url, mode, tag, seconds, 1, args.connections,
+                                         enrollment, built)  # fmt: skip
+                    after = settled_status(proc.url)
+                    n202 = counts["statuses"].get(202, 0)
+                    accepted = after["updates_accepted_total"] - before["updates_accepted_total"]
+                    verified &= sum(counts["statuses"].values()) == n202 <= accepted
+                    verified &= accepted <= counts["sent"]
+                    if turn < 0:
+                        continue
+                    run_seconds = counts["duration_us"] / 1e6
+                    total = totals[name]
+                    total["accepted"] += n202
+                    total["seconds"] += run_seconds
+                    total["server_cpu"] += cpu.result["server_cores"] * run_seconds
+                    total["quiet"] &= cpu.result["quiet"]
+                    total["turns"].append(n202 / run_seconds)
+        side = {
+            name: {
+                "requests_per_second": t["accepted"] / t["seconds"],
+                "server_cpu_us_per_request": t["server_cpu"] / t["accepted"] * 1e6,
+                "responses_202": t["accepted"],
+                "seconds": t["seconds"],
+                "quiet": t["quiet"],
+                "requests_per_second_by_turn": t["turns"],
+            }
+            for name, t in totals.items()
+        }
+        ratio = side["on"]["requests_per_second"] / side["off"]["requests_per_second"]
+        by_turn = np.asarray(totals["on"]["turns"]) / np.asarray(totals["off"]["turns"])
+        out[f"{workload.replace('-', '_')}_{mode}"] = {
+            **side,
+            "throughput_ratio": ratio,
+            "median_turn_throughput_ratio": float(np.median(by_turn)),
+            "cpu_per_request_ratio": side["on"]["server_cpu_us_per_request"]
+            / side["off"]["server_cpu_us_per_request"],
+            "turns_per_server": segments,
+            "seconds_per_turn": seconds,
+            "verified": verified,
+            "met": float(np.median(by_turn)) >= 0.9,
+        }
+    out["target"] = (
+        "requests/s with identity on >= 0.9 x off, per message kind, judged on the median over "
+        "turns of the ratio on/off (a disk stall of 100-350 ms, disk_fsync, falls on one "
+        "server's turn and moves its 3 s by up to a tenth; the median is not moved by it)"
+    )
+    out["met"] = all(v["met"] for v in out.values() if isinstance(v, dict))
+    return out
 
 
 # -- a minimal HTTP/1.1 keep-alive client -----------------------------------------------
@@ -946,9 +1041,28 @@ def main() -> None:
         default=12_000.0,
         help="with --identity: signed wrk requests made per second of a run",
     )
+    parser.add_argument(
+        "--identity-turns",
+        type=int,
+        default=0,
+        help="only measure what identity costs single updates: this many interleaved wrk "
+        "turns per server (identity_cost; writes results/benchmarks/service_identity.json)",
+    )
+    parser.add_argument("--turn-seconds", type=float, default=3.0, help="with --identity-turns")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed: apt-get install wrk (the single-update runs use it)")
+    if args.identity_turns > 0:
+        with tempfile.TemporaryDirectory(prefix="fedrank-bench-", dir=args.tmp) as name:
+            report = {
+                "machine": machine(Path(name)),
+                "identity_cost": identity_cost(
+                    Path(name), args, args.identity_turns, args.turn_seconds
+                ),
+            }
+        print(json.dumps(report, indent=2))
+        write_json(report, args.out.with_name("service_identity.json"))
+        return
     with tempfile.TemporaryDirectory(prefix="fedrank-bench-", dir=args.tmp) as name:
         tmp = Path(name)
         report: dict = {"machine": machine(tmp), "targets": TARGETS, "identity": args.identity}

@@ -10,7 +10,9 @@
 -- MODE "signed-json" or "signed-binary" (bench_service.py --identity): the same messages,
 -- signed before the run by enrolled devices (Lua cannot compute their HMAC); ARG3 is a file
 -- prefix, and thread i sends the lines of <prefix>.<i> in order: "<X-Fedrank-Device>\t<JSON
--- body>", or "<X-Fedrank-Device>\t<message id>\t<hex body>". done() prints one line,
+-- body>", or "<X-Fedrank-Device>\t<message id>\t<hex body>". A header "-" leaves the
+-- request unsigned: requests built before the run for a server without identity, so that
+-- wrk does the same work for both servers when their costs are compared. done() prints one line,
 -- "FEDRANK_COUNTS <json>", with the requests each thread built (sent) and the statuses it
 -- read (a request still in flight when wrk stops is sent but never read).
 
@@ -59,14 +61,15 @@ function init(args)
         end)
       end
       -- built once here, as the unsigned modes' requests cost little to build per call
+      local headers = {["Content-Type"] = "application/json"}
       if mode == "signed-binary" then
-        entry.request = wrk.format(nil, nil, {["Content-Type"] = "application/vnd.fedrank.update",
-          ["X-Message-Id"] = entry.mid, ["X-Model-Version"] = "0",
-          ["X-Fedrank-Device"] = entry.header}, entry.body)
-      else
-        entry.request = wrk.format(nil, nil, {["Content-Type"] = "application/json",
-          ["X-Fedrank-Device"] = entry.header}, entry.body)
+        headers = {["Content-Type"] = "application/vnd.fedrank.update",
+          ["X-Message-Id"] = entry.mid, ["X-Model-Version"] = "0"}
       end
+      if entry.header ~= "-" then
+        headers["X-Fedrank-Device"] = entry.header
+      end
+      entry.request = wrk.format(nil, nil, headers, entry.body)
       table.insert(signed, entry.request)
     end
   end

@@ -25,6 +25,7 @@ from fedrank.identity.protocol import (
     new_nonce,
     request_mac,
     session_challenge,
+    session_mac,
 )
 
 #: A session is renewed this many seconds before it expires.
@@ -125,7 +126,7 @@ class DeviceAuth(httpx.Auth):
         stamp = int(self.clock() * 1000)
         query = request.url.query.decode("latin-1")
         target = request.url.path + ("?" + query if query else "")
-        mac = request_mac(key, request.method, target, stamp, request.read())
+        mac = request_mac(session_mac(key), request.method, target, stamp, request.read())
         request.headers[HEADER] = header_value(self.key.id, expires, stamp, mac)
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:

@@ -1,8 +1,8 @@
 """Token-bucket rate limits (docs/devices.md, "Rate limits"): each key (a device id, an
 address) holds up to ``burst`` tokens, refilled at ``rate`` per second; a request takes one
-or is refused. The table of buckets is bounded: beyond ``max_keys`` the least recently
-refilled buckets are dropped (a dropped key starts again with a full bucket, which costs an
-attacker who cycles keys as much as the per-address limit allows)."""
+or is refused. The table of buckets is bounded: beyond ``max_keys`` the oldest buckets are
+dropped (a dropped key starts again with a full bucket, which costs an attacker who cycles
+keys as much as the per-address limit allows)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ class TokenBuckets:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.rate, self.burst, self.max_keys, self.clock = rate, float(burst), max_keys, clock
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        # key -> [tokens, time of the last take], in the order the keys came
+        self._buckets: OrderedDict[str, list[float]] = OrderedDict()
 
     def take(self, key: str) -> float:
         """Take a token of ``key``'s bucket: 0.0 when there was one, else the seconds until
@@ -41,14 +42,15 @@ class TokenBuckets:
         if self.rate <= 0:
             return 0.0
         now = self.clock()
-        tokens, last = self._buckets.pop(key, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - last) * self.rate)
-        wait = 0.0
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            if len(self._buckets) >= self.max_keys:
+                self._buckets.popitem(last=False)
+            bucket = self._buckets[key] = [self.burst, now]
+        tokens = min(self.burst, bucket[0] + (now - bucket[1]) * self.rate)
+        bucket[1] = now
         if tokens >= 1.0:
-            tokens -= 1.0
-        else:
-            wait = (1.0 - tokens) / self.rate
-        self._buckets[key] = (tokens, now)
-        if len(self._buckets) > self.max_keys:
-            self._buckets.popitem(last=False)
-        return wait
+            bucket[0] = tokens - 1.0
+            return 0.0
+        bucket[0] = tokens
+        return (1.0 - tokens) / self.rate

@@ -9,16 +9,15 @@
   session table.
 * Every request then carries the header :data:`HEADER`:
   ``<device id> <expiry> <timestamp ms> <mac>``, ``mac`` the hex
-  ``HMAC-SHA256(session key, method | target | timestamp | SHA-256(body))``
+  ``HMAC-SHA256(session key, method | target | timestamp | body)``
   (:func:`request_mac`; the target is the path with its query string). The server recomputes
-  the session key and the MAC: two HMACs and one SHA-256 of the body.
+  the session key (once per session) and the MAC: one HMAC over the request.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import hmac
 import os
 import secrets
 from pathlib import Path
@@ -27,6 +26,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from fedrank.core.hmac_sha256 import HmacSha256, hmac_sha256
 from fedrank.errors import FedrankError
 
 #: The request header that carries a device's session and MAC.
@@ -59,14 +59,20 @@ def session_challenge(device: str, timestamp_ms: int, nonce: str) -> bytes:
 
 def session_key(secret: bytes, device: str, expires: int) -> bytes:
     """The session key of ``device`` until ``expires`` (Unix seconds)."""
-    return hmac.digest(secret, f"{device}|{expires}".encode(), "sha256")
+    return hmac_sha256(secret, f"{device}|{expires}".encode())
 
 
-def request_mac(key: bytes, method: str, target: str, timestamp_ms: int, body: bytes) -> str:
-    """The hex MAC of one request under a session key."""
-    digest = hashlib.sha256(body).hexdigest()
-    text = f"{method}\n{target}\n{timestamp_ms}\n{digest}".encode()
-    return hmac.new(key, text, hashlib.sha256).hexdigest()
+def session_mac(key: bytes) -> HmacSha256:
+    """The keyed HMAC-SHA256 of a session, set up once for its requests' MACs."""
+    return HmacSha256(key)
+
+
+def request_mac(
+    session: HmacSha256, method: str, target: str, timestamp_ms: int, body: bytes
+) -> str:
+    """The hex MAC of one request under a session's :func:`session_mac`: HMAC-SHA256 over
+    the request's method, target, timestamp and body."""
+    return session.hexdigest(f"{method}\n{target}\n{timestamp_ms}\n".encode(), body)
 
 
 def header_value(device: str, expires: int, timestamp_ms: int, mac: str) -> str:

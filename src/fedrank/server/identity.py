@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from fedrank.core.hmac_sha256 import HmacSha256
 from fedrank.errors import ConfigError, FedrankError
 from fedrank.identity.limits import TokenBuckets
 from fedrank.identity.protocol import (
@@ -37,6 +38,7 @@ from fedrank.identity.protocol import (
     request_mac,
     session_challenge,
     session_key,
+    session_mac,
     verify,
 )
 from fedrank.identity.registry import DeviceRegistry, EnrollmentRefused
@@ -122,7 +124,7 @@ class Identity:
         self._version = self.registry.data_version()
         self._next_refresh = time.monotonic() + REFRESH_SECONDS
         self._nonces: OrderedDict[str, float] = OrderedDict()
-        self._keys: dict[tuple[str, int], bytes] = {}
+        self._keys: dict[tuple[str, int], HmacSha256] = {}
         self._per_device = TokenBuckets(section.device_rate, section.device_burst)
         self._per_address = TokenBuckets(section.address_rate, section.address_burst)
 
@@ -204,7 +206,7 @@ class Identity:
                 "(a replay, or a clock to set right)",
             )
         known = self._keys.get((device, expires))
-        key = known or session_key(self._secret, device, expires)
+        key = known or session_mac(session_key(self._secret, device, expires))
         expected = request_mac(key, method, path, stamp, body)
         if not hmac.compare_digest(mac, expected):  # both ASCII (checked above)
             raise _unauthorized("bad_signature", "the request's MAC does not match its session")

@@ -36,7 +36,6 @@ batches) are refused under ``[rounds]``, which server-issued seeds need.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import re
 import secrets
@@ -48,6 +47,7 @@ from pathlib import Path
 
 import orjson
 
+from fedrank.core.hmac_sha256 import hmac_sha256
 from fedrank.errors import ConfigError
 from fedrank.server.envelope import BadRequest
 from fedrank.server.messages import Incoming
@@ -112,11 +112,11 @@ class SeedIssuer:
         """The uint32 seed of ``nonce`` at ``model_version`` (a pseudo-random function of
         both under the secret)."""
         data = _SEED_LABEL + _SEED_INPUT.pack(model_version, nonce)
-        return int.from_bytes(hmac.digest(self._secret, data, hashlib.sha256)[:4], "little")
+        return int.from_bytes(hmac_sha256(self._secret, data)[:4], "little")
 
     def _mac(self, model_version: int, seed: int, nonce: bytes, client: str) -> bytes:
         data = _MAC_LABEL + _MAC_INPUT.pack(model_version, seed, nonce) + client.encode()
-        return hmac.digest(self._secret, data, hashlib.sha256)[:16]
+        return hmac_sha256(self._secret, data)[:16]
 
     def issue(self, model_version: int, client: str, nonce: bytes | None = None) -> IssuedSeed:
         """A fresh seed and its token for ``model_version``, bound to ``client``; ``nonce``
