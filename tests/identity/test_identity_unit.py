@@ -163,6 +163,37 @@ def test_rate_limits_refill_at_their_rate(tmp_path: Path) -> None:
     assert "this device" in limited.detail
 
 
+def test_the_address_limit_pays_for_refusals_not_for_enrolled_devices(tmp_path: Path) -> None:
+    """Enrolled devices behind one address are held to their own limits; requests that
+    identity refuses spend the address's bucket: 401s, then 429s."""
+    identity = _identity(tmp_path, "address_rate = 1.0\naddress_burst = 3\n")
+    auths = []
+    for _ in range(3):
+        key = DeviceKey.generate()
+        _enrolled(identity, key)  # enrollment takes an address token (not this test's address)
+        answer = identity.open_session(_session_body(key, identity.clock()), "10.0.0.2")
+        auth = DeviceAuth(key, "http://server", clock=identity.clock)
+        auth.session = (b64decode(answer["session_key"]), answer["expires"])
+        auths.append(auth)
+    for _ in range(5):  # 15 authenticated requests from one address with a burst of 3
+        for auth in auths:
+            headers = _headers(auth, b"{}")
+            assert identity.authenticate("POST", "/v1/checkin", headers, b"{}", "10.0.0.9")
+    forged = dict(_headers(auths[0], b"{}"))
+    device, expires, stamp, mac = forged[HEADER].split(" ")
+    forged[HEADER] = f"{device} {expires} {stamp} {'0' * len(mac)}"
+
+    def forge() -> Any:
+        return identity.authenticate("POST", "/v1/checkin", forged, b"{}", "10.0.0.9")
+
+    codes = [_refused(forge, 401, "bad_signature").status for _ in range(3)]
+    assert codes == [401] * 3
+    _refused(forge, 429, "rate_limited")
+    unsigned = {"content-type": "application/json"}
+    _refused(lambda: identity.authenticate("POST", "/v1/checkin", unsigned, b"{}", "10.0.0.9"),
+             429, "rate_limited")  # fmt: skip
+
+
 def test_attestation_admits_a_device_without_a_token(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

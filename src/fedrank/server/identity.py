@@ -177,11 +177,21 @@ class Identity:
         """The device a request comes from (``path``: the target, with its query string).
         ``None`` when it carries no identity and none is required; raises
         :class:`~fedrank.server.envelope.BadRequest` 401 (missing, malformed, expired,
-        forged, unknown, revoked) or 429 (a rate limit)."""
+        forged, unknown, revoked) or 429 (a rate limit). The device's bucket pays for an
+        authenticated request; a refused one costs its address a token (a 429 once they are
+        spent): the address limit bounds what senders without a valid session can do, and
+        devices behind one address (a NAT) do not share a bucket."""
         value = headers.get(HEADER)
         if value is None and not self.required:
             return None
-        self.limit_address(peer)
+        try:
+            return self._verify(method, path, value, body)
+        except BadRequest:
+            self.limit_address(peer)
+            raise
+
+    def _verify(self, method: str, path: str, value: str | None, body: bytes) -> str:
+        """:meth:`authenticate`'s checks of the header ``value``, and the device's limit."""
         if value is None:
             raise _unauthorized(
                 "unenrolled",
