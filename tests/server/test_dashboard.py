@@ -1,0 +1,168 @@
+"""The operator dashboard over HTTP (docs/dashboard.md), against real servers on loopback:
+``GET /v1/dashboard`` carries ``/v1/status``'s body as it is and figures equal to what
+``/v1/model``, ``/v1/summary`` and ``/metrics`` report; under ``[privacy]`` its counts need
+the admin token as ``/v1/status``'s do, and the per-device spends match the ledger's
+epsilons; the page and its assets are served with their content types and load nothing
+from elsewhere."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.server.frecency_users import Users
+from tests.server.serverkit import (
+    ADMIN,
+    ADMIN_TOKEN,
+    Live,
+    admin,
+    live_server,
+    prometheus,
+    status,
+    wait_until,
+)
+
+#: A frecency study whose iterations close as soon as the 2 treatment users have sent.
+FRECENCY = f"""
+[server]
+workload = "frecency"
+admin_token = "{ADMIN_TOKEN}"
+[iteration]
+seconds = 0
+min_updates = 2
+tick_seconds = 0.1
+"""
+
+PRIVATE = f"""
+[server]
+workload = "fedavg"
+admin_token = "{ADMIN_TOKEN}"
+[iteration]
+seconds = 0.0
+min_updates = 1000000000
+[fedavg]
+dim = 6
+server_learning_rate = 1.0
+[privacy]
+epsilon = 4.0
+delta = 1e-6
+clip = 0.5
+rounds = 3
+noise_seed = 11
+"""
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Iterator[Live]:
+    """A frecency server after two closed iterations of 2 treatment and 1 control users,
+    and one refused (stale) update."""
+    with live_server(tmp_path_factory.mktemp("dash"), FRECENCY) as live:
+        users = Users(live.process.url, live.config, data_dir, treatment=2, control=1, seed=3)
+        try:
+            for k in range(2):
+                assert users.step() == ["accepted"] * 3
+                wait_until(lambda k=k: live.version() == k + 1, what=f"version {k + 1}")
+        finally:
+            users.close()
+        stale = {"message_id": "dash-stale", "model_version": 0, "payload": {}}
+        assert live.client.post("/v1/updates", json=stale).status_code == 409
+        yield live
+
+
+def test_the_document_carries_the_status_and_the_stored_history(study: Live) -> None:
+    client = study.client
+    doc = client.get("/v1/dashboard").json()
+    assert doc["status"] == status(client)  # the same body, nothing moved meanwhile
+    assert doc["status"]["model_version"] == 2 and doc["counts_withheld"] is False
+    assert doc["workload"] == "frecency" and doc["alerts"] == []
+    model = doc["model"]
+    served = client.get("/v1/model").json()
+    assert model["names"] == served["parameter_names"] and model["dim"] == len(served["params"])
+    assert [v["version"] for v in model["versions"]] == [0, 1, 2]
+    for v in model["versions"]:
+        params = client.get(f"/v1/model/{v['version']}").json()["params"]
+        assert v["params"] == pytest.approx(params, rel=1e-12)
+        assert v["norm"] == pytest.approx(float(np.linalg.norm(params)))
+    assert model["versions"][2]["params"] != model["versions"][1]["params"]  # the model moved
+    summary = client.get("/v1/summary").json()["iterations"]
+    closed = doc["iterations"]
+    assert [it["iteration"] for it in closed] == [0, 1]
+    for mine, theirs in zip(closed, summary[:2], strict=True):
+        assert {k: mine[k] for k in theirs} == theirs
+        assert theirs["n_updates"] == 2 and set(theirs["branches"]) == {"treatment", "control"}
+    assert doc["iteration"]["number"] == 2 and doc["iteration"]["min_updates"] == 2
+    assert doc["round"] is None and doc["privacy"] is None
+
+
+def test_refusals_are_the_counts_of_metrics(study: Live) -> None:
+    doc = study.client.get("/v1/dashboard").json()
+    metrics = prometheus(study.client.get("/metrics").text)
+    refused = doc["refusals"]["updates"]
+    assert refused == {"stale": 1}
+    for reason, n in refused.items():
+        assert metrics[f'fedrank_updates_rejected_total{{reason="{reason}"}}'] == n
+    assert doc["status"]["updates_rejected_total"] == sum(refused.values())
+
+
+def test_the_page_and_its_assets_are_served_and_load_nothing_from_elsewhere(study: Live) -> None:
+    client = study.client
+    page = client.get("/dashboard")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    loaded = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert loaded and all(not re.match(r"[a-z]+:|//", url) for url in loaded), loaded
+    kinds = {".js": "text/javascript", ".css": "text/css", ".uPlot": "text/plain"}
+    for url in loaded:
+        response = client.get(f"/{url}")
+        assert response.status_code == 200, url
+        assert response.headers["content-type"].startswith(kinds[Path(url).suffix]), url
+        body = response.text
+        if url.endswith("uPlot.iife.min.js"):  # the vendored file names its home once
+            head, _, body = body.partition("*/")
+            assert head.startswith("/*!")
+        if not url.endswith("LICENSE.uPlot"):
+            assert not re.search(r"https?://|//[a-z0-9.-]+\.[a-z]{2,}/", body), url
+    missing = client.get("/dashboard/secret.py")
+    assert missing.status_code == 404 and missing.json()["error"] == "not_found"
+
+
+def test_under_privacy_the_counts_need_the_admin_token(tmp_path: Path) -> None:
+    """Without the token the document shows what ``/v1/status`` shows publicly; with it the
+    counts and the per-device spends, whose epsilons are the ledger's; the next close's
+    cost is what the next close then adds."""
+    with live_server(tmp_path, PRIVATE) as live:
+        client = live.client
+        epsilons = [0.0]
+        costs = []
+        for k, users in enumerate((3, 2)):
+            for i in range(users):
+                body = {
+                    "message_id": f"p{k}-{i}",
+                    "model_version": k,
+                    "client_id": f"user-{i}",
+                    "payload": {"delta": [0.3, -0.2, 0.1, 0.0, 0.05, -0.1], "n": 1},
+                }
+                assert client.post("/v1/updates", json=body).status_code == 202
+            costs.append(client.get("/v1/dashboard", headers=ADMIN).json()["privacy"]["next_cost"])
+            assert admin(client, "close").status_code == 200
+            epsilons.append(status(client)["privacy"]["epsilon"])
+        public = client.get("/v1/dashboard").json()
+        assert public["status"] == client.get("/v1/status").json()
+        assert public["counts_withheld"] is True
+        assert public["status"]["updates_accepted_total"] is None
+        assert public["refusals"] is None and public["privacy"]["spends"] is None
+        assert all("n_updates" not in it and "branches" not in it for it in public["iterations"])
+        assert public["clipping"]["open"] is None
+        operator = client.get("/v1/dashboard", headers=ADMIN).json()
+        assert operator["status"] == status(client) and operator["counts_withheld"] is False
+        assert operator["status"]["updates_accepted_total"] == 5
+        assert [it["n_updates"] for it in operator["iterations"]] == [3, 2]
+        # users 0 and 1 took part in both closes, user 2 in the first only
+        spends = operator["privacy"]["spends"]
+        assert [(s["iterations"], s["devices"]) for s in spends] == [(1, 1), (2, 2)]
+        assert [s["epsilon"] for s in spends] == pytest.approx(epsilons[1:])
+        assert costs == pytest.approx([epsilons[1] - epsilons[0], epsilons[2] - epsilons[1]])
+        assert operator["privacy"]["budget_epsilon"] == 4.0
