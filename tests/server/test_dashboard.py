@@ -112,8 +112,9 @@ def test_the_page_and_its_assets_are_served_and_load_nothing_from_elsewhere(stud
     client = study.client
     page = client.get("/dashboard")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-    loaded = re.findall(r'(?:src|href)="([^"]+)"', page.text)
-    assert loaded and all(not re.match(r"[a-z]+:|//", url) for url in loaded), loaded
+    found = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    loaded = [url for url in found if url != "data:,"]  # the empty icon: no request at all
+    assert loaded and all(not re.match(r"[a-z]+:|//", url) for url in loaded), found
     kinds = {".js": "text/javascript", ".css": "text/css", ".uPlot": "text/plain"}
     for url in loaded:
         response = client.get(f"/{url}")
@@ -166,3 +167,80 @@ def test_under_privacy_the_counts_need_the_admin_token(tmp_path: Path) -> None:
         assert [s["epsilon"] for s in spends] == pytest.approx(epsilons[1:])
         assert costs == pytest.approx([epsilons[1] - epsilons[0], epsilons[2] - epsilons[1]])
         assert operator["privacy"]["budget_epsilon"] == 4.0
+        assert "budget_spent" not in [a["code"] for a in operator["alerts"]]
+        body = {
+            "message_id": "p2-2",
+            "model_version": 2,
+            "client_id": "user-2",
+            "payload": {"delta": [0.1] * 6, "n": 1},
+        }
+        assert client.post("/v1/updates", json=body).status_code == 202
+        assert admin(client, "close").status_code == 200  # the third and last close
+        spent = client.get("/v1/dashboard").json()
+        assert spent["status"]["privacy"]["budget_spent"] is True
+        assert spent["privacy"]["next_cost"] is None
+        assert [a["code"] for a in spent["alerts"]] == ["budget_spent"]
+
+
+CLIPPED = f"""
+[server]
+workload = "fedavg"
+admin_token = "{ADMIN_TOKEN}"
+[iteration]
+seconds = 0.0
+min_updates = 1000000000
+[fedavg]
+dim = 4
+norm_bound = 1.0
+"""
+
+
+def _fedavg_updates(client: object, iteration: int, norm: float, count: int) -> None:
+    """``count`` FedAvg deltas of L2 norm ``norm`` for ``iteration``."""
+    for i in range(count):
+        row = np.array([1.0, -1.0, 1.0, 1.0]) / 2.0 * norm
+        body = {
+            "message_id": f"clip-{iteration}-{norm}-{i}",
+            "model_version": iteration,
+            "payload": {"delta": row.tolist(), "n": 1},
+        }
+        assert client.post("/v1/updates", json=body).status_code == 202  # type: ignore[attr-defined]
+
+
+def test_clip_counts_and_a_jump_in_the_clip_rate(tmp_path: Path) -> None:
+    """The norm-bounded aggregate's counts show per iteration; updates far above the bound
+    in the open iteration, after an iteration within it, raise the clip-rate alert."""
+    with live_server(tmp_path, CLIPPED) as live:
+        client = live.client
+        _fedavg_updates(client, 0, 0.5, 10)
+        assert admin(client, "close").status_code == 200
+        _fedavg_updates(client, 1, 0.5, 8)
+        _fedavg_updates(client, 1, 8.0, 2)
+        assert admin(client, "close").status_code == 200
+        calm = client.get("/v1/dashboard").json()
+        assert [it["clip"] for it in calm["iterations"]] == [
+            {"within": 10, "count": 10},
+            {"within": 8, "count": 10},
+        ]
+        assert calm["alerts"] == []  # 20 % clipped: not a jump of more than 25 points
+        _fedavg_updates(client, 2, 8.0, 12)
+        doc = client.get("/v1/dashboard").json()
+        assert doc["clipping"]["open"] == {"within": 0, "count": 12}
+        assert doc["clipping"]["norm_bound"] == 1.0
+        (alert,) = doc["alerts"]
+        assert alert["code"] == "clip_rate_jump" and "100%" in alert["text"]
+        assert "mean of 10%" in alert["text"]
+
+
+def test_a_stalled_iteration_raises_an_alert(tmp_path: Path) -> None:
+    """An iteration open for more than twice its fixed time (here it cannot close: too
+    few updates) is shown as stalled."""
+    text = '[server]\nworkload = "frecency"\n[iteration]\nseconds = 0.5\nmin_updates = 99\n'
+    with live_server(tmp_path, text) as live:
+
+        def stalled() -> list[dict[str, str]]:
+            alerts = live.client.get("/v1/dashboard").json()["alerts"]
+            return [a for a in alerts if a["code"] == "stalled"]
+
+        (alert,) = wait_until(stalled, timeout=10.0, interval=0.2, what="the stalled alert")
+        assert "iteration 0 open for" in alert["text"]

@@ -30,7 +30,9 @@ function chart(id, series, data, opts = {}) {
     const plot = new uPlot({
       width, height: opts.height || 200,
       scales: { x: { time: false } },
-      axes: [{ label: opts.xLabel || "" }, { label: opts.yLabel || "", size: 60 }],
+      // versions and iterations are whole numbers: no fractional ticks on x
+      axes: [{ label: opts.xLabel || "", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000] },
+        { label: opts.yLabel || "", size: 60 }],
       legend: { live: false },
       series: [{ label: opts.xLabel || "x" }, ...series.map((s, i) => ({
         label: s.label, stroke: PALETTE[i % PALETTE.length], width: 1.5, points: { size: 4 },
@@ -82,9 +84,13 @@ function showModel(d) {
     const first = versions[0].params, last = versions[versions.length - 1].params;
     const order = names.map((_, i) => i)
       .sort((a, b) => Math.abs(last[b] - first[b]) - Math.abs(last[a] - first[a])).slice(0, 10);
-    text("model-chart-title", `weights over versions (the ${order.length} that moved most)`);
+    // weights differ by orders of magnitude: each line is its weight's change since the
+    // first version shown, so that every one's movement is visible on one axis
+    text("model-chart-title",
+      `change of each weight since version ${x[0]} (the ${order.length} that moved most)`);
     chart("chart-model", order.map((i) => ({ label: names[i] })),
-      [x, ...order.map((i) => versions.map((v) => v.params[i]))], { xLabel: "model version" });
+      [x, ...order.map((i) => versions.map((v) => v.params[i] - first[i]))],
+      { xLabel: "model version", yLabel: "change" });
     if (versions.length > 1) {
       const before = versions[versions.length - 2].params;
       const movers = names.map((n, i) => [n, before[i], last[i], last[i] - before[i]])
