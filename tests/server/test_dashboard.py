@@ -8,6 +8,7 @@ from elsewhere."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from tests.server.serverkit import (
     ADMIN_TOKEN,
     Live,
     admin,
+    es_message,
     live_server,
     prometheus,
     status,
@@ -244,3 +246,41 @@ def test_a_stalled_iteration_raises_an_alert(tmp_path: Path) -> None:
 
         (alert,) = wait_until(stalled, timeout=10.0, interval=0.2, what="the stalled alert")
         assert "iteration 0 open for" in alert["text"]
+
+
+#: Rounds whose scheduler never ticks: the round stays open past its deadline.
+ROUNDS = f"""
+[server]
+workload = "foltr-es"
+admin_token = "{ADMIN_TOKEN}"
+[iteration]
+tick_seconds = 3600
+[rounds]
+enabled = true
+clients_per_round = 3
+t_max_seconds = 1.0
+checkin_seconds = 0.1
+min_checkins = 2
+"""
+
+
+def test_the_round_shows_its_seats_reports_and_who_dropped(tmp_path: Path) -> None:
+    with live_server(tmp_path, ROUNDS, iteration_seconds=0, iteration_min_updates=1) as live:
+        client = live.client
+        for name in ("drop-a", "drop-b"):
+            client.post("/v1/checkin", json={"client_id": name})
+
+        def seated(name: str) -> dict[str, object] | None:
+            answer = client.post("/v1/checkin", json={"client_id": name}).json()
+            return answer if answer["selected"] else None
+
+        a = wait_until(lambda: seated("drop-a"), interval=0.05, what="drop-a seated")
+        assert wait_until(lambda: seated("drop-b"), interval=0.05, what="drop-b seated")
+        report = es_message("drop-1", 0, 2, 0.5, 0.5, client_id="drop-b")
+        assert client.post("/v1/updates", json=report).status_code == 202
+        before = client.get("/v1/dashboard").json()["round"]
+        assert before["number"] == 0 and before["seated"] == 2 and before["reported"] == 1
+        assert before["dropped"] == [] and before["clients_per_round"] == 3
+        wait_until(lambda: time.time() > a["deadline"] + 0.05, what="a's deadline to pass")
+        after = client.get("/v1/dashboard").json()["round"]
+        assert after["dropped"] == [live.device_id("drop-a")] and after["seconds_left"] == 0.0

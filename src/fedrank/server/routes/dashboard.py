@@ -96,17 +96,25 @@ class DashboardRoutes:
         )
 
     async def data(self, request: Request) -> Response:
+        """The document: the live parts read here, on the event loop that updates them
+        (the request counts, the open round); the store's history and the accountant's
+        next cost in a worker thread."""
         status = self.observe.status_body(request)
         visible = self.observe.counts_visible(request)
+        now = time.time()
+        live = {
+            "round": self._round(now, visible),
+            "refusals": self._refusals() if visible else None,
+        }
         loop = asyncio.get_running_loop()
-        body = await loop.run_in_executor(None, self._document, status, visible)
+        body = await loop.run_in_executor(None, self._document, status, visible, now, live)
         return Response(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY),
                         media_type="application/json")  # fmt: skip
 
-    # -- the document (in a worker thread: it may read the store) -----------------------
-
-    def _document(self, status: dict[str, Any], visible: bool) -> dict[str, Any]:
-        service, now = self.service, time.time()
+    def _document(
+        self, status: dict[str, Any], visible: bool, now: float, live: dict[str, Any]
+    ) -> dict[str, Any]:
+        service = self.service
         engine, config = service.engine, service.config
         snap = engine.snapshot()
         history = self._read_history(snap.iteration)
@@ -131,8 +139,7 @@ class DashboardRoutes:
             },
             "model": history["model"],
             "iterations": iterations,
-            "round": self._round(now, visible),
-            "refusals": self._refusals() if visible else None,
+            **live,
             "privacy": self._privacy(snap.iteration, visible),
             "clipping": {
                 "norm_bound": snap.norm_bound,
