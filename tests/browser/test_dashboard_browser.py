@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from tests.server.frecency_users import Users
-from tests.server.serverkit import ADMIN_TOKEN, Live, live_server, status, wait_until
+from tests.server.serverkit import ADMIN_TOKEN, Live, admin, live_server, status, wait_until
 
 CHROMIUM = Path(os.environ.get("FEDRANK_CHROMIUM", "/usr/bin/chromium"))
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "dashboard"
@@ -111,3 +111,60 @@ def test_the_page_follows_a_live_frecency_study(
             users.close()
     assert not errors, errors
     assert requests and all(r.startswith(url) for r in requests), requests
+
+
+PRIVATE = f"""
+[server]
+workload = "fedavg"
+admin_token = "{ADMIN_TOKEN}"
+[iteration]
+seconds = 0.0
+min_updates = 1000000000
+[fedavg]
+dim = 6
+server_learning_rate = 1.0
+[privacy]
+epsilon = 4.0
+delta = 1e-6
+clip = 0.5
+rounds = 3
+noise_seed = 11
+"""
+
+
+def test_under_privacy_the_page_shows_counts_only_with_the_admin_token(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """Without the token the page shows what ``/v1/status`` shows publicly; typed into the
+    page, the token brings the counts and the per-device spends."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with live_server(tmp_path, PRIVATE) as live:
+        client = live.client
+        for i in range(3):
+            body = {
+                "message_id": f"b{i}",
+                "model_version": 0,
+                "client_id": f"user-{i}",
+                "payload": {"delta": [0.3, -0.2, 0.1, 0.0, 0.05, -0.1], "n": 1},
+            }
+            assert client.post("/v1/updates", json=body).status_code == 202
+        assert admin(client, "close").status_code == 200
+        public = client.get("/v1/status").json()
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        try:
+            page.goto(f"{live.process.url}/dashboard")
+            shows(page, "model-version", public["model_version"])
+            shows(page, "updates-accepted", "withheld (admin token)")
+            shows(page, "spends", "withheld (admin token)")
+            shows(page, "privacy-epsilon", f"{public['privacy']['epsilon']:.4g}")
+            page.fill("#token", ADMIN_TOKEN)
+            page.click("#token-form button")
+            operator = status(client)
+            shows(page, "updates-accepted", operator["updates_accepted_total"])
+            page.wait_for_function(
+                "() => document.getElementById('spends').textContent.includes('3 devices')",
+                timeout=SHOWN_MS,
+            )
+            page.screenshot(path=RESULTS / "privacy.png", full_page=True)
+        finally:
+            page.close()

@@ -29,7 +29,7 @@ function chart(id, series, data, opts = {}) {
     el.textContent = "";
     const plot = new uPlot({
       width, height: opts.height || 200,
-      scales: { x: { time: false } },
+      scales: { x: { time: false }, ...(opts.yRange ? { y: { range: opts.yRange } } : {}) },
       // versions and iterations are whole numbers: no fractional ticks on x
       axes: [{ label: opts.xLabel || "", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000] },
         { label: opts.yLabel || "", size: 60 }],
@@ -41,6 +41,9 @@ function chart(id, series, data, opts = {}) {
     c = charts[id] = { key, plot };
   } else {
     c.plot.setData(data);
+  }
+  if (data[0].length === 1) {  // one point: uPlot would stretch x to 0-100
+    c.plot.setScale("x", { min: data[0][0] - 1, max: data[0][0] + 1 });
   }
 }
 
@@ -171,8 +174,8 @@ function showIngest(d, now) {
   const accepted = s.updates_accepted_total;
   if (accepted !== null && previous && previous.accepted !== null && now > previous.t) {
     text("ingest-rate", ((accepted - previous.accepted) / (now - previous.t)).toFixed(1));
-  } else if (accepted === null) {
-    text("ingest-rate", withheld);
+  } else {
+    text("ingest-rate", accepted === null ? withheld : "-");  // one reading so far
   }
   previous = { t: now, accepted };
   if (d.refusals) {
@@ -232,7 +235,7 @@ function showSafeguards(d) {
   if (its.length) {
     chart("chart-clip", [{ label: "clip rate" }],
       [its.map((it) => it.iteration), its.map((it) => 1 - it.clip.within / it.clip.count)],
-      { xLabel: "iteration", height: 150 });
+      { xLabel: "iteration", height: 150, yRange: [0, 1] });
   }
 }
 
