@@ -11,6 +11,7 @@ module under :mod:`fedrank.server.routes`:
 * ``GET /v1/status``, ``GET /v1/summary``, ``GET /metrics`` --
   :mod:`~fedrank.server.routes.observability`.
 * ``POST /v1/admin/{close,pause,resume}`` -- :mod:`~fedrank.server.routes.admin`.
+* ``GET /dashboard``, ``GET /v1/dashboard`` -- :mod:`~fedrank.server.routes.dashboard`.
 * ``POST /v1/devices/enroll``, ``POST /v1/devices/session``, ``POST /v1/admin/devices`` --
   :mod:`~fedrank.server.routes.devices`.
 
@@ -44,6 +45,7 @@ from fedrank.server.openapi import openapi
 from fedrank.server.rounds import Rounds
 from fedrank.server.routes.admin import Admin
 from fedrank.server.routes.checkin import Checkin
+from fedrank.server.routes.dashboard import DashboardRoutes
 from fedrank.server.routes.devices import DeviceRoutes
 from fedrank.server.routes.ingest import Ingest
 from fedrank.server.routes.model import ModelRoutes
@@ -108,7 +110,7 @@ def create_app(config: ServerConfig) -> ASGIApp:
     service = Service(config)
     model, ingest, checkin = ModelRoutes(service), Ingest(service), Checkin(service)
     secagg, admin, observe = SecAggRoutes(service), Admin(service), Observability(service)
-    devices = DeviceRoutes(service)
+    devices, dashboard = DeviceRoutes(service), DashboardRoutes(service, observe)
     routes = [
         Route("/v1/model", model.model, methods=["GET"]),
         Route("/v1/model/{version}", model.model_version, methods=["GET"]),
@@ -125,6 +127,9 @@ def create_app(config: ServerConfig) -> ASGIApp:
         Route("/v1/admin/{action}", admin.admin, methods=["POST"]),
         Route("/metrics", observe.metrics, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
+        Route("/v1/dashboard", dashboard.data, methods=["GET"]),
+        Route("/dashboard", dashboard.page, methods=["GET"]),
+        Route("/dashboard/{name}", dashboard.asset, methods=["GET"]),
     ]
     framework = Starlette(routes=routes, lifespan=functools.partial(lifespan, service))
     response_headers = [(b"content-type", JSON.encode())]

@@ -333,6 +333,27 @@ def openapi_document() -> dict[str, Any]:
             "/metrics": {
                 "get": {"responses": {"200": {"description": "Prometheus text"}, **_errors(403)}}
             },
+            "/v1/dashboard": {
+                "get": {
+                    "responses": {
+                        "200": _json_response(
+                            "what the dashboard page shows: the /v1/status body, model "
+                            "versions, closed iterations, refusals, round, privacy spends, "
+                            "clipping, alerts; under [privacy] the counts need the admin token"
+                        )
+                    }
+                }
+            },
+            "/dashboard": {
+                "get": {
+                    "responses": {
+                        "200": {
+                            "description": "the operator dashboard (HTML)",
+                            "content": {"text/html": {"schema": {"type": "string"}}},
+                        }
+                    }
+                }
+            },
             "/v1/devices/enroll": {
                 "post": {
                     "summary": "Enroll a device's Ed25519 key with an operator's token (or "

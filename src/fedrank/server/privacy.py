@@ -146,6 +146,7 @@ class PrivacyLedger:
         self._open_by: set[str] = set()
         self._devices: dict[str, Any] | None = None
         self._epsilon_after: dict[int, float] = {}
+        self._spends: list[dict[str, Any]] = []
         if self.enabled and self.plan is None:
             noise_multiplier(self.section)  # calibrate at start: a bad budget fails here
 
@@ -224,6 +225,7 @@ class PrivacyLedger:
             self._closed_by = store.contributions(open_iteration)
             self._open_by = set()
             self._devices = self._device_summary()
+            self._spends = self._spend_distribution()
 
     def client_refusal(self, client: str | None) -> Outcome | None:
         """Why an update of device ``client`` cannot be taken in the open iteration
@@ -284,6 +286,7 @@ class PrivacyLedger:
                 self._closed_by[client] = self._closed_by.get(client, 0) + 1
             self._open_by = set()
             self._devices = self._device_summary()
+            self._spends = self._spend_distribution()
 
     def epsilon_after(self, closes: int) -> float:
         """The epsilon of a device that contributed to ``closes`` closes."""
@@ -304,6 +307,27 @@ class PrivacyLedger:
             "max_epsilon": self.epsilon_after(most),
             "at_budget": at_budget,
         }
+
+    def spend_distribution(self) -> list[dict[str, Any]]:
+        """How the devices' spends are distributed: per number of closed iterations a
+        device contributed to, that many closes' epsilon and how many devices are there
+        (never which); empty without ``[privacy]`` or before any device contributed. Built
+        by the writer thread at each close (readers never iterate the live ledger)."""
+        return self._spends
+
+    def _spend_distribution(self) -> list[dict[str, Any]]:
+        counts = Counter(self._closed_by.values())
+        return [
+            {"iterations": k, "epsilon": self.epsilon_after(k), "devices": counts[k]}
+            for k in sorted(counts)
+        ]
+
+    def next_cost(self, closed: int) -> float | None:
+        """The epsilon the next close adds to a device that contributes to it after
+        ``closed`` closes (``None`` without ``[privacy]`` or once the budget is spent)."""
+        if not self.enabled or closed >= self.section.rounds:
+            return None
+        return self.epsilon_after(closed + 1) - self.epsilon_after(closed)
 
     def noise_rng(self, iteration: int, count: bool = False) -> np.random.Generator:
         """The generator of the noise added when ``iteration`` closes (``count``: of the

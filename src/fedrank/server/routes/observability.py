@@ -71,12 +71,12 @@ class Observability:
     def __init__(self, service: Service) -> None:
         self.service = service
 
-    def _rejected(self) -> Counter[str]:
+    def rejected(self) -> Counter[str]:
         """Refused updates by reason: the front door's and the writer's."""
         front = self.service.counts.updates_refused
         return Counter(dict(front)) + self.service.engine.rejected()
 
-    def _counts_visible(self, request: Request) -> bool:
+    def counts_visible(self, request: Request) -> bool:
         """Whether ``request`` may see the exact counts: always without ``[privacy]`` (or
         with ``public_counts``), else only with the admin token."""
         config = self.service.config
@@ -96,39 +96,42 @@ class Observability:
         )
 
     async def status(self, request: Request) -> Response:
+        return json_response(self.status_body(request))
+
+    def status_body(self, request: Request) -> dict[str, Any]:
+        """The body of ``GET /v1/status`` for ``request`` (the counts ``null`` when
+        ``[privacy]`` withholds them from it); the dashboard shows the same dict."""
         service = self.service
         e, snap, scheduler = service.engine, service.engine.snapshot(), service.scheduler
         counts: dict[str, Any] = {
             "updates_accepted_total": e.accepted_total,
             "updates_counted_total": e.counted_total,
             "updates_in_iteration": snap.updates_in_iteration,
-            "updates_rejected_total": sum(self._rejected().values()),
+            "updates_rejected_total": sum(self.rejected().values()),
             "updates_duplicate_total": e.duplicates_total,
             "requests_refused_total": sum(service.counts.refused.values()),
         }
-        withheld = not self._counts_visible(request)
+        withheld = not self.counts_visible(request)
         if withheld:
             counts = dict.fromkeys(counts)
         secagg = service.secagg
         previous = None if service.rounds is None else service.rounds.secagg_previous
-        return json_response(
-            {
-                "model_version": snap.version,
-                "iteration": snap.iteration,
-                "workload": e.workload.name,
-                **counts,
-                "counts_withheld": withheld,
-                "close_failures_total": scheduler.close_failures_total,
-                "last_close_error": scheduler.last_close_error,
-                "paused": snap.paused,
-                "policy": scheduler.policy.name if service.rounds is None else "rounds",
-                "privacy": e.privacy.status(snap.iteration),
-                "secagg": None if secagg is None else secagg.summary(previous),
-            }
-        )
+        return {
+            "model_version": snap.version,
+            "iteration": snap.iteration,
+            "workload": e.workload.name,
+            **counts,
+            "counts_withheld": withheld,
+            "close_failures_total": scheduler.close_failures_total,
+            "last_close_error": scheduler.last_close_error,
+            "paused": snap.paused,
+            "policy": scheduler.policy.name if service.rounds is None else "rounds",
+            "privacy": e.privacy.status(snap.iteration),
+            "secagg": None if secagg is None else secagg.summary(previous),
+        }
 
     async def summary(self, request: Request) -> Response:
-        if not self._counts_visible(request):
+        if not self.counts_visible(request):
             return self._counts_withheld("summary")
         loop = asyncio.get_running_loop()
         iterations = await loop.run_in_executor(None, self._summaries)
@@ -146,10 +149,10 @@ class Observability:
         return [*closed, engine.current.summary(engine.round.version)]
 
     async def metrics(self, request: Request) -> Response:
-        if not self._counts_visible(request):
+        if not self.counts_visible(request):
             return self._counts_withheld("metrics")
         counts = self.service.counts
         text = prometheus_text(
-            self.service.engine, self._rejected(), counts.requests, counts.refused
+            self.service.engine, self.rejected(), counts.requests, counts.refused
         )
         return Response(text, media_type="text/plain; version=0.0.4")
