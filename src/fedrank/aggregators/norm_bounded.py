@@ -83,9 +83,10 @@ class NormBounded:
         quantile: ``gamma`` in (0, 1): the quantile of the update norms the bound tracks
             (Andrew et al.: 0.5 works well); ``None`` (default): a fixed bound.
         eta: the geometric learning rate of the bound (> 0; Andrew et al.: 0.2).
-        min_bound, max_bound: the bound's range (default ``bound / 1000`` and
-            ``bound * 1000``: six orders of magnitude around the start, so start within a
-            factor 1000 of the typical norm).
+        min_bound: the bound's lower end (default ``bound / 1000``).
+        max_bound: its upper end (default ``bound * 1000``: with ``min_bound``, six orders
+            of magnitude around the start, so start within a factor 1000 of the typical
+            norm).
 
     ``finalize`` is ``inner.finalize`` of the clipped updates.
     """

@@ -2,193 +2,23 @@
 full at start (an unknown key, a wrong type or an out-of-range value is an error that names
 the section and the key).
 
-A complete example (every key optional; these are the defaults)::
-
-    [server]
-    workload = "frecency"        # frecency | foltr-es | fedavg | fpdgd (the registry's systems)
-    store = "fedrank-store"      # directory: SQLite database, Parquet audit log
-    host = "127.0.0.1"
-    port = 8000
-    admin_token = ""             # bearer token of the admin endpoints; empty: admin disabled
-    max_body_bytes = 16777216    # larger requests get 413 (a 10,000-message batch: 1-4 MB)
-    max_staleness = 0            # accept updates computed on up to this many versions back
-    max_n = 0                    # largest weight n of a message; 0: the workload's default
-                                 # (frecency 100 searches, fedavg 100000 training queries)
-    header_timeout = 10.0        # a request's headers must arrive within this (s), or closed
-    body_timeout = 60.0          # its body within this (s), or 408
-    keep_alive_timeout = 5.0     # an idle connection between requests is closed after this
-    max_connections = 1000       # concurrent connections; beyond, new requests get 503
-    request_timeout = 70.0       # a whole request, first byte to last body byte (s), or closed
-    write_timeout = 30.0         # a client that reads none of its answer for this long: closed
-    max_connections_per_address = 64  # open connections from one client address; beyond,
-                                 # closed at once (behind a reverse proxy: max_connections)
-
-    [iteration]
-    seconds = 1800.0             # fixed-time policy (the paper's 30 minutes); 0: off
-    min_updates = 1              # never apply an aggregate of fewer updates
-    stable_ticks = 0             # adaptive policy: aggregate sign unchanged for this many ticks
-    tick_seconds = 0.5           # how often the scheduler looks
-
-    [frecency]                   # Mozilla paper, Sections 5-6 (fedrank.systems.frecency)
-    model = "classic"            # classic (22 weights) | modern (Firefox 128+)
-    setting = "paper"            # paper | mozilla-deployed (the study's Scala server)
-    message = "full"             # full (float gradients) | sign (2 bits per weight)
-    optimizer = "rprop"          # rprop | sgd | adam
-    significance_z = 1.0         # per-weight significance gate (default: 1 paper, 0 deployed)
-    aggregator = "gated-mean"    # gated-mean (sign vote for sign messages) | median |
-                                 # trimmed-mean (coordinate-wise, unweighted; full only)
-    trim = 0.1                   # trimmed-mean: fraction dropped from each end, [0, 0.5)
-    norm_bound = 0.0             # full gradients scaled down to this L2 norm; 0: as sent
-    # norm_quantile = 0.5        # adapt norm_bound towards this quantile of the gradient
-                                 # norms every iteration (Andrew et al. 2021); unset: fixed
-    max_rows = 100000            # most gradients a median / trimmed mean holds per iteration
-    eps = 1.0                    # finite-difference epsilon the clients use
-    max_change = 3.0             # safeguard: change per iteration (paper setting)
-    eta_plus = 1.2               # Rprop (Eq. 2); defaults: the setting's
-    eta_minus = 0.5
-    step_init = 1.0
-    step_min = 0.001
-    step_max = 3.0
-    learning_rate = 1.0          # sgd | adam
-    decay_rate = 0.975           # classic frecency's daily decay, served to control
-
-    [foltr_es]                   # FOLtR-ES, Section 3
-    ranker = "linear"            # linear | two-layer
-    n_features = 46
-    sigma = 0.01
-    batch = 4                    # B
-    antithetic = true
-    p = 0.9                      # randomized response; 1.0: no privatization
-    learning_rate = 0.001        # Adam
-    difference_bound = 0.0       # clip each report's f+ - f- to [-b, b]; 0: as reported
-    server_seeds = false         # the server issues each selected client's seed at check-in
-                                 # and updates carry its seed_token (needs [rounds]; no
-                                 # [[proxies]]); false: clients draw their own (the paper)
-
-    [fedavg]                     # FedAvg of parameter deltas (FedPS, Algorithm 1)
-    dim = 100                    # number of shared parameters
-    server_learning_rate = 1.0
-    aggregator = "mean"          # mean (n-weighted) | median | trimmed-mean (unweighted)
-    trim = 0.1
-    norm_bound = 0.0             # deltas scaled down to this L2 norm; 0: the default bound
-                                 # (1.0 adapting to the 0.9-quantile of the norms; none under
-                                 # [privacy] or [secagg], which bound deltas themselves)
-    # norm_quantile = 0.5        # adaptive bound (see [frecency])
-    max_rows = 100000
-    unbounded = false            # true: no default bound, deltas averaged as sent (a warning)
-
-    [fpdgd]                      # FPDGD (Wang et al. 2021): FedAvg of PDGD deltas
-    ranker = "linear"            # linear | two-layer
-    n_features = 46
-    batch = 4                    # B: a client's interactions (PDGD steps) per round
-    learning_rate = 0.1          # the clients' local step
-    server_learning_rate = 1.0
-    laplace = "none"             # none | local | distributed: the clients' Laplace noise
-    laplace_epsilon = 4.5
-    laplace_clip = 1.0           # L1 radius of every delta before the noise
-    laplace_shares = 1           # distributed: K, the clients whose shares add up
-    aggregator = "mean"          # as [fedavg]
-    seed = 0                     # the first model's seed (a two-layer ranker's weights)
-
-    [rounds]                     # server-selected rounds (every workload but frecency)
-    enabled = false
-    clients_per_round = 100      # K
-    t_max_seconds = 60.0         # reporting deadline after selection
-    checkin_seconds = 10.0       # the check-in window, from a round's first check-in; at
-                                 # its end K of the clients that checked in are sampled
-                                 # uniformly at random (never first-come; docs/service.md)
-    min_checkins = 1             # the window stays open until this many clients wait (a
-                                 # secure round always waits for K)
-    max_waiting = 0              # clients a window keeps, the rest reservoir-sampled (a
-                                 # flood cannot crowd out earlier ones); 0: 100 x K
-    selection_seed = -1          # -1: selections from a CSPRNG; >= 0: a seeded generator,
-                                 # reproducible (simulations and tests only)
-
-    [secagg]                     # secure aggregation of each round (fedavg; docs/secagg.md)
-    enabled = false
-    threshold = 0                # t: clients needed to finish a round; 0: K // 2 + 1
-    l2_bound = 0.0               # clients clip their delta to this L2 norm (required)
-    stage_seconds = 30.0         # each protocol stage closes after this (or when all sent)
-    allow_low_threshold = false  # true: accept threshold < K // 2 + 1 (logged as a warning)
-
-    [privacy]                    # DP of the model (frecency, fedavg; docs/privacy.md)
-    mode = "central"             # central: the server clips and adds Gaussian noise;
-                                 # distributed: clients add Skellam noise under [secagg]
-                                 # (needs clip = [secagg] l2_bound, accountant = "rdp")
-    epsilon = 0.0                # each user's budget over the server's whole training; 0: off
-                                 # (calibrated for 0.05..50)
-    delta = 1e-6                 # its delta, well below 1 / users (1e-12..0.1)
-    clip = 0.0                   # L2 bound C of every update (required with epsilon)
-    rounds = 0                   # iterations the budget covers (required with epsilon); the
-                                 # noise is calibrated to them and no iteration closes after
-    accountant = "pld"           # pld (tight) | rdp
-    noise_seed = -1              # -1: noise from the store's secret seed (OS entropy, drawn
-                                 # once); >= 0: reproducible noise (tests and experiments only)
-    clip_quantile = 0.0          # central only: the clip follows this quantile of the update
-                                 # norms, estimated privately (Andrew et al. 2021); 0: fixed
-    count_noise = 0.0            # sigma_b of that estimate (required with clip_quantile;
-                                 # Andrew et al.: the expected updates per iteration / 20)
-    clip_eta = 0.2               # the adaptive clip's learning rate
-    denominator = 0.0            # central only: divide each noised sum by this fixed number
-                                 # (about the expected updates per iteration), so that the
-                                 # model hides who took part too; 0: by the iteration's count
-    public_counts = false        # true: /v1/status's counts, /v1/summary and /metrics answer
-                                 # anyone, as without [privacy] (their exact counts reveal who
-                                 # took part); false: only to the admin token
-    noise = "numpy"              # central only: numpy (PCG64 floats, for experiments) | secure
-                                 # (discrete Gaussian on a lattice from ChaCha20, keyed by the
-                                 # store's secret; needs accountant = "rdp", a fixed clip)
-
-    [identity]                   # enrolled devices (docs/devices.md)
-    required = "auto"            # "auto": true when [rounds], [secagg] or [privacy] is on;
-                                 # true: every check-in, update and secagg message comes from
-                                 # an enrolled device; false: anyone (a warning with those on)
-    session_seconds = 3600.0     # a device's session key lasts this long (10..86400)
-    max_clock_skew_seconds = 60.0  # a signed request's timestamp within this of the server's
-                                 # clock (1..3600); older ones (replays) are refused
-    device_rate = 10.0           # requests/s per device (token bucket; >= 1, or 0: off)
-    device_burst = 100           # its bucket size
-    address_rate = 100.0         # requests/s per client address where identity is checked
-    address_burst = 1000         # (>= 1, or 0: off); beyond either limit: 429, Retry-After
-    attestation = ""             # "module:function": called with (public_key, evidence) at
-                                 # enrollment; true admits a device without a token
-
-    [metrics]                    # the metrics clients may report: name = [low, high]
-    loss = [0.0, 1e9]            # (given, the table replaces the workload's defaults,
-    chars_typed = [0.0, 2048.0]  #  system's metrics; these are frecency's)
-    evaluation = [0.0, 1.0]
-    searches = [0.0, 1e6]
-    selected_rank = [0.0, 1000.0]
-
-    [[proxies]]                  # proxies that may send merged aggregates (none by default)
-    name = "proxy-eu"
-    token = "a secret of 16 or more characters"   # sent as Authorization: Bearer <token>
-    max_clients = 100000         # most client messages one aggregate may stand for
-
-    [[branches]]                 # study branches (Mozilla Section 6.2)
-    name = "treatment"
-    share = 0.6
-    served = "trained"           # trained | defaults
-    [[branches]]
-    name = "control"
-    share = 0.2
-    served = "defaults"
-    decay = true                 # classic frecency's daily decay in this branch
-    [[branches]]
-    name = "control-no-decay"
-    share = 0.2
-    served = "defaults"
-    decay = false
+Every key is optional. Each section's class says what its keys mean, next to the fields
+(``Attributes`` of :class:`~fedrank.server.sections.ServerSection` and its siblings, and of
+each system's config); ``python -m fedrank.server.config_reference`` writes them, with
+every key's type, default and accepted values, to docs/reference/config.md. The files in
+``examples/`` are configurations that start a server.
 
 Without ``[[branches]]`` a workload runs its system's default branches
-(:attr:`fedrank.systems.system.System.branches`): frecency the three branches above, the
-other workloads a single ``treatment`` branch with share 1. Without ``[metrics]`` its
-clients may report its system's metrics (:attr:`~fedrank.systems.system.System.metrics`).
+(:attr:`fedrank.systems.system.System.branches`): frecency three (treatment, control and
+control-no-decay), the other workloads a single ``treatment`` branch with share 1. Without
+``[metrics]`` its clients may report its system's metrics
+(:attr:`~fedrank.systems.system.System.metrics`).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -653,6 +483,7 @@ def load_config(path: Path | None = None, **overrides: Any) -> ServerConfig:
         table = data.get(target, {})
         if isinstance(table, dict):  # else _section names the section that is no table
             data = {**data, target: {**table, key: value}}
+    data = _admin_token_from_env(data)
     sections = {name: _section(name, cls, data.get(name, {})) for name, cls in _SECTIONS.items()}
     service = {name: sections.pop(name) for name in _SERVICE_SECTIONS}
     chosen = SYSTEMS[service["server"].workload]
@@ -672,6 +503,30 @@ def load_config(path: Path | None = None, **overrides: Any) -> ServerConfig:
         proxies=proxies,
         **service,
     )
+
+
+def _admin_token_from_env(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with ``[server] admin_token`` read from the environment variable that
+    ``[server] admin_token_env`` names, where it names one."""
+    table = data.get("server")
+    if not isinstance(table, dict) or not table.get("admin_token_env"):
+        return data
+    name = table["admin_token_env"]
+    if not isinstance(name, str):
+        return data  # _section names the wrong type
+    if table.get("admin_token"):
+        raise ConfigError(
+            "[server] has both admin_token and admin_token_env: keep one (admin_token_env "
+            "keeps the secret out of the file)"
+        )
+    token = os.environ.get(name, "")
+    if not token:
+        raise ConfigError(
+            f"[server] admin_token_env = {name!r}, but the environment variable {name} is not "
+            f"set; set it, e.g. export {name}=$(python -c 'import secrets; "
+            "print(secrets.token_hex())')"
+        )
+    return {**data, "server": {**table, "admin_token": token}}
 
 
 def _resolved(section: Any) -> Any:

@@ -2,7 +2,9 @@
 ``[rounds]``, ``[secagg]``, ``[privacy]`` and ``[[proxies]]`` (:mod:`fedrank.server.config`
 loads them with the workload's system section and checks what ties them together). Each
 declares what its keys accept (:mod:`fedrank.core.validation`); the meaning of every key and
-its default is in :mod:`fedrank.server.config`'s reference."""
+its default is in its class's ``Attributes``, which ``python -m
+fedrank.server.config_reference`` turns into the configuration reference
+(docs/reference/config.md)."""
 
 from __future__ import annotations
 
@@ -39,13 +41,42 @@ def _strong_token(token: str) -> bool:
 
 @dataclass(frozen=True)
 class ServerSection(Validated):
-    """``[server]``: the workload, where the store is, and the HTTP server's limits."""
+    """``[server]``: the workload, where the store is, and the HTTP server's limits.
+
+    Attributes:
+        workload: the system the server trains, one of the registry's
+            (:data:`fedrank.federation.registry.SYSTEMS`).
+        store: the store's directory: the SQLite database and the Parquet audit log.
+        host: the address the HTTP server listens on.
+        port: its port (0: any free port).
+        admin_token: the bearer token of the admin endpoints; empty: admin disabled.
+        admin_token_env: the name of an environment variable that holds the admin token,
+            read at start (so that the file holds no secret); empty: none. Give this or
+            ``admin_token``, not both.
+        max_body_bytes: larger requests get 413 (a 10,000-message batch takes 1-4 MB).
+        max_staleness: accept updates computed on up to this many model versions back.
+        max_n: the largest weight ``n`` of a message; 0: the workload's default (frecency
+            100 searches, fedavg 100,000 training queries).
+        header_timeout: a request's headers must arrive within this many seconds, or the
+            connection is closed.
+        body_timeout: its body within this many seconds, or 408.
+        keep_alive_timeout: an idle connection between requests is closed after this many
+            seconds.
+        max_connections: concurrent connections; beyond, new requests get 503.
+        request_timeout: a whole request, first byte to last body byte, within this many
+            seconds, or the connection is closed.
+        write_timeout: a client that reads none of its answer for this many seconds is
+            closed.
+        max_connections_per_address: open connections from one client address; beyond,
+            closed at once (behind a reverse proxy, rely on ``max_connections``).
+    """
 
     workload: str = "frecency"
     store: str = "fedrank-store"
     host: str = "127.0.0.1"
     port: int = 8000
     admin_token: str = ""
+    admin_token_env: str = ""
     max_body_bytes: int = 16_777_216
     max_staleness: int = 0
     max_n: int = 0
@@ -63,6 +94,7 @@ class ServerSection(Validated):
         "host": str,
         "port": Interval(Integral, 0, 65535),
         "admin_token": str,
+        "admin_token_env": str,
         "max_body_bytes": Interval(Integral, 1024, None),
         "max_staleness": Interval(Integral, 0, None),
         "max_n": Accepts(Interval(Integral, 0, 10**9), note="0: the workload's default"),
@@ -91,7 +123,15 @@ class ServerSection(Validated):
 
 @dataclass(frozen=True)
 class IterationSection(Validated):
-    """``[iteration]``: when an iteration closes (:mod:`fedrank.core.iteration_policy`)."""
+    """``[iteration]``: when an iteration closes (:mod:`fedrank.core.iteration_policy`).
+
+    Attributes:
+        seconds: the fixed-time policy's length in seconds (the paper's 30 minutes); 0: off.
+        min_updates: never apply an aggregate of fewer updates.
+        stable_ticks: the adaptive policy: close once the aggregate's sign is unchanged for
+            this many ticks; 0: off.
+        tick_seconds: how often the scheduler looks, in seconds.
+    """
 
     seconds: float = 1800.0
     min_updates: int = 1
@@ -109,7 +149,23 @@ class IterationSection(Validated):
 @dataclass(frozen=True)
 class RoundsSection(Validated):
     """``[rounds]``: server-selected rounds of ``clients_per_round`` clients, sampled
-    uniformly from those that check in during a window (:mod:`fedrank.server.cohort`)."""
+    uniformly from those that check in during a window (:mod:`fedrank.server.cohort`).
+    They apply to every workload but frecency.
+
+    Attributes:
+        enabled: server-selected rounds on.
+        clients_per_round: ``K``, the seats of a round.
+        t_max_seconds: the reporting deadline after selection, in seconds.
+        checkin_seconds: the check-in window, from a round's first check-in; at its end
+            ``K`` of the clients that checked in are sampled uniformly at random (never
+            first come, first served).
+        min_checkins: the window stays open until this many clients wait (a secure round
+            always waits for ``K``).
+        max_waiting: the clients a window keeps, the rest reservoir-sampled (a flood
+            cannot crowd out earlier ones); 0: 100 x ``K``.
+        selection_seed: -1: selections from a CSPRNG; >= 0: a seeded generator,
+            reproducible (simulations and tests only).
+    """
 
     enabled: bool = False
     clients_per_round: int = 100
@@ -153,13 +209,24 @@ class RoundsSection(Validated):
 
 @dataclass(frozen=True)
 class SecAggSection(Validated):
-    """``[secagg]``: secure aggregation of every round (:mod:`fedrank.server.secagg_round`)."""
+    """``[secagg]``: secure aggregation of every round of FedAvg deltas
+    (:mod:`fedrank.server.secagg_round`, docs/secagg.md).
+
+    Attributes:
+        enabled: secure aggregation on (needs ``[rounds]``).
+        threshold: ``t``, the clients needed to finish a round; 0: a majority,
+            ``K // 2 + 1``.
+        l2_bound: clients clip their delta to this L2 norm (required when enabled).
+        stage_seconds: each protocol stage closes after this many seconds (or when every
+            member sent).
+        allow_low_threshold: accept a ``threshold`` below a majority of the cohort (logged
+            as a warning at start).
+    """
 
     enabled: bool = False
     threshold: int = 0
     l2_bound: float = 0.0
     stage_seconds: float = 30.0
-    #: Accept a ``threshold`` below a majority of the cohort (logged as a warning).
     allow_low_threshold: bool = False
 
     ACCEPTS = {
@@ -189,7 +256,38 @@ class PrivacySection(Validated):
     """``[privacy]``: differential privacy of the trained model, central
     (:class:`~fedrank.strategies.dp.DPStrategy`) or distributed (the clients' Skellam
     shares under ``[secagg]``), served by :mod:`fedrank.server.privacy`. On when
-    ``epsilon > 0``; its rules between keys apply then (docs/privacy.md, "In the server")."""
+    ``epsilon > 0``; its rules between keys apply then (docs/privacy.md, "In the server").
+
+    Attributes:
+        epsilon: each user's budget over the server's whole training; 0: off (calibrated
+            for 0.05 to 50).
+        delta: its delta, well below 1 / users (1e-12 to 0.1).
+        clip: the L2 bound ``C`` of every update (required with ``epsilon``).
+        rounds: the iterations the budget covers (required with ``epsilon``); the noise is
+            calibrated to them and no iteration closes after them.
+        accountant: ``pld`` (tight) or ``rdp`` (Renyi DP).
+        noise_seed: -1: noise from the store's secret seed (OS entropy, drawn once); >= 0:
+            reproducible noise (tests and experiments only).
+        mode: ``central`` (the server clips and adds Gaussian noise) or ``distributed``
+            (clients add Skellam noise under ``[secagg]``, :mod:`fedrank.privacy.skellam`;
+            needs ``clip`` equal to ``[secagg] l2_bound`` and ``accountant = "rdp"``).
+        clip_quantile: central only: the clip follows this quantile of the update norms,
+            estimated privately (Andrew et al. 2021,
+            :class:`~fedrank.privacy.adaptive_clip.AdaptiveClip`); 0: a fixed clip.
+        count_noise: ``sigma_b``, the noise on that estimate's count (required with
+            ``clip_quantile``; Andrew et al.: the expected updates per iteration / 20).
+        clip_eta: the adaptive clip's learning rate.
+        denominator: central only: divide each noised sum by this fixed number ``W``
+            (about the expected updates per iteration, :class:`~fedrank.strategies.dp.DPStrategy`),
+            so that the model hides who took part too; 0: by the iteration's count.
+        public_counts: true: ``/v1/status``'s counts, ``/v1/summary`` and ``/metrics``
+            answer anyone, as without ``[privacy]`` (their exact counts reveal who took
+            part); false: only the admin token.
+        noise: central only: ``numpy`` (Gaussian floats from PCG64, for experiments) or
+            ``secure`` (the discrete Gaussian on a lattice from ChaCha20 keyed by the
+            store's secret, :mod:`fedrank.privacy.discrete_gaussian`; needs
+            ``accountant = "rdp"`` and a fixed clip).
+    """
 
     epsilon: float = 0.0
     delta: float = 1e-6
@@ -197,23 +295,12 @@ class PrivacySection(Validated):
     rounds: int = 0
     accountant: str = "pld"
     noise_seed: int = -1
-    #: ``central`` (the server adds Gaussian noise) or ``distributed`` (clients add Skellam
-    #: noise under secure aggregation, :mod:`fedrank.privacy.skellam`).
     mode: str = "central"
-    #: The adaptive clip (central only; 0: a fixed clip): the quantile, ``sigma_b`` and the
-    #: learning rate of :class:`~fedrank.privacy.adaptive_clip.AdaptiveClip`.
     clip_quantile: float = 0.0
     count_noise: float = 0.0
     clip_eta: float = 0.2
-    #: Central only: the fixed denominator ``W`` of :class:`~fedrank.strategies.dp.
-    #: DPStrategy` (0: the iteration's count of updates).
     denominator: float = 0.0
-    #: Whether the exact counts (``/v1/status``'s counts, ``/v1/summary``, ``/metrics``)
-    #: answer anyone while DP is on; by default only the admin token sees them.
     public_counts: bool = False
-    #: Central only: ``numpy`` (Gaussian floats from PCG64, for experiments) or ``secure``
-    #: (the discrete Gaussian on a lattice from ChaCha20, :mod:`fedrank.privacy.
-    #: discrete_gaussian`; accounted in Renyi DP).
     noise: str = "numpy"
 
     ACCEPTS = {
@@ -300,9 +387,24 @@ class PrivacySection(Validated):
 
 @dataclass(frozen=True)
 class IdentitySection(Validated):
-    """``[identity]``: enrolled devices (:mod:`fedrank.identity`, docs/devices.md)."""
+    """``[identity]``: enrolled devices (:mod:`fedrank.identity`, docs/devices.md).
 
-    #: ``"auto"``: required when [rounds], [secagg] or [privacy] is on.
+    Attributes:
+        required: ``"auto"``: true when ``[rounds]``, ``[secagg]`` or ``[privacy]`` is on;
+            true: every check-in, update and secagg message comes from an enrolled device;
+            false: anyone (a warning with those on).
+        session_seconds: a device's session key lasts this many seconds (10 to 86,400).
+        max_clock_skew_seconds: a signed request's timestamp must be within this many
+            seconds of the server's clock (1 to 3,600); older ones (replays) are refused.
+        device_rate: requests per second per device (a token bucket); 0: off.
+        device_burst: the device's bucket size.
+        address_rate: requests per second per client address where identity is checked;
+            0: off. Beyond either limit: 429 with Retry-After.
+        address_burst: the address's bucket size.
+        attestation: ``"module:function"``, called with ``(public_key, evidence)`` at
+            enrollment; true admits a device without an enrollment token. Empty: none.
+    """
+
     required: bool | str = "auto"
     session_seconds: float = 3600.0
     max_clock_skew_seconds: float = 60.0
@@ -342,9 +444,15 @@ Branch = StudyBranch
 
 @dataclass(frozen=True)
 class Proxy(Validated):
-    """A proxy allowed to send merged aggregates (``POST /v1/updates:batch`` with
-    ``{"aggregate": ...}``), authenticated by its bearer ``token``; each aggregate stands
-    for at most ``max_clients`` client messages."""
+    """``[[proxies]]``: a proxy allowed to send merged aggregates (``POST
+    /v1/updates:batch`` with ``{"aggregate": ...}``); none by default (refused).
+
+    Attributes:
+        name: the proxy's name, distinct among the proxies.
+        token: its secret of 16 or more characters, sent as ``Authorization: Bearer
+            <token>``; every proxy has its own.
+        max_clients: the most client messages one aggregate may stand for.
+    """
 
     name: str
     token: str

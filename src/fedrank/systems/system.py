@@ -37,7 +37,15 @@ MetricRange = tuple[str, float, float]
 class StudyBranch(NamedTuple):
     """A branch of a study (Mozilla Sec. 6.2): its name, the share of clients in it, which
     model it is served (``trained`` or ``defaults``) and, for classic frecency, whether its
-    clients apply the daily decay."""
+    clients apply the daily decay (``[[branches]]`` of the server's configuration).
+
+    Attributes:
+        name: the branch's name, distinct among the branches.
+        share: the share of clients assigned to it; the shares sum to 1.
+        served: ``trained`` (the model the federation learns) or ``defaults`` (the
+            system's default model, a control branch); one branch must be ``trained``.
+        decay: classic frecency only: whether the branch's clients apply the daily decay.
+    """
 
     name: str
     share: float

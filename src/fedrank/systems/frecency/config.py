@@ -57,7 +57,8 @@ class FrecencyConfig(Validated):
 
     Attributes:
         model: the frecency model tuned: ``classic`` (22 weights) or ``modern``.
-        setting: ``paper`` or ``mozilla-deployed`` (module docstring).
+        setting: ``paper`` (the text: Rprop with Igel & Huesken's factors, the Sec. 5.6
+            safeguards) or ``mozilla-deployed`` (the study's Scala server; module docstring).
         message: ``full`` float gradients or ``sign`` (2 bits per weight, Sec. 5.3).
         optimizer: ``rprop`` (the paper), ``sgd`` or ``adam``.
         significance_z: the gated mean's and the sign vote's per-weight gate in standard
@@ -73,13 +74,20 @@ class FrecencyConfig(Validated):
             gradient norms, in (0, 1) (Andrew et al. 2021; ``None``: a fixed bound).
         max_rows: most gradients one iteration's median or trimmed mean holds (it keeps
             them all, exactly: memory ``max_rows x d x 8`` bytes).
-        eta_plus, eta_minus, step_init, step_min, step_max: Rprop (``None``: the setting's,
-            :data:`RPROP_SETTINGS`).
+        eta_plus: Rprop's factor on a step whose gradient kept its sign (Eq. 2; ``None``:
+            the setting's, :data:`RPROP_SETTINGS`).
+        eta_minus: Rprop's factor on a step whose gradient changed sign (``None``: the
+            setting's).
+        step_init: Rprop's first step (``None``: the setting's).
+        step_min: Rprop's smallest step (``None``: the setting's).
+        step_max: Rprop's largest step (``None``: the setting's).
         learning_rate: SGD / Adam step size.
         max_change: the ``paper`` safeguard's bound on a weight's change per iteration.
-        eps, scheme: the clients' finite differences (Sec. 5.4).
-        delta, score_scale: the clients' SVM margin and the scale the loss is computed on
-            (``None``: the model's defaults).
+        eps: the clients' finite-difference epsilon (Sec. 5.4).
+        scheme: the clients' finite differences, ``central`` or ``forward`` (Sec. 5.4).
+        delta: the clients' SVM margin (``None``: the model's default).
+        score_scale: the scale the clients' loss is computed on, ``log`` or ``raw``
+            (``None``: the model's default).
         decay_rate: classic frecency's daily decay, applied by control clients (0.975).
         sign_epsilon: sign messages only: randomized response on every sign on the device,
             ``sign_epsilon``-LDP per weight (:class:`~fedrank.privacy.sign.RandomizedSigns`;
