@@ -128,8 +128,7 @@ def _server_toml(path: Path, token: str, strategy: FrecencyConfig) -> Path:
         "seconds = 0.0\n"
         "min_updates = 1000000000\n"
         f"[frecency]\n{section}"
-        "[metrics]\n"
-        + "".join(f"{name} = [{low!r}, {high!r}]\n" for name, low, high in metrics)
+        "[metrics]\n" + "".join(f"{name} = [{low!r}, {high!r}]\n" for name, low, high in metrics)
     )
     return path
 
@@ -465,34 +464,58 @@ def _report(
 
 
 def write_service_report(report: dict[str, Any], out_dir: Path, command: str) -> list[Path]:
-    """``report.md`` and two PNG plots (loss per iteration and branch; evaluation chars
-    typed per branch) in ``out_dir``; returns their paths."""
+    """``report.md`` and two PNG plots in ``out_dir``: ``loss.png`` (the loss per iteration
+    and branch, the controls muted, the legend outside the data) and ``chars_typed.png``
+    (characters typed under the trained and the control weights, paired, with the 95% CI
+    of the difference, n and p); returns their paths."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     paths = []
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    fig, ax = plt.subplots(figsize=(7.2, 3.6))
     for branch, values in report["loss_per_iteration"].items():
         y = np.array([np.nan if v is None else v for v in values], dtype=float)
-        ax.plot(np.arange(y.size), y, marker=".", label=branch)
+        treated = branch == "treatment"
+        ax.plot(np.arange(1, y.size + 1), y, marker=".", label=branch,
+                lw=2.0 if treated else 1.0, alpha=1.0 if treated else 0.5)  # fmt: skip
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("iteration")
     ax.set_ylabel("mean reported loss")
     ax.set_title("Loss reported per iteration (server summary)")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     paths.append(out_dir / "loss.png")
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    names = [b for b in BRANCHES if report["eval"][b]["users"]]
-    means = [report["eval"][b]["chars_typed_mean"] for b in names]
-    ax.bar(names, means, color=["tab:blue", "tab:orange", "tab:green"][: len(names)])
-    ax.set_ylabel("mean characters typed per user")
-    ax.set_title("Evaluation phase: characters typed")
+    paired = report["paired"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.0, 3.4), width_ratios=(1.1, 1.0))
+    if paired["diff_ci95"] is not None:
+        means = [paired["control_mean"], paired["trained_mean"]]
+        left.plot([0, 1], means, "o-", color="tab:blue", ms=8)
+        for x, m in enumerate(means):
+            left.annotate(f"{m:.3f}", (x, m), textcoords="offset points", xytext=(8, 4))
+        left.set_xticks([0, 1], ["control weights\n(baseline)", "trained weights"])
+        left.set_xlim(-0.4, 1.6)
+        left.margins(y=0.3)
+        left.set_ylabel("mean characters typed per search")
+        left.set_title(f"The same {paired['n_users']} treatment users' searches")
+        low, high = paired["diff_ci95"]
+        err = [[paired["diff"] - low], [high - paired["diff"]]]
+        right.errorbar([paired["diff"]], [0], xerr=err, fmt="o", color="tab:green", capsize=6)
+        right.axvline(0.0, color="black", lw=0.8, ls="--")
+        right.set_yticks([])
+        right.margins(x=0.6)
+        right.set_xlabel("trained - control (characters per search)")
+        right.set_title(
+            f"difference {paired['diff']:+.3f}, 95% CI [{low:+.3f}, {high:+.3f}]\n"
+            f"n = {paired['n_users']}, paired t p = {paired['t_pvalue']:.2g}",
+            fontsize=10,
+        )
     fig.tight_layout()
     paths.append(out_dir / "chars_typed.png")
     fig.savefig(paths[-1], dpi=110)
@@ -507,6 +530,29 @@ def write_service_report(report: dict[str, Any], out_dir: Path, command: str) ->
         f"({report['users_per_branch']}), {report['config']['iterations']} iterations, "
         f"{report['requests']:,} requests in {report['seconds']:.1f} s.",
         "",
+        "## The result: characters typed, trained vs control weights (paired)",
+        "",
+        f"Design: {paired['design']}.",
+        "",
+    ]
+    if paired["diff_ci95"] is not None:
+        low, high = paired["diff_ci95"]
+        lines += [
+            "| weights | users | mean characters typed per search |",
+            "|---|---|---|",
+            f"| control (the baseline: no training) | {paired['n_users']} | "
+            f"{paired['control_mean']:.4f} |",
+            f"| trained | {paired['n_users']} | {paired['trained_mean']:.4f} |",
+            "",
+            f"Difference {paired['diff']:+.4f}, 95% CI [{low:+.4f}, {high:+.4f}] (t interval "
+            f"on the {paired['n_users']} within-user differences); paired t-test p = "
+            f"{paired['t_pvalue']:.3g}, Wilcoxon signed-rank p = "
+            f"{paired['wilcoxon_pvalue']:.3g}.",
+            "",
+        ]
+    else:
+        lines += ["Too few treatment users with evaluation searches for the paired test.", ""]
+    lines += [
         "## Loss per iteration (treatment, from the server's summary)",
         "",
         " ".join(f"{v:.4f}" if v is not None else "-" for v in loss),
@@ -514,7 +560,7 @@ def write_service_report(report: dict[str, Any], out_dir: Path, command: str) ->
         f"Mean of the first 3 iterations {report['treatment_loss_first3_mean']:.4f}, "
         f"of the last 3 {report['treatment_loss_last3_mean']:.4f}.",
         "",
-        "## Evaluation phase (per-user means, read from the server's store)",
+        "## Between branches (independent users, as the paper; per-user means)",
         "",
         "| branch | users | chars typed | selected rank | loss |",
         "|---|---|---|---|---|",
@@ -531,6 +577,6 @@ def write_service_report(report: dict[str, Any], out_dir: Path, command: str) ->
     ]
     for t in report["tests"]:
         lines.append(f"- {t['metric']}: {t['a']} vs {t['b']}: p = {t['pvalue']:.3g}")
-    lines += ["", "Plots: " + ", ".join(p.name for p in paths), ""]
+    lines += ["", "Plots: " + ", ".join(p.name for p in paths) + "; report.html", ""]
     (out_dir / "report.md").write_text("\n".join(lines))
     return [out_dir / "report.md", *paths]
