@@ -279,7 +279,7 @@ def run_service_demo(
         service = ServiceServer(server.url, clients, pool, http, wire, token)
         index = {name: i for i, name in enumerate(BRANCHES)}
         world.set_branches(np.array([index[m.branch] for m in service.fetch()]))  # the server's
-        start = service.weights().copy()  # the weights the treatment starts from (control's)
+        theta0 = service.weights().copy()  # the weights the treatment starts from (control's)
         tell(f"training: {config.iterations} iterations through the service...")
         result = StudyResult(config=study)
         optimization_phase(
@@ -300,7 +300,7 @@ def run_service_demo(
         attention = int(rng.integers(2**63))
         batch = world.search(searches, theta, np.random.default_rng(attention))
         treated = world.branch[searches.users] == BRANCHES.index("treatment")
-        paired = world.search(searches, start, np.random.default_rng(attention), only=treated)
+        paired = world.search(searches, theta0, np.random.default_rng(attention), only=treated)
         losses = world.branch_losses(batch, theta)
         found_rank = np.where(batch.found, batch.selected_rank, np.nan).astype(float)
         found_chars = np.where(batch.found, batch.chars_typed, np.nan).astype(float)
