@@ -19,6 +19,8 @@ from fedrank.report.page import fmt, para, pvalue, table
 
 Blocks = list[tuple[str, str]]
 BRANCH_ORDER = ("treatment", "control", "control-no-decay")
+#: At most this many rows in a per-iteration table (longer runs show every k-th).
+MAX_ROWS = 50
 
 
 def _config_table(config: dict[str, Any]) -> str:
@@ -183,10 +185,15 @@ def foltr_train(d: dict[str, Any]) -> tuple[str, Blocks]:
         f"{cfg.get('ranker')} ranker, {d['iterations']} iterations ({d['interactions']:,} "
         f"interactions), seed {cfg.get('seed')}, privacy: {d['privacy'].get('mechanism')}."
     ))]  # fmt: skip
+    maxrr = d["batch_maxrr"]
+    stride = max(1, -(-len(maxrr) // MAX_ROWS))
+    shown = sorted({*range(0, len(maxrr), stride), len(maxrr) - 1}) if maxrr else []
     blocks.append((
         "Batch MaxRR per iteration",
-        curves({"batch MaxRR": d["batch_maxrr"]}, title="Mean MaxRR of each iteration's batch",
-               xlabel="iteration", ylabel="batch MaxRR"),
+        curves({"batch MaxRR": maxrr}, title="Mean MaxRR of each iteration's batch",
+               xlabel="iteration", ylabel="batch MaxRR")
+        + (para(f"Every {stride}th iteration and the last:", "meta") if stride > 1 else "")
+        + table(["iteration", "batch MaxRR"], [(i + 1, maxrr[i]) for i in shown]),
     ))  # fmt: skip
     blocks.append((
         "Final model",
