@@ -108,12 +108,13 @@ def interval_dots(
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.2, 0.55 * len(labels) + 1.3))
     y = np.arange(len(labels))[::-1]
+    ours = "ours: mean, 95% CI" if any(ci is not None for ci in cis) else "ours: mean"
     for i, (m, ci) in enumerate(zip(means, cis, strict=True)):
         color = _PALETTE[i % len(_PALETTE)]
         if ci is not None:
             ax.plot(ci, [y[i], y[i]], color=color, lw=3, alpha=0.6, solid_capstyle="butt")
         ax.plot([m], [y[i]], "o", color=color, ms=7,
-                label="ours: mean, 95% CI" if i == 0 else None)  # fmt: skip
+                label=ours if i == 0 else None)  # fmt: skip
     drew_paper = False
     for i, p in enumerate(paper):
         if p is not None:

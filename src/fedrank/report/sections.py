@@ -214,7 +214,9 @@ def _per_seed_bars(d: dict[str, Any], paper: float | None) -> str:
         n = len(d[f"{m}_per_seed"])
         cis.append((float(mean[0] - half[0]), float(mean[0] + half[0])) if n > 1 else None)
         notes.append(f"{n} seed{'s' if n > 1 else ''}")
-    return interval_dots(names, means, cis, title="Test metrics (mean over seeds, 95% CI)",
+    seeds = len(d.get("MAP_per_seed", []))
+    title = f"Test metrics (mean over {seeds} seeds, 95% CI)" if seeds > 1 else "Test metrics"
+    return interval_dots(names, means, cis, title=title,
                          xlabel="value", notes=notes,
                          paper=[paper if m == "MAP" else None for m in names])  # fmt: skip
 
