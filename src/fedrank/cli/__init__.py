@@ -50,7 +50,7 @@ main.add_command(report)
     help="Directory for results.json, report.html, report.md and the plots.",
 )
 def demo(seed: int, users: int, iterations: int, out_dir: Path) -> None:
-    """The federated frecency study through the real service, with its measured effect.
+    """The frecency study through the real service.
 
     A fedrank server on loopback, simulated users as HTTP clients; after training, every
     treatment user's searches run under the trained and the control weights (a paired

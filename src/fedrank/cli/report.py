@@ -16,11 +16,12 @@ import click
     help="The HTML file to write  [default: report.html beside RUN_JSON]",
 )
 def report(run_json: Path, out: Path | None) -> None:
-    """An HTML report (charts inlined, no external URL) of the JSON of a fedrank run.
+    """A self-contained HTML report of a run's JSON.
 
-    RUN_JSON is what `frecency simulate --json`, `foltr train --json`, `foltr reproduce`
-    (results.json), `fedps run --json`, `fedps reproduce` (results.json) or `fedrank demo`
-    (results.json) wrote; its kind is found from its content."""
+    The charts are inlined (no external URL). RUN_JSON is what `frecency simulate --json`,
+    `foltr train --json`, `foltr reproduce` (results.json), `fedps run --json`, `fedps
+    reproduce` (results.json) or `fedrank demo` (results.json) wrote; its kind is found
+    from its content."""
     from fedrank.report import detect_kind, read_run, write_report
 
     kind = detect_kind(read_run(run_json), str(run_json))
