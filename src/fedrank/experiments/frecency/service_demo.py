@@ -11,12 +11,17 @@ iteration through the admin API (the deployed system closed one every 30 minutes
 when every client has reported keeps the demo short and deterministic), and the server
 aggregates, steps Rprop, applies the safeguards and publishes the next version. An
 evaluation phase follows: every client searches with its final model and reports its
-metrics.
+metrics. Each treatment client also runs the same searches (the same targets, typing and
+attention draws) under the weights the treatment started from, the control's, and reports
+both per-user means of characters typed: a paired comparison, which a simulation allows
+and a deployed study does not (a real user sees one ranking).
 
 The report is made from what the server stored, as the paper's analysis was: the loss per
 iteration and branch from ``GET /v1/summary``, and the evaluation metrics read back from
-the server's store, compared across branches with Mann-Whitney U tests on per-user means
-(Bonferroni alpha 0.05/6).
+the server's store. The paired differences give the demo's effect (mean, 95% t interval,
+paired t and Wilcoxon signed-rank tests, :func:`paired_effect`); the branches are also
+compared as the paper did (Sec. 6.3), with Mann-Whitney U tests on per-user means
+(Bonferroni alpha 0.05/6), which at the demo's scale see no effect.
 """
 
 from __future__ import annotations
