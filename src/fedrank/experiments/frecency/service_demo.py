@@ -21,7 +21,7 @@ iteration and branch from ``GET /v1/summary``, and the evaluation metrics read b
 the server's store. The paired differences give the demo's effect (mean, 95% t interval,
 paired t and Wilcoxon signed-rank tests, :func:`paired_effect`); the branches are also
 compared as the paper did (Sec. 6.3), with Mann-Whitney U tests on per-user means
-(Bonferroni alpha 0.05/6), which at the demo's scale see no effect.
+(Bonferroni alpha 0.05/6), which at the demo's scale are not significant (docs/frecency.md).
 """
 
 from __future__ import annotations
