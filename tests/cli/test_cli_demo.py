@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from fedrank.experiments.frecency.study import FrecencyStudyConfig, run_study
 from fedrank.models.frecency.safeguards import frecency_safeguards
@@ -35,6 +36,8 @@ def test_demo_runs_the_study_through_the_service(tmp_path: Path) -> None:
     for name in ("loss.png", "chars_typed.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "HTTP requests" in result.output
+    assert "starting the server..." in result.output and "/dashboard" in result.output
+    assert data["wall_seconds"] >= data["seconds"] > 0
     assert (out / "store" / "parquet").is_dir()  # closed iterations were audited
 
     # the same study in one process, with the server's branches: the same model
@@ -47,3 +50,27 @@ def test_demo_runs_the_study_through_the_service(tmp_path: Path) -> None:
     assert len(path) == 5 and np.array_equal(path[0], classic_defaults())
     guard = frecency_safeguards()
     assert all(guard.holds(b, a) for a, b in zip(path[:-1], path[1:], strict=True))
+
+
+def test_demo_report_states_the_paired_effect(tmp_path: Path) -> None:
+    """The paired comparison is made from what the server stored, and report.md,
+    report.html and the command's output state its design, estimate, 95% CI, n and p with
+    the baseline beside it."""
+    out = tmp_path / "demo"
+    result = ok(["demo", "--users", "60", "--iterations", "3", "--seed", "2", "--out", str(out)])
+    data = json.loads((out / "results.json").read_text())
+    paired = data["paired"]
+    treated = data["users_per_branch"]["treatment"]
+    assert paired["n_users"] == data["eval"]["treatment"]["users"] == treated
+    assert paired["diff"] == pytest.approx(paired["trained_mean"] - paired["control_mean"])
+    low, high = paired["diff_ci95"]
+    assert low < paired["diff"] < high
+    assert 0.0 < paired["t_pvalue"] <= 1.0 and 0.0 < paired["wilcoxon_pvalue"] <= 1.0
+    estimate = f"{paired['diff']:+.4f}, 95% CI [{low:+.4f}, {high:+.4f}]"
+    for page in ("report.md", "report.html"):
+        text = (out / page).read_text()
+        assert estimate in text, page
+        assert f"{paired['t_pvalue']:.3g}" in text and f"{paired['control_mean']:.4f}" in text
+        assert "paired" in text and str(paired["n_users"]) in text
+    assert f"{paired['n_users']} treatment users" in result.output
+    assert f"paired t p = {paired['t_pvalue']:.2g}" in result.output
