@@ -7,7 +7,13 @@ from pathlib import Path
 
 import click
 
-from fedrank.cli._common import FedrankGroup, progress_bar, write_json
+from fedrank.cli._common import (
+    EXIT_CODES,
+    FedrankGroup,
+    name_options_in_errors,
+    progress_bar,
+    write_json,
+)
 from fedrank.cli.client import client
 from fedrank.cli.devices import devices
 from fedrank.cli.fedps import fedps
@@ -17,7 +23,7 @@ from fedrank.cli.privacy import privacy
 from fedrank.cli.service import serve, store
 
 
-@click.group(cls=FedrankGroup)
+@click.group(cls=FedrankGroup, epilog=EXIT_CODES)
 @click.version_option(package_name="fedrank")
 def main() -> None:
     """fedrank: privacy-preserving federated learning to rank."""
@@ -33,7 +39,7 @@ main.add_command(fedps)
 main.add_command(privacy)
 
 
-@main.command("demo")
+@main.command("demo", short_help="The frecency study through the real service.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--users", type=int, default=600, show_default=True)
 @click.option("--iterations", type=int, default=20, show_default=True)
@@ -74,6 +80,9 @@ def demo(seed: int, users: int, iterations: int, out_dir: Path) -> None:
     written = write_service_report(report, out_dir, command)
     write_json(report, out_dir / "results.json")
     click.echo(f"wrote {', '.join(str(p) for p in written)} and {out_dir / 'results.json'}")
+
+
+name_options_in_errors(main)
 
 
 if __name__ == "__main__":

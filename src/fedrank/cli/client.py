@@ -11,7 +11,7 @@ import click
 from fedrank.cli._common import write_json
 
 
-@click.command("client")
+@click.command("client", short_help="Run one client: fetch the model, send an update.")
 @click.option("--server", "server_url", required=True, help="e.g. http://127.0.0.1:8000")
 @click.option(
     "--workload",

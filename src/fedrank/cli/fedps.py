@@ -45,7 +45,7 @@ class _Bar:
         self.bar.update(self.tasks[stage], completed=done, total=total)
 
 
-@click.group()
+@click.group(short_help="FedPS: federated personalized search (AOL log).")
 def fedps() -> None:
     """FedPS: federated personalized search on the AOL log (Yao et al., FedPS)."""
 
@@ -64,7 +64,7 @@ def _seed_list(text: str | None) -> list[int] | None:
     return seeds
 
 
-@fedps.command("run")
+@fedps.command("run", short_help="Train and evaluate one FedPS mode.")
 @click.option(
     "--mode",
     type=click.Choice(
@@ -287,7 +287,7 @@ def run(
         click.echo(f"wrote {json_path}")
 
 
-@fedps.command("lists")
+@fedps.command("lists", short_help="Write a split's candidate lists as Parquet.")
 @click.option("--log", type=click.Path(path_type=Path, dir_okay=False), help=_LOG_HELP)
 @click.option("--users", type=int, default=None, help="draw this many users (default: all)")
 @click.option("--seed", type=int, default=0, show_default=True, help="data seed")
@@ -317,7 +317,7 @@ def lists(log: Path | None, users: int | None, seed: int, split: str, out: Path)
     click.echo(f"wrote {out}")
 
 
-@fedps.command("reproduce")
+@fedps.command("reproduce", short_help="The FedPS paper's tables and figure.")
 @click.option("--log", type=click.Path(path_type=Path, dir_okay=False), help=_LOG_HELP)
 @click.option("--users", type=int, default=None, help="draw this many users (default: all)")
 @click.option("--rounds", type=int, default=4, show_default=True, help="most rounds of every run")

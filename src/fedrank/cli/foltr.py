@@ -29,12 +29,12 @@ def _parse_list(text: str, kind: type, name: str) -> list:
         raise click.BadParameter(f"{name} must be a comma-separated list: {exc}") from exc
 
 
-@click.group(cls=FedrankGroup)
+@click.group(cls=FedrankGroup, short_help="Federated online LTR: FOLtR-ES and FPDGD.")
 def foltr() -> None:
     """Federated online learning to rank: FOLtR-ES (Kharitonov 2019) and FPDGD."""
 
 
-@foltr.command("train")
+@foltr.command("train", short_help="Train a ranker from simulated clicks.")
 @_data_option
 @click.option("--fold", type=int, default=1, show_default=True, help="Fold (1-based).")
 @click.option(
@@ -194,7 +194,7 @@ def foltr_train(
         click.echo(f"wrote {plot_path}")
 
 
-@foltr.command("eps-table")
+@foltr.command("eps-table", short_help="Epsilon of MaxRR under randomized response.")
 @click.option("--list-length", type=int, default=5, show_default=True)
 @click.option("--ps", default="0.25,0.5,0.75,0.9,0.95,0.99", show_default=True)
 @click.option("--click-models", default="perfect,navigational,informational", show_default=True)
@@ -217,7 +217,7 @@ def foltr_eps_table(list_length: int, ps: str, click_models: str, json_path: Pat
         click.echo(f"wrote {json_path}")
 
 
-@foltr.command("baselines")
+@foltr.command("baselines", short_help="Baselines trained on relevance labels.")
 @_data_option
 @click.option("--fold", type=int, default=1, show_default=True, help="Fold (1-based).")
 @click.option("--click-models", default="perfect,navigational,informational", show_default=True)
@@ -248,7 +248,7 @@ def foltr_baselines(
         click.echo(f"wrote {json_path}")
 
 
-@foltr.command("reproduce")
+@foltr.command("reproduce", short_help="The FOLtR-ES paper's figures and Table 3.")
 @_data_option
 @click.option(
     "--out",

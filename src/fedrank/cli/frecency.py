@@ -28,7 +28,7 @@ def frecency() -> None:
     """Federated tuning of Firefox's frecency (Mozilla study)."""
 
 
-@frecency.command("score")
+@frecency.command("score", short_help="Score every page of a places.sqlite.")
 @click.option(
     "--places",
     "places",
@@ -361,7 +361,7 @@ def _summarize(result: Any) -> None:
         )
 
 
-@frecency.command("simulate")
+@frecency.command("simulate", short_help="Simulate the federated frecency study.")
 @_study_options
 @click.option(
     "--stability/--no-stability",
@@ -440,7 +440,7 @@ def frecency_simulate(
             click.echo(f"wrote {path}")
 
 
-@frecency.command("messages")
+@frecency.command("messages", short_help="Sign-only vs full-precision messages.")
 @click.option(
     "--preset", type=click.Choice(["paper", "shifted"]), default="shifted", show_default=True
 )
@@ -486,7 +486,7 @@ def frecency_messages(
         click.echo(f"wrote {json_path}")
 
 
-@frecency.command("power")
+@frecency.command("power", short_help="Power analysis of the study.")
 @click.option(
     "--part",
     type=click.Choice(["effect", "training", "both"]),
@@ -622,7 +622,7 @@ def frecency_power(
         click.echo(f"wrote {json_path}")
 
 
-@frecency.command("world")
+@frecency.command("world", short_help="The synthetic world's shapes beside AOL's.")
 @click.option("--users", "n_users", type=int, default=1000, show_default=True)
 @click.option("--history-days", type=float, default=61.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -671,7 +671,7 @@ def frecency_world(
         click.echo(f"wrote {json_path}")
 
 
-@frecency.command("calibrate")
+@frecency.command("calibrate", short_help="Fit the typing model to the paper.")
 @click.option("--users", "n_users", type=int, default=1000, show_default=True)
 @click.option("--iterations", type=int, default=40, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -704,7 +704,7 @@ def frecency_calibrate(
         click.echo(f"wrote {json_path}")
 
 
-@frecency.command("policies")
+@frecency.command("policies", short_help="Compare iteration-length policies.")
 @click.option(
     "--preset", type=click.Choice(["paper", "shifted"]), default="shifted", show_default=True
 )

@@ -202,12 +202,12 @@ def echo_report(rows: list[SystemPrivacy]) -> None:
             click.echo(f"  note: {note}")
 
 
-@click.group()
+@click.group(short_help="Privacy guarantees of the three systems.")
 def privacy() -> None:
     """Privacy guarantees of the three systems (docs/privacy.md)."""
 
 
-@privacy.command("report")
+@privacy.command("report", short_help="Each system's privacy guarantee.")
 @click.option(
     "--config",
     "config_path",
@@ -254,7 +254,7 @@ def privacy_report(
         click.echo(f"wrote {json_path}")
 
 
-@privacy.command("audit")
+@privacy.command("audit", short_help="Empirical audit of the Gaussian mechanism.")
 @click.option("--noise-multiplier", type=float, required=True, help="z of the audited mechanism.")
 @click.option("--clip", type=float, default=1.0, show_default=True, help="C of every update.")
 @click.option("--rounds", type=int, default=1, show_default=True, help="Rounds with the canary.")

@@ -12,7 +12,7 @@ from fedrank.cli._common import FedrankGroup
 from fedrank.federation.registry import SYSTEMS
 
 
-@click.command("serve")
+@click.command("serve", short_help="Run the federation server.")
 @click.option(
     "--config",
     "config_path",
@@ -117,7 +117,7 @@ def store() -> None:
     """Look after a server's durable store."""
 
 
-@store.command("recover")
+@store.command("recover", short_help="Rebuild a store from its audit log.")
 @click.option(
     "--config",
     "config_path",
