@@ -40,15 +40,34 @@ main.add_command(privacy)
 
 
 @main.command("demo", short_help="The frecency study through the real service.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--users", type=int, default=600, show_default=True)
-@click.option("--iterations", type=int, default=20, show_default=True)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Random seed (the same seed gives the same results).",
+)
+@click.option(
+    "--users",
+    type=int,
+    default=600,
+    show_default=True,
+    help="Simulated users enrolled in the study.",
+)
+@click.option(
+    "--iterations",
+    type=int,
+    default=20,
+    show_default=True,
+    help="Optimization iterations (server model updates).",
+)
 @click.option(
     "--out",
     "out_dir",
     type=click.Path(path_type=Path),
     default=Path("results/demo"),
     show_default=True,
+    help="Directory the results are written to.",
 )
 def demo(seed: int, users: int, iterations: int, out_dir: Path) -> None:
     """The federated frecency study through the real service: a fedrank server on loopback,

@@ -42,14 +42,26 @@ from fedrank.cli._common import write_json
     '--state (docs/privacy.md, "The user\'s ledger"): the update is sent only if it fits. '
     "Default: no ledger.",
 )
-@click.option("--privacy-delta", type=float, default=1e-6, show_default=True)
+@click.option(
+    "--privacy-delta",
+    type=float,
+    default=1e-6,
+    show_default=True,
+    help="Delta of the user's ledger's (epsilon, delta) budget.",
+)
 @click.option(
     "--enrollment-token",
     default=None,
     help="The operator's single-use token (`fedrank devices enroll`): this device's key is "
     "made in --state and enrolled with it once; later runs sign with it (docs/devices.md).",
 )
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write the results as JSON to this file.",
+)
 def client(
     server_url: str,
     workload: str,

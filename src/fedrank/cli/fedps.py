@@ -161,7 +161,12 @@ def _seed_list(text: str | None) -> list[int] | None:
               "the step's count, so that the model hides who took part")  # fmt: skip
 @attack_options(fedavg.SYSTEM.attacks, "the users (a fixed set; flat and proxy modes)")
 @dask_options("the clients of a flat or proxy run", "; same result as one process")
-@click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False))
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write the results as JSON to this file.",
+)
 def run(
     mode: str,
     log: Path | None,
@@ -292,9 +297,18 @@ def run(
 @click.option("--users", type=int, default=None, help="draw this many users (default: all)")
 @click.option("--seed", type=int, default=0, show_default=True, help="data seed")
 @click.option(
-    "--split", type=click.Choice(["train", "valid", "test"]), default="test", show_default=True
+    "--split",
+    type=click.Choice(["train", "valid", "test"]),
+    default="test",
+    show_default=True,
+    help="Which split's lists to write.",
 )
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    required=True,
+    help="Directory the results are written to.",
+)
 def lists(log: Path | None, users: int | None, seed: int, split: str, out: Path) -> None:
     """Write the candidate lists of one split as Parquet (one row per query and candidate:
     user_id, query_id, doc_id, label, bm25, bm25_rank, user_prior_clicks,
@@ -380,6 +394,7 @@ def lists(log: Path | None, users: int | None, seed: int, split: str, out: Path)
     type=click.Path(path_type=Path, file_okay=False),
     default=Path("results/fedps"),
     show_default=True,
+    help="Directory the results are written to.",
 )
 def reproduce(
     log: Path | None,

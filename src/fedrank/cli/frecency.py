@@ -37,7 +37,11 @@ def frecency() -> None:
     help="A Firefox profile's places.sqlite.",
 )
 @click.option(
-    "--algorithm", type=click.Choice(["classic", "modern"]), default="modern", show_default=True
+    "--algorithm",
+    type=click.Choice(["classic", "modern"]),
+    default="modern",
+    show_default=True,
+    help="Frecency algorithm: classic (Firefox 62-68) or modern (Firefox 128+).",
 )
 @click.option(
     "--now",
@@ -160,8 +164,20 @@ def _study_options(func: Any) -> Any:
             show_default=True,
             help="Users enrolled (the AOL world draws them from the log; 0: all its users).",
         ),
-        click.option("--iterations", type=int, default=d.iterations, show_default=True),
-        click.option("--seed", type=int, default=d.seed, show_default=True),
+        click.option(
+            "--iterations",
+            type=int,
+            default=d.iterations,
+            show_default=True,
+            help="Optimization iterations (server model updates).",
+        ),
+        click.option(
+            "--seed",
+            type=int,
+            default=d.seed,
+            show_default=True,
+            help="Random seed (the same seed gives the same results).",
+        ),
         click.option(
             "--message",
             type=click.Choice(["full", "sign"]),
@@ -181,16 +197,43 @@ def _study_options(func: Any) -> Any:
             type=click.Choice(["rprop", "sgd", "adam"]),
             default=d.optimizer,
             show_default=True,
-        ),
-        click.option("--eta-plus", type=float, default=None, show_default=per_setting("eta_plus")),
-        click.option(
-            "--eta-minus", type=float, default=None, show_default=per_setting("eta_minus")
+            help="Server optimizer applied to the aggregate.",
         ),
         click.option(
-            "--step-init", type=float, default=None, show_default=per_setting("step_init")
+            "--eta-plus",
+            type=float,
+            default=None,
+            show_default=per_setting("eta_plus"),
+            help="Rprop: step growth factor when a gradient keeps its sign.",
         ),
-        click.option("--step-min", type=float, default=None, show_default=per_setting("step_min")),
-        click.option("--step-max", type=float, default=None, show_default=per_setting("step_max")),
+        click.option(
+            "--eta-minus",
+            type=float,
+            default=None,
+            show_default=per_setting("eta_minus"),
+            help="Rprop: step shrink factor when a gradient changes sign.",
+        ),
+        click.option(
+            "--step-init",
+            type=float,
+            default=None,
+            show_default=per_setting("step_init"),
+            help="Rprop: initial step size of every weight.",
+        ),
+        click.option(
+            "--step-min",
+            type=float,
+            default=None,
+            show_default=per_setting("step_min"),
+            help="Rprop: smallest step size.",
+        ),
+        click.option(
+            "--step-max",
+            type=float,
+            default=None,
+            show_default=per_setting("step_max"),
+            help="Rprop: largest step size.",
+        ),
         click.option(
             "--delta",
             type=float,
@@ -288,7 +331,13 @@ def _study_options(func: Any) -> Any:
             default=None,
             help="The AOL click log (--world aol; default: the shared 1,000-user sample).",
         ),
-        click.option("--json", "json_path", type=click.Path(path_type=Path), default=None),
+        click.option(
+            "--json",
+            "json_path",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="Also write the results as JSON to this file.",
+        ),
         click.option(
             "--out",
             "out_dir",
@@ -442,20 +491,47 @@ def frecency_simulate(
 
 @frecency.command("messages", short_help="Sign-only vs full-precision messages.")
 @click.option(
-    "--preset", type=click.Choice(["paper", "shifted"]), default="shifted", show_default=True
+    "--preset",
+    type=click.Choice(["paper", "shifted"]),
+    default="shifted",
+    show_default=True,
+    help="The simulated users' hidden preference (synthetic world).",
 )
 @click.option(
-    "--model", type=click.Choice(["classic", "modern"]), default="classic", show_default=True
+    "--model",
+    type=click.Choice(["classic", "modern"]),
+    default="classic",
+    show_default=True,
+    help="Frecency algorithm: classic (Firefox 62-68) or modern (Firefox 128+).",
 )
-@click.option("--users", "n_users", type=int, default=3000, show_default=True)
-@click.option("--iterations", type=int, default=40, show_default=True)
+@click.option(
+    "--users",
+    "n_users",
+    type=int,
+    default=3000,
+    show_default=True,
+    help="Simulated users enrolled in the study.",
+)
+@click.option(
+    "--iterations",
+    type=int,
+    default=40,
+    show_default=True,
+    help="Optimization iterations (server model updates).",
+)
 @click.option(
     "--seeds",
     default="0,1,2",
     show_default=True,
     help="Comma-separated seeds; each runs a full and a sign-only study.",
 )
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write the results as JSON to this file.",
+)
 def frecency_messages(
     preset: str, model: str, n_users: int, iterations: int, seeds: str, json_path: Path | None
 ) -> None:
@@ -523,9 +599,24 @@ def frecency_messages(
     show_default=True,
     help="The paper analysed the rank (no prior data on characters typed).",
 )
-@click.option("--power", "target_power", type=float, default=0.8, show_default=True)
-@click.option("--alpha", type=float, default=0.05 / 6, show_default=True)
-@click.option("--repetitions", type=int, default=200, show_default=True)
+@click.option(
+    "--power",
+    "target_power",
+    type=float,
+    default=0.8,
+    show_default=True,
+    help="Target statistical power.",
+)
+@click.option(
+    "--alpha",
+    type=float,
+    default=0.05 / 6,
+    show_default=True,
+    help="Significance level of the test.",
+)
+@click.option(
+    "--repetitions", type=int, default=200, show_default=True, help="Resamples per user count."
+)
 @click.option(
     "--users",
     "n_users",
@@ -534,7 +625,13 @@ def frecency_messages(
     show_default=True,
     help="Users of the effect pilot (half per model).",
 )
-@click.option("--iterations", type=int, default=40, show_default=True)
+@click.option(
+    "--iterations",
+    type=int,
+    default=40,
+    show_default=True,
+    help="Optimization iterations (server model updates).",
+)
 @click.option(
     "--target-reduction",
     type=float,
@@ -543,8 +640,20 @@ def frecency_messages(
     help="Training: the treatment loss must fall by this share.",
 )
 @click.option("--studies", type=int, default=5, show_default=True, help="Training: studies per n.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Random seed (the same seed gives the same results).",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write the results as JSON to this file.",
+)
 def frecency_power(
     part: str,
     preset: str,
@@ -623,16 +732,41 @@ def frecency_power(
 
 
 @frecency.command("world", short_help="The synthetic world's shapes beside AOL's.")
-@click.option("--users", "n_users", type=int, default=1000, show_default=True)
-@click.option("--history-days", type=float, default=61.0, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--users",
+    "n_users",
+    type=int,
+    default=1000,
+    show_default=True,
+    help="Simulated users enrolled in the study.",
+)
+@click.option(
+    "--history-days",
+    type=float,
+    default=61.0,
+    show_default=True,
+    help="Days of synthetic history before the study.",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Random seed (the same seed gives the same results).",
+)
 @click.option(
     "--aol-log",
     type=click.Path(exists=True, dir_okay=False),
     default=None,
     help="The AOL click log (default: the shared 1,000-user sample).",
 )
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write the results as JSON to this file.",
+)
 def frecency_world(
     n_users: int, history_days: float, seed: int, aol_log: str | None, json_path: Path | None
 ) -> None:
@@ -672,11 +806,42 @@ def frecency_world(
 
 
 @frecency.command("calibrate", short_help="Fit the typing model to the paper.")
-@click.option("--users", "n_users", type=int, default=1000, show_default=True)
-@click.option("--iterations", type=int, default=40, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--max-evaluations", type=int, default=30, show_default=True)
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+@click.option(
+    "--users",
+    "n_users",
+    type=int,
+    default=1000,
+    show_default=True,
+    help="Simulated users enrolled in the study.",
+)
+@click.option(
+    "--iterations",
+    type=int,
+    default=40,
+    show_default=True,
+    help="Optimization iterations (server model updates).",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Random seed (the same seed gives the same results).",
+)
+@click.option(
+    "--max-evaluations",
+    type=int,
+    default=30,
+    show_default=True,
+    help="Most simulated studies the fit may run.",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write the results as JSON to this file.",
+)
 def frecency_calibrate(
     n_users: int, iterations: int, seed: int, max_evaluations: int, json_path: Path | None
 ) -> None:
@@ -706,9 +871,20 @@ def frecency_calibrate(
 
 @frecency.command("policies", short_help="Compare iteration-length policies.")
 @click.option(
-    "--preset", type=click.Choice(["paper", "shifted"]), default="shifted", show_default=True
+    "--preset",
+    type=click.Choice(["paper", "shifted"]),
+    default="shifted",
+    show_default=True,
+    help="The simulated users' hidden preference (synthetic world).",
 )
-@click.option("--users", "n_users", type=int, default=2000, show_default=True)
+@click.option(
+    "--users",
+    "n_users",
+    type=int,
+    default=2000,
+    show_default=True,
+    help="Simulated users enrolled in the study.",
+)
 @click.option(
     "--target-fraction",
     type=float,
@@ -716,8 +892,20 @@ def frecency_calibrate(
     show_default=True,
     help="Target validation loss as a fraction of the initial loss.",
 )
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Random seed (the same seed gives the same results).",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write the results as JSON to this file.",
+)
 def frecency_policies(
     preset: str, n_users: int, target_fraction: float, seed: int, json_path: Path | None
 ) -> None:

@@ -228,7 +228,13 @@ def privacy() -> None:
     default=None,
     help="--config: rounds a user takes part in, for the per-user figures.",
 )
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write the results as JSON to this file.",
+)
 def privacy_report(
     config_path: Path | None, run_path: Path | None, rounds: int | None, json_path: Path | None
 ) -> None:
@@ -259,10 +265,28 @@ def privacy_report(
 @click.option("--clip", type=float, default=1.0, show_default=True, help="C of every update.")
 @click.option("--rounds", type=int, default=1, show_default=True, help="Rounds with the canary.")
 @click.option("--trials", type=int, default=20_000, show_default=True, help="Runs per world.")
-@click.option("--delta", type=float, default=1e-5, show_default=True)
+@click.option(
+    "--delta",
+    type=float,
+    default=1e-5,
+    show_default=True,
+    help="Delta of the (epsilon, delta) guarantee audited.",
+)
 @click.option("--alpha", type=float, default=0.05, show_default=True, help="1 - confidence.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Random seed (the same seed gives the same results).",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write the results as JSON to this file.",
+)
 def privacy_audit(
     noise_multiplier: float,
     clip: float,

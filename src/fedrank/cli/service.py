@@ -48,6 +48,7 @@ from fedrank.federation.registry import SYSTEMS
     type=click.Choice(["debug", "info", "warning"]),
     default="info",
     show_default=True,
+    help="Server log level.",
 )
 @click.option(
     "--new-store",
