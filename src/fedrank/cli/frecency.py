@@ -378,13 +378,18 @@ def _run_study(
 
 
 def _summarize(result: Any) -> None:
-    from fedrank.experiments.frecency.report import loss_reduction
+    from fedrank.experiments.frecency.report import comparison_window, loss_reduction
     from fedrank.experiments.frecency.study import PAPER_EVAL
 
-    click.echo(
-        f"treatment loss reduction (last 5 vs first 5 iterations): "
-        f"{100 * loss_reduction(result):.1f}%; constraints held: {result.constraints_held}"
+    n = len(result.loss_per_iteration)
+    k = comparison_window(n)
+    reduction = (
+        f"treatment loss reduction (mean of the last {k} vs the first {k} of {n} iterations): "
+        f"{100 * loss_reduction(result):.1f}%; "
+        if k
+        else "one iteration, no loss reduction to report; "
     )
+    click.echo(f"{reduction}constraints held: {result.constraints_held}")
     for name, ev in result.eval.items():
         paper = PAPER_EVAL[name]
         click.echo(
