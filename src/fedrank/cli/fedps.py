@@ -41,8 +41,30 @@ class _Bar:
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         if stage not in self.tasks:
+            self.close()
             self.tasks[stage] = self.bar.add_task(stage, total=total)
         self.bar.update(self.tasks[stage], completed=done, total=total)
+
+    def close(self) -> None:
+        """Stop the bars of stages left unfinished (a round cut short by early stopping on
+        validation): their clocks stop and they say so, none is left counting."""
+        shown = {task.id: task for task in self.bar.tasks}
+        for stage, task_id in self.tasks.items():
+            task = shown.get(task_id)
+            if task is not None and not task.finished and task.description == stage:
+                self.bar.update(task_id, description=f"{stage} (stopped early)")
+                self.bar.stop_task(task_id)
+
+
+def _users(data: dict[str, Any]) -> str:
+    """The users a run trained on, and those the time split dropped and why."""
+    dropped = int(data.get("users_dropped", 0))
+    if not dropped:
+        return f"{data['users']} users"
+    return (
+        f"{data['users']} users ({dropped} of the {data['users'] + dropped} drawn dropped: no "
+        f"events in one of the background, train, valid or test periods)"
+    )
 
 
 @click.group(short_help="FedPS: federated personalized search (AOL log).")
@@ -241,15 +263,17 @@ def run(
         bar.update(task, completed=1)
         if on_dask:
             dask = starting.result()
+        stages = _Bar(bar)
         results = run_seeds(
             data,
             settings,
             training_seeds,
-            progress=_Bar(bar),
+            progress=stages,
             dask=dask,
             attack=poison,
             covers=covers[0] if covers else None,
         )
+        stages.close()
     summary = results.summary()
     first = results.results[0].to_json()
     spread = (
@@ -263,7 +287,7 @@ def run(
         f"{mode}: MAP {summary['MAP_mean']:.4f}  MRR {summary['MRR_mean']:.4f}  "
         f"P@1 {summary['P@1_mean']:.4f}  KL {summary['kl_divergence']:.4f}{spread}  "
         f"({len(training_seeds)} seed(s), best round {summary['best_round_per_seed']}, "
-        f"{first['data']['users']} users, {first['data']['test_queries']} test queries)"
+        f"{_users(first['data'])}, {first['data']['test_queries']} test queries)"
     )
     echo_attack(first.get("attack", {}))
     if settings.dp_epsilon:
