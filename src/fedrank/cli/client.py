@@ -30,7 +30,7 @@ from fedrank.cli._common import write_json
     "--state",
     "state_dir",
     type=click.Path(file_okay=False, path_type=Path),
-    default=Path(".fedrank-client"),
+    default=Path("fedrank-data/client"),
     show_default=True,
     help="Keeps the enrollment id and the offline queue.",
 )

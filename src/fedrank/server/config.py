@@ -6,7 +6,7 @@ A complete example (every key optional; these are the defaults)::
 
     [server]
     workload = "frecency"        # frecency | foltr-es | fedavg | fpdgd (the registry's systems)
-    store = "fedrank-store"      # directory: SQLite database, Parquet audit log
+    store = "fedrank-data/store" # directory: SQLite database, Parquet audit log
     host = "127.0.0.1"
     port = 8000
     admin_token = ""             # bearer token of the admin endpoints; empty: admin disabled

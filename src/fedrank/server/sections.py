@@ -42,7 +42,7 @@ class ServerSection(Validated):
     """``[server]``: the workload, where the store is, and the HTTP server's limits."""
 
     workload: str = "frecency"
-    store: str = "fedrank-store"
+    store: str = "fedrank-data/store"
     host: str = "127.0.0.1"
     port: int = 8000
     admin_token: str = ""
