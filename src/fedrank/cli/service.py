@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 from pathlib import Path
 
@@ -151,8 +152,24 @@ def serve(
             **uvicorn_limits(config.server),  # header, body and keep-alive timeouts; connections
         )
     )
-    server.run(sockets=[sock])
-    click.echo(_stored(app))
+    # uvicorn shuts down gracefully on SIGINT or SIGTERM, then raises the signal again for
+    # the handler it found: these handlers end the command there, after the summary.
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        server.run(sockets=[sock])
+    except (KeyboardInterrupt, _Terminated):
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        click.echo(_stored(app))
+
+
+class _Terminated(Exception):
+    """SIGTERM, raised again by uvicorn once it has shut down gracefully."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise _Terminated
 
 
 def _stored(app: object) -> str:
