@@ -1,0 +1,82 @@
+"""Every script of ``examples/`` runs, with small sizes, and shows what it says it shows;
+the custom aggregator also passes the aggregator conformance suite."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from tests.conformance import test_aggregator_conformance as conformance
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _script(name: str, *args: str, timeout: float = 300.0) -> str:
+    """Run ``examples/<name>`` with ``args``; its standard output (it must exit 0)."""
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def _module(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), EXAMPLES / name)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses and pickling look modules up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def _conformance_checks() -> list[tuple[str, Any]]:
+    """The suite's checks that are parametrized over aggregator cases."""
+    checks = []
+    for name, func in inspect.getmembers(conformance, inspect.isfunction):
+        if not name.startswith("test_"):
+            continue
+        for mark in getattr(func, "pytestmark", []):
+            cases = mark.args[1] if mark.name == "parametrize" else []
+            if mark.args[0] == "case" and all(isinstance(c, conformance.AggCase) for c in cases):
+                checks.append((name, func))
+    return checks
+
+
+CHECKS = _conformance_checks()
+
+
+def test_the_conformance_suite_is_found() -> None:
+    names = {name for name, _ in CHECKS}
+    assert {"test_order_independence", "test_malformed_saved_states_are_refused"} <= names
+    assert len(CHECKS) >= 10
+
+
+@pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning")
+@pytest.mark.parametrize(("name", "check"), CHECKS, ids=[n for n, _ in CHECKS])
+def test_custom_aggregator_passes_the_conformance_suite(name: str, check: Any) -> None:
+    module = _module("custom_aggregator.py")
+    case = conformance.AggCase("UnweightedMean", module.UnweightedMean, exact=False, vector=True)
+    check(case=case)
+
+
+def test_custom_aggregator_in_a_federated_run(mq2008_dir: Path) -> None:
+    out = _script(
+        "custom_aggregator.py", "--data", str(mq2008_dir), "--rounds", "8", "--clients", "20"
+    )
+    rows = [line.split(" test nDCG@10 ") for line in out.strip().splitlines()]
+    lines = {label.strip(): value for label, value in rows}
+    assert set(lines) == {"WeightedMean (built in)", "UnweightedMean (custom)"}
+    for value in lines.values():
+        assert 0.3 < float(value) <= 1.0  # a trained linear ranker, not a random one
