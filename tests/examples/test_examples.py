@@ -12,9 +12,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.conformance import test_aggregator_conformance as conformance
+from tests.server.serverkit import issue_tokens, running_server
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -80,3 +82,35 @@ def test_custom_aggregator_in_a_federated_run(mq2008_dir: Path) -> None:
     assert set(lines) == {"WeightedMean (built in)", "UnweightedMean (custom)"}
     for value in lines.values():
         assert 0.3 < float(value) <= 1.0  # a trained linear ranker, not a random one
+
+
+#: A FedAvg server with rounds of 2 seats out of 3 devices, short windows.
+ROUNDS_SERVER = """
+[server]
+workload = "fedavg"
+[fedavg]
+dim = 3
+[iteration]
+tick_seconds = 0.05
+[rounds]
+enabled = true
+clients_per_round = 2
+t_max_seconds = 3
+checkin_seconds = 0.3
+min_checkins = 2
+"""
+
+
+def test_embed_client_against_a_real_server(tmp_path: Path) -> None:
+    with running_server(tmp_path, ROUNDS_SERVER) as server:
+        tokens = issue_tokens(server.store, 3)
+        args = ["--server", server.url, "--rounds", "2", "--state", str(tmp_path / "devices")]
+        out = _script("embed_client.py", *args, *(a for t in tokens for a in ("--token", t)))
+        status = httpx.get(server.url + "/v1/status").json()
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("round 1: ") and lines[1].startswith("round 2: ")
+    for line in lines[:2]:
+        assert line.count("update accepted") == 2  # the two seated devices
+        assert line.count("not seated") == 1
+    assert lines[2].startswith("final model version 2: ")
+    assert status["model_version"] == 2 and status["updates_accepted_total"] == 4
