@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import json
+import math
 import os
 import subprocess
 import sys
@@ -15,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.cli.clirun import run
 from tests.conformance import test_aggregator_conformance as conformance
 from tests.server.serverkit import issue_tokens, running_server
 
@@ -114,3 +117,26 @@ def test_embed_client_against_a_real_server(tmp_path: Path) -> None:
         assert line.count("not seated") == 1
     assert lines[2].startswith("final model version 2: ")
     assert status["model_version"] == 2 and status["updates_accepted_total"] == 4
+
+
+def test_privacy_report_matches_the_command(tmp_path: Path) -> None:
+    out_json = tmp_path / "rows.json"
+    out = _script("privacy_report.py", "--rounds", "10", "--p", "0.9", "--json", str(out_json))
+    rows = json.loads(out_json.read_text())
+    foltr = rows["FOLtR-ES, randomized response"][0]
+    per_message = 4 * math.log(0.9 * 10 / 0.1)  # Eq. (10), B = 4 values per message
+    assert foltr["per_message"]["epsilon"] == pytest.approx(per_message)
+    assert foltr["per_user"]["epsilon"] == pytest.approx(10 * per_message)
+    assert rows["FedAvg, no DP"][0]["mechanism"] == "none"
+    # the library's figure is the command's for the same server.toml
+    module = _module("privacy_report.py")
+    config = tmp_path / "server.toml"
+    config.write_text(module.deployments(10, 3.0, 1e-6, 0.9)["FedAvg, central DP"])
+    command = tmp_path / "command.json"
+    result = run(
+        ["privacy", "report", "--rounds", "10", "--config", str(config)] + ["--json", str(command)]
+    )
+    assert result.exit_code == 0, result.output
+    assert rows["FedAvg, central DP"] == json.loads(command.read_text())["systems"]
+    assert 0 < rows["FedAvg, central DP"][0]["per_user"]["epsilon"] <= 3.0
+    assert "FedAvg, central DP: gaussian (central)" in out
