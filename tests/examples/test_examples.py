@@ -140,3 +140,22 @@ def test_privacy_report_matches_the_command(tmp_path: Path) -> None:
     assert rows["FedAvg, central DP"] == json.loads(command.read_text())["systems"]
     assert 0 < rows["FedAvg, central DP"][0]["per_user"]["epsilon"] <= 3.0
     assert "FedAvg, central DP: gaussian (central)" in out
+
+
+def test_foltr_custom_click_model_trains(mq2008_dir: Path) -> None:
+    args = ["--data", str(mq2008_dir), "--interactions", "80000", "--clients", "100"]
+    out = _script("foltr_custom_ranker.py", *args)
+    values = {
+        label.strip(): float(value)
+        for label, value in (
+            line.split(" test nDCG@10 ") for line in out.splitlines() if "nDCG@10" in line
+        )
+    }
+    assert set(values) == {
+        "untrained (zero weights)",
+        "navigational (built in)",
+        "impatient (custom)",
+    }
+    # 200 iterations move both models well above the untrained ranking
+    assert values["impatient (custom)"] > values["untrained (zero weights)"] + 0.05
+    assert values["navigational (built in)"] > values["untrained (zero weights)"] + 0.05
