@@ -159,3 +159,24 @@ def test_foltr_custom_click_model_trains(mq2008_dir: Path) -> None:
     # 200 iterations move both models well above the untrained ranking
     assert values["impatient (custom)"] > values["untrained (zero weights)"] + 0.05
     assert values["navigational (built in)"] > values["untrained (zero weights)"] + 0.05
+
+
+def _dask_lines(out: str) -> dict[str, str]:
+    return {line.split(" test nDCG@10 ")[0].strip(): line for line in out.splitlines()}
+
+
+def test_dask_cluster_local_and_at_an_address(mq2008_dir: Path) -> None:
+    from dask.distributed import LocalCluster
+
+    small = ["--data", str(mq2008_dir), "--interactions", "40000", "--clients", "100"]
+    out = _script("dask_cluster.py", *small, "--workers", "1")
+    lines = _dask_lines(out)
+    assert {"in process", "on Dask"} <= set(lines)
+    assert "same final model bit for bit: True" in out
+    # an existing scheduler, given by its address (workers in this test's process)
+    with LocalCluster(
+        n_workers=1, processes=False, protocol="tcp://", dashboard_address=None
+    ) as cluster:
+        out = _script("dask_cluster.py", *small, "--scheduler", cluster.scheduler_address)
+    assert "same final model bit for bit: True" in out
+    assert _dask_lines(out)["on Dask"].split("(")[0] == lines["on Dask"].split("(")[0]
