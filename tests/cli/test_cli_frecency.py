@@ -448,7 +448,7 @@ def test_policies_writes_json(tmp_path: Path) -> None:
 
 def test_policies_rejects_a_target_fraction_outside_0_1() -> None:
     result = _run(["frecency", "policies", "--users", "200", "--target-fraction", "1.5"])
-    _assert_clean_failure(result, "target_fraction must be in (0, 1) (a number), got 1.5")
+    _assert_clean_failure(result, "--target-fraction must be in (0, 1) (a number), got 1.5")
 
 
 def test_messages_writes_paired_json(tmp_path: Path) -> None:
