@@ -17,9 +17,11 @@ __all__ = [
     "EXIT_CODES",
     "FedrankGroup",
     "dask_options",
+    "json_option",
     "name_options_in_errors",
     "progress_bar",
     "read_json",
+    "seed_option",
     "write_json",
 ]
 
@@ -160,3 +162,21 @@ def dask_options(what: str, note: str = "") -> Callable[[_F], _F]:
         )(func)
 
     return decorate
+
+
+#: ``--json PATH``: the results also written as JSON (the same option on every command).
+json_option = click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write the results as JSON to this file.",
+)
+#: ``--seed N`` (default 0): every stochastic path of the command draws from it.
+seed_option = click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Random seed (the same seed gives the same results).",
+)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from fedrank.cli._common import write_json
+from fedrank.cli._common import json_option, write_json
 
 
 @click.command("client", short_help="Run one client: fetch the model, send an update.")
@@ -55,13 +55,7 @@ from fedrank.cli._common import write_json
     help="The operator's single-use token (`fedrank devices enroll`): this device's key is "
     "made in --state and enrolled with it once; later runs sign with it (docs/devices.md).",
 )
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Also write the results as JSON to this file.",
-)
+@json_option
 def client(
     server_url: str,
     workload: str,

@@ -7,7 +7,14 @@ from pathlib import Path
 import click
 
 from fedrank.cli._attack import attack_from_options, attack_options, echo_attack
-from fedrank.cli._common import FedrankGroup, dask_options, progress_bar, write_json
+from fedrank.cli._common import (
+    FedrankGroup,
+    dask_options,
+    json_option,
+    progress_bar,
+    seed_option,
+    write_json,
+)
 from fedrank.simulation.attacks import ES_ATTACKS
 
 
@@ -117,13 +124,7 @@ def foltr() -> None:
     show_default=True,
     help="L1 clip of deltas (Laplace); their L2 bound (central).",
 )
-@click.option(
-    "--seed",
-    type=int,
-    default=0,
-    show_default=True,
-    help="Random seed (the same seed gives the same results).",
-)
+@seed_option
 @click.option(
     "--difference-bound",
     type=float,
@@ -136,13 +137,7 @@ def foltr() -> None:
     ES_ATTACKS, "each iteration's clients", es=True, note="; FPDGD: sign-flip, scale, random"
 )
 @dask_options("the clients (FOLtR-ES or FPDGD)", "; same result as one process")
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Also write the results as JSON to this file.",
-)
+@json_option
 @click.option(
     "--plot",
     "plot_path",
@@ -254,13 +249,7 @@ def foltr_train(
     show_default=True,
     help="Click models to tabulate, comma-separated.",
 )
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Also write the results as JSON to this file.",
-)
+@json_option
 def foltr_eps_table(list_length: int, ps: str, click_models: str, json_path: Path | None) -> None:
     """The privacy loss epsilon of MaxRR under randomized response: Eq. (10) and the
     empirical maximum of Eq. (9) over all label placements (paper Table 2)."""
@@ -288,20 +277,8 @@ def foltr_eps_table(list_length: int, ps: str, click_models: str, json_path: Pat
     show_default=True,
     help="Click models to tabulate, comma-separated.",
 )
-@click.option(
-    "--seed",
-    type=int,
-    default=0,
-    show_default=True,
-    help="Random seed (the same seed gives the same results).",
-)
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Also write the results as JSON to this file.",
-)
+@seed_option
+@json_option
 def foltr_baselines(
     data_dir: Path, fold: int, click_models: str, seed: int, json_path: Path | None
 ) -> None:
@@ -355,13 +332,7 @@ def foltr_baselines(
     "--folds", default="1,2,3,4,5", show_default=True, help="Cross-validation folds to run."
 )
 @click.option("--fpdgd/--no-fpdgd", default=True, show_default=True, help="Also train FPDGD.")
-@click.option(
-    "--seed",
-    type=int,
-    default=0,
-    show_default=True,
-    help="Random seed (the same seed gives the same results).",
-)
+@seed_option
 @click.option("--jobs", type=int, default=1, show_default=True, help="local worker processes")
 @dask_options("the grid's runs")
 def foltr_reproduce(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from fedrank.cli._common import read_json, write_json
+from fedrank.cli._common import json_option, read_json, seed_option, write_json
 from fedrank.privacy.report import SystemPrivacy, report_run
 
 if TYPE_CHECKING:
@@ -228,13 +228,7 @@ def privacy() -> None:
     default=None,
     help="--config: rounds a user takes part in, for the per-user figures.",
 )
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Also write the results as JSON to this file.",
-)
+@json_option
 def privacy_report(
     config_path: Path | None, run_path: Path | None, rounds: int | None, json_path: Path | None
 ) -> None:
@@ -273,20 +267,8 @@ def privacy_report(
     help="Delta of the (epsilon, delta) guarantee audited.",
 )
 @click.option("--alpha", type=float, default=0.05, show_default=True, help="1 - confidence.")
-@click.option(
-    "--seed",
-    type=int,
-    default=0,
-    show_default=True,
-    help="Random seed (the same seed gives the same results).",
-)
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Also write the results as JSON to this file.",
-)
+@seed_option
+@json_option
 def privacy_audit(
     noise_multiplier: float,
     clip: float,
