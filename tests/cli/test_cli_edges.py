@@ -55,10 +55,17 @@ def _command(path: tuple[str, ...]) -> click.Command:
         ("fedps run --mode flat --users -5", "--users must be >= 2"),
         ("fedps run --mode flat --rounds -1", "--rounds must be >= 1"),
         ("demo --users -5", "--users must be in 3..100000"),
+        ("frecency power --alpha 2", "--alpha must lie in (0, 1), got 2.0"),
+        ("frecency world --users -3", "--users must be a positive integer, got -3"),
+        ("frecency calibrate --max-evaluations -1", "'--max-evaluations': -1 is not in"),
+        ("serve --port -1", "--port must be in 0..65535 (an integer), got -1"),
+        ("serve --iteration-seconds -1", "--iteration-seconds must be >= 0"),
+        ("devices enroll --store STORE --count -1", "--count must be in 1..10000, got -1"),
+        ("devices enroll --store STORE --expires-hours -1", "--expires-hours must be > 0"),
     ],
 )
-def test_option_errors_name_the_option_typed(args: str, expected: str) -> None:
-    result = run(args.split())
+def test_option_errors_name_the_option_typed(args: str, expected: str, tmp_path: Path) -> None:
+    result = run(args.replace("STORE", str(tmp_path / "store")).split())
     assert result.exit_code == 2, result.output
     assert_clean_failure(result, expected)
     assert "n_users" not in result.output and "None" not in result.output

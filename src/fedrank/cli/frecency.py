@@ -553,7 +553,7 @@ def frecency_world(
 @seed_option
 @click.option(
     "--max-evaluations",
-    type=int,
+    type=click.IntRange(min=1),
     default=30,
     show_default=True,
     help="Most simulated studies the fit may run.",
