@@ -6,7 +6,23 @@ class FedrankError(Exception):
 
 
 class ConfigError(FedrankError, ValueError):
-    """A parameter or configuration value is invalid."""
+    """A parameter or configuration value is invalid.
+
+    ``field``, ``requirement`` and ``value``, when given, say which field failed, what it
+    accepts (``"in 3..100000 (an integer)"``) and the value it was given: the command line
+    uses them to name the option the user typed in place of the field.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        requirement: str | None = None,
+        value: object = None,
+    ) -> None:
+        super().__init__(message)
+        self.field, self.requirement, self.value = field, requirement, value
 
 
 class DataFormatError(FedrankError, ValueError):

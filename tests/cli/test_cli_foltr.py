@@ -190,16 +190,12 @@ def test_baselines_writes_the_documented_shape(mq2008_dir: Path, tmp_path: Path)
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (
-            ["--p", "0.05"],
-            "p (MaxRR at depth 10 has n = 11 values) must be in (1/11, 1] (a number) or None, "
-            "got 0.05",
-        ),
+        (["--p", "0.05"], "--p must be in (1/11, 1] (a number), got 0.05"),
         (["--fold", "9"], "fold"),
         (["--batch", "3"], "batch must be even with antithetic"),
-        (["--clients", "0"], "clients must be >= 1 (an integer), got 0"),
+        (["--clients", "0"], "--clients must be >= 1 (an integer), got 0"),
         (["--dp", "local"], "dp applies to FPDGD"),
-        (["--difference-bound", "-1"], "difference_bound (0: off) must be >= 0"),
+        (["--difference-bound", "-1"], "--difference-bound must be >= 0"),
         (["--difference-bound", "0.5", "--no-antithetic"], "needs antithetic"),
         (["--difference-bound", "0.5", "--algorithm", "fpdgd"], "FPDGD sends model deltas"),
         (["--dask-workers", "2", "--dask-scheduler", "tcp://h:1"], "not both"),

@@ -228,7 +228,8 @@ def test_serve_with_a_bad_config_exits_with_the_message(tmp_path: Path) -> None:
     unknown.write_text("[iteration]\nminutes = 30\n")
     assert_clean_failure(run(["serve", "--config", str(unknown)]), "unknown key(s) minutes")
     flag = run(["serve", "--iteration-min-updates", "0", "--store", str(tmp_path / "s2")])
-    assert_clean_failure(flag, "[iteration] min_updates must be >= 1")
+    assert_clean_failure(flag, "--iteration-min-updates must be >= 1")  # the flag typed
+    assert flag.exit_code == 2  # a usage error
     choice = run(["serve", "--workload", "ranknet"])
     assert choice.exit_code != 0 and "ranknet" in choice.output
     missing = run(["serve", "--config", str(tmp_path / "absent.toml")])

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import click
 
-from fedrank.cli._common import FedrankGroup, progress_bar, write_json
+from fedrank.cli._common import (
+    EXIT_CODES,
+    FedrankGroup,
+    name_options_in_errors,
+    progress_bar,
+    write_json,
+)
 from fedrank.cli.client import client
 from fedrank.cli.devices import devices
 from fedrank.cli.fedps import fedps
@@ -18,7 +24,7 @@ from fedrank.cli.report import report
 from fedrank.cli.service import serve, store
 
 
-@click.group(cls=FedrankGroup)
+@click.group(cls=FedrankGroup, epilog=EXIT_CODES)
 @click.version_option(package_name="fedrank")
 def main() -> None:
     """fedrank: privacy-preserving federated learning to rank."""
@@ -101,6 +107,9 @@ def demo(seed: int, users: int, iterations: int, out_dir: Path) -> None:
         f"wrote {', '.join(str(p) for p in [html, *written])} and {out_dir / 'results.json'}"
     )
     click.echo(f"wall time {report['wall_seconds']:.1f} s")
+
+
+name_options_in_errors(main)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,27 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fedrank.core.json_io import write_json
-from fedrank.errors import FedrankError
+from fedrank.errors import ConfigError, FedrankError
 
-__all__ = ["FedrankGroup", "dask_options", "progress_bar", "read_json", "write_json"]
+__all__ = [
+    "EXIT_CODES",
+    "FedrankGroup",
+    "dask_options",
+    "json_option",
+    "name_options_in_errors",
+    "progress_bar",
+    "read_json",
+    "seed_option",
+    "write_json",
+]
+
+#: The one rule for exit codes, shown in ``fedrank --help``: click's own for usage errors.
+EXIT_CODES = (
+    "Exit codes: 0 success; 2 a usage error (an unknown option, a value an option does not "
+    "accept, options that disagree, an invalid server.toml): fix the command; 1 a failure "
+    "while running (a file that cannot be read or written, bad data, a server that cannot "
+    "be reached)."
+)
 
 
 def progress_bar() -> Progress:
@@ -38,15 +56,63 @@ def read_json(path: Path) -> dict[str, Any]:
 
 class FedrankGroup(click.Group):
     """Turns fedrank's own errors, and files that cannot be read or written, into a one-line
-    message and exit code 1 (no traceback)."""
+    message (no traceback) and the exit code of :data:`EXIT_CODES`: 2 for an invalid setting
+    (:class:`~fedrank.errors.ConfigError`), 1 for any other failure."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except ConfigError as err:
+            raise click.UsageError(str(err)) from err
         except FedrankError as err:
             raise click.ClickException(str(err)) from err
         except OSError as err:
             raise click.ClickException(f"{err.strerror or err}: {err.filename or ''}") from err
+
+
+def _option_for(command: click.Command, field: str) -> click.Option | None:
+    """The option of ``command`` that sets the configuration field ``field``: the one whose
+    parameter name is the field's, or the field without its ``n_`` prefix."""
+    for param in command.params:
+        if isinstance(param, click.Option) and param.name in (field, field.removeprefix("n_")):
+            return param
+    return None
+
+
+def _naming_options(command: click.Command) -> None:
+    """Wrap ``command``'s callback so that a :class:`~fedrank.errors.ConfigError` about a
+    field one of its options set names that option as the user typed it (``--users must be
+    in 3..100000 (an integer), got -5``), as a usage error."""
+    callback = command.callback
+    if callback is None or getattr(callback, "_names_options", False):
+        return
+
+    def named(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return callback(*args, **kwargs)
+        except ConfigError as err:
+            if err.field is None or err.requirement is None:
+                raise
+            option = _option_for(command, err.field)
+            if option is None or option.name is None:
+                raise
+            given = click.get_current_context().params.get(option.name)
+            if given is None or given != err.value:
+                raise  # the failing value is not the one the user typed
+            flag = max(option.opts, key=len)
+            raise click.UsageError(f"{flag} {err.requirement}") from err
+
+    named._names_options = True  # type: ignore[attr-defined]
+    command.callback = named
+
+
+def name_options_in_errors(command: click.Command) -> None:
+    """Apply :func:`_naming_options` to ``command`` and every command under it: the one
+    place where an invalid numeric option's message gets the option's name."""
+    _naming_options(command)
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            name_options_in_errors(sub)
 
 
 def invocation() -> str:
@@ -96,3 +162,21 @@ def dask_options(what: str, note: str = "") -> Callable[[_F], _F]:
         )(func)
 
     return decorate
+
+
+#: ``--json PATH``: the results also written as JSON (the same option on every command).
+json_option = click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write the results as JSON to this file.",
+)
+#: ``--seed N`` (default 0): every stochastic path of the command draws from it.
+seed_option = click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Random seed (the same seed gives the same results).",
+)

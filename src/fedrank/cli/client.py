@@ -8,10 +8,10 @@ from pathlib import Path
 
 import click
 
-from fedrank.cli._common import write_json
+from fedrank.cli._common import json_option, write_json
 
 
-@click.command("client")
+@click.command("client", short_help="Run one client: fetch the model, send an update.")
 @click.option("--server", "server_url", required=True, help="e.g. http://127.0.0.1:8000")
 @click.option(
     "--workload",
@@ -30,7 +30,7 @@ from fedrank.cli._common import write_json
     "--state",
     "state_dir",
     type=click.Path(file_okay=False, path_type=Path),
-    default=Path(".fedrank-client"),
+    default=Path("fedrank-data/client"),
     show_default=True,
     help="Keeps the enrollment id and the offline queue.",
 )
@@ -42,14 +42,20 @@ from fedrank.cli._common import write_json
     '--state (docs/privacy.md, "The user\'s ledger"): the update is sent only if it fits. '
     "Default: no ledger.",
 )
-@click.option("--privacy-delta", type=float, default=1e-6, show_default=True)
+@click.option(
+    "--privacy-delta",
+    type=float,
+    default=1e-6,
+    show_default=True,
+    help="Delta of the user's ledger's (epsilon, delta) budget.",
+)
 @click.option(
     "--enrollment-token",
     default=None,
     help="The operator's single-use token (`fedrank devices enroll`): this device's key is "
     "made in --state and enrolled with it once; later runs sign with it (docs/devices.md).",
 )
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+@json_option
 def client(
     server_url: str,
     workload: str,

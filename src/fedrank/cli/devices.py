@@ -30,7 +30,7 @@ def devices() -> None:
     """Enroll, list and revoke the devices a server accepts."""
 
 
-@devices.command("enroll")
+@devices.command("enroll", short_help="Print single-use enrollment tokens.")
 @_STORE
 @click.option("--count", type=int, default=1, show_default=True, help="Tokens to issue.")
 @click.option("--label", default="", help="A note kept with the tokens and their devices.")
@@ -54,7 +54,7 @@ def devices_enroll(store_dir: Path, count: int, label: str, expires_hours: float
         registry.close()
 
 
-@devices.command("list")
+@devices.command("list", short_help="List the enrolled devices.")
 @_STORE
 def devices_list(store_dir: Path) -> None:
     """Every enrolled device: id, label, enrolled, revoked, last seen (its last session)."""
@@ -73,7 +73,7 @@ def devices_list(store_dir: Path) -> None:
         )
 
 
-@devices.command("revoke")
+@devices.command("revoke", short_help="Revoke a device.")
 @_STORE
 @click.argument("device_id")
 def devices_revoke(store_dir: Path, device_id: str) -> None:

@@ -41,11 +41,33 @@ class _Bar:
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         if stage not in self.tasks:
+            self.close()
             self.tasks[stage] = self.bar.add_task(stage, total=total)
         self.bar.update(self.tasks[stage], completed=done, total=total)
 
+    def close(self) -> None:
+        """Stop the bars of stages left unfinished (a round cut short by early stopping on
+        validation): their clocks stop and they say so, none is left counting."""
+        shown = {task.id: task for task in self.bar.tasks}
+        for stage, task_id in self.tasks.items():
+            task = shown.get(task_id)
+            if task is not None and not task.finished and task.description == stage:
+                self.bar.update(task_id, description=f"{stage} (stopped early)")
+                self.bar.stop_task(task_id)
 
-@click.group()
+
+def _users(data: dict[str, Any]) -> str:
+    """The users a run trained on, and those the time split dropped and why."""
+    dropped = int(data.get("users_dropped", 0))
+    if not dropped:
+        return f"{data['users']} users"
+    return (
+        f"{data['users']} users ({dropped} of the {data['users'] + dropped} drawn dropped: no "
+        f"events in one of the background, train, valid or test periods)"
+    )
+
+
+@click.group(short_help="FedPS: federated personalized search (AOL log).")
 def fedps() -> None:
     """FedPS: federated personalized search on the AOL log (Yao et al., FedPS)."""
 
@@ -64,7 +86,7 @@ def _seed_list(text: str | None) -> list[int] | None:
     return seeds
 
 
-@fedps.command("run")
+@fedps.command("run", short_help="Train and evaluate one FedPS mode.")
 @click.option(
     "--mode",
     type=click.Choice(
@@ -161,7 +183,12 @@ def _seed_list(text: str | None) -> list[int] | None:
               "the step's count, so that the model hides who took part")  # fmt: skip
 @attack_options(fedavg.SYSTEM.attacks, "the users (a fixed set; flat and proxy modes)")
 @dask_options("the clients of a flat or proxy run", "; same result as one process")
-@click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False))
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write the results as JSON to this file.",
+)
 def run(
     mode: str,
     log: Path | None,
@@ -236,15 +263,17 @@ def run(
         bar.update(task, completed=1)
         if on_dask:
             dask = starting.result()
+        stages = _Bar(bar)
         results = run_seeds(
             data,
             settings,
             training_seeds,
-            progress=_Bar(bar),
+            progress=stages,
             dask=dask,
             attack=poison,
             covers=covers[0] if covers else None,
         )
+        stages.close()
     summary = results.summary()
     first = results.results[0].to_json()
     spread = (
@@ -258,7 +287,7 @@ def run(
         f"{mode}: MAP {summary['MAP_mean']:.4f}  MRR {summary['MRR_mean']:.4f}  "
         f"P@1 {summary['P@1_mean']:.4f}  KL {summary['kl_divergence']:.4f}{spread}  "
         f"({len(training_seeds)} seed(s), best round {summary['best_round_per_seed']}, "
-        f"{first['data']['users']} users, {first['data']['test_queries']} test queries)"
+        f"{_users(first['data'])}, {first['data']['test_queries']} test queries)"
     )
     echo_attack(first.get("attack", {}))
     if settings.dp_epsilon:
@@ -287,14 +316,23 @@ def run(
         click.echo(f"wrote {json_path}")
 
 
-@fedps.command("lists")
+@fedps.command("lists", short_help="Write a split's candidate lists as Parquet.")
 @click.option("--log", type=click.Path(path_type=Path, dir_okay=False), help=_LOG_HELP)
 @click.option("--users", type=int, default=None, help="draw this many users (default: all)")
 @click.option("--seed", type=int, default=0, show_default=True, help="data seed")
 @click.option(
-    "--split", type=click.Choice(["train", "valid", "test"]), default="test", show_default=True
+    "--split",
+    type=click.Choice(["train", "valid", "test"]),
+    default="test",
+    show_default=True,
+    help="Which split's lists to write.",
 )
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    required=True,
+    help="Directory the results are written to.",
+)
 def lists(log: Path | None, users: int | None, seed: int, split: str, out: Path) -> None:
     """Write the candidate lists of one split as Parquet (one row per query and candidate:
     user_id, query_id, doc_id, label, bm25, bm25_rank, user_prior_clicks,
@@ -317,7 +355,7 @@ def lists(log: Path | None, users: int | None, seed: int, split: str, out: Path)
     click.echo(f"wrote {out}")
 
 
-@fedps.command("reproduce")
+@fedps.command("reproduce", short_help="The FedPS paper's tables and figure.")
 @click.option("--log", type=click.Path(path_type=Path, dir_okay=False), help=_LOG_HELP)
 @click.option("--users", type=int, default=None, help="draw this many users (default: all)")
 @click.option("--rounds", type=int, default=4, show_default=True, help="most rounds of every run")
@@ -380,6 +418,7 @@ def lists(log: Path | None, users: int | None, seed: int, split: str, out: Path)
     type=click.Path(path_type=Path, file_okay=False),
     default=Path("results/fedps"),
     show_default=True,
+    help="Directory the results are written to.",
 )
 def reproduce(
     log: Path | None,

@@ -7,7 +7,14 @@ from pathlib import Path
 import click
 
 from fedrank.cli._attack import attack_from_options, attack_options, echo_attack
-from fedrank.cli._common import FedrankGroup, dask_options, progress_bar, write_json
+from fedrank.cli._common import (
+    FedrankGroup,
+    dask_options,
+    json_option,
+    progress_bar,
+    seed_option,
+    write_json,
+)
 from fedrank.simulation.attacks import ES_ATTACKS
 
 
@@ -29,12 +36,12 @@ def _parse_list(text: str, kind: type, name: str) -> list:
         raise click.BadParameter(f"{name} must be a comma-separated list: {exc}") from exc
 
 
-@click.group(cls=FedrankGroup)
+@click.group(cls=FedrankGroup, short_help="Federated online LTR: FOLtR-ES and FPDGD.")
 def foltr() -> None:
     """Federated online learning to rank: FOLtR-ES (Kharitonov 2019) and FPDGD."""
 
 
-@foltr.command("train")
+@foltr.command("train", short_help="Train a ranker from simulated clicks.")
 @_data_option
 @click.option("--fold", type=int, default=1, show_default=True, help="Fold (1-based).")
 @click.option(
@@ -42,9 +49,14 @@ def foltr() -> None:
     type=click.Choice(["perfect", "navigational", "informational", "position-based"]),
     default="navigational",
     show_default=True,
+    help="Simulated users' click model.",
 )
 @click.option(
-    "--ranker", type=click.Choice(["linear", "two-layer"]), default="linear", show_default=True
+    "--ranker",
+    type=click.Choice(["linear", "two-layer"]),
+    default="linear",
+    show_default=True,
+    help="Ranker trained: linear or a two-layer network.",
 )
 @click.option(
     "--algorithm",
@@ -62,15 +74,32 @@ def foltr() -> None:
     show_default=True,
     help="ES randomized-response truth probability, in (1/11, 1]; 1 sends true values.",
 )
-@click.option("--sigma", type=float, default=0.01, show_default=True)
-@click.option("--antithetic/--no-antithetic", default=True, show_default=True)
+@click.option(
+    "--sigma",
+    type=float,
+    default=0.01,
+    show_default=True,
+    help="Standard deviation of the ES perturbation.",
+)
+@click.option(
+    "--antithetic/--no-antithetic",
+    default=True,
+    show_default=True,
+    help="Antithetic sampling: each perturbation also tried with its sign flipped.",
+)
 @click.option(
     "--learning-rate",
     type=float,
     default=None,
     help="ES: the server's Adam lr (default 1e-3); FPDGD: the local lr (default 0.1).",
 )
-@click.option("--interactions", type=int, default=2_000_000, show_default=True)
+@click.option(
+    "--interactions",
+    type=int,
+    default=2_000_000,
+    show_default=True,
+    help="Simulated user interactions (queries) in all.",
+)
 @click.option(
     "--dp",
     type=click.Choice(["none", "local", "distributed", "central"]),
@@ -95,7 +124,7 @@ def foltr() -> None:
     show_default=True,
     help="L1 clip of deltas (Laplace); their L2 bound (central).",
 )
-@click.option("--seed", type=int, default=0, show_default=True)
+@seed_option
 @click.option(
     "--difference-bound",
     type=float,
@@ -108,8 +137,14 @@ def foltr() -> None:
     ES_ATTACKS, "each iteration's clients", es=True, note="; FPDGD: sign-flip, scale, random"
 )
 @dask_options("the clients (FOLtR-ES or FPDGD)", "; same result as one process")
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
-@click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None)
+@json_option
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write the learning curve as a PNG to this file.",
+)
 def foltr_train(
     data_dir: Path,
     fold: int,
@@ -194,11 +229,27 @@ def foltr_train(
         click.echo(f"wrote {plot_path}")
 
 
-@foltr.command("eps-table")
-@click.option("--list-length", type=int, default=5, show_default=True)
-@click.option("--ps", default="0.25,0.5,0.75,0.9,0.95,0.99", show_default=True)
-@click.option("--click-models", default="perfect,navigational,informational", show_default=True)
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+@foltr.command("eps-table", short_help="Epsilon of MaxRR under randomized response.")
+@click.option(
+    "--list-length",
+    type=int,
+    default=5,
+    show_default=True,
+    help="Length of the ranked list clicks are made on.",
+)
+@click.option(
+    "--ps",
+    default="0.25,0.5,0.75,0.9,0.95,0.99",
+    show_default=True,
+    help="Randomized-response probabilities p to tabulate, comma-separated.",
+)
+@click.option(
+    "--click-models",
+    default="perfect,navigational,informational",
+    show_default=True,
+    help="Click models to tabulate, comma-separated.",
+)
+@json_option
 def foltr_eps_table(list_length: int, ps: str, click_models: str, json_path: Path | None) -> None:
     """The privacy loss epsilon of MaxRR under randomized response: Eq. (10) and the
     empirical maximum of Eq. (9) over all label placements (paper Table 2)."""
@@ -217,12 +268,17 @@ def foltr_eps_table(list_length: int, ps: str, click_models: str, json_path: Pat
         click.echo(f"wrote {json_path}")
 
 
-@foltr.command("baselines")
+@foltr.command("baselines", short_help="Baselines trained on relevance labels.")
 @_data_option
 @click.option("--fold", type=int, default=1, show_default=True, help="Fold (1-based).")
-@click.option("--click-models", default="perfect,navigational,informational", show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+@click.option(
+    "--click-models",
+    default="perfect,navigational,informational",
+    show_default=True,
+    help="Click models to tabulate, comma-separated.",
+)
+@seed_option
+@json_option
 def foltr_baselines(
     data_dir: Path, fold: int, click_models: str, seed: int, json_path: Path | None
 ) -> None:
@@ -248,7 +304,7 @@ def foltr_baselines(
         click.echo(f"wrote {json_path}")
 
 
-@foltr.command("reproduce")
+@foltr.command("reproduce", short_help="The FOLtR-ES paper's figures and Table 3.")
 @_data_option
 @click.option(
     "--out",
@@ -256,8 +312,15 @@ def foltr_baselines(
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("results/foltr-reproduce"),
     show_default=True,
+    help="Directory the figures and tables are written to.",
 )
-@click.option("--interactions", type=int, default=2_000_000, show_default=True)
+@click.option(
+    "--interactions",
+    type=int,
+    default=2_000_000,
+    show_default=True,
+    help="Simulated user interactions (queries) in all.",
+)
 @click.option(
     "--exploration-interactions",
     type=int,
@@ -265,9 +328,11 @@ def foltr_baselines(
     show_default=True,
     help="Per run of the Figure 1-3 grid (antithetic, B, p).",
 )
-@click.option("--folds", default="1,2,3,4,5", show_default=True)
+@click.option(
+    "--folds", default="1,2,3,4,5", show_default=True, help="Cross-validation folds to run."
+)
 @click.option("--fpdgd/--no-fpdgd", default=True, show_default=True, help="Also train FPDGD.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@seed_option
 @click.option("--jobs", type=int, default=1, show_default=True, help="local worker processes")
 @dask_options("the grid's runs")
 def foltr_reproduce(

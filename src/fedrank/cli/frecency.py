@@ -14,10 +14,13 @@ from fedrank.cli._common import (
     FedrankGroup,
     dask_options,
     invocation,
+    json_option,
     progress_bar,
     read_json,
+    seed_option,
     write_json,
 )
+from fedrank.cli._study_options import study_options
 from fedrank.cli.privacy import dp_from_options, dp_options, echo_privacy
 from fedrank.core.arrays import unique_values
 from fedrank.simulation.attacks import VECTOR_ATTACKS
@@ -28,7 +31,7 @@ def frecency() -> None:
     """Federated tuning of Firefox's frecency (Mozilla study)."""
 
 
-@frecency.command("score")
+@frecency.command("score", short_help="Score every page of a places.sqlite.")
 @click.option(
     "--places",
     "places",
@@ -37,7 +40,11 @@ def frecency() -> None:
     help="A Firefox profile's places.sqlite.",
 )
 @click.option(
-    "--algorithm", type=click.Choice(["classic", "modern"]), default="modern", show_default=True
+    "--algorithm",
+    type=click.Choice(["classic", "modern"]),
+    default="modern",
+    show_default=True,
+    help="Frecency algorithm: classic (Firefox 62-68) or modern (Firefox 128+).",
 )
 @click.option(
     "--now",
@@ -98,210 +105,6 @@ def _parse_now(text: str) -> int:
     return int(moment.timestamp()) * 1_000_000 + moment.microsecond
 
 
-def _study_options(func: Any) -> Any:
-    """Options of ``frecency simulate``; their defaults are FrecencyStudyConfig's."""
-    from fedrank.experiments.frecency.presets import PRESETS
-    from fedrank.experiments.frecency.study import WORLDS, FrecencyStudyConfig
-    from fedrank.losses.pointwise_svm import SCORE_SCALES
-    from fedrank.models.frecency.scorer import MODELS, PAGE_SCORERS
-    from fedrank.systems.frecency.config import AGGREGATORS, RPROP_SETTINGS, SETTINGS
-
-    d = FrecencyStudyConfig()
-    r = d.resolved()
-
-    def per_model(setting: str) -> str:
-        values = {
-            name: scorer.default_score_scale if setting == "scale" else scorer.default_delta()
-            for name, scorer in PAGE_SCORERS.items()
-        }
-        return "the model's: " + ", ".join(f"{name} {value}" for name, value in values.items())
-
-    def per_setting(name: str) -> str:
-        return "the setting's: " + ", ".join(f"{s} {v[name]:g}" for s, v in RPROP_SETTINGS.items())
-
-    options = [
-        click.option(
-            "--model",
-            type=click.Choice(MODELS),
-            default=d.model,
-            show_default=True,
-            help="Frecency algorithm tuned: classic (22 weights, the paper's) or modern "
-            "(Firefox 128+: 4 class weights and halfLifeDays).",
-        ),
-        click.option(
-            "--world",
-            type=click.Choice(WORLDS),
-            default=d.world,
-            show_default=True,
-            help="The users: synthetic (calibrated to real browsing) or aol (the real AOL "
-            "click log; its revisits are the searches).",
-        ),
-        click.option(
-            "--setting",
-            type=click.Choice(SETTINGS),
-            default=d.setting,
-            show_default=True,
-            help="Optimizer and safeguards: the paper's text, or what the study's deployed "
-            "server did (Rprop 2.0/0.6, steps 1-3, shifted non-negativity, integer weights).",
-        ),
-        click.option(
-            "--preset",
-            type=click.Choice(PRESETS),
-            default=d.preset,
-            show_default=True,
-            help="The simulated users' hidden preference (synthetic world), not a model "
-            "setting: what the learner should discover.",
-        ),
-        click.option(
-            "--users",
-            "n_users",
-            type=int,
-            default=d.n_users,
-            show_default=True,
-            help="Users enrolled (the AOL world draws them from the log; 0: all its users).",
-        ),
-        click.option("--iterations", type=int, default=d.iterations, show_default=True),
-        click.option("--seed", type=int, default=d.seed, show_default=True),
-        click.option(
-            "--message",
-            type=click.Choice(["full", "sign"]),
-            default=d.message,
-            show_default=True,
-            help="Full float updates or signs only.",
-        ),
-        click.option(
-            "--sign-epsilon",
-            type=float,
-            default=None,
-            help="With --message sign: randomized response on every sign on the device, "
-            "epsilon-LDP per weight (a message of d weights: d x epsilon). Default: plain signs.",
-        ),
-        click.option(
-            "--optimizer",
-            type=click.Choice(["rprop", "sgd", "adam"]),
-            default=d.optimizer,
-            show_default=True,
-        ),
-        click.option("--eta-plus", type=float, default=None, show_default=per_setting("eta_plus")),
-        click.option(
-            "--eta-minus", type=float, default=None, show_default=per_setting("eta_minus")
-        ),
-        click.option(
-            "--step-init", type=float, default=None, show_default=per_setting("step_init")
-        ),
-        click.option("--step-min", type=float, default=None, show_default=per_setting("step_min")),
-        click.option("--step-max", type=float, default=None, show_default=per_setting("step_max")),
-        click.option(
-            "--delta",
-            type=float,
-            default=d.delta,
-            show_default=per_model("delta"),
-            help="SVM margin Delta (on the --score-scale; raw modern scores are days). The "
-            "paper's loss (raw, Delta 0) is always reported beside it.",
-        ),
-        click.option(
-            "--score-scale",
-            type=click.Choice(SCORE_SCALES),
-            default=d.score_scale,
-            show_default=per_model("scale"),
-            help="Loss on log frecency or raw frecency (the paper's).",
-        ),
-        click.option(
-            "--significance-z",
-            type=float,
-            default=None,
-            show_default="1 under --setting paper, 0 (the plain mean) under mozilla-deployed",
-            help="Per-weight significance gate of the aggregate, in standard errors.",
-        ),
-        click.option(
-            "--aggregator",
-            type=click.Choice(AGGREGATORS),
-            default=d.aggregator,
-            show_default=True,
-            help="Defense: the coordinate-wise median or trimmed mean (Yin et al. 2018) of "
-            "full gradients instead of the paper's gated mean.",
-        ),
-        click.option(
-            "--trim",
-            type=float,
-            default=d.trim,
-            show_default=True,
-            help="--aggregator trimmed-mean: the fraction dropped from each end.",
-        ),
-        click.option(
-            "--norm-bound",
-            type=float,
-            default=d.norm_bound,
-            show_default=True,
-            help="Defense: scale every full gradient down to this L2 norm (0: none); with "
-            "--norm-quantile, the first iteration's bound.",
-        ),
-        click.option(
-            "--norm-quantile",
-            type=float,
-            default=d.norm_quantile,
-            help="Defense: adapt the norm bound every iteration toward this quantile of the "
-            "gradient norms, in (0, 1) (Andrew et al. 2021; needs --norm-bound > 0).",
-        ),
-        click.option(
-            "--eps", type=float, default=d.eps, show_default=True, help="Finite-difference epsilon."
-        ),
-        click.option(
-            "--blind-chars",
-            type=float,
-            default=None,
-            show_default=f"calibrated: {r.blind_chars:g}",
-            help="Mean characters typed (after the first) before looking at the suggestions.",
-        ),
-        click.option(
-            "--scan-continue",
-            type=float,
-            default=None,
-            show_default=f"calibrated: {r.scan_continue:g}",
-            help="Probability of reading one more suggestion.",
-        ),
-        click.option(
-            "--searches-per-iteration",
-            type=float,
-            default=d.searches_per_iteration,
-            show_default=True,
-            help="Mean (Poisson) searches per user per iteration (synthetic world).",
-        ),
-        click.option(
-            "--eval-searches",
-            "eval_searches_per_user",
-            type=int,
-            default=d.eval_searches_per_user,
-            show_default=True,
-            help="Searches per user in the evaluation phase (synthetic world).",
-        ),
-        click.option(
-            "--history-days",
-            type=float,
-            default=d.history_days,
-            show_default=True,
-            help="Days of synthetic history before the study.",
-        ),
-        click.option(
-            "--aol-log",
-            type=click.Path(exists=True, dir_okay=False),
-            default=None,
-            help="The AOL click log (--world aol; default: the shared 1,000-user sample).",
-        ),
-        click.option("--json", "json_path", type=click.Path(path_type=Path), default=None),
-        click.option(
-            "--out",
-            "out_dir",
-            type=click.Path(path_type=Path),
-            default=None,
-            help="Directory for the PNG plots and the markdown report.",
-        ),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
 def _run_study(
     config: Any,
     dask_workers: int | None = None,
@@ -329,13 +132,18 @@ def _run_study(
 
 
 def _summarize(result: Any) -> None:
-    from fedrank.experiments.frecency.report import loss_reduction
+    from fedrank.experiments.frecency.report import comparison_window, loss_reduction
     from fedrank.experiments.frecency.study import PAPER_EVAL
 
-    click.echo(
-        f"treatment loss reduction (last 5 vs first 5 iterations): "
-        f"{100 * loss_reduction(result):.1f}%; constraints held: {result.constraints_held}"
+    n = len(result.loss_per_iteration)
+    k = comparison_window(n)
+    reduction = (
+        f"treatment loss reduction (mean of the last {k} vs the first {k} of {n} iterations): "
+        f"{100 * loss_reduction(result):.1f}%; "
+        if k
+        else "one iteration, no loss reduction to report; "
     )
+    click.echo(f"{reduction}constraints held: {result.constraints_held}")
     for name, ev in result.eval.items():
         paper = PAPER_EVAL[name]
         click.echo(
@@ -361,8 +169,8 @@ def _summarize(result: Any) -> None:
         )
 
 
-@frecency.command("simulate")
-@_study_options
+@frecency.command("simulate", short_help="Simulate the federated frecency study.")
+@study_options
 @click.option(
     "--stability/--no-stability",
     default=False,
@@ -440,22 +248,43 @@ def frecency_simulate(
             click.echo(f"wrote {path}")
 
 
-@frecency.command("messages")
+@frecency.command("messages", short_help="Sign-only vs full-precision messages.")
 @click.option(
-    "--preset", type=click.Choice(["paper", "shifted"]), default="shifted", show_default=True
+    "--preset",
+    type=click.Choice(["paper", "shifted"]),
+    default="shifted",
+    show_default=True,
+    help="The simulated users' hidden preference (synthetic world).",
 )
 @click.option(
-    "--model", type=click.Choice(["classic", "modern"]), default="classic", show_default=True
+    "--model",
+    type=click.Choice(["classic", "modern"]),
+    default="classic",
+    show_default=True,
+    help="Frecency algorithm: classic (Firefox 62-68) or modern (Firefox 128+).",
 )
-@click.option("--users", "n_users", type=int, default=3000, show_default=True)
-@click.option("--iterations", type=int, default=40, show_default=True)
+@click.option(
+    "--users",
+    "n_users",
+    type=int,
+    default=3000,
+    show_default=True,
+    help="Simulated users enrolled in the study.",
+)
+@click.option(
+    "--iterations",
+    type=int,
+    default=40,
+    show_default=True,
+    help="Optimization iterations (server model updates).",
+)
 @click.option(
     "--seeds",
     default="0,1,2",
     show_default=True,
     help="Comma-separated seeds; each runs a full and a sign-only study.",
 )
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+@json_option
 def frecency_messages(
     preset: str, model: str, n_users: int, iterations: int, seeds: str, json_path: Path | None
 ) -> None:
@@ -486,7 +315,7 @@ def frecency_messages(
         click.echo(f"wrote {json_path}")
 
 
-@frecency.command("power")
+@frecency.command("power", short_help="Power analysis of the study.")
 @click.option(
     "--part",
     type=click.Choice(["effect", "training", "both"]),
@@ -523,9 +352,24 @@ def frecency_messages(
     show_default=True,
     help="The paper analysed the rank (no prior data on characters typed).",
 )
-@click.option("--power", "target_power", type=float, default=0.8, show_default=True)
-@click.option("--alpha", type=float, default=0.05 / 6, show_default=True)
-@click.option("--repetitions", type=int, default=200, show_default=True)
+@click.option(
+    "--power",
+    "target_power",
+    type=float,
+    default=0.8,
+    show_default=True,
+    help="Target statistical power.",
+)
+@click.option(
+    "--alpha",
+    type=float,
+    default=0.05 / 6,
+    show_default=True,
+    help="Significance level of the test.",
+)
+@click.option(
+    "--repetitions", type=int, default=200, show_default=True, help="Resamples per user count."
+)
 @click.option(
     "--users",
     "n_users",
@@ -534,7 +378,13 @@ def frecency_messages(
     show_default=True,
     help="Users of the effect pilot (half per model).",
 )
-@click.option("--iterations", type=int, default=40, show_default=True)
+@click.option(
+    "--iterations",
+    type=int,
+    default=40,
+    show_default=True,
+    help="Optimization iterations (server model updates).",
+)
 @click.option(
     "--target-reduction",
     type=float,
@@ -543,8 +393,8 @@ def frecency_messages(
     help="Training: the treatment loss must fall by this share.",
 )
 @click.option("--studies", type=int, default=5, show_default=True, help="Training: studies per n.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+@seed_option
+@json_option
 def frecency_power(
     part: str,
     preset: str,
@@ -622,17 +472,30 @@ def frecency_power(
         click.echo(f"wrote {json_path}")
 
 
-@frecency.command("world")
-@click.option("--users", "n_users", type=int, default=1000, show_default=True)
-@click.option("--history-days", type=float, default=61.0, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@frecency.command("world", short_help="The synthetic world's shapes beside AOL's.")
+@click.option(
+    "--users",
+    "n_users",
+    type=int,
+    default=1000,
+    show_default=True,
+    help="Simulated users enrolled in the study.",
+)
+@click.option(
+    "--history-days",
+    type=float,
+    default=61.0,
+    show_default=True,
+    help="Days of synthetic history before the study.",
+)
+@seed_option
 @click.option(
     "--aol-log",
     type=click.Path(exists=True, dir_okay=False),
     default=None,
     help="The AOL click log (default: the shared 1,000-user sample).",
 )
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+@json_option
 def frecency_world(
     n_users: int, history_days: float, seed: int, aol_log: str | None, json_path: Path | None
 ) -> None:
@@ -671,12 +534,31 @@ def frecency_world(
         click.echo(f"wrote {json_path}")
 
 
-@frecency.command("calibrate")
-@click.option("--users", "n_users", type=int, default=1000, show_default=True)
-@click.option("--iterations", type=int, default=40, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--max-evaluations", type=int, default=30, show_default=True)
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+@frecency.command("calibrate", short_help="Fit the typing model to the paper.")
+@click.option(
+    "--users",
+    "n_users",
+    type=int,
+    default=1000,
+    show_default=True,
+    help="Simulated users enrolled in the study.",
+)
+@click.option(
+    "--iterations",
+    type=int,
+    default=40,
+    show_default=True,
+    help="Optimization iterations (server model updates).",
+)
+@seed_option
+@click.option(
+    "--max-evaluations",
+    type=click.IntRange(min=1),
+    default=30,
+    show_default=True,
+    help="Most simulated studies the fit may run.",
+)
+@json_option
 def frecency_calibrate(
     n_users: int, iterations: int, seed: int, max_evaluations: int, json_path: Path | None
 ) -> None:
@@ -704,11 +586,22 @@ def frecency_calibrate(
         click.echo(f"wrote {json_path}")
 
 
-@frecency.command("policies")
+@frecency.command("policies", short_help="Compare iteration-length policies.")
 @click.option(
-    "--preset", type=click.Choice(["paper", "shifted"]), default="shifted", show_default=True
+    "--preset",
+    type=click.Choice(["paper", "shifted"]),
+    default="shifted",
+    show_default=True,
+    help="The simulated users' hidden preference (synthetic world).",
 )
-@click.option("--users", "n_users", type=int, default=2000, show_default=True)
+@click.option(
+    "--users",
+    "n_users",
+    type=int,
+    default=2000,
+    show_default=True,
+    help="Simulated users enrolled in the study.",
+)
 @click.option(
     "--target-fraction",
     type=float,
@@ -716,8 +609,8 @@ def frecency_calibrate(
     show_default=True,
     help="Target validation loss as a fraction of the initial loss.",
 )
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+@seed_option
+@json_option
 def frecency_policies(
     preset: str, n_users: int, target_fraction: float, seed: int, json_path: Path | None
 ) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from fedrank.cli._common import read_json, write_json
+from fedrank.cli._common import json_option, read_json, seed_option, write_json
 from fedrank.privacy.report import SystemPrivacy, report_run
 
 if TYPE_CHECKING:
@@ -202,12 +202,12 @@ def echo_report(rows: list[SystemPrivacy]) -> None:
             click.echo(f"  note: {note}")
 
 
-@click.group()
+@click.group(short_help="Privacy guarantees of the three systems.")
 def privacy() -> None:
     """Privacy guarantees of the three systems (docs/privacy.md)."""
 
 
-@privacy.command("report")
+@privacy.command("report", short_help="Each system's privacy guarantee.")
 @click.option(
     "--config",
     "config_path",
@@ -228,7 +228,7 @@ def privacy() -> None:
     default=None,
     help="--config: rounds a user takes part in, for the per-user figures.",
 )
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+@json_option
 def privacy_report(
     config_path: Path | None, run_path: Path | None, rounds: int | None, json_path: Path | None
 ) -> None:
@@ -254,15 +254,21 @@ def privacy_report(
         click.echo(f"wrote {json_path}")
 
 
-@privacy.command("audit")
+@privacy.command("audit", short_help="Empirical audit of the Gaussian mechanism.")
 @click.option("--noise-multiplier", type=float, required=True, help="z of the audited mechanism.")
 @click.option("--clip", type=float, default=1.0, show_default=True, help="C of every update.")
 @click.option("--rounds", type=int, default=1, show_default=True, help="Rounds with the canary.")
 @click.option("--trials", type=int, default=20_000, show_default=True, help="Runs per world.")
-@click.option("--delta", type=float, default=1e-5, show_default=True)
+@click.option(
+    "--delta",
+    type=float,
+    default=1e-5,
+    show_default=True,
+    help="Delta of the (epsilon, delta) guarantee audited.",
+)
 @click.option("--alpha", type=float, default=0.05, show_default=True, help="1 - confidence.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+@seed_option
+@json_option
 def privacy_audit(
     noise_multiplier: float,
     clip: float,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 from pathlib import Path
 
@@ -10,9 +11,15 @@ import click
 
 from fedrank.cli._common import FedrankGroup
 from fedrank.federation.registry import SYSTEMS
+from fedrank.server.sections import IterationSection, ServerSection
+
+#: The defaults ``fedrank serve --help`` shows (those of ``server.toml``).
+_SERVER, _ITERATION = ServerSection(), IterationSection()
+#: ``--quickstart``: an iteration closes this often (seconds), so a first user sees it step.
+QUICKSTART_SECONDS = 10.0
 
 
-@click.command("serve")
+@click.command("serve", short_help="Run the federation server.")
 @click.option(
     "--config",
     "config_path",
@@ -24,30 +31,49 @@ from fedrank.federation.registry import SYSTEMS
     "--workload",
     type=click.Choice(list(SYSTEMS)),
     default=None,
-    help="The system the server runs (default: [server] workload, else frecency).",
+    show_default="[server] workload, else frecency",
+    help="The system the server runs.",
 )
-@click.option("--store", default=None, help="Directory of the durable store.")
-@click.option("--host", default=None, help="Default 127.0.0.1.")
-@click.option("--port", type=int, default=None, help="Default 8000.")
+@click.option(
+    "--store",
+    default=None,
+    show_default=f"[server] store, else {_SERVER.store}",
+    help="Directory of the durable store (git-ignored under fedrank-data/).",
+)
+@click.option("--host", default=None, show_default=_SERVER.host, help="Address to listen on.")
+@click.option(
+    "--port", type=int, default=None, show_default=str(_SERVER.port), help="Port to listen on."
+)
 @click.option(
     "--iteration-seconds",
     "seconds",
     type=float,
     default=None,
-    help="Close an iteration every S seconds (the paper: 1800).",
+    show_default=f"{_ITERATION.seconds:g}, the paper's 30 minutes; --quickstart: "
+    f"{QUICKSTART_SECONDS:g}",
+    help="Close an iteration every S seconds.",
 )
 @click.option(
     "--iteration-min-updates",
     "min_updates",
     type=int,
     default=None,
+    show_default=str(_ITERATION.min_updates),
     help="Never apply an aggregate of fewer than N updates.",
+)
+@click.option(
+    "--quickstart",
+    is_flag=True,
+    help=f"A first try: iterations of {QUICKSTART_SECONDS:g} s (unless --iteration-seconds) "
+    "and a fresh admin token printed at start, so that you can watch the model step "
+    "(GET /v1/status) and drive it (POST /v1/admin/close with the token).",
 )
 @click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning"]),
     default="info",
     show_default=True,
+    help="Server log level.",
 )
 @click.option(
     "--new-store",
@@ -67,9 +93,14 @@ def serve(
     log_level: str,
     new_store: bool,
     port_file: Path | None,
+    quickstart: bool,
     **overrides: object,
 ) -> None:
-    """Run the federation server (HTTP on uvicorn) until interrupted."""
+    """Run the federation server (HTTP on uvicorn) until interrupted; on shutdown, print
+    what the store holds. Every key is in server.toml (fedrank.server.config); flags
+    override it."""
+    import secrets
+
     import uvicorn
 
     from fedrank.server.app import create_app
@@ -77,6 +108,12 @@ def serve(
     from fedrank.server.connections import raise_fd_limit, uvicorn_limits
     from fedrank.server.store import abandon, check_directory
 
+    token = None
+    if quickstart:
+        token = secrets.token_urlsafe(24)
+        if overrides.get("seconds") is None:
+            overrides["seconds"] = QUICKSTART_SECONDS
+        overrides["admin_token"] = token
     config = load_config(config_path, **overrides)
     if new_store:
         moved = abandon(Path(config.server.store))
@@ -94,13 +131,19 @@ def serve(
         f"fedrank server: workload {config.workload}, store {config.server.store}, "
         f"http://{config.server.host}:{port}"
     )
+    if token is not None:
+        click.echo(
+            f"quickstart: an iteration closes every {config.iteration.seconds:g} s; watch "
+            f"http://{config.server.host}:{port}/v1/status; admin token (this run only): {token}"
+        )
     if port_file is not None:
         partial = port_file.with_suffix(".partial")
         partial.write_text(str(port))
         partial.replace(port_file)
+    app = create_app(config)
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(config),
+            app,
             loop="uvloop",
             log_level="warning",
             access_log=False,
@@ -109,7 +152,39 @@ def serve(
             **uvicorn_limits(config.server),  # header, body and keep-alive timeouts; connections
         )
     )
-    server.run(sockets=[sock])
+    # uvicorn shuts down gracefully on SIGINT or SIGTERM, then raises the signal again for
+    # the handler it found: these handlers end the command there, after the summary.
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        server.run(sockets=[sock])
+    except (KeyboardInterrupt, _Terminated):
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        click.echo(_stored(app))
+
+
+class _Terminated(Exception):
+    """SIGTERM, raised again by uvicorn once it has shut down gracefully."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
+def _stored(app: object) -> str:
+    """What the store holds once the server has stopped: the open iteration, the model
+    version and the updates stored in all (read from the engine the app ran)."""
+    service = getattr(app, "service", None)
+    engine = getattr(service, "engine", None)
+    if engine is None:
+        return "stopped before the store was opened"
+    snap = engine.snapshot()
+    return (
+        f"stopped; the store {engine.store.directory} holds model version {snap.version}, "
+        f"iteration {snap.iteration} open with {snap.updates_in_iteration} update(s), "
+        f"{engine.accepted_total} update(s) stored in all"
+    )
 
 
 @click.group("store", cls=FedrankGroup)
@@ -117,7 +192,7 @@ def store() -> None:
     """Look after a server's durable store."""
 
 
-@store.command("recover")
+@store.command("recover", short_help="Rebuild a store from its audit log.")
 @click.option(
     "--config",
     "config_path",

@@ -188,6 +188,12 @@ class Accepts:
     def __str__(self) -> str:
         return " or ".join(str(a) for a in self.alternatives)
 
+    def typed(self) -> str:
+        """What an option typed on a command line may be: the alternatives but ``None``
+        (an option left out, not a value anyone types)."""
+        typed = [str(a) for a in self.alternatives if not isinstance(a, _NoneValue)]
+        return " or ".join(typed) if typed else str(self)
+
     def message(self, name: str, value: Any) -> str:
         """The one form of a field's error: the field, what it accepts, what was given."""
         note = f" ({self.note})" if self.note else ""
@@ -261,7 +267,12 @@ def validate(config: Any) -> None:
         accepted = entry if isinstance(entry, Accepts) else Accepts(entry)
         value = getattr(config, name)
         if not accepted.accepts(value):
-            raise ConfigError(accepted.message(name, value))
+            raise ConfigError(
+                accepted.message(name, value),
+                field=name,
+                requirement=f"must be {accepted.typed()}, got {_given(value)}",
+                value=value,
+            )
     for rule in cls.RULES:
         rule.check(config)
 

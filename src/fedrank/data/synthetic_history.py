@@ -217,7 +217,12 @@ def generate_world(
     """Draw ``n_users`` users' browsing before the study (see the module docstring)."""
     cfg = config if config is not None else BrowsingConfig()
     if int(n_users) != n_users or n_users < 1:
-        raise ConfigError(f"n_users must be a positive integer, got {n_users}")
+        raise ConfigError(
+            f"n_users must be a positive integer, got {n_users}",
+            field="n_users",
+            requirement=f"must be a positive integer, got {n_users}",
+            value=n_users,
+        )
     if not isinstance(rng, np.random.Generator):
         raise ConfigError("rng must be a numpy.random.Generator (np.random.default_rng(seed))")
     n_users = int(n_users)

@@ -58,7 +58,12 @@ def check_executor_options(
             "existing one), not both"
         )
     if dask_workers is not None and not 1 <= dask_workers <= 256:
-        raise ConfigError(f"dask_workers must be in 1..256, got {dask_workers}")
+        raise ConfigError(
+            f"dask_workers must be in 1..256, got {dask_workers}",
+            field="dask_workers",
+            requirement=f"must be in 1..256, got {dask_workers}",
+            value=dask_workers,
+        )
     if dask_scheduler is not None and not dask_scheduler.startswith(("tcp://", "tls://")):
         raise ConfigError(
             f"dask_scheduler is a scheduler address such as tcp://10.0.0.5:8786, got "

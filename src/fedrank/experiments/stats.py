@@ -402,7 +402,12 @@ def compare_branches_by_user(
     from scipy import stats  # imported on use: the CLI starts faster
 
     if not 0 < alpha < 1:
-        raise ConfigError(f"alpha must lie in (0, 1), got {alpha}")
+        raise ConfigError(
+            f"alpha must lie in (0, 1), got {alpha}",
+            field="alpha",
+            requirement=f"must lie in (0, 1), got {alpha}",
+            value=alpha,
+        )
     if n_boot < 1:
         raise ConfigError(f"n_boot must be >= 1 bootstrap draws (2000 is usual), got {n_boot}")
     names = list(samples)
@@ -487,7 +492,12 @@ def user_mwu_power(
     if repetitions < 1:
         raise ConfigError(f"repetitions must be >= 1, got {repetitions}")
     if not 0 < alpha < 1:
-        raise ConfigError(f"alpha must lie in (0, 1), got {alpha}")
+        raise ConfigError(
+            f"alpha must lie in (0, 1), got {alpha}",
+            field="alpha",
+            requirement=f"must lie in (0, 1), got {alpha}",
+            value=alpha,
+        )
     return _resampled_mwu_power(a, b, int(n_users), alpha, int(repetitions), rng)
 
 

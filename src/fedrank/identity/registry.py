@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedrank.errors import FedrankError
+from fedrank.errors import ConfigError, FedrankError
 from fedrank.identity.protocol import device_id
 
 #: The registry's file in a store directory.
@@ -109,10 +109,18 @@ class DeviceRegistry:
     def issue(self, count: int, label: str, expires_hours: float) -> list[str]:
         """``count`` new single-use tokens labelled ``label``, valid ``expires_hours``."""
         if not 1 <= count <= MAX_TOKENS:
-            raise FedrankError(f"count must be in 1..{MAX_TOKENS}, got {count}")
+            raise ConfigError(
+                f"count must be in 1..{MAX_TOKENS}, got {count}",
+                field="count",
+                requirement=f"must be in 1..{MAX_TOKENS}, got {count}",
+                value=count,
+            )
         if not 0 < expires_hours <= MAX_EXPIRY_HOURS:
-            raise FedrankError(
-                f"expires-hours must be > 0 and at most {MAX_EXPIRY_HOURS}, got {expires_hours}"
+            raise ConfigError(
+                f"expires-hours must be > 0 and at most {MAX_EXPIRY_HOURS}, got {expires_hours}",
+                field="expires_hours",
+                requirement=f"must be > 0 and at most {MAX_EXPIRY_HOURS}, got {expires_hours}",
+                value=expires_hours,
             )
         if len(label) > 128:
             raise FedrankError(f"a label has at most 128 characters, got {len(label)}")

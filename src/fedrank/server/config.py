@@ -362,7 +362,9 @@ def _section(name: str, cls: type, data: Any) -> Any:
     try:
         return cls(**values)
     except ConfigError as exc:  # the section's own table and rules (core.validation)
-        raise ConfigError(f"[{name}] {exc}") from exc
+        raise ConfigError(
+            f"[{name}] {exc}", field=exc.field, requirement=exc.requirement, value=exc.value
+        ) from exc
 
 
 def _kind(hint: Any) -> type:

@@ -88,7 +88,8 @@ class Engine:
         identity: dict[str, Any] = {"workload": self.workload.name, "dim": self.workload.dim}
         if self.privacy.enabled:
             identity["privacy"] = self.privacy.identity()
-        if self.store.check_identity(identity):
+        fresh = self.store.check_identity(identity)
+        if fresh:
             params = self.workload.initial_params()
             opt_state = self.optimizer.state_to_json(self.strategy.init(params))
             self.store.publish_first(params, opt_state)
@@ -128,13 +129,21 @@ class Engine:
         self._publish()
         for path in self.store.export_missing_parquet():
             log.info("wrote missing Parquet partition %s", path)
-        log.info(
-            "resumed: iteration %d, model version %d, %d updates replayed, %d stored in all",
-            iteration,
-            version,
-            replayed,
-            self.accepted_total,
-        )
+        if fresh:
+            log.info(
+                "new store at %s: iteration %d, model version %d",
+                self.store.directory,
+                iteration,
+                version,
+            )
+        else:
+            log.info(
+                "resumed: iteration %d, model version %d, %d updates replayed, %d stored in all",
+                iteration,
+                version,
+                replayed,
+                self.accepted_total,
+            )
 
     def _closed_aggregate(self, iteration: int) -> Any:
         """The final aggregate the store kept when ``iteration`` closed, where the next

@@ -72,7 +72,7 @@ class ServerSection(Validated):
     """
 
     workload: str = "frecency"
-    store: str = "fedrank-store"
+    store: str = "fedrank-data/store"
     host: str = "127.0.0.1"
     port: int = 8000
     admin_token: str = ""

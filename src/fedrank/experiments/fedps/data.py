@@ -144,7 +144,12 @@ def prepare_aol(
             word2vec (a Dask run starts the cover queries, which need only the corpus).
     """
     if users is not None and users < 2:
-        raise ConfigError(f"users must be >= 2 (or None for all), got {users}")
+        raise ConfigError(
+            f"users must be >= 2 (or None for all), got {users}",
+            field="users",
+            requirement=f"must be >= 2 (leave it out for every user), got {users}",
+            value=users,
+        )
     if not Path(path).is_file():
         raise DataFormatError(
             f"AOL log {path} does not exist; pass --log with the path of "

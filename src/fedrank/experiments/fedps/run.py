@@ -241,9 +241,12 @@ def _run_fedps(
             else start_covers(data.corpus, settings, stack)
         )
     elif mode in ("flat", "coverquery"):
-        report_progress(progress, "cover queries (LDA)", 0, 1)
+        # FedPSFlat's search requests carry m cover queries each (Sec. 3.3) and its KL
+        # measure (Sec. 4.1) counts them: a flat run needs them (none with --cover-queries 0)
+        stage = "cover queries (LDA, for the KL measure)" if mode == "flat" else "cover queries"
+        report_progress(progress, stage, 0, 1)
         covers = compute_covers(*cover_inputs(data.corpus), settings)
-        report_progress(progress, "cover queries (LDA)", 1, 1)
+        report_progress(progress, stage, 1, 1)
     groups = None
     if mode == "groupuser":
         groups = kl.assign_groups(

@@ -17,10 +17,22 @@ def _mean(values: list[float]) -> float:
     return float(arr.mean()) if arr.size else float("nan")
 
 
+def comparison_window(iterations: int, window: int = 5) -> int:
+    """How many iterations at each end :func:`loss_reduction` compares: ``window``, or fewer
+    so that the first and the last windows never share an iteration (0: fewer than two
+    iterations, nothing to compare)."""
+    return min(window, iterations // 2)
+
+
 def loss_reduction(result: StudyResult, window: int = 5) -> float:
-    """Relative drop of the treatment loss: 1 - mean(last ``window``) / mean(first ``window``)."""
+    """Relative drop of the treatment loss: 1 - mean(last k) / mean(first k), with k =
+    :func:`comparison_window` (at most ``window``, the two windows disjoint); NaN when there
+    are fewer than two iterations."""
     losses = result.loss_per_iteration
-    first, last = _mean(losses[:window]), _mean(losses[-window:])
+    k = comparison_window(len(losses), window)
+    if k == 0:
+        return float("nan")
+    first, last = _mean(losses[:k]), _mean(losses[-k:])
     return 1.0 - last / first if first > 0 else float("nan")
 
 
@@ -51,6 +63,17 @@ def write_report(result: StudyResult, path: Path, command: str, plots: list[Path
     losses = result.loss_per_iteration
     reports = [float(r) for r in result.reports_per_iteration]
     paper_losses = result.paper_loss_per_iteration.get("treatment", [])
+    k = comparison_window(len(losses))
+    if k:
+        loss_lines = [
+            f"- treatment loss ({cfg.score_scale}, margin {cfg.delta:g}), mean of the first "
+            f"{k} iterations: {_mean(losses[:k]):.4f}; of the last {k}: "
+            f"{_mean(losses[-k:]):.4f} ({100 * loss_reduction(result):.1f}% lower)",
+            f"- the paper's loss (raw frecency, margin 0), treatment: first {k} "
+            f"{_mean(paper_losses[:k]):.1f}, last {k} {_mean(paper_losses[-k:]):.1f}",
+        ]
+    else:
+        loss_lines = [f"- one iteration: treatment loss {_mean(losses):.4f} (nothing to compare)"]
     lines = [
         "# Federated frecency study (simulation)",
         "",
@@ -75,11 +98,7 @@ def write_report(result: StudyResult, path: Path, command: str, plots: list[Path
         "",
         "## Optimization",
         "",
-        f"- treatment loss ({cfg.score_scale}, margin {cfg.delta:g}), mean of the first 5 "
-        f"iterations: {_mean(losses[:5]):.4f}; of the last 5: {_mean(losses[-5:]):.4f} "
-        f"({100 * loss_reduction(result):.1f}% lower)",
-        f"- the paper's loss (raw frecency, margin 0), treatment: first 5 "
-        f"{_mean(paper_losses[:5]):.1f}, last 5 {_mean(paper_losses[-5:]):.1f}",
+        *loss_lines,
         f"- safeguards held in every iteration: {result.constraints_held}",
         f"- reports per iteration (mean): {_mean(reports):.0f}",
         "",

@@ -129,7 +129,10 @@ class FrecencyWorld:
     ) -> None:
         if browsing.n_users < 3:
             raise ConfigError(
-                f"the study needs at least 3 users (one per branch), got {browsing.n_users}"
+                f"the study needs at least 3 users (one per branch), got {browsing.n_users}",
+                field="n_users",
+                requirement=f"must be >= 3 (one per branch), got {browsing.n_users}",
+                value=browsing.n_users,
             )
         scorer_class = page_scorer(model) if isinstance(model, str) else model
         self.scorer: PageScorer = scorer_class()
