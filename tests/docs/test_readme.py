@@ -24,7 +24,7 @@ def test_short_without_dates() -> None:
 
 def test_the_test_command_is_what_ci_runs() -> None:
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
-    assert ci == 'pip install -e ".[dev]" && python -m pytest -q'
+    assert ci == 'pip install -e ".[dev]" && scripts/setup-system && python -m pytest -q'
     first_block = README.split("```", 2)[1]
     assert first_block.strip().splitlines() == [
         'pip install -e ".[dev]" && fedrank demo',
