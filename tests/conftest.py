@@ -54,6 +54,10 @@ LONGEST_FIRST: tuple[str, ...] = (
     "tests/experiments/fedps/test_fedps.py",
     "tests/conformance/test_aggregator_conformance.py",
     "tests/experiments/fedps/test_fedps_reproduce.py",
+    "tests/cli/test_cli_edges.py",
+    "tests/report/test_report.py",
+    "tests/examples/test_examples.py",
+    "tests/browser/test_dashboard_browser.py",
     "tests/experiments/frecency/test_frecency_study_acceptance.py",
     "tests/server/test_server_secagg.py",
     "tests/server/test_server_durability.py",
@@ -73,6 +77,8 @@ LONGEST_FIRST: tuple[str, ...] = (
     "tests/server/test_server_seeds.py",
     "tests/server/test_server_privacy.py",
     "tests/server/test_server_recovery.py",
+    "tests/docs/test_docs_site.py",
+    "tests/server/test_dashboard.py",
 )
 
 

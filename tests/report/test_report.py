@@ -5,7 +5,6 @@ one-line error naming the file."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -13,19 +12,7 @@ import pytest
 from fedrank.report import KINDS, detect_kind
 from fedrank.report.page import fmt, pvalue
 from tests.cli.clirun import assert_clean_failure, ok, run
-
-
-def _report(run_json: Path, tmp_path: Path, kind: str) -> str:
-    """``fedrank report`` on ``run_json``; the page, checked to be self-contained."""
-    out = tmp_path / "report.html"
-    result = ok(["report", str(run_json), "--out", str(out)])
-    assert f"({kind} report)" in result.output
-    html = out.read_text()
-    assert html.startswith("<!DOCTYPE html>") and "<svg" in html
-    # nothing loaded from elsewhere: no script, stylesheet or image fetched by URL
-    assert not re.search(r"""(src|href)\s*=\s*["'](https?:)?//""", html)
-    assert "<script" not in html and "<link" not in html
-    return html
+from tests.report.reportkit import report_page as _report
 
 
 def test_frecency_simulate(tmp_path: Path) -> None:
@@ -80,23 +67,6 @@ def test_foltr_reproduce(mq2008_dir: Path, tmp_path: Path, monkeypatch: pytest.M
         for model, splits in models.items():
             assert fmt(float(sum(splits["test"]) / len(splits["test"]))) in html, (row, model)
     assert html.count("<svg") >= 1 + sum(len(p) for p in data["exploration"].values())
-
-
-def test_fedps_reproduce(aol_log: Path, tmp_path: Path) -> None:
-    out = tmp_path / "fedps"
-    ok(["fedps", "reproduce", "--log", str(aol_log), "--users", "8", "--rounds", "1",
-        "--seeds", "1", "--lrs", "1e-3", "--tables", "3", "--jobs", "1",
-        "--warmup-rounds", "1", "--out", str(out)])  # fmt: skip
-    data = json.loads((out / "results.json").read_text())
-    html = _report(out / "results.json", tmp_path, "fedps-reproduce")
-    rows = data["summary"]["table3"]["rows"]
-    assert rows
-    for mode, row in rows.items():
-        assert fmt(row["MAP"]) in html, mode
-        test = row.get("test_vs_central")
-        if test is not None:
-            assert pvalue(test["p"]) in html
-    assert "0.7074" in html  # the paper's FedPSFlat MAP
 
 
 def test_missing_file(tmp_path: Path) -> None:

@@ -331,7 +331,7 @@ def test_cli_refuses_bad_settings_before_starting_a_cluster(
          "--stragglers", "1.5"],
     )  # fmt: skip
     assert result.exit_code != 0
-    assert "straggler_ratio must be in [0, 1)" in result.output
+    assert "--stragglers must be in [0, 1)" in result.output
 
 
 def test_cli_run_with_seeds_writes_json(aol_log: Path, tmp_path: Path) -> None:

@@ -11,6 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from fedrank.cli import main
+from fedrank.report.page import fmt, pvalue
+from tests.report.reportkit import report_page
 
 
 def test_cli_reproduce_writes_tables_and_resumes(aol_log: Path, tmp_path: Path) -> None:
@@ -37,6 +39,14 @@ def test_cli_reproduce_writes_tables_and_resumes(aol_log: Path, tmp_path: Path) 
         assert share * by_kind["refinding"] + (1 - share) * by_kind["new"] == pytest.approx(
             rows[mode]["MAP"], abs=1e-9
         ), mode
+    # its HTML report (fedrank report; tests/report covers the other kinds of run)
+    html = report_page(tmp_path / "results.json", tmp_path, "fedps-reproduce")
+    for mode, row in rows.items():
+        assert fmt(row["MAP"]) in html, mode
+        test = row.get("test_vs_central")
+        if test is not None:
+            assert pvalue(test["p"]) in html
+    assert "0.7074" in html  # the paper's FedPSFlat MAP
     runs = sorted(p.name for p in (tmp_path / "runs").glob("*.json"))
     assert "flat_s1.json" in runs and "central_lr3e-3_s2.json" in runs
     # upload case 3's central model runs on every seed, as central does
