@@ -152,11 +152,12 @@ def test_fedps_users_line_says_who_was_dropped() -> None:
     assert text.startswith("49 users (1 of the 50 drawn dropped: no events in one of")
 
 
-def _serve(tmp_path: Path, *flags: str, seconds: float = 6.0) -> str:
-    """``fedrank serve`` run from ``tmp_path`` with its default store for ``seconds``, then
-    stopped with SIGINT (Ctrl-C); its output."""
+def _serve(tmp_path: Path, *flags: str) -> str:
+    """``fedrank serve`` run from ``tmp_path`` with its default store until it answers
+    ``/v1/status``, then stopped with SIGINT (Ctrl-C); its output."""
     cmd = [sys.executable, "-m", "fedrank.cli", "serve", "--port", "0", *flags]
     port_file = tmp_path / "port"
+    port_file.unlink(missing_ok=True)  # a previous run's file would name a closed port
     proc = subprocess.Popen(
         [*cmd, "--port-file", str(port_file)],
         cwd=tmp_path,
