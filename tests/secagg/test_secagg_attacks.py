@@ -276,9 +276,11 @@ def test_a_member_zeroing_its_shares_is_excluded_and_the_honest_sum_published(
             assert refused.json()["error"] in ("secagg_dropped", "secagg_wrong_stage")
             outcomes = [run.result() for run in runs]
         final = wait_until(  # the model, then the round's summary, are published
-            lambda: (s := status(live.client))["model_version"] == 1
-            and s["secagg"]["previous"] is not None
-            and s,
+            lambda: (
+                (s := status(live.client))["model_version"] == 1
+                and s["secagg"]["previous"] is not None
+                and s
+            ),
             timeout=60,
             what="the close of the round without the liar",
         )
