@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from tests.server.frecency_users import Users
+from tests.server.frecency_users import PRIVATE, Users
 from tests.server.serverkit import ADMIN_TOKEN, Live, admin, live_server, status, wait_until
 
 CHROMIUM = Path(os.environ.get("FEDRANK_CHROMIUM", "/usr/bin/chromium"))
@@ -111,25 +111,6 @@ def test_the_page_follows_a_live_frecency_study(
             users.close()
     assert not errors, errors
     assert requests and all(r.startswith(url) for r in requests), requests
-
-
-PRIVATE = f"""
-[server]
-workload = "fedavg"
-admin_token = "{ADMIN_TOKEN}"
-[iteration]
-seconds = 0.0
-min_updates = 1000000000
-[fedavg]
-dim = 6
-server_learning_rate = 1.0
-[privacy]
-epsilon = 4.0
-delta = 1e-6
-clip = 0.5
-rounds = 3
-noise_seed = 11
-"""
 
 
 def test_under_privacy_the_page_shows_counts_only_with_the_admin_token(

@@ -16,6 +16,7 @@ from fedrank.client.frecency_update import ProfileSearches, frecency_update
 from fedrank.server.branches import branch_of
 from fedrank.server.config import ServerConfig
 from fedrank.systems.frecency.client import FrecencyClient
+from tests.server.serverkit import ADMIN_TOKEN
 
 #: The real profiles (docs/frecency.md, "Real Firefox profiles").
 PROFILES = ("places.sqlite", "places-aged.sqlite")
@@ -81,3 +82,24 @@ class Users:
         for client, _ in self.users:
             client.close()
         self.http.close()
+
+
+#: A fedavg server under [privacy] whose counts /v1/status withholds without the admin
+#: token (the dashboard's tests, in the page and in the browser).
+PRIVATE = f"""
+[server]
+workload = "fedavg"
+admin_token = "{ADMIN_TOKEN}"
+[iteration]
+seconds = 0.0
+min_updates = 1000000000
+[fedavg]
+dim = 6
+server_learning_rate = 1.0
+[privacy]
+epsilon = 4.0
+delta = 1e-6
+clip = 0.5
+rounds = 3
+noise_seed = 11
+"""

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.server.frecency_users import Users
+from tests.server.frecency_users import PRIVATE, Users
 from tests.server.serverkit import (
     ADMIN,
     ADMIN_TOKEN,
@@ -37,24 +37,6 @@ admin_token = "{ADMIN_TOKEN}"
 seconds = 0
 min_updates = 2
 tick_seconds = 0.1
-"""
-
-PRIVATE = f"""
-[server]
-workload = "fedavg"
-admin_token = "{ADMIN_TOKEN}"
-[iteration]
-seconds = 0.0
-min_updates = 1000000000
-[fedavg]
-dim = 6
-server_learning_rate = 1.0
-[privacy]
-epsilon = 4.0
-delta = 1e-6
-clip = 0.5
-rounds = 3
-noise_seed = 11
 """
 
 
